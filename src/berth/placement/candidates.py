@@ -1,0 +1,211 @@
+"""GET /allocation_candidates: Berth's Placement-compatible candidate engine.
+
+``allocation_candidates(graph, params, microversion)`` turns the query string (a
+multi-dict) into the JSON-ready response body of that microversion, or raises
+``BadRequest`` with the reference's text and code. It is pure: it reads only the
+``ProviderGraph`` snapshot (built once by the store, see ``candidates_graph``) and the
+options passed in.
+
+Modules: ``candidates_query`` (parsing and validation), ``candidates_search`` (the
+algorithm of the reference's section 5), ``candidates_graph`` (snapshot and indexes);
+this module renders the response (section 4.12).
+
+The returned body shares provider-summary dicts with the graph's cache: treat it as
+read-only (encode it, do not mutate it).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from berth.placement.candidates_graph import (
+    SHARING_TRAIT,
+    Inventory,
+    Provider,
+    ProviderGraph,
+    capacity_of,
+)
+from berth.placement.candidates_query import CandidateQuery, parse_query
+from berth.placement.candidates_search import (
+    Candidate,
+    FlatResult,
+    GeneralResult,
+    SearchResult,
+    search,
+)
+
+__all__ = [
+    "SHARING_TRAIT",
+    "CandidateOptions",
+    "Inventory",
+    "Provider",
+    "ProviderGraph",
+    "allocation_candidates",
+]
+
+Microversion = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateOptions:
+    """Placement's ``[placement]`` knobs that shape the candidate list.
+
+    * ``max_allocation_candidates`` (default -1, unlimited): cap on generated requests.
+    * ``randomize_allocation_candidates`` (default False): ``limit`` takes a random
+      sample instead of the first N, and without ``limit`` the list is shuffled.
+    * ``seed``: seeds that randomness so a response can be replayed (None: unseeded).
+    """
+
+    max_allocation_candidates: int = -1
+    randomize_allocation_candidates: bool = False
+    seed: int | None = None
+
+
+DEFAULT_OPTIONS = CandidateOptions()
+
+
+def allocation_candidates(
+    graph: ProviderGraph,
+    params: Mapping[str, list[str]],
+    microversion: tuple[int, int],
+    options: CandidateOptions = DEFAULT_OPTIONS,
+) -> dict[str, Any]:
+    """The GET /allocation_candidates response body for ``params`` at ``microversion``.
+
+    ``params`` maps each query parameter to its values in the order received.
+    Raises ``berth.placement.errors.BadRequest`` for invalid queries, and ``ValueError``
+    below 1.10 (the route does not exist there; the HTTP layer answers 404 itself).
+    """
+    query = parse_query(params, microversion)
+    result = search(graph, query, microversion)
+    result = _cut(result, query, options)
+    return _render(graph, query, result, microversion)
+
+
+def _cut(result: SearchResult, query: CandidateQuery, options: CandidateOptions) -> SearchResult:
+    """Apply max_allocation_candidates, then ``limit`` (or the random variants)."""
+    size = len(result.providers) if isinstance(result, FlatResult) else len(result.candidates)
+    keep = size
+    if options.max_allocation_candidates >= 0:
+        keep = min(keep, options.max_allocation_candidates)
+    if query.limit is not None:
+        keep = min(keep, query.limit)
+    randomize = options.randomize_allocation_candidates
+    if keep == size and not randomize:
+        return result
+    order: list[int] | None = None
+    if randomize:
+        rng = random.Random(options.seed)
+        order = sorted(rng.sample(range(size), keep)) if keep < size else list(range(size))
+        if query.limit is None:
+            rng.shuffle(order)
+    if isinstance(result, FlatResult):
+        picked = result.providers[order] if order is not None else result.providers[:keep]
+        return FlatResult(picked, result.resources)
+    if order is not None:
+        return GeneralResult([result.candidates[i] for i in order])
+    return GeneralResult(result.candidates[:keep])
+
+
+def _render(
+    graph: ProviderGraph, query: CandidateQuery, result: SearchResult, mv: Microversion
+) -> dict[str, Any]:
+    uuids = graph.uuids
+    with_mappings = mv >= (1, 34)
+    requests: list[dict[str, Any]]
+    if isinstance(result, FlatResult):
+        picked: list[int] = result.providers.tolist()
+        res = result.resources
+        if mv < (1, 12):
+            requests = [
+                {"allocations": [{"resource_provider": {"uuid": uuids[p]}, "resources": dict(res)}]}
+                for p in picked
+            ]
+        elif with_mappings:
+            requests = [
+                {
+                    "allocations": {uuids[p]: {"resources": dict(res)}},
+                    "mappings": {"": [uuids[p]]},
+                }
+                for p in picked
+            ]
+        else:
+            requests = [{"allocations": {uuids[p]: {"resources": dict(res)}}} for p in picked]
+        # Flat snapshot: each provider is its own tree.
+        in_summary = picked
+    else:
+        requests = [_render_candidate(uuids, c, mv) for c in result.candidates]
+        in_summary = _summary_providers(graph, result.candidates, mv)
+    return {
+        "allocation_requests": requests,
+        "provider_summaries": _summaries(graph, query, in_summary, mv),
+    }
+
+
+def _render_candidate(uuids: list[str], cand: Candidate, mv: Microversion) -> dict[str, Any]:
+    if mv < (1, 12):
+        return {
+            "allocations": [
+                {"resource_provider": {"uuid": uuids[p]}, "resources": dict(per_rc)}
+                for p, per_rc in cand.amounts.items()
+            ]
+        }
+    body: dict[str, Any] = {
+        "allocations": {uuids[p]: {"resources": dict(per_rc)} for p, per_rc in cand.amounts.items()}
+    }
+    if mv >= (1, 34):
+        body["mappings"] = {s: [uuids[p] for p in ps] for s, ps in cand.mappings.items()}
+    return body
+
+
+def _summary_providers(
+    graph: ProviderGraph, candidates: list[Candidate], mv: Microversion
+) -> list[int]:
+    """Providers to summarize: whole trees of the used providers (1.29+ or no trees),
+    otherwise only the providers the requests use."""
+    used = {p for c in candidates for p in c.amounts}
+    if mv < (1, 29) and graph.has_trees:
+        return sorted(used)
+    roots = {graph.root[p] for p in used}
+    return sorted(p for r in roots for p in graph.tree_members[r])
+
+
+def _summaries(
+    graph: ProviderGraph, query: CandidateQuery, providers: list[int], mv: Microversion
+) -> dict[str, Any]:
+    uuids = graph.uuids
+    if mv < (1, 27):
+        # Only the requested classes are listed below 1.27, so rows depend on the query.
+        requested = {rc for g in query.groups.values() for rc in g.resources}
+        return {
+            uuids[p]: _summary_row(graph, p, mv, requested) for p in providers
+        }
+    key = "1.29" if mv >= (1, 29) else "1.27"
+    rows = graph.cached_summaries(key)
+    if rows is None:
+        rows = [_summary_row(graph, p, mv, None) for p in range(graph.size)]
+        graph.store_summaries(key, rows)
+    return {uuids[p]: rows[p] for p in providers}
+
+
+def _summary_row(
+    graph: ProviderGraph, p: int, mv: Microversion, classes: set[str] | None
+) -> dict[str, Any]:
+    prov = graph.providers[p]
+    resources = {
+        rc: {"capacity": capacity_of(inv), "used": prov.usages.get(rc, 0)}
+        for rc, inv in sorted(
+            prov.inventories.items(), key=lambda item: graph.class_id.get(item[0], 1 << 30)
+        )
+        if classes is None or rc in classes
+    }
+    row: dict[str, Any] = {"resources": resources}
+    if mv >= (1, 17):
+        row["traits"] = sorted(prov.traits)
+    if mv >= (1, 29):
+        row["parent_provider_uuid"] = prov.parent_uuid
+        row["root_provider_uuid"] = prov.root_uuid
+    return row

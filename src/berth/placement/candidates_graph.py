@@ -1,0 +1,263 @@
+"""The provider snapshot the allocation-candidate engine searches, with its indexes.
+
+A ``ProviderGraph`` is built once from the store's rows and is immutable afterwards; the
+store caches it and rebuilds it only when providers, inventories, usages, traits or
+aggregates change. Everything a request needs repeatedly is precomputed here:
+
+* per resource class, NumPy arrays over *all* providers (capacity as a float, used,
+  min_unit, max_unit, step_size), so a capacity fit is five vectorized comparisons;
+* trait and aggregate posting sets (and lazily cached boolean masks built from them);
+* tree membership (root, parent, members of each tree) and the sharing providers with
+  their anchors (reference section 5, "anchors of a sharing provider").
+
+Provider indexes follow the order of the ``providers`` iterable, which the store passes
+in creation (internal id) order; that order is also the order candidates come out in.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import os_resource_classes
+
+SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
+"""A provider with this trait shares its inventory with the trees of its aggregates."""
+
+CUSTOM_CLASS_BASE_ID = 10000
+"""Custom resource classes get ids from here on, standard ones 0..20 (reference section 3)."""
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """One inventory record of a provider (reference section 4.3)."""
+
+    resource_class: str
+    total: int
+    reserved: int
+    min_unit: int
+    max_unit: int
+    step_size: int
+    allocation_ratio: float
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """A resource provider as the engine sees it: inventories, usage, traits, aggregates."""
+
+    uuid: str
+    name: str
+    generation: int
+    parent_uuid: str | None
+    root_uuid: str
+    inventories: Mapping[str, Inventory]
+    usages: Mapping[str, int]
+    traits: frozenset[str]
+    aggregates: frozenset[str]
+
+
+def capacity_of(inv: Inventory) -> int:
+    """Placement's capacity: ``int((total - reserved) * allocation_ratio)``."""
+    return int((inv.total - inv.reserved) * inv.allocation_ratio)
+
+
+@dataclass(slots=True)
+class ClassColumns:
+    """Per-provider columns of one resource class, over every provider of the graph.
+
+    Providers without inventory of the class get ``cap = -inf`` so that no amount fits.
+    ``cap`` is ``(total - reserved) * allocation_ratio`` unrounded: ``used + n <= cap``
+    for integers is the same test as against its floor, and matches the reference's SQL.
+    """
+
+    cap: FloatArray
+    used: IntArray
+    min_unit: IntArray
+    max_unit: IntArray
+    step: IntArray
+
+    def fit_mask(self, amount: int) -> BoolArray:
+        """Providers where ``amount`` of this class fits (capacity, min/max unit, step)."""
+        mask: BoolArray = (
+            (self.used + amount <= self.cap)
+            & (self.min_unit <= amount)
+            & (self.max_unit >= amount)
+            & (amount % self.step == 0)
+        )
+        return mask
+
+
+@dataclass(slots=True)
+class _Caches:
+    """Lazily filled, request-independent derived data (guarded by a lock)."""
+
+    trait_masks: dict[str, BoolArray] = field(default_factory=dict)
+    agg_masks: dict[str, BoolArray] = field(default_factory=dict)
+    summaries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+class ProviderGraph:
+    """An immutable snapshot of providers plus the indexes the candidate search needs.
+
+    ``traits`` and ``resource_classes`` are every known name (standard and custom); they
+    decide the "No such trait(s)" and "No such resource class" 400s, independently of
+    whether any provider uses the name.
+    """
+
+    def __init__(
+        self,
+        providers: Iterable[Provider],
+        traits: Iterable[str],
+        resource_classes: Iterable[str],
+    ) -> None:
+        self.providers: tuple[Provider, ...] = tuple(providers)
+        self.known_traits: frozenset[str] = frozenset(traits)
+        class_names = list(resource_classes)
+        self.known_classes: frozenset[str] = frozenset(class_names)
+        n = len(self.providers)
+        self.size = n
+        self.uuids: list[str] = [p.uuid for p in self.providers]
+        self.index: dict[str, int] = {u: i for i, u in enumerate(self.uuids)}
+
+        # Resource class ids order the classes inside a combination (reference 5, step 4):
+        # standard classes in the library's order, custom ones in the order given (the
+        # store passes them in id order), then any class only an inventory mentions.
+        self.class_id: dict[str, int] = {
+            name: i for i, name in enumerate(os_resource_classes.STANDARDS)
+        }
+        extra = [c for p in self.providers for c in p.inventories]
+        for name in [*class_names, *extra]:
+            if name not in self.class_id:
+                self.class_id[name] = CUSTOM_CLASS_BASE_ID + len(self.class_id)
+
+        # Tree structure. A root_uuid that names no provider in the snapshot (should not
+        # happen with a consistent store) is treated as the provider being its own root.
+        self.root: list[int] = []
+        self.parent: list[int | None] = []
+        for i, p in enumerate(self.providers):
+            self.root.append(self.index.get(p.root_uuid, i))
+            self.parent.append(self.index.get(p.parent_uuid) if p.parent_uuid else None)
+        self.root_array: IntArray = np.asarray(self.root, dtype=np.int64)
+        self.has_trees: bool = any(par is not None for par in self.parent)
+        self.tree_members: dict[int, list[int]] = {}
+        for i, r in enumerate(self.root):
+            self.tree_members.setdefault(r, []).append(i)
+        self.is_root_mask: BoolArray = np.asarray(
+            [par is None for par in self.parent], dtype=np.bool_
+        ).reshape(n)
+
+        # Posting sets: trait / aggregate name -> provider indexes holding it directly.
+        by_trait: dict[str, set[int]] = {}
+        by_agg: dict[str, set[int]] = {}
+        for i, p in enumerate(self.providers):
+            for t in p.traits:
+                by_trait.setdefault(t, set()).add(i)
+            for a in p.aggregates:
+                by_agg.setdefault(a, set()).add(i)
+        self.by_trait: dict[str, frozenset[int]] = {k: frozenset(v) for k, v in by_trait.items()}
+        self.by_agg: dict[str, frozenset[int]] = {k: frozenset(v) for k, v in by_agg.items()}
+
+        # Sharing providers and their anchors: the roots of every provider with at least
+        # one aggregate in common (which includes the sharing provider's own root).
+        self.sharing: frozenset[int] = self.by_trait.get(SHARING_TRAIT, frozenset())
+        self.sharing_anchors: dict[int, tuple[int, ...]] = {}
+        for s in sorted(self.sharing):
+            roots = {self.root[s]}
+            for agg in self.providers[s].aggregates:
+                roots.update(self.root[j] for j in self.by_agg[agg])
+            self.sharing_anchors[s] = tuple(sorted(roots))
+
+        # Per-class columns over all providers.
+        self.columns: dict[str, ClassColumns] = {}
+        per_class: dict[str, list[tuple[int, Inventory]]] = {}
+        for i, p in enumerate(self.providers):
+            for rc, inv in p.inventories.items():
+                per_class.setdefault(rc, []).append((i, inv))
+        for rc, rows in per_class.items():
+            cap = np.full(n, -np.inf, dtype=np.float64)
+            used = np.zeros(n, dtype=np.int64)
+            min_unit = np.zeros(n, dtype=np.int64)
+            max_unit = np.zeros(n, dtype=np.int64)
+            step = np.ones(n, dtype=np.int64)
+            for i, inv in rows:
+                cap[i] = (inv.total - inv.reserved) * inv.allocation_ratio
+                used[i] = self.providers[i].usages.get(rc, 0)
+                min_unit[i] = inv.min_unit
+                max_unit[i] = inv.max_unit
+                step[i] = max(inv.step_size, 1)
+            self.columns[rc] = ClassColumns(cap, used, min_unit, max_unit, step)
+
+        self._caches = _Caches()
+        self._lock = threading.Lock()
+
+    # -- lookups -------------------------------------------------------------------------
+
+    def fits(self, i: int, rc: str, amount: int) -> bool:
+        """Scalar capacity fit of ``amount`` of ``rc`` on provider ``i``."""
+        inv = self.providers[i].inventories.get(rc)
+        if inv is None:
+            return False
+        used = self.providers[i].usages.get(rc, 0)
+        return (
+            used + amount <= (inv.total - inv.reserved) * inv.allocation_ratio
+            and inv.min_unit <= amount <= inv.max_unit
+            and amount % max(inv.step_size, 1) == 0
+        )
+
+    def fit_mask(self, rc: str, amount: int) -> BoolArray:
+        """Boolean mask over all providers where ``amount`` of ``rc`` fits."""
+        cols = self.columns.get(rc)
+        if cols is None:
+            return np.zeros(self.size, dtype=np.bool_)
+        return cols.fit_mask(amount)
+
+    def trait_mask(self, trait: str) -> BoolArray:
+        """Boolean mask of the providers that have ``trait`` themselves (cached)."""
+        mask = self._caches.trait_masks.get(trait)
+        if mask is None:
+            mask = self._mask_of(self.by_trait.get(trait, frozenset()))
+            with self._lock:
+                self._caches.trait_masks[trait] = mask
+        return mask
+
+    def agg_mask(self, agg: str) -> BoolArray:
+        """Boolean mask of the providers directly linked to aggregate ``agg`` (cached)."""
+        mask = self._caches.agg_masks.get(agg)
+        if mask is None:
+            mask = self._mask_of(self.by_agg.get(agg, frozenset()))
+            with self._lock:
+                self._caches.agg_masks[agg] = mask
+        return mask
+
+    def _mask_of(self, members: frozenset[int]) -> BoolArray:
+        mask = np.zeros(self.size, dtype=np.bool_)
+        if members:
+            mask[np.fromiter(members, dtype=np.int64, count=len(members))] = True
+        return mask
+
+    def is_ancestor_or_self(self, ancestor: int, node: int) -> bool:
+        """True when ``ancestor`` is ``node`` or one of its parents, transitively."""
+        cur: int | None = node
+        while cur is not None:
+            if cur == ancestor:
+                return True
+            cur = self.parent[cur]
+        return False
+
+    def cached_summaries(self, key: str) -> list[dict[str, Any]] | None:
+        """Per-provider summary dicts cached under ``key`` (None when not built yet)."""
+        return self._caches.summaries.get(key)
+
+    def store_summaries(self, key: str, rows: list[dict[str, Any]]) -> None:
+        """Cache per-provider summary dicts under ``key``; they are never mutated later."""
+        with self._lock:
+            self._caches.summaries[key] = rows
+

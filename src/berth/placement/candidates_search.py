@@ -1,0 +1,386 @@
+"""The allocation-candidate search (reference section 5), over a ``ProviderGraph``.
+
+Pipeline, top to bottom (``search``):
+
+1. ``root_required`` -> the allowed anchors (roots with / without the root traits).
+2. Per group, in query order (a group with no result ends the search, so later groups'
+   names are never checked, as in the reference):
+   * names are checked (unknown class / trait -> 400);
+   * suffixed groups, and the unsuffixed group when the snapshot has no trees and no
+     sharing providers, take the *single-provider path*: one vectorized mask over all
+     providers (capacity fits, traits, aggregates, in_tree);
+   * otherwise the unsuffixed group takes the *multi-provider path*: per class the
+     (provider, anchor) pairs, then per anchor every combination of one provider per
+     class that meets the trait rules.
+3. Merge: per anchor the product of one request per group, filtered by group_policy
+   ``isolate`` and ``same_subtree``, amounts summed, capacity re-checked, deduplicated.
+4. Below 1.29 with trees in the snapshot, requests spanning two providers of one tree go.
+
+The common case (one unsuffixed group, flat snapshot, no sharing providers) never leaves
+NumPy: the result is the array of qualifying provider indexes (``FlatResult``).
+
+Glossary: *anchor* - the root of the tree a request is for (a sharing provider serves
+the anchors of every tree it shares an aggregate with); *pair* - (provider, anchor).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from berth.placement.candidates_graph import BoolArray, IntArray, ProviderGraph
+from berth.placement.candidates_query import CandidateQuery, RequestGroup
+from berth.placement.errors import BadRequest
+
+Microversion = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    """One way to satisfy one group: ``(provider, class, amount)`` rows for an anchor."""
+
+    anchor: int
+    rows: tuple[tuple[int, str, int], ...]
+    providers: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One allocation request: amounts per provider and class, and suffix mappings."""
+
+    amounts: dict[int, dict[str, int]]
+    mappings: dict[str, list[int]]
+
+
+@dataclass(slots=True)
+class FlatResult:
+    """Fast-path result: each provider in ``providers`` alone satisfies ``resources``."""
+
+    providers: IntArray
+    resources: dict[str, int]
+
+
+@dataclass(slots=True)
+class GeneralResult:
+    """Result of the general path, in output order."""
+
+    candidates: list[Candidate]
+
+
+SearchResult = FlatResult | GeneralResult
+EMPTY = GeneralResult([])
+
+
+def check_group_names(graph: ProviderGraph, group: RequestGroup) -> None:
+    """Unknown resource class or trait names in ``group`` -> the reference's 400s."""
+    for rc in group.resources:
+        if rc not in graph.known_classes:
+            raise BadRequest(
+                f"Invalid resource class in resources parameter: No such resource class {rc}."
+            )
+    for any_of in group.required:
+        check_trait_names(graph, any_of)
+    check_trait_names(graph, group.forbidden)
+
+
+def check_trait_names(graph: ProviderGraph, names: Iterable[str]) -> None:
+    """Unknown trait names -> 400 ``No such trait(s): A, B.``."""
+    missing = sorted(set(names) - graph.known_traits)
+    if missing:
+        raise BadRequest(f"No such trait(s): {', '.join(missing)}.")
+
+
+def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversion) -> SearchResult:
+    """Run the whole search for a validated query; see the module docstring."""
+    allowed = _allowed_anchors(graph, query)
+
+    groups = list(query.groups.values())
+    if (
+        len(groups) == 1
+        and groups[0].suffix == ""
+        and not graph.has_trees
+        and not graph.sharing
+    ):
+        group = groups[0]
+        check_group_names(graph, group)
+        if allowed is not None and not allowed.any():
+            return EMPTY
+        mask = _single_provider_mask(graph, group, apply_in_tree=True)
+        if allowed is not None:
+            # Flat snapshot: every provider is its own root, so its own anchor.
+            mask &= allowed
+        return FlatResult(np.flatnonzero(mask), dict(group.resources))
+
+    # The request-wide sharing set; the multi-provider path may narrow it (a quirk kept
+    # from the reference: the narrowing carries over to the groups that follow).
+    sharing = set(graph.sharing)
+    per_group: list[list[GroupRequest]] = []
+    for group in groups:
+        check_group_names(graph, group)
+        if allowed is not None and not allowed.any():
+            return EMPTY
+        if group.use_same_provider or (not graph.has_trees and not graph.sharing):
+            found = _single_provider_path(graph, group, allowed, sharing)
+        else:
+            found = _multi_provider_path(graph, group, allowed, sharing)
+        if not found:
+            return EMPTY
+        per_group.append(found)
+
+    candidates = _merge(graph, query, per_group)
+    if microversion < (1, 29) and graph.has_trees:
+        # Not nested-aware: one provider per tree and request.
+        root = graph.root
+        candidates = [
+            c
+            for c in candidates
+            if len({root[p] for p in c.amounts}) == len(c.amounts)
+        ]
+    return GeneralResult(candidates)
+
+
+def _allowed_anchors(graph: ProviderGraph, query: CandidateQuery) -> BoolArray | None:
+    """Mask of the roots ``root_required`` allows, or None when it is not given."""
+    if query.root_required is None:
+        return None
+    forbidden = query.root_forbidden or frozenset()
+    check_trait_names(graph, [*sorted(query.root_required), *sorted(forbidden)])
+    mask = graph.is_root_mask.copy()
+    for t in query.root_required:
+        mask &= graph.trait_mask(t)
+    for t in forbidden:
+        mask &= ~graph.trait_mask(t)
+    return mask
+
+
+def _filter_mask(graph: ProviderGraph, group: RequestGroup) -> BoolArray:
+    """Providers that themselves meet the group's trait and aggregate filters."""
+    mask = np.ones(graph.size, dtype=np.bool_)
+    for any_of in group.required:
+        hit = np.zeros(graph.size, dtype=np.bool_)
+        for t in any_of:
+            hit |= graph.trait_mask(t)
+        mask &= hit
+    for t in group.forbidden:
+        mask &= ~graph.trait_mask(t)
+    mask &= _member_of_mask(graph, group)
+    for a in group.forbidden_aggs:
+        mask &= ~graph.agg_mask(a)
+    return mask
+
+
+def _member_of_mask(graph: ProviderGraph, group: RequestGroup) -> BoolArray:
+    """Providers directly in the group's member_of aggregates (AND of any-of sets)."""
+    mask = np.ones(graph.size, dtype=np.bool_)
+    for any_of in group.member_of:
+        hit = np.zeros(graph.size, dtype=np.bool_)
+        for a in any_of:
+            hit |= graph.agg_mask(a)
+        mask &= hit
+    return mask
+
+
+def _single_provider_mask(
+    graph: ProviderGraph, group: RequestGroup, *, apply_in_tree: bool
+) -> BoolArray:
+    """Providers that alone satisfy the group (resources, traits, aggregates, in_tree)."""
+    mask = _filter_mask(graph, group)
+    if not group.resources:
+        # Resourceless group: trait/aggregate filters only, in_tree ignored (quirk).
+        return mask
+    for rc, amount in group.resources.items():
+        mask &= graph.fit_mask(rc, amount)
+    if group.in_tree is not None and apply_in_tree:
+        tree = graph.index.get(group.in_tree)
+        if tree is None:
+            return np.zeros(graph.size, dtype=np.bool_)
+        mask &= graph.root_array == graph.root[tree]
+    return mask
+
+
+def _single_provider_path(
+    graph: ProviderGraph, group: RequestGroup, allowed: BoolArray | None, sharing: set[int]
+) -> list[GroupRequest]:
+    """Each qualifying provider is one request at its root, plus sharing copies."""
+    mask = _single_provider_mask(graph, group, apply_in_tree=True)
+    found: list[GroupRequest] = []
+    resources = list(group.resources.items())
+    for p in np.flatnonzero(mask).tolist():
+        rows = tuple((p, rc, amount) for rc, amount in resources)
+        own = graph.root[p]
+        if allowed is None or allowed[own]:
+            found.append(GroupRequest(own, rows, (p,)))
+        if p in sharing:
+            for anchor in graph.sharing_anchors[p]:
+                if anchor != own and (allowed is None or allowed[anchor]):
+                    found.append(GroupRequest(anchor, rows, (p,)))
+    return found
+
+
+def _multi_provider_path(
+    graph: ProviderGraph, group: RequestGroup, allowed: BoolArray | None, sharing: set[int]
+) -> list[GroupRequest]:
+    """The unsuffixed group over trees and sharing providers (reference 5, step 3)."""
+    member: BoolArray | None = _member_of_mask(graph, group) if group.member_of else None
+    forbidden_aggs: BoolArray | None = None
+    if group.forbidden_aggs:
+        forbidden_aggs = np.zeros(graph.size, dtype=np.bool_)
+        for a in group.forbidden_aggs:
+            forbidden_aggs |= graph.agg_mask(a)
+    tree_root: int | None = None
+    if group.in_tree is not None:
+        tree = graph.index.get(group.in_tree)
+        if tree is None:
+            return []
+        tree_root = graph.root[tree]
+    elif member is not None and sharing:
+        # Quirk: the request-wide sharing set is narrowed in place to member_of.
+        sharing.intersection_update(np.flatnonzero(member).tolist())
+
+    # Providers with a forbidden trait can never be part of a surviving combination.
+    bad_trait = np.zeros(graph.size, dtype=np.bool_)
+    for t in group.forbidden:
+        bad_trait |= graph.trait_mask(t)
+
+    classes = sorted(group.resources, key=lambda rc: graph.class_id.get(rc, 1 << 30))
+    root = graph.root
+    # anchor -> per class (in ``classes`` order) the providers that can serve it there
+    by_anchor: dict[int, list[list[int]]] | None = None
+    for rc in classes:
+        amount = group.resources[rc]
+        fit = graph.fit_mask(rc, amount)
+        own = fit.copy()
+        if tree_root is not None:
+            own &= graph.root_array == tree_root
+        anchors_of_own = graph.root_array
+        keep = own & ~bad_trait
+        if allowed is not None:
+            keep &= allowed[anchors_of_own]
+        if member is not None:
+            keep &= member | member[anchors_of_own]
+        if forbidden_aggs is not None:
+            keep &= ~(forbidden_aggs | forbidden_aggs[anchors_of_own])
+        pairs: dict[int, list[int]] = {}
+        for p in np.flatnonzero(keep).tolist():
+            pairs.setdefault(root[p], []).append(p)
+        if tree_root is None:
+            for s in sorted(sharing):
+                if not fit[s] or bad_trait[s]:
+                    continue
+                for anchor in graph.sharing_anchors[s]:
+                    if anchor == root[s]:
+                        continue  # already paired with its own root above
+                    if allowed is not None and not allowed[anchor]:
+                        continue
+                    if member is not None and not (member[s] or member[anchor]):
+                        continue
+                    if forbidden_aggs is not None and (forbidden_aggs[s] or forbidden_aggs[anchor]):
+                        continue
+                    pairs.setdefault(anchor, []).append(s)
+        if by_anchor is None:
+            by_anchor = {a: [ps] for a, ps in pairs.items()}
+        else:
+            by_anchor = {
+                a: [*lists, pairs[a]] for a, lists in by_anchor.items() if a in pairs
+            }
+        if not by_anchor:
+            return []
+    if by_anchor is None:
+        return []
+
+    required = group.required
+    traits = [p.traits for p in graph.providers] if required else []
+    found: list[GroupRequest] = []
+    for anchor in sorted(by_anchor):
+        for combo in itertools.product(*by_anchor[anchor]):
+            if required:
+                have: set[str] = set()
+                for p in combo:
+                    have |= traits[p]
+                if not all(not any_of.isdisjoint(have) for any_of in required):
+                    continue
+            rows = tuple(
+                (p, rc, group.resources[rc]) for p, rc in zip(combo, classes, strict=True)
+            )
+            found.append(GroupRequest(anchor, rows, tuple(dict.fromkeys(combo))))
+    return found
+
+
+def _merge(
+    graph: ProviderGraph, query: CandidateQuery, per_group: list[list[GroupRequest]]
+) -> list[Candidate]:
+    """Combine one request per group per anchor, check policies and capacity, dedupe."""
+    suffixes = list(query.groups)
+    isolate = query.group_policy == "isolate"
+    n_suffixed = sum(1 for s in suffixes if s)
+    subtrees = [
+        [suffixes.index(s) for s in subtree if s in query.groups] for subtree in query.same_subtrees
+    ]
+    single = len(per_group) == 1
+
+    bucketed: list[dict[int, list[GroupRequest]]] = []
+    for found in per_group:
+        buckets: dict[int, list[GroupRequest]] = {}
+        for req in found:
+            buckets.setdefault(req.anchor, []).append(req)
+        bucketed.append(buckets)
+    anchors = set(bucketed[0])
+    for buckets in bucketed[1:]:
+        anchors &= buckets.keys()
+
+    seen: set[tuple[object, ...]] = set()
+    out: list[Candidate] = []
+    for anchor in sorted(anchors):
+        for combo in itertools.product(*(b[anchor] for b in bucketed)):
+            if isolate and n_suffixed > 1:
+                used = {req.providers[0] for s, req in zip(suffixes, combo, strict=True) if s}
+                if len(used) != n_suffixed:
+                    continue
+            if subtrees and not all(_same_subtree(graph, combo, idx) for idx in subtrees):
+                continue
+            amounts: dict[int, dict[str, int]] = {}
+            for req in combo:
+                for p, rc, amount in req.rows:
+                    per_rc = amounts.setdefault(p, {})
+                    per_rc[rc] = per_rc.get(rc, 0) + amount
+            if not single and not _fits_summed(graph, amounts):
+                continue
+            mappings: dict[str, list[int]] = {}
+            for s, req in zip(suffixes, combo, strict=True):
+                mapped = mappings.setdefault(s, [])
+                mapped.extend(p for p in req.providers if p not in mapped)
+            key = (
+                frozenset((p, rc, n) for p, per_rc in amounts.items() for rc, n in per_rc.items()),
+                frozenset((s, frozenset(ps)) for s, ps in mappings.items()),
+            )
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(Candidate(amounts, mappings))
+    return out
+
+
+def _same_subtree(graph: ProviderGraph, combo: tuple[GroupRequest, ...], idx: list[int]) -> bool:
+    """One provider mapped to the listed groups is an ancestor of (or is) all the others."""
+    providers = {p for i in idx for p in combo[i].providers}
+    if len(providers) <= 1:
+        return True
+    return any(
+        all(graph.is_ancestor_or_self(top, p) for p in providers) for top in providers
+    )
+
+
+def _fits_summed(graph: ProviderGraph, amounts: dict[int, dict[str, int]]) -> bool:
+    """Final check on summed amounts: capacity and max_unit (min_unit/step not rechecked)."""
+    for p, per_rc in amounts.items():
+        prov = graph.providers[p]
+        for rc, total in per_rc.items():
+            inv = prov.inventories[rc]
+            if total > inv.max_unit:
+                return False
+            if prov.usages.get(rc, 0) + total > (inv.total - inv.reserved) * inv.allocation_ratio:
+                return False
+    return True
