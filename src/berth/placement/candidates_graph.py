@@ -16,6 +16,7 @@ in creation (internal id) order; that order is also the order candidates come ou
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -102,6 +103,7 @@ class _Caches:
     trait_masks: dict[str, BoolArray] = field(default_factory=dict)
     agg_masks: dict[str, BoolArray] = field(default_factory=dict)
     summaries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    fragments: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 class ProviderGraph:
@@ -126,6 +128,8 @@ class ProviderGraph:
         self.size = n
         self.uuids: list[str] = [p.uuid for p in self.providers]
         self.index: dict[str, int] = {u: i for i, u in enumerate(self.uuids)}
+        # JSON string literals of the uuids, for the pre-encoded response path.
+        self.uuid_json: list[str] = [json.dumps(u) for u in self.uuids]
 
         # Resource class ids order the classes inside a combination (reference 5, step 4):
         # standard classes in the library's order, custom ones in the order given (the
@@ -261,3 +265,11 @@ class ProviderGraph:
         with self._lock:
             self._caches.summaries[key] = rows
 
+    def cached_fragments(self, key: str) -> tuple[Any, ...] | None:
+        """Per-provider pre-encoded JSON summaries cached under ``key`` (None if absent)."""
+        return self._caches.fragments.get(key)
+
+    def store_fragments(self, key: str, fragments: tuple[Any, ...]) -> None:
+        """Cache per-provider pre-encoded JSON summaries under ``key``."""
+        with self._lock:
+            self._caches.fragments[key] = fragments

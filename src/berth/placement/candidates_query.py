@@ -320,9 +320,7 @@ def _check_orphans(groups: dict[str, RequestGroup]) -> None:
     if not all(g.resources for g in groups.values()):
         raise BadRequest("All request groups must specify resources.")
     if not groups:
-        raise BadRequest(
-            "At least one request group (`resources` or `resources{$S}`) is required."
-        )
+        raise BadRequest("At least one request group (`resources` or `resources{$S}`) is required.")
 
 
 _RESOURCES_FORM = (

@@ -98,12 +98,7 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
     allowed = _allowed_anchors(graph, query)
 
     groups = list(query.groups.values())
-    if (
-        len(groups) == 1
-        and groups[0].suffix == ""
-        and not graph.has_trees
-        and not graph.sharing
-    ):
+    if len(groups) == 1 and groups[0].suffix == "" and not graph.has_trees and not graph.sharing:
         group = groups[0]
         check_group_names(graph, group)
         if allowed is not None and not allowed.any():
@@ -134,11 +129,7 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
     if microversion < (1, 29) and graph.has_trees:
         # Not nested-aware: one provider per tree and request.
         root = graph.root
-        candidates = [
-            c
-            for c in candidates
-            if len({root[p] for p in c.amounts}) == len(c.amounts)
-        ]
+        candidates = [c for c in candidates if len({root[p] for p in c.amounts}) == len(c.amounts)]
     return GeneralResult(candidates)
 
 
@@ -283,9 +274,7 @@ def _multi_provider_path(
         if by_anchor is None:
             by_anchor = {a: [ps] for a, ps in pairs.items()}
         else:
-            by_anchor = {
-                a: [*lists, pairs[a]] for a, lists in by_anchor.items() if a in pairs
-            }
+            by_anchor = {a: [*lists, pairs[a]] for a, lists in by_anchor.items() if a in pairs}
         if not by_anchor:
             return []
     if by_anchor is None:
@@ -302,9 +291,7 @@ def _multi_provider_path(
                     have |= traits[p]
                 if not all(not any_of.isdisjoint(have) for any_of in required):
                     continue
-            rows = tuple(
-                (p, rc, group.resources[rc]) for p, rc in zip(combo, classes, strict=True)
-            )
+            rows = tuple((p, rc, group.resources[rc]) for p, rc in zip(combo, classes, strict=True))
             found.append(GroupRequest(anchor, rows, tuple(dict.fromkeys(combo))))
     return found
 
@@ -368,9 +355,7 @@ def _same_subtree(graph: ProviderGraph, combo: tuple[GroupRequest, ...], idx: li
     providers = {p for i in idx for p in combo[i].providers}
     if len(providers) <= 1:
         return True
-    return any(
-        all(graph.is_ancestor_or_self(top, p) for p in providers) for top in providers
-    )
+    return any(all(graph.is_ancestor_or_self(top, p) for p in providers) for top in providers)
 
 
 def _fits_summed(graph: ProviderGraph, amounts: dict[int, dict[str, int]]) -> bool:
