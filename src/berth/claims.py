@@ -1,0 +1,174 @@
+"""Placement's two roles in a request, as interfaces: candidates and claims.
+
+* A :class:`CandidateSet` is what ``GET /allocation_candidates`` answered, already mapped
+  to snapshot rows: the hosts placement considers able to hold the request, each with its
+  allocation requests. The adapter computes it before calling the pure core.
+* A :class:`Claimer` writes an allocation (``PUT /allocations/{consumer}``) and removes
+  the allocations of a request that could not be placed whole.
+
+:class:`InMemoryPlacement` plays both roles over a snapshot, for offline scheduling and
+tests; the Placement-backed implementation lives with the store adapter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from berth.filters.base import Reject
+from berth.model.request import RequestSpec
+from berth.snapshot import HostSnapshot
+
+#: The microversion Nova's scheduler asks placement for candidates with.
+CANDIDATES_MICROVERSION = "1.36"
+
+
+@dataclass
+class CandidateSet:
+    """Allocation candidates by snapshot row, plus why other rows got none.
+
+    ``by_row`` holds only rows placement returned; rows absent from it are not considered
+    at all (like compute nodes missing from ``provider_summaries``). ``rejections``
+    explains, for an explanation, why placement left a row out.
+    """
+
+    by_row: dict[int, list[dict[str, Any]]]
+    version: str | None = CANDIDATES_MICROVERSION
+    rejections: dict[int, Reject] = field(default_factory=dict)
+
+
+class Claimer(Protocol):
+    """Claims resources for an instance and rolls back a request's claims."""
+
+    def claim(
+        self,
+        consumer_uuid: str,
+        allocation_request: dict[str, Any],
+        spec: RequestSpec,
+        version: str | None,
+    ) -> bool:
+        """Write the allocation; False if placement refused it (capacity or generation)."""
+        ...
+
+    def rollback(self, consumer_uuids: Sequence[str]) -> None:
+        """Delete the allocations of these consumers."""
+        ...
+
+
+def provider_id(snapshot: HostSnapshot, row: int) -> str:
+    """The resource-provider id of a row: its uuid, or ``host/node`` if it has none."""
+    uuid = snapshot.obj("uuid")[row]
+    if uuid:
+        return str(uuid)
+    return f"{snapshot.obj('host')[row]}/{snapshot.obj('nodename')[row]}"
+
+
+def requested_resources(spec: RequestSpec) -> dict[str, int]:
+    """The flavor's basic resources as placement amounts (reference §8.5, flavor basics).
+
+    ``DISK_GB = ephemeral_gb + ceil(swap_mb / 1024) + root_gb`` (root left out for a
+    boot-from-volume request); zero amounts are dropped.
+    """
+    flavor = spec.flavor
+    disk = flavor.ephemeral_gb + math.ceil(flavor.swap / 1024) + (0 if spec.is_bfv else flavor.root_gb)
+    amounts = {"VCPU": flavor.vcpus, "MEMORY_MB": flavor.memory_mb, "DISK_GB": disk}
+    return {rc: int(amount) for rc, amount in amounts.items() if amount}
+
+
+class InMemoryPlacement:
+    """Candidates and claims computed from a snapshot's own capacity columns.
+
+    Capacity per row, as the compute reports it to placement: VCPU ``vcpus_total`` at
+    ``cpu_allocation_ratio``, MEMORY_MB ``total_usable_ram_mb`` at ``ram_allocation_ratio``,
+    DISK_GB ``total_usable_disk_gb`` at ``disk_allocation_ratio``; usage is what the host
+    reports as used (reserved amounts included). Claims add to that usage.
+    """
+
+    RESOURCE_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
+
+    def __init__(self, snapshot: HostSnapshot) -> None:
+        self.snapshot = snapshot
+        self.capacity: dict[str, np.ndarray] = {
+            "VCPU": snapshot.num("vcpus_total") * snapshot.num("cpu_allocation_ratio"),
+            "MEMORY_MB": snapshot.num("total_usable_ram_mb") * snapshot.num("ram_allocation_ratio"),
+            "DISK_GB": snapshot.num("total_usable_disk_gb") * snapshot.num("disk_allocation_ratio"),
+        }
+        self.max_unit: dict[str, np.ndarray] = {
+            "VCPU": snapshot.num("vcpus_total").copy(),
+            "MEMORY_MB": snapshot.num("total_usable_ram_mb").copy(),
+            "DISK_GB": snapshot.num("total_usable_disk_gb").copy(),
+        }
+        self.used: dict[str, np.ndarray] = {
+            "VCPU": snapshot.num("vcpus_used").copy(),
+            "MEMORY_MB": snapshot.num("total_usable_ram_mb") - snapshot.num("free_ram_mb"),
+            "DISK_GB": snapshot.num("total_usable_disk_gb") - snapshot.num("free_disk_mb") / 1024.0,
+        }
+        for arrays in (self.capacity, self.max_unit, self.used):
+            for rc, arr in arrays.items():
+                arrays[rc] = np.nan_to_num(arr, nan=0.0)
+        self._rows_by_provider = {provider_id(snapshot, r): r for r in range(len(snapshot))}
+        self.allocations: dict[str, dict[int, dict[str, int]]] = {}
+
+    def candidates(self, spec: RequestSpec, rows: np.ndarray | None = None) -> CandidateSet:
+        """Every row (or every row of ``rows``) with room for the flavor's resources."""
+        amounts = requested_resources(spec)
+        n = len(self.snapshot)
+        if rows is None:
+            rows = np.arange(n, dtype=np.int64)
+        ok = np.ones(len(rows), dtype=bool)
+        rejections: dict[int, Reject] = {}
+        for rc, amount in amounts.items():
+            free = self.capacity[rc][rows] - self.used[rc][rows]
+            fits = (free >= amount) & (self.max_unit[rc][rows] >= amount)
+            if not fits.all():
+                for pos in np.flatnonzero(~fits & ok).tolist():
+                    rejections[int(rows[pos])] = Reject.of(
+                        f"insufficient {rc} in placement",
+                        requested=amount,
+                        free=round(float(max(free[pos], 0.0)), 3),
+                    )
+            ok &= fits
+        by_row: dict[int, list[dict[str, Any]]] = {}
+        for row in rows[ok].tolist():
+            rp = provider_id(self.snapshot, row)
+            by_row[row] = [
+                {"allocations": {rp: {"resources": dict(amounts)}}, "mappings": {"": [rp]}}
+            ]
+        return CandidateSet(by_row=by_row, rejections=rejections)
+
+    def claim(
+        self,
+        consumer_uuid: str,
+        allocation_request: dict[str, Any],
+        spec: RequestSpec,
+        version: str | None,
+    ) -> bool:
+        """Record the allocation if every provider still has room; all or nothing."""
+        planned: dict[int, dict[str, int]] = {}
+        for rp, body in allocation_request.get("allocations", {}).items():
+            row = self._rows_by_provider.get(rp)
+            if row is None:
+                return False
+            planned[row] = {rc: int(v) for rc, v in body.get("resources", {}).items()}
+        for row, resources in planned.items():
+            for rc, amount in resources.items():
+                if rc not in self.capacity:
+                    return False
+                if self.used[rc][row] + amount > self.capacity[rc][row]:
+                    return False
+        for row, resources in planned.items():
+            for rc, amount in resources.items():
+                self.used[rc][row] += amount
+        self.allocations[consumer_uuid] = planned
+        return True
+
+    def rollback(self, consumer_uuids: Sequence[str]) -> None:
+        """Give back what these consumers held."""
+        for consumer in consumer_uuids:
+            for row, resources in self.allocations.pop(consumer, {}).items():
+                for rc, amount in resources.items():
+                    self.used[rc][row] -= amount

@@ -1,0 +1,178 @@
+"""Explanations: which filter removed which host and why, and the weight breakdown.
+
+The pipeline fills an :class:`InstanceDiagnosis` per instance when asked to explain. The
+summary line reads like kube-scheduler's:
+``0/12 hosts available: 7 insufficient RAM (requested 4096 MB), 5 not in availability zone``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from berth.filters.base import Reject
+
+
+@dataclass(frozen=True)
+class HostRejection:
+    """One host removed by one step (a filter, a pre-filter or placement)."""
+
+    host: str
+    nodename: str
+    step: str
+    reject: Reject
+
+
+@dataclass
+class FilterStep:
+    """One step of the filter chain for one instance: how many hosts went in and out."""
+
+    name: str
+    hosts_in: int
+    hosts_out: int
+    rejections: list[HostRejection] = field(default_factory=list)
+    skipped: str | None = None  # why the step did not run (once-per-request, rebuild, forced)
+
+
+@dataclass(frozen=True)
+class WeigherTerm:
+    """One weigher's part of one host's weight."""
+
+    weigher: str
+    raw: float
+    normalized: float
+    multiplier: float
+
+    @property
+    def contribution(self) -> float:
+        """``multiplier * normalized``: what this weigher adds to the host's weight."""
+        return self.multiplier * self.normalized
+
+
+@dataclass
+class HostWeighing:
+    """The weight of one of the top hosts, term by term."""
+
+    host: str
+    nodename: str
+    weight: float
+    terms: list[WeigherTerm] = field(default_factory=list)
+
+
+@dataclass
+class InstanceDiagnosis:
+    """Everything that happened while choosing a host for one instance of the request."""
+
+    index: int
+    instance_uuid: str | None
+    hosts_considered: int = 0
+    steps: list[FilterStep] = field(default_factory=list)
+    weighing: list[HostWeighing] = field(default_factory=list)
+    chosen: tuple[str, str] | None = None
+    claim_failures: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def hosts_available(self) -> int:
+        """Hosts left after the last step."""
+        return self.steps[-1].hosts_out if self.steps else self.hosts_considered
+
+    def reason_counts(self) -> list[tuple[str, int]]:
+        """``(rendered reason, count)`` over every rejection, most frequent first.
+
+        Numbers shared by every host with the same reason (the request's side, such as
+        ``requested_mb``) are shown; per-host numbers are left to :meth:`details`.
+        """
+        groups: dict[str, list[Reject]] = {}
+        for step in self.steps:
+            for rejection in step.rejections:
+                groups.setdefault(rejection.reject.reason, []).append(rejection.reject)
+        counted: Counter[str] = Counter()
+        for rejects in groups.values():
+            common = [
+                key
+                for key, value in rejects[0].numbers.items()
+                if all(r.numbers.get(key) == value for r in rejects[1:])
+            ]
+            counted[rejects[0].render(common)] += len(rejects)
+        return sorted(counted.items(), key=lambda item: (-item[1], item[0]))
+
+    def summary(self) -> str:
+        """``N/M hosts available: 7 insufficient RAM (requested 4096 MB), ...``."""
+        head = f"{self.hosts_available}/{self.hosts_considered} hosts available"
+        reasons = ", ".join(f"{count} {text}" for text, count in self.reason_counts())
+        return f"{head}: {reasons}" if reasons else head
+
+    def details(self) -> list[str]:
+        """One line per rejected host: host/node, step and the reason with its numbers."""
+        lines = []
+        for step in self.steps:
+            for r in step.rejections:
+                lines.append(f"{r.host}/{r.nodename}: {r.step}: {r.reject.render()}")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {
+            "index": self.index,
+            "instance_uuid": self.instance_uuid,
+            "summary": self.summary(),
+            "hosts_considered": self.hosts_considered,
+            "hosts_available": self.hosts_available,
+            "chosen": list(self.chosen) if self.chosen else None,
+            "claim_failures": [list(c) for c in self.claim_failures],
+            "steps": [
+                {
+                    "name": s.name,
+                    "hosts_in": s.hosts_in,
+                    "hosts_out": s.hosts_out,
+                    "skipped": s.skipped,
+                    "rejections": [
+                        {
+                            "host": r.host,
+                            "nodename": r.nodename,
+                            "reason": r.reject.reason,
+                            "numbers": r.reject.numbers,
+                        }
+                        for r in s.rejections
+                    ],
+                }
+                for s in self.steps
+            ],
+            "weighing": [
+                {
+                    "host": w.host,
+                    "nodename": w.nodename,
+                    "weight": w.weight,
+                    "terms": [
+                        {
+                            "weigher": t.weigher,
+                            "raw": t.raw,
+                            "normalized": t.normalized,
+                            "multiplier": t.multiplier,
+                            "contribution": t.contribution,
+                        }
+                        for t in w.terms
+                    ],
+                }
+                for w in self.weighing
+            ],
+        }
+
+
+@dataclass
+class Diagnosis:
+    """The explanation of a whole request: one entry per instance attempted."""
+
+    instances: list[InstanceDiagnosis] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """The summary of the instance that failed, or of the first one."""
+        if not self.instances:
+            return "no hosts considered"
+        failed = [d for d in self.instances if d.chosen is None]
+        return (failed[0] if failed else self.instances[0]).summary()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {"summary": self.summary(), "instances": [d.to_dict() for d in self.instances]}

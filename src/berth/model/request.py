@@ -1,0 +1,303 @@
+"""The request a scheduler answers: Nova's ``RequestSpec`` and the objects it carries.
+
+Attribute names are Nova's, so a custom filter written for Nova reads the same fields.
+The pipeline works on a deep copy of the spec: its virtual changes during one request
+(``instance_uuid``, ``instance_group.hosts``) never leak back to the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Image property names Nova's ``ImageMetaProps`` knows. ``props.get(name)`` answers the
+#: default for any other name, which is why aggregate keys such as ``os`` never make
+#: AggregateImagePropertiesIsolation fail.
+IMAGE_PROPERTY_FIELDS: frozenset[str] = frozenset(
+    ["hw_architecture", "hw_emulation_architecture", "hw_auto_disk_config", "hw_boot_menu", "hw_cdrom_bus", "hw_cpu_cores", "hw_cpu_max_cores", "hw_cpu_max_sockets", "hw_cpu_max_threads", "hw_cpu_policy", "hw_cpu_thread_policy", "hw_cpu_realtime_mask", "hw_cpu_sockets", "hw_cpu_threads", "hw_device_id", "hw_disk_bus", "hw_disk_type", "hw_ephemeral_encryption", "hw_ephemeral_encryption_format", "hw_ephemeral_encryption_secret_uuid", "hw_firmware_type", "hw_firmware_stateless", "hw_floppy_bus", "hw_input_bus", "hw_ipxe_boot", "hw_locked_memory", "hw_machine_type", "hw_maxphysaddr_mode", "hw_maxphysaddr_bits", "hw_mem_encryption", "hw_mem_encryption_model", "hw_mem_page_size", "hw_numa_nodes", "hw_numa_cpus", "hw_numa_mem", "hw_pci_numa_affinity_policy", "hw_pmu", "hw_pointer_model", "hw_qemu_guest_agent", "hw_rescue_bus", "hw_rescue_device", "hw_rng_model", "hw_serial_port_count", "hw_time_hpet", "hw_tpm_model", "hw_tpm_version", "hw_video_model", "hw_video_ram", "hw_vif_model", "hw_vif_multiqueue_enabled", "hw_viommu_model", "hw_virtio_packed_ring", "hw_vm_mode", "hw_watchdog_action", "hw_sound_model", "hw_scsi_model", "hw_cpu_realtime", "hw_emulator_threads_policy", "hw_usb_model", "hw_redirected_usb_ports", "img_bdm_v2", "img_bittorrent", "img_block_device_mapping", "img_cache_in_nova", "img_compression_level", "img_config_drive", "img_hide_hypervisor_id", "img_hv_requested_version", "img_hv_type", "img_linked_clone", "img_mappings", "img_owner_id", "img_root_device_name", "img_signature", "img_signature_certificate_uuid", "img_signature_hash_method", "img_signature_key_type", "img_use_agent", "img_version", "os_admin_user", "os_command_line", "os_distro", "os_require_quiesce", "os_secure_boot", "os_skip_agent_inject_files_at_boot", "os_skip_agent_inject_ssh", "os_type", "traits_required"]
+)
+
+#: Legacy image property names, translated as Nova's ``ImageMetaProps.from_dict`` does
+#: (seed 000: ``--property architecture=arm --property hypervisor_type=qemu``).
+LEGACY_IMAGE_PROPERTIES: dict[str, str] = {
+    "architecture": "hw_architecture",
+    "owner_id": "img_owner_id",
+    "vmware_disktype": "hw_disk_type",
+    "vmware_image_version": "img_version",
+    "vmware_ostype": "os_distro",
+    "auto_disk_config": "hw_auto_disk_config",
+    "ipxe_boot": "hw_ipxe_boot",
+    "xenapi_device_id": "hw_device_id",
+    "xenapi_image_compression_level": "img_compression_level",
+    "vmware_linked_clone": "img_linked_clone",
+    "xenapi_use_agent": "img_use_agent",
+    "xenapi_skip_agent_inject_ssh": "os_skip_agent_inject_ssh",
+    "xenapi_skip_agent_inject_files_at_boot": "os_skip_agent_inject_files_at_boot",
+    "cache_in_nova": "img_cache_in_nova",
+    "vm_mode": "hw_vm_mode",
+    "bittorrent": "img_bittorrent",
+    "mappings": "img_mappings",
+    "block_device_mapping": "img_block_device_mapping",
+    "bdm_v2": "img_bdm_v2",
+    "root_device_name": "img_root_device_name",
+    "hypervisor_version_requires": "img_hv_requested_version",
+    "hypervisor_type": "img_hv_type",
+}
+
+
+class ImageMetaProps:
+    """Image properties with Nova's ``ImageMetaProps`` access rules.
+
+    ``get(name, default)`` returns ``default`` for unset and for unknown names; attribute
+    access returns None for a known but unset field. ``raw`` keeps every property as given
+    (including indexed keys such as ``hw_numa_cpus.0``) for the NUMA parser.
+    """
+
+    __slots__ = ("_values", "raw")
+
+    def __init__(self, properties: Mapping[str, Any] | None = None) -> None:
+        raw = dict(properties or {})
+        values: dict[str, Any] = {}
+        for key, value in raw.items():
+            name = LEGACY_IMAGE_PROPERTIES.get(key, key)
+            if name in IMAGE_PROPERTY_FIELDS and value is not None:
+                # A new name given explicitly wins over its legacy alias.
+                if name != key and name in raw:
+                    continue
+                values[name] = value
+        self._values = values
+        self.raw = raw
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Nova's ``ImageMetaProps.get``: the value, or ``default`` if unset or unknown."""
+        return self._values.get(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in IMAGE_PROPERTY_FIELDS:
+            raise AttributeError(name)
+        return self._values.get(name)
+
+    def obj_attr_is_set(self, name: str) -> bool:
+        """True when the property ``name`` has a value."""
+        return name in self._values
+
+    def to_dict(self) -> dict[str, Any]:
+        """The set properties, by their current names."""
+        return dict(self._values)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._values
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ImageMetaProps) and other._values == self._values
+
+    def __repr__(self) -> str:
+        return f"ImageMetaProps({self._values!r})"
+
+
+@dataclass
+class ImageMeta:
+    """An image: its id (None for volume-backed), disk format and properties."""
+
+    id: str | None = None
+    name: str | None = None
+    disk_format: str | None = None
+    properties: ImageMetaProps = field(default_factory=ImageMetaProps)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.properties, ImageMetaProps):
+            self.properties = ImageMetaProps(self.properties)
+
+
+@dataclass
+class Flavor:
+    """A flavor (instance type). ``extra_specs`` maps str to str."""
+
+    name: str
+    vcpus: int
+    memory_mb: int
+    root_gb: int = 0
+    ephemeral_gb: int = 0
+    swap: int = 0
+    id: int | str | None = None
+    flavorid: str | None = None
+    extra_specs: dict[str, str] = field(default_factory=dict)
+
+    def __contains__(self, name: object) -> bool:
+        # Nova filters test ``'extra_specs' in flavor`` (is the field set?).
+        return isinstance(name, str) and getattr(self, name, None) is not None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Dict-style read of a field, as Nova objects allow."""
+        return getattr(self, name, default)
+
+
+@dataclass
+class InstanceGroup:
+    """A server group: one policy, optional rules, its member uuids and their hosts."""
+
+    policy: str
+    uuid: str = ""
+    name: str = ""
+    rules: dict[str, Any] = field(default_factory=dict)
+    members: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    project_id: str | None = None
+    user_id: str | None = None
+
+    VALID_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
+
+    def __post_init__(self) -> None:
+        if "max_server_per_host" in self.rules:
+            # The only rule Nova coerces; anything non-integer is a caller error.
+            self.rules = dict(self.rules)
+            self.rules["max_server_per_host"] = int(self.rules["max_server_per_host"])
+
+    @property
+    def policies(self) -> list[str]:
+        """The deprecated read-only list form, ``[policy]``."""
+        return [self.policy]
+
+
+@dataclass(frozen=True)
+class CellMapping:
+    """A cell: its uuid, name and whether the scheduler may use it."""
+
+    uuid: str
+    name: str = ""
+    disabled: bool = False
+
+
+@dataclass
+class Destination:
+    """``requested_destination``: a target host/node/cell and aggregate constraints."""
+
+    host: str | None = None
+    node: str | None = None
+    cell: CellMapping | None = None
+    aggregates: list[str] = field(default_factory=list)
+    forbidden_aggregates: set[str] = field(default_factory=set)
+    allow_cross_cell_move: bool = False
+
+
+@dataclass(frozen=True)
+class ComputeNodeRef:
+    """A (host, hypervisor_hostname) pair, as kept in ``retry.hosts``."""
+
+    host: str
+    hypervisor_hostname: str
+
+
+@dataclass
+class SchedulerRetries:
+    """Build attempts so far and the nodes already tried (used by RetryFilter)."""
+
+    num_attempts: int = 0
+    hosts: list[ComputeNodeRef] = field(default_factory=list)
+
+
+@dataclass
+class NetworkMetadata:
+    """Physical networks and tunnelling a request's NICs need (NUMA affinity)."""
+
+    physnets: set[str] = field(default_factory=set)
+    tunneled: bool = False
+
+
+def coerce_hints(hints: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """Coerce scheduler hints as Nova does: every value a list of strings.
+
+    A ``None`` value is dropped; a scalar becomes a one-element list.
+    """
+    result: dict[str, list[str]] = {}
+    for key, value in (hints or {}).items():
+        if value is None:
+            continue
+        items: Iterable[Any] = value if isinstance(value, (list, tuple)) else [value]
+        result[str(key)] = [str(item) for item in items]
+    return result
+
+
+@dataclass
+class RequestSpec:
+    """Nova's ``RequestSpec``: what to build, how many, and the constraints on where.
+
+    ``scheduler_hints`` values are lists of strings (coerced on construction);
+    :meth:`get_scheduler_hint` unwraps single-element lists like Nova.
+    """
+
+    flavor: Flavor
+    image: ImageMeta | None = None
+    scheduler_hints: dict[str, list[str]] | None = None
+    instance_group: InstanceGroup | None = None
+    project_id: str | None = None
+    user_id: str | None = None
+    availability_zone: str | None = None
+    num_instances: int = 1
+    instance_uuid: str | None = None
+    ignore_hosts: list[str] | None = None
+    force_hosts: list[str] | None = None
+    force_nodes: list[str] | None = None
+    requested_destination: Destination | None = None
+    retry: SchedulerRetries | None = None
+    numa_topology: Any = None
+    pci_requests: Any = None
+    network_metadata: NetworkMetadata | None = None
+    requested_resources: list[Any] = field(default_factory=list)
+    request_level_params: Any = None
+    is_bfv: bool = False
+    requested_networks: Any = None
+
+    def __post_init__(self) -> None:
+        if self.scheduler_hints is not None:
+            self.scheduler_hints = coerce_hints(self.scheduler_hints)
+        if self.num_instances < 1:
+            raise ValueError("num_instances must be at least 1")
+
+    # Shortcuts Nova offers on the spec itself.
+    @property
+    def vcpus(self) -> int:
+        """``flavor.vcpus``."""
+        return self.flavor.vcpus
+
+    @property
+    def memory_mb(self) -> int:
+        """``flavor.memory_mb``."""
+        return self.flavor.memory_mb
+
+    @property
+    def root_gb(self) -> int:
+        """``flavor.root_gb``."""
+        return self.flavor.root_gb
+
+    @property
+    def ephemeral_gb(self) -> int:
+        """``flavor.ephemeral_gb``."""
+        return self.flavor.ephemeral_gb
+
+    @property
+    def swap(self) -> int:
+        """``flavor.swap`` (MB)."""
+        return self.flavor.swap
+
+    def get_scheduler_hint(self, hint_name: str, default: Any = None) -> Any:
+        """The hint's single element, the whole list if it has several, else ``default``."""
+        if not self.scheduler_hints:
+            return default
+        values = self.scheduler_hints.get(hint_name)
+        if values is None:
+            return default
+        if len(values) == 1:
+            return values[0]
+        return values
+
+    def is_rebuild(self) -> bool:
+        """Nova's ``request_is_rebuild``: ``_nova_check_type`` is exactly ``['rebuild']``."""
+        return bool(self.scheduler_hints) and (
+            (self.scheduler_hints or {}).get("_nova_check_type") == ["rebuild"]
+        )
+
+    def obj_attr_is_set(self, name: str) -> bool:
+        """True when the field ``name`` holds a value."""
+        return getattr(self, name, None) is not None

@@ -1,0 +1,518 @@
+"""The scheduling pipeline, written down once (reference §8.2, §8.3, §10.4).
+
+``Scheduler`` is built once from a frozen configuration (filters and weighers are loaded
+and instantiated then, so a bad name fails at start-up). ``select_destinations`` is a
+pure function of its arguments: a host snapshot, a request, the placement candidates the
+adapter fetched, a claimer, the scheduling instant and a seeded random generator. It
+reads no database, no global and no clock, so the same inputs give the same decision.
+
+Per request::
+
+    deep-copy the spec ─ check the server-group policy has its filter/weigher
+      │               ─ let every enabled filter validate the request up front
+      ▼
+    hosts = rows placement returned candidates for (all rows on a rebuild),
+            minus disabled cells, restricted to the requested cell
+      │
+      ▼  for each instance k (uuid set on the spec):
+    hosts = sorted_hosts(hosts, k)            # the list only ever shrinks
+      │     ├ destination / ignore / force pre-filters (forced hosts skip the filters)
+      │     ├ enabled filters in order; once-per-request ones only for k = 0;
+      │     │ on a rebuild only RUN_ON_REBUILD ones; stop when no host is left
+      │     ├ rank (weighers, or least-cost functions), stable, best first
+      │     ├ shuffle the hosts tied for best (shuffle_best_same_weighed_hosts)
+      │     └ pick at random among the best host_subset_size; it goes first
+      ├ claim the first candidate of the first host that accepts (the rest keep order)
+      └ consume on the chosen host; server group learns the host and the instance
+      ▼
+    fewer claimed than asked → roll back every claim of the request, NoValidHost
+      ▼
+    alternates: re-sort once more if k > 0, then per instance walk the list for hosts of
+    the same cell, not chosen by any instance, with candidates; max_attempts - 1 of them
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import uuid as uuidlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from berth import plugins
+from berth.claims import CandidateSet, Claimer
+from berth.config import SchedulerConfig
+from berth.errors import NoValidHost, UnsupportedPolicy
+from berth.explain import (
+    Diagnosis,
+    FilterStep,
+    HostRejection,
+    HostWeighing,
+    InstanceDiagnosis,
+    WeigherTerm,
+)
+from berth.filters.base import BaseHostFilter, Reject
+from berth.host_state import Hosts, HostState, WorkingSet
+from berth.model.compute import Instance
+from berth.model.request import RequestSpec
+from berth.model.selection import Selection
+from berth.snapshot import HostSnapshot
+from berth.weighers.base import BaseHostWeigher
+from berth.weighers.handler import Ranker, Ranking, WeigherRanker
+
+#: How many of the best hosts an explanation shows the weight breakdown of.
+EXPLAIN_TOP_HOSTS = 5
+
+#: Filters a hard server-group policy needs (reference §8.6).
+POLICY_FILTERS = {
+    "affinity": "ServerGroupAffinityFilter",
+    "anti-affinity": "ServerGroupAntiAffinityFilter",
+}
+#: Weighers a soft server-group policy needs.
+POLICY_WEIGHERS = {
+    "soft-affinity": "ServerGroupSoftAffinityWeigher",
+    "soft-anti-affinity": "ServerGroupSoftAntiAffinityWeigher",
+}
+
+
+@dataclass
+class Decision:
+    """Per instance, the chosen host first and then its alternates."""
+
+    selections: list[list[Selection]]
+    instance_uuids: list[str]
+    diagnosis: Diagnosis | None = None
+
+    @property
+    def hosts(self) -> list[tuple[str, str]]:
+        """``(host, nodename)`` chosen for each instance."""
+        return [(s[0].service_host, s[0].nodename) for s in self.selections]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {
+            "instances": [
+                {
+                    "instance_uuid": uuid,
+                    "selected": _selection_dict(sels[0]),
+                    "alternates": [_selection_dict(s) for s in sels[1:]],
+                }
+                for uuid, sels in zip(self.instance_uuids, self.selections)
+            ],
+            "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
+        }
+
+
+def _selection_dict(selection: Selection) -> dict[str, Any]:
+    return {
+        "host": selection.service_host,
+        "nodename": selection.nodename,
+        "compute_node_uuid": selection.compute_node_uuid,
+        "cell_uuid": selection.cell_uuid,
+        "availability_zone": selection.availability_zone,
+        "limits": {k: _jsonable(v) for k, v in selection.limits.items()},
+        "allocation_request": selection.allocation_request_dict,
+        "allocation_request_version": selection.allocation_request_version,
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+@dataclass
+class _Request:
+    """Mutable state of one ``select_destinations`` call."""
+
+    spec: RequestSpec
+    ws: WorkingSet
+    rng: random.Random
+    explain: bool
+    diagnosis: Diagnosis | None
+    current: InstanceDiagnosis | None = None
+    selected_rows: list[int] = field(default_factory=list)
+    placement_step: FilterStep | None = None
+    version: str | None = None
+
+
+class Scheduler:
+    """Filters, weighers and options, loaded once; decisions on demand.
+
+    ``filters``/``weighers`` may be passed directly (tests, embedding); otherwise they are
+    loaded from ``config`` and unknown names raise :class:`~berth.errors.PluginNotFound`.
+    ``ranker`` replaces weighing (the least-cost strategy supplies one).
+    """
+
+    def __init__(
+        self,
+        config: SchedulerConfig | None = None,
+        *,
+        filters: Sequence[BaseHostFilter] | None = None,
+        weighers: Sequence[BaseHostWeigher] | None = None,
+        ranker: Ranker | None = None,
+    ) -> None:
+        self.config = config or SchedulerConfig.default()
+        self.filters = list(filters) if filters is not None else plugins.load_filters(self.config)
+        if ranker is None and self.config.filter_scheduler.weighing_strategy == "least_cost":
+            from berth.weighers.least_cost import LeastCostRanker
+
+            ranker = LeastCostRanker.from_config(self.config)
+            self.weighers: list[BaseHostWeigher] = []
+        else:
+            self.weighers = (
+                list(weighers) if weighers is not None else plugins.load_weighers(self.config)
+            )
+        self.ranker: Ranker = ranker or WeigherRanker(self.weighers)
+
+    # ------------------------------------------------------------------ entry point
+    def select_destinations(
+        self,
+        spec: RequestSpec,
+        snapshot: HostSnapshot,
+        *,
+        now: float,
+        rng: random.Random,
+        candidates: CandidateSet | None = None,
+        claimer: Claimer | None = None,
+        instance_uuids: Sequence[str] | None = None,
+        return_alternates: bool = True,
+        explain: bool = False,
+    ) -> Decision:
+        """Choose a host (and alternates) for every instance of ``spec``.
+
+        ``candidates`` None means placement is not consulted (a rebuild, or the legacy
+        path): every row is considered and nothing is claimed. Raises
+        :class:`~berth.errors.NoValidHost` (with the diagnosis when ``explain``) when
+        fewer hosts than instances could be chosen; earlier claims are rolled back first.
+        """
+        spec = copy.deepcopy(spec)
+        self._check_group_policy(spec)
+        for f in self.filters:
+            f.validate_request(spec)
+        num_instances = len(instance_uuids) if instance_uuids else spec.num_instances
+        uuids = list(instance_uuids) if instance_uuids else [
+            str(uuidlib.UUID(int=rng.getrandbits(128), version=4)) for _ in range(num_instances)
+        ]
+        rebuild = spec.is_rebuild()
+        claiming = candidates is not None and not rebuild
+        ws = WorkingSet(snapshot, now, dict(candidates.by_row) if claiming and candidates else None)
+        req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None)
+        req.version = candidates.version if claiming and candidates else None
+
+        hosts = self._initial_rows(req, candidates if claiming else None)
+        if claiming and candidates is not None and not candidates.by_row:
+            # Placement returned nothing: Nova's NoValidHost with an empty reason.
+            if req.diagnosis is not None:
+                diag = InstanceDiagnosis(0, uuids[0], hosts_considered=len(snapshot))
+                if req.placement_step is not None:
+                    diag.steps.append(req.placement_step)
+                req.diagnosis.instances.append(diag)
+            raise NoValidHost(diagnosis=req.diagnosis)
+        claimed_uuids: list[str] = []
+        claimed_rows: list[int] = []
+        claimed_requests: list[dict[str, Any] | None] = []
+        index = 0
+        for index, instance_uuid in enumerate(uuids):
+            spec.instance_uuid = instance_uuid
+            if req.diagnosis is not None:
+                considered = len(hosts)
+                if index == 0 and req.placement_step is not None:
+                    considered = req.placement_step.hosts_in
+                req.current = InstanceDiagnosis(index, instance_uuid, hosts_considered=considered)
+                req.diagnosis.instances.append(req.current)
+            hosts = self._sorted_hosts(req, hosts, index)
+            if len(hosts) == 0:
+                break
+            row, alloc_req = self._claim(req, hosts, instance_uuid, claimer if claiming else None)
+            if row is None:
+                break
+            claimed_uuids.append(instance_uuid)
+            claimed_rows.append(row)
+            claimed_requests.append(alloc_req)
+            if alloc_req is not None:
+                for group in spec.requested_resources or []:
+                    mapping = alloc_req.get("mappings", {}).get(getattr(group, "requester_id", None))
+                    if mapping is not None:
+                        group.provider_uuids = mapping
+            self._consume(req, row, instance_uuid)
+            if req.current is not None:
+                req.current.chosen = (snapshot.obj("host")[row], snapshot.obj("nodename")[row])
+
+        if len(claimed_rows) < num_instances:
+            if claimer is not None and claiming and claimed_uuids:
+                claimer.rollback(claimed_uuids)
+            for row in claimed_rows:
+                ws.set_updated(row, None)
+            raise NoValidHost("There are not enough hosts available.", diagnosis=req.diagnosis)
+
+        num_alts = self.config.scheduler.max_attempts - 1 if return_alternates else 0
+        selections = self._alternates(req, hosts, index, num_alts, claimed_rows, claimed_requests,
+                                      req.version)
+        return Decision(selections, claimed_uuids, req.diagnosis)
+
+    # ------------------------------------------------------------------ steps
+    def _check_group_policy(self, spec: RequestSpec) -> None:
+        group = spec.instance_group
+        if group is None:
+            return
+        if group.policy not in group.VALID_POLICIES:
+            raise UnsupportedPolicy(f"server group policy {group.policy!r} is not one of "
+                                    f"{', '.join(group.VALID_POLICIES)}")
+        needed_filter = POLICY_FILTERS.get(group.policy)
+        if needed_filter and needed_filter not in {type(f).__name__ for f in self.filters}:
+            raise UnsupportedPolicy(
+                f"ServerGroup policy {group.policy!r} is not supported: {needed_filter} "
+                "is not in [filter_scheduler] enabled_filters"
+            )
+        needed_weigher = POLICY_WEIGHERS.get(group.policy)
+        if needed_weigher:
+            configured = set(self.config.filter_scheduler.weight_classes)
+            all_weighers = bool(configured & plugins.ALL_WEIGHERS_NAMES)
+            if not all_weighers and needed_weigher not in {type(w).__name__ for w in self.weighers}:
+                raise UnsupportedPolicy(
+                    f"ServerGroup policy {group.policy!r} is not supported: {needed_weigher} "
+                    "is not in [filter_scheduler] weight_classes"
+                )
+
+    def _initial_rows(self, req: _Request, candidates: CandidateSet | None) -> np.ndarray:
+        """Rows in play: placement's answer (or every row), in enabled, allowed cells."""
+        snapshot = req.ws.snapshot
+        n = len(snapshot)
+        keep = np.zeros(n, dtype=bool)
+        if candidates is None:
+            keep[:] = True
+        else:
+            keep[list(candidates.by_row)] = True
+        cell_codes = snapshot.codes("cell_uuid")
+        cell_table = snapshot.table("cell_uuid")
+        disabled: frozenset[str] = snapshot.disabled_cells
+        dest = req.spec.requested_destination
+        only_cell = dest.cell.uuid if dest and dest.cell and not dest.allow_cross_cell_move else None
+        if disabled or only_cell:
+            allowed = np.array(
+                [(c not in disabled) and (only_cell is None or c == only_cell) for c in cell_table],
+                dtype=bool,
+            )
+            keep &= allowed[cell_codes] if len(cell_table) else keep
+        if req.diagnosis is not None and candidates is not None:
+            # Placement's own rejections are the first lines of the explanation.
+            self._record_placement(req, candidates)
+        return np.flatnonzero(keep).astype(np.int64)
+
+    def _record_placement(self, req: _Request, candidates: CandidateSet) -> None:
+        snapshot = req.ws.snapshot
+        step = FilterStep("placement", len(snapshot), len(candidates.by_row))
+        for row, reject in candidates.rejections.items():
+            step.rejections.append(HostRejection(
+                snapshot.obj("host")[row], snapshot.obj("nodename")[row], "placement", reject))
+        req.placement_step = step
+
+    def _sorted_hosts(self, req: _Request, rows: np.ndarray, index: int) -> np.ndarray:
+        """Filter, weigh and order ``rows``; the randomly chosen best host comes first."""
+        filtered = self._filtered_hosts(req, rows, index)
+        if len(filtered) == 0:
+            return filtered
+        hosts = req.ws.hosts(filtered)
+        ranking = self.ranker.rank(hosts, req.spec)
+        order = list(ranking.order.tolist())
+        weights = ranking.weights
+        if self.config.filter_scheduler.shuffle_best_same_weighed_hosts and order:
+            best = weights[order[0]]
+            tied = [p for p in order if weights[p] == best]
+            req.rng.shuffle(tied)
+            order = tied + order[len(tied):]
+        subset_size = self.config.filter_scheduler.host_subset_size
+        subset = order[:subset_size] if subset_size < len(order) else order
+        chosen = req.rng.choice(subset)
+        order.remove(chosen)
+        order.insert(0, chosen)
+        if req.current is not None:
+            self._record_weighing(req, hosts, ranking, order)
+        return filtered[np.asarray(order, dtype=np.int64)]
+
+    def _filtered_hosts(self, req: _Request, rows: np.ndarray, index: int) -> np.ndarray:
+        """Pre-filters (destination, ignore, force) then the enabled filters (§10.4)."""
+        spec, ws = req.spec, req.ws
+        snapshot = ws.snapshot
+        if index == 0 and req.current is not None and req.placement_step is not None:
+            req.current.steps.append(req.placement_step)
+        dest = spec.requested_destination
+        if dest is not None and dest.host:
+            mask = snapshot.obj("host")[rows] == dest.host
+            if dest.node:
+                mask &= snapshot.obj("nodename")[rows] == dest.node
+            rows = self._apply(req, "requested destination", rows, mask,
+                               Reject.of("not the requested destination", host=dest.host))
+        if spec.ignore_hosts:
+            ignored = {h.lower() for h in spec.ignore_hosts}
+            mask = ~np.isin(snapshot.host_names_lower()[rows], list(ignored))
+            rows = self._apply(req, "ignore_hosts", rows, mask, Reject.of("host is ignored"))
+            if len(rows) == 0:
+                return rows
+        if spec.force_hosts:
+            forced = {h.lower() for h in spec.force_hosts}
+            mask = np.isin(snapshot.host_names_lower()[rows], list(forced))
+            rows = self._apply(req, "force_hosts", rows, mask, Reject.of("not a forced host"))
+        if spec.force_nodes:
+            mask = np.isin(snapshot.obj("nodename")[rows], list(spec.force_nodes))
+            rows = self._apply(req, "force_nodes", rows, mask, Reject.of("not a forced node"))
+        hints = spec.scheduler_hints or {}
+        if (spec.force_hosts or spec.force_nodes) and "_nova_check_type" not in hints:
+            if req.current is not None:
+                for f in self.filters:
+                    req.current.steps.append(FilterStep(type(f).__name__, len(rows), len(rows),
+                                                        skipped="hosts are forced"))
+            return rows
+
+        rebuild = spec.is_rebuild()
+        for f in self.filters:
+            name = type(f).__name__
+            if not f.run_filter_for_index(index):
+                self._skip(req, name, rows, "runs once per request")
+                continue
+            if rebuild and not f.RUN_ON_REBUILD:
+                self._skip(req, name, rows, "does not run on rebuild")
+                continue
+            mask = np.asarray(f.filter_all_hosts(ws.hosts(rows), spec), dtype=bool)
+            rows = self._apply(req, name, rows, mask, f)
+            if len(rows) == 0:
+                break
+        return rows
+
+    def _apply(
+        self, req: _Request, name: str, rows: np.ndarray, mask: np.ndarray,
+        why: BaseHostFilter | Reject,
+    ) -> np.ndarray:
+        kept = rows[mask]
+        if req.current is not None:
+            step = FilterStep(name, len(rows), len(kept))
+            snapshot = req.ws.snapshot
+            for row in rows[~mask].tolist():
+                if isinstance(why, Reject):
+                    reject = why
+                else:
+                    # The bulk path is authoritative; a per-host pass here is reported as such.
+                    reject = why.check(HostState(req.ws, row), req.spec) or Reject(
+                        f"rejected by {name}"
+                    )
+                step.rejections.append(HostRejection(
+                    snapshot.obj("host")[row], snapshot.obj("nodename")[row], name, reject))
+            req.current.steps.append(step)
+        return kept
+
+    def _skip(self, req: _Request, name: str, rows: np.ndarray, why: str) -> None:
+        if req.current is not None:
+            req.current.steps.append(FilterStep(name, len(rows), len(rows), skipped=why))
+
+    def _record_weighing(
+        self, req: _Request, hosts: Hosts, ranking: Ranking, order: list[int]
+    ) -> None:
+        assert req.current is not None
+        snapshot = req.ws.snapshot
+        req.current.weighing = []
+        for pos in order[:EXPLAIN_TOP_HOSTS]:
+            row = int(hosts.rows[pos])
+            terms = [
+                WeigherTerm(c.name, float(c.raw[pos]), float(c.normalized[pos]),
+                            float(c.multiplier[pos]))
+                for c in ranking.columns
+            ]
+            req.current.weighing.append(HostWeighing(
+                snapshot.obj("host")[row], snapshot.obj("nodename")[row],
+                float(ranking.weights[pos]), terms))
+
+    def _claim(
+        self, req: _Request, rows: np.ndarray, instance_uuid: str, claimer: Claimer | None
+    ) -> tuple[int | None, dict[str, Any] | None]:
+        """The first host, in order, whose first candidate is claimed (or simply the first
+        host when nothing is claimed)."""
+        if req.ws.candidates is None:
+            return int(rows[0]), None
+        snapshot = req.ws.snapshot
+        for row in rows.tolist():
+            cands = req.ws.candidates.get(row)
+            if not cands:
+                continue
+            alloc_req = cands[0]
+            if claimer is None or claimer.claim(instance_uuid, alloc_req, req.spec, req.version):
+                return row, alloc_req
+            if req.current is not None:
+                req.current.claim_failures.append(
+                    (snapshot.obj("host")[row], snapshot.obj("nodename")[row]))
+        return None, None
+
+    def _consume(self, req: _Request, row: int, instance_uuid: str) -> None:
+        """Virtual consumption, and the server group learns the host and the member."""
+        ws, spec = req.ws, req.spec
+        ws.consume(row, spec)
+        req.selected_rows.append(row)
+        group = spec.instance_group
+        if group is not None:
+            group.hosts.append(ws.snapshot.obj("host")[row])
+            if instance_uuid not in ws.instances(row):
+                ws.add_instance(row, Instance(uuid=instance_uuid))
+
+    def _alternates(
+        self,
+        req: _Request,
+        hosts: np.ndarray,
+        index: int,
+        num_alts: int,
+        claimed_rows: list[int],
+        claimed_requests: list[dict[str, Any] | None],
+        version: str | None,
+    ) -> list[list[Selection]]:
+        """The chosen host plus up to ``num_alts`` same-cell alternates, per instance."""
+        if index > 0 and num_alts > 0:
+            saved, req.current = req.current, None  # the re-sort is not an instance of its own
+            hosts = self._sorted_hosts(req, hosts, index)
+            req.current = saved
+        snapshot = req.ws.snapshot
+        cells = snapshot.codes("cell_uuid")
+        chosen = set(claimed_rows)
+        selections: list[list[Selection]] = []
+        for row, alloc_req in zip(claimed_rows, claimed_requests):
+            entry = [self._selection(req.ws, row, alloc_req, version)]
+            for alt in hosts.tolist():
+                if len(entry) >= num_alts + 1:
+                    break
+                if cells[alt] != cells[row] or alt in chosen:
+                    continue
+                alt_req: dict[str, Any] | None = None
+                if req.ws.candidates is not None:
+                    cands = req.ws.candidates.get(alt)
+                    if not cands:
+                        continue
+                    alt_req = cands[0]
+                entry.append(self._selection(req.ws, alt, alt_req, version))
+            selections.append(entry)
+        return selections
+
+    def _selection(
+        self, ws: WorkingSet, row: int, alloc_req: dict[str, Any] | None, version: str | None
+    ) -> Selection:
+        """``Selection.from_host_state`` (reference §8.4)."""
+        host = HostState(ws, row)
+        zone = None
+        for agg in host.aggregates:
+            if "availability_zone" in agg.metadata:
+                zone = agg.metadata["availability_zone"]
+                break
+        return Selection(
+            compute_node_uuid=host.uuid,
+            service_host=host.host,
+            nodename=host.nodename,
+            cell_uuid=host.cell_uuid,
+            limits=dict(host.limits),
+            allocation_request=json.dumps(alloc_req),
+            allocation_request_version=version if alloc_req is not None else None,
+            availability_zone=zone or self.config.default_availability_zone,
+        )

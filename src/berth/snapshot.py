@@ -1,0 +1,419 @@
+"""The columnar host snapshot: every compute node's state as NumPy columns.
+
+One row per compute node, keyed by ``(host, nodename)``. Numbers live in float64 arrays
+(NaN for "not reported"); strings and dicts with few distinct values (cells, hypervisor
+types, ``cpu_info``, ``stats``, ``supported_instances``, aggregate membership) are
+*interned*: a code per row into a table of distinct values, so a rule over them is
+evaluated once per distinct value (a "signature") instead of once per host. Objects that
+are genuinely per host (instances, NUMA topology, PCI pools, metrics) stay in object arrays.
+
+A snapshot is shared by every request. Requests never write to it: each request works on a
+:class:`berth.host_state.WorkingSet` that copies a column only when it first changes it.
+Host reports and claims update a row in place with :meth:`HostSnapshot.update_host`, which
+is O(1) per changed field (no rebuild per request); a new host is appended.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from berth.model.aggregate import Aggregate
+from berth.model.compute import Instance, MetricItem, ServiceRecord
+
+T = TypeVar("T")
+
+#: Integer-valued numeric fields of HostState, stored as float64 (exact below 2**53).
+INT_COLUMNS: tuple[str, ...] = (
+    "total_usable_ram_mb",
+    "free_ram_mb",
+    "total_usable_disk_gb",
+    "disk_mb_used",
+    "free_disk_mb",
+    "vcpus_total",
+    "vcpus_used",
+    "num_instances",
+    "num_io_ops",
+    "failed_builds",
+    "hypervisor_version",
+)
+#: Real-valued numeric fields of HostState.
+FLOAT_COLUMNS: tuple[str, ...] = (
+    "cpu_allocation_ratio",
+    "ram_allocation_ratio",
+    "disk_allocation_ratio",
+    "updated",
+)
+#: Service columns ComputeFilter evaluates in bulk.
+SERVICE_COLUMNS: tuple[str, ...] = ("service_disabled", "service_forced_down", "service_heartbeat")
+#: Interned (low-cardinality) fields.
+INTERNED_COLUMNS: tuple[str, ...] = (
+    "cell_uuid",
+    "hypervisor_type",
+    "cpu_info",
+    "stats",
+    "supported_instances",
+    "aggregates",
+)
+#: Per-host object fields.
+OBJECT_COLUMNS: tuple[str, ...] = (
+    "host",
+    "nodename",
+    "uuid",
+    "host_ip",
+    "hypervisor_hostname",
+    "instances",
+    "metrics",
+    "numa_topology",
+    "pci_stats",
+    "service",
+)
+
+
+def freeze(value: Any) -> Hashable:
+    """A hashable, order-independent key for a JSON-like value (dicts, lists, scalars)."""
+    if isinstance(value, Mapping):
+        return ("__dict__", tuple(sorted((str(k), freeze(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return ("__list__", tuple(freeze(v) for v in value))
+    if isinstance(value, set | frozenset):
+        return ("__set__", tuple(sorted(freeze(v) for v in value)))  # type: ignore[type-var]
+    return value  # type: ignore[no-any-return]
+
+
+class Interned:
+    """A column of interned values: ``codes[row]`` indexes ``values``.
+
+    Equal values (by :func:`freeze`) share one code, so per-signature evaluation visits
+    each distinct value once.
+    """
+
+    __slots__ = ("codes", "values", "_index", "_size")
+
+    def __init__(self, capacity: int = 0) -> None:
+        self.codes = np.zeros(capacity, dtype=np.int32)
+        self.values: list[Any] = []
+        self._index: dict[Hashable, int] = {}
+        self._size = 0
+
+    def intern(self, value: Any) -> int:
+        """The code for ``value``, adding it to the table if new."""
+        key = freeze(value)
+        code = self._index.get(key)
+        if code is None:
+            code = len(self.values)
+            self.values.append(value)
+            self._index[key] = code
+        return code
+
+    def value(self, row: int) -> Any:
+        """The value of ``row``."""
+        return self.values[int(self.codes[row])]
+
+
+@dataclass
+class HostRecord:
+    """One compute node's reported state: the input to a snapshot row.
+
+    Field names are HostState's (reference §2.1). ``num_instances``, ``num_io_ops`` and
+    ``failed_builds`` come from ``stats`` (``num_instances``, ``io_workload``,
+    ``failed_builds``) unless given explicitly.
+    """
+
+    host: str
+    nodename: str | None = None
+    cell_uuid: str | None = None
+    uuid: str | None = None
+    total_usable_ram_mb: int = 0
+    free_ram_mb: int = 0
+    total_usable_disk_gb: int = 0
+    disk_mb_used: int = 0
+    free_disk_mb: int = 0
+    vcpus_total: int = 0
+    vcpus_used: int = 0
+    num_instances: int | None = None
+    num_io_ops: int | None = None
+    failed_builds: int | None = None
+    hypervisor_type: str | None = None
+    hypervisor_version: int | None = None
+    hypervisor_hostname: str | None = None
+    host_ip: str | None = None
+    cpu_info: str = "{}"
+    supported_instances: list[list[str]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    metrics: list[MetricItem] = field(default_factory=list)
+    numa_topology: Any = None
+    pci_stats: Any = None
+    cpu_allocation_ratio: float = 4.0
+    ram_allocation_ratio: float = 1.0
+    disk_allocation_ratio: float = 1.0
+    service: ServiceRecord | None = None
+    instances: dict[str, Instance] = field(default_factory=dict)
+    updated: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The ``(host, nodename)`` key of the row."""
+        return (self.host, self.nodename or self.host)
+
+
+def _stat_int(stats: Mapping[str, Any], key: str) -> int:
+    return int(stats.get(key, 0) or 0)
+
+
+def _num(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+class HostSnapshot:
+    """Columnar state of every compute node (see the module docstring).
+
+    Build one with :meth:`from_records`. ``aggregates`` is the list of every aggregate;
+    a row's aggregates are those whose ``hosts`` contain the row's *service host* name.
+    """
+
+    def __init__(self, aggregates: Sequence[Aggregate] = (), capacity: int = 0) -> None:
+        self.aggregates: list[Aggregate] = list(aggregates)
+        #: Cells the scheduler must not use (disabled CellMappings).
+        self.disabled_cells: frozenset[str] = frozenset()
+        self._n = 0
+        self._num: dict[str, np.ndarray] = {
+            name: np.full(capacity, math.nan) for name in INT_COLUMNS + FLOAT_COLUMNS
+        }
+        self._num["service_disabled"] = np.zeros(capacity, dtype=bool)
+        self._num["service_forced_down"] = np.zeros(capacity, dtype=bool)
+        self._num["service_heartbeat"] = np.full(capacity, math.nan)
+        self._interned: dict[str, Interned] = {name: Interned(capacity) for name in INTERNED_COLUMNS}
+        self._obj: dict[str, np.ndarray] = {
+            name: np.empty(capacity, dtype=object) for name in OBJECT_COLUMNS
+        }
+        self._rows: dict[tuple[str, str], int] = {}
+        self._aggs_by_host: dict[str, tuple[int, ...]] = {}
+        self._index_aggregates()
+        self._cache: dict[Hashable, Any] = {}
+        #: Bumped on every change; caches keyed on it are dropped automatically.
+        self.generation = 0
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def from_records(
+        cls, records: Iterable[HostRecord], aggregates: Sequence[Aggregate] = ()
+    ) -> HostSnapshot:
+        """Build a snapshot from host records (one row per record, in order)."""
+        records = list(records)
+        snap = cls(aggregates, capacity=len(records))
+        for record in records:
+            snap._append(record)
+        return snap
+
+    def _index_aggregates(self) -> None:
+        by_host: dict[str, list[int]] = {}
+        for index, agg in enumerate(self.aggregates):
+            for host in agg.hosts:
+                by_host.setdefault(host, []).append(index)
+        self._aggs_by_host = {host: tuple(ids) for host, ids in by_host.items()}
+
+    def _grow(self, needed: int) -> None:
+        capacity = len(self._obj["host"])
+        if needed <= capacity:
+            return
+        new_capacity = max(needed, capacity * 2, 16)
+        for name, arr in self._num.items():
+            fill: Any = False if arr.dtype == bool else math.nan
+            grown = np.full(new_capacity, fill, dtype=arr.dtype)
+            grown[: self._n] = arr[: self._n]
+            self._num[name] = grown
+        for col in self._interned.values():
+            grown_codes = np.zeros(new_capacity, dtype=np.int32)
+            grown_codes[: self._n] = col.codes[: self._n]
+            col.codes = grown_codes
+        for name, arr in self._obj.items():
+            grown_obj = np.empty(new_capacity, dtype=object)
+            grown_obj[: self._n] = arr[: self._n]
+            self._obj[name] = grown_obj
+
+    def _append(self, record: HostRecord) -> int:
+        key = record.key
+        if key in self._rows:
+            raise ValueError(f"duplicate compute node {key[0]}/{key[1]}")
+        self._grow(self._n + 1)
+        row = self._n
+        self._n += 1
+        self._rows[key] = row
+        self._write(row, record)
+        return row
+
+    def _write(self, row: int, record: HostRecord) -> None:
+        stats = dict(record.stats or {})
+        num = self._num
+        num["total_usable_ram_mb"][row] = record.total_usable_ram_mb
+        num["free_ram_mb"][row] = record.free_ram_mb
+        num["total_usable_disk_gb"][row] = record.total_usable_disk_gb
+        num["disk_mb_used"][row] = record.disk_mb_used
+        num["free_disk_mb"][row] = record.free_disk_mb
+        num["vcpus_total"][row] = record.vcpus_total
+        num["vcpus_used"][row] = record.vcpus_used
+        num["num_instances"][row] = (
+            record.num_instances
+            if record.num_instances is not None
+            else _stat_int(stats, "num_instances")
+        )
+        num["num_io_ops"][row] = (
+            record.num_io_ops if record.num_io_ops is not None else _stat_int(stats, "io_workload")
+        )
+        num["failed_builds"][row] = (
+            record.failed_builds
+            if record.failed_builds is not None
+            else _stat_int(stats, "failed_builds")
+        )
+        num["hypervisor_version"][row] = _num(record.hypervisor_version)
+        num["cpu_allocation_ratio"][row] = _num(record.cpu_allocation_ratio)
+        num["ram_allocation_ratio"][row] = _num(record.ram_allocation_ratio)
+        num["disk_allocation_ratio"][row] = _num(record.disk_allocation_ratio)
+        num["updated"][row] = _num(record.updated)
+        service = record.service or ServiceRecord(host=record.host)
+        num["service_disabled"][row] = bool(service.disabled)
+        num["service_forced_down"][row] = bool(service.forced_down)
+        heartbeat = service.last_seen_up if service.last_seen_up is not None else service.created_at
+        num["service_heartbeat"][row] = _num(heartbeat)
+
+        interned = self._interned
+        for name, value in (
+            ("cell_uuid", record.cell_uuid),
+            ("hypervisor_type", record.hypervisor_type),
+            ("cpu_info", record.cpu_info if record.cpu_info is not None else "{}"),
+            ("stats", stats),
+            ("supported_instances", [list(s) for s in record.supported_instances or []]),
+            ("aggregates", self._aggs_by_host.get(record.host, ())),
+        ):
+            col = interned[name]
+            col.codes[row] = col.intern(value)
+
+        obj = self._obj
+        obj["host"][row] = record.host
+        obj["nodename"][row] = record.nodename or record.host
+        obj["uuid"][row] = record.uuid
+        obj["host_ip"][row] = record.host_ip
+        obj["hypervisor_hostname"][row] = record.hypervisor_hostname or record.nodename or record.host
+        obj["instances"][row] = dict(record.instances or {})
+        obj["metrics"][row] = list(record.metrics or [])
+        obj["numa_topology"][row] = record.numa_topology
+        obj["pci_stats"][row] = record.pci_stats
+        obj["service"][row] = service
+
+    # ----------------------------------------------------------------- updates
+    def _changed(self) -> None:
+        self.generation += 1
+        self._cache.clear()
+
+    def upsert(self, record: HostRecord) -> int:
+        """Replace a node's row with a fresh report (or append a new node); O(1) amortized."""
+        row = self._rows.get(record.key)
+        if row is None:
+            row = self._append(record)
+        else:
+            self._write(row, record)
+        self._changed()
+        return row
+
+    def update_host(self, row: int, **fields: Any) -> None:
+        """Set numeric fields of one row in place (a claim or a partial host report)."""
+        for name, value in fields.items():
+            if name not in self._num:
+                raise KeyError(f"{name} is not a numeric host column")
+            self._num[name][row] = value
+        self._changed()
+
+    def set_aggregates(self, aggregates: Sequence[Aggregate]) -> None:
+        """Replace the aggregate list and recompute every row's membership."""
+        self.aggregates = list(aggregates)
+        self._index_aggregates()
+        col = self._interned["aggregates"]
+        hosts = self._obj["host"]
+        for row in range(self._n):
+            col.codes[row] = col.intern(self._aggs_by_host.get(hosts[row], ()))
+        self._changed()
+
+    # ----------------------------------------------------------------- reads
+    def __len__(self) -> int:
+        return self._n
+
+    def row_of(self, host: str, nodename: str | None = None) -> int | None:
+        """The row of a node, or None."""
+        return self._rows.get((host, nodename or host))
+
+    def num(self, name: str) -> np.ndarray:
+        """A numeric column (a view of the live rows; never write to it)."""
+        return self._num[name][: self._n]
+
+    def codes(self, name: str) -> np.ndarray:
+        """The codes of an interned column."""
+        return self._interned[name].codes[: self._n]
+
+    def table(self, name: str) -> list[Any]:
+        """The distinct values of an interned column (indexed by code)."""
+        return self._interned[name].values
+
+    def interned_value(self, name: str, row: int) -> Any:
+        """The value of an interned column at ``row``."""
+        return self._interned[name].value(row)
+
+    def obj(self, name: str) -> np.ndarray:
+        """An object column."""
+        return self._obj[name][: self._n]
+
+    def aggregates_of_signature(self, code: int) -> list[Aggregate]:
+        """The aggregates of an aggregate-membership signature code."""
+        return [self.aggregates[i] for i in self._interned["aggregates"].values[code]]
+
+    def cached(self, key: Hashable, build: Callable[[], T]) -> T:
+        """A derived index, built once per snapshot generation."""
+        try:
+            return self._cache[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._cache[key] = build()
+            return value
+
+    def instance_rows(self) -> dict[str, int]:
+        """Map of every known instance uuid to the row of the node it is on."""
+
+        def build() -> dict[str, int]:
+            index: dict[str, int] = {}
+            for row, instances in enumerate(self.obj("instances")):
+                for uuid in instances:
+                    index[uuid] = row
+            return index
+
+        return self.cached("instance_rows", build)
+
+    def host_names_lower(self) -> np.ndarray:
+        """Lower-cased service host names (force/ignore hosts are case-insensitive)."""
+        return self.cached(
+            "host_lower", lambda: np.array([h.lower() for h in self.obj("host")], dtype=object)
+        )
+
+    def cpu_info_decoded(self, code: int) -> Any:
+        """The JSON-decoded ``cpu_info`` of a signature code, or None if it is not JSON."""
+
+        def build() -> list[Any]:
+            decoded: list[Any] = []
+            for text in self.table("cpu_info"):
+                try:
+                    decoded.append(json.loads(text) if isinstance(text, str) else text)
+                except ValueError:
+                    decoded.append(None)
+            return decoded
+
+        return self.cached(("cpu_info_decoded", len(self.table("cpu_info"))), build)[code]
+
+    def nbytes(self) -> int:
+        """Approximate memory held by the columns (arrays only, not per-host objects)."""
+        total = sum(a.nbytes for a in self._num.values())
+        total += sum(c.codes.nbytes for c in self._interned.values())
+        total += sum(a.nbytes for a in self._obj.values())
+        return total

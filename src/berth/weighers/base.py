@@ -1,0 +1,132 @@
+"""The weigher contract and Nova's normalization.
+
+A weigher returns one raw number per host (``_weigh_object``); the handler clamps it to
+the class's ``minval``/``maxval``, normalizes it to [0, 1] across the hosts in play
+(:func:`normalize`), multiplies it by ``weight_multiplier(host)`` (per host, because
+aggregate metadata can override it) and sums over weighers. Higher total wins.
+
+Built-ins also implement the bulk methods :meth:`BaseHostWeigher.weigh_all_hosts` and
+:meth:`BaseHostWeigher.multipliers_all_hosts`; property tests prove they agree with the
+per-host methods within 1e-9.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from berth.config import SchedulerConfig
+    from berth.host_state import Hosts, HostState
+    from berth.model.request import RequestSpec
+
+
+def normalize(
+    weights: Sequence[float] | np.ndarray,
+    minval: float | None = None,
+    maxval: float | None = None,
+) -> np.ndarray:
+    """Nova's min/max normalization of raw weights to [0, 1] (reference §7.1).
+
+    ``minval``/``maxval`` given explicitly replace the list's own extremes. When the two
+    are equal every weight becomes 0. Values are not clamped here (the weigher clamps raw
+    values first), so an explicit ``minval`` above a weight yields a negative result.
+
+    >>> normalize([1, 2, 3]).tolist()
+    [0.0, 0.5, 1.0]
+    >>> normalize([5, 5], minval=0).tolist()
+    [1.0, 1.0]
+    """
+    values = np.asarray(weights, dtype=float)
+    if values.size == 0:
+        return values
+    low = float(values.min()) if minval is None else float(minval)
+    high = float(values.max()) if maxval is None else float(maxval)
+    if low == high:
+        return np.zeros_like(values)
+    return (values - low) / (high - low)
+
+
+@dataclass
+class WeighedHost:
+    """A host with its accumulated weight (Nova's ``WeighedHost``: ``.obj``, ``.weight``)."""
+
+    obj: HostState
+    weight: float = 0.0
+
+
+class BaseHostWeigher:
+    """Base class of every host weigher; the class name is the config name.
+
+    Override ``_weigh_object`` (and ``weight_multiplier`` for a configurable lever). Set
+    ``minval``/``maxval`` to fix the normalization range instead of using the hosts'
+    extremes. ``self.config`` is the scheduler's frozen configuration.
+    """
+
+    minval: ClassVar[float | None] = None
+    maxval: ClassVar[float | None] = None
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        if config is None:
+            from berth.config import SchedulerConfig
+
+            config = SchedulerConfig.default()
+        self.config = config
+
+    @classmethod
+    def name(cls) -> str:
+        """The config name (the class name)."""
+        return cls.__name__
+
+    # -- Nova's contract ------------------------------------------------------------
+    def weight_multiplier(self, host_state: HostState) -> float:
+        """How much this weigher counts for ``host_state`` (default 1.0)."""
+        return 1.0
+
+    def _weigh_object(self, host_state: HostState, weight_properties: RequestSpec) -> float:
+        """The raw weight of one host (override this)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _weigh_object")
+
+    def _clamp(self, weight: float) -> float:
+        if self.minval is not None:
+            weight = max(weight, self.minval)
+        if self.maxval is not None:
+            weight = min(weight, self.maxval)
+        return weight
+
+    def weigh_objects(
+        self, weighed_obj_list: Sequence[WeighedHost], weight_properties: RequestSpec
+    ) -> list[float]:
+        """Raw weights, clamped to ``minval``/``maxval``, one per weighed host."""
+        return [self._clamp(self._weigh_object(w.obj, weight_properties)) for w in weighed_obj_list]
+
+    # -- Berth's bulk contract -------------------------------------------------------
+    def weigh_all_hosts(self, hosts: Hosts, weight_properties: RequestSpec) -> np.ndarray:
+        """Raw clamped weights of all ``hosts`` (built-ins override with array code)."""
+        raw = np.fromiter(
+            (self._weigh_object(h, weight_properties) for h in hosts.states()),
+            dtype=float,
+            count=len(hosts),
+        )
+        return self.clamp_all(raw)
+
+    def clamp_all(self, raw: np.ndarray) -> np.ndarray:
+        """Apply ``minval``/``maxval`` to an array of raw weights."""
+        if self.minval is not None:
+            raw = np.maximum(raw, self.minval)
+        if self.maxval is not None:
+            raw = np.minimum(raw, self.maxval)
+        return raw
+
+    def multipliers_all_hosts(self, hosts: Hosts) -> np.ndarray:
+        """``weight_multiplier`` of every host (built-ins evaluate once per aggregate set)."""
+        return np.fromiter(
+            (self.weight_multiplier(h) for h in hosts.states()), dtype=float, count=len(hosts)
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """What explanations print about this weigher."""
+        return {"name": self.name(), "minval": self.minval, "maxval": self.maxval}
