@@ -1,0 +1,167 @@
+"""``berth placement serve``: run the Placement-compatible API on a multi-threaded server.
+
+With no options it serves 127.0.0.1:8778 over ``./berth-placement.sqlite`` (created and
+migrated on start-up). ``--db`` takes any SQLAlchemy URL, e.g.
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``. SIGTERM and SIGINT stop it
+gracefully: the listener closes and in-flight requests finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from berth.placement.policy import PolicyMode
+
+DEFAULT_DB = "sqlite:///berth-placement.sqlite"
+DEFAULT_PORT = 8778
+
+LOG = logging.getLogger("berth.placement")
+
+
+def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8778)")
+    parser.add_argument(
+        "--db",
+        default=DEFAULT_DB,
+        help="SQLAlchemy URL or SQLite file path (default ./berth-placement.sqlite)",
+    )
+    parser.add_argument(
+        "--policy",
+        choices=[m.value for m in PolicyMode],
+        default=PolicyMode.LEGACY.value,
+        help="authorization rules: legacy (default), secure-rbac or open",
+    )
+    parser.add_argument(
+        "--cors-origin", action="append", default=[], help="allowed CORS origin (repeatable)"
+    )
+    parser.add_argument(
+        "--cors-allow-header",
+        action="append",
+        default=[],
+        help="extra request header allowed in CORS preflights (repeatable)",
+    )
+    parser.add_argument("--prefix", default="", help="mount path, e.g. /placement")
+    parser.add_argument("--threads", type=int, default=8, help="worker threads (default 8)")
+
+
+def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``placement`` (with its ``serve`` command) on a parent CLI's subparsers."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "placement", help="the Placement-compatible resource store"
+    )
+    _fill(parser)
+    return parser
+
+
+def _fill(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="placement_command", required=True)
+    serve = sub.add_parser("serve", help="serve the Placement HTTP API")
+    _add_serve_arguments(serve)
+    serve.set_defaults(placement_func=serve_command)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The standalone parser (``python -m berth.placement``)."""
+    parser = argparse.ArgumentParser(prog="berth placement", description=__doc__)
+    _fill(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point for ``berth placement ...``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    func = args.placement_func
+    return int(func(args))
+
+
+def make_wsgi_app(
+    db_url: str,
+    *,
+    policy: str = PolicyMode.LEGACY.value,
+    cors_origins: Sequence[str] = (),
+    cors_allow_headers: Sequence[str] = (),
+    prefix: str = "",
+) -> Any:
+    """Prepare the database and return the WSGI callable (prefix-aware)."""
+    from berth.placement.app import CorsConfig, make_app
+    from berth.placement.db import prepare
+    from berth.placement.store import PlacementStore
+
+    engine = prepare(db_url)
+    cors = CorsConfig(tuple(cors_origins), tuple(cors_allow_headers)) if cors_origins else None
+    app = make_app(PlacementStore(engine), policy_mode=policy, cors=cors)
+    prefix = prefix.rstrip("/")
+    if not prefix:
+        return app
+
+    def mounted(environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if path == prefix or path.startswith(prefix + "/"):
+            environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + prefix
+            environ["PATH_INFO"] = path[len(prefix) :]
+            return app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "9")])
+        return [b"Not Found"]
+
+    return mounted
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Run the server until SIGTERM/SIGINT."""
+    from waitress.server import create_server
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        app = make_wsgi_app(
+            args.db,
+            policy=args.policy,
+            cors_origins=args.cors_origin,
+            cors_allow_headers=args.cors_allow_header,
+            prefix=args.prefix,
+        )
+    except Exception as exc:  # start-up problems are reported, not traced
+        print(f"berth placement serve: cannot open database {args.db!r}: {exc}", file=sys.stderr)
+        return 2
+    server: Any = create_server(
+        app,
+        host=args.host,
+        port=args.port,
+        threads=args.threads,
+        connection_limit=1000,
+        channel_timeout=120,
+        ident="berth-placement",
+        clear_untrusted_proxy_headers=True,
+    )
+
+    def _stop(signum: int, _frame: Any) -> None:
+        LOG.info("signal %s: shutting down", signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    LOG.info(
+        "berth placement serving on http://%s:%s%s (db %s, policy %s)",
+        args.host,
+        server.effective_port,
+        args.prefix,
+        args.db,
+        args.policy,
+    )
+    print(f"listening on http://{args.host}:{server.effective_port}{args.prefix}", flush=True)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        # Let worker threads finish the requests they hold.
+        server.task_dispatcher.shutdown(cancel_pending=False, timeout=10)
+    return 0

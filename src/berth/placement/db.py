@@ -1,0 +1,252 @@
+"""Database schema, engine set-up and start-up migration of the Placement store.
+
+The tables mirror Placement's data model (reference section 3). ``berth_state`` holds a
+single change counter that every graph-affecting write bumps as its *last* statement, so a
+reader can tell with one cheap query whether its cached provider graph is still current
+(bumping last keeps the hot row's lock short and avoids lock-order cycles on PostgreSQL).
+
+SQLite runs in WAL mode; write transactions open with ``BEGIN IMMEDIATE`` so that two
+writers never both read a generation and then both try to bump it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from importlib import resources
+from typing import Any
+
+import os_resource_classes
+import os_traits
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+metadata = sa.MetaData()
+
+#: Custom resource classes get ids from here on; standard ones use 0..20.
+CUSTOM_RC_MIN_ID = 10000
+
+resource_providers = sa.Table(
+    "resource_providers",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("uuid", sa.String(36), nullable=False, unique=True),
+    sa.Column("name", sa.Unicode(200), nullable=False, unique=True),
+    sa.Column("generation", sa.Integer, nullable=False, default=0),
+    sa.Column("root_provider_id", sa.Integer, nullable=True, index=True),
+    sa.Column("parent_provider_id", sa.Integer, nullable=True, index=True),
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.Column("updated_at", sa.DateTime, nullable=True),
+)
+
+resource_classes = sa.Table(
+    "resource_classes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.String(255), nullable=False, unique=True),
+    sa.Column("created_at", sa.DateTime, nullable=True),
+    sa.Column("updated_at", sa.DateTime, nullable=True),
+)
+
+traits = sa.Table(
+    "traits",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.Unicode(255), nullable=False, unique=True),
+    sa.Column("created_at", sa.DateTime, nullable=True),
+    sa.Column("updated_at", sa.DateTime, nullable=True),
+)
+
+inventories = sa.Table(
+    "inventories",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("resource_provider_id", sa.Integer, nullable=False),
+    sa.Column("resource_class_id", sa.Integer, nullable=False, index=True),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("reserved", sa.Integer, nullable=False),
+    sa.Column("min_unit", sa.Integer, nullable=False),
+    sa.Column("max_unit", sa.Integer, nullable=False),
+    sa.Column("step_size", sa.Integer, nullable=False),
+    sa.Column("allocation_ratio", sa.Float, nullable=False),
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.Column("updated_at", sa.DateTime, nullable=True),
+    sa.UniqueConstraint("resource_provider_id", "resource_class_id", name="uniq_inventories0rp0rc"),
+)
+
+placement_aggregates = sa.Table(
+    "placement_aggregates",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("uuid", sa.String(36), nullable=False, unique=True),
+    sa.Column("created_at", sa.DateTime, nullable=True),
+)
+
+resource_provider_aggregates = sa.Table(
+    "resource_provider_aggregates",
+    metadata,
+    sa.Column("resource_provider_id", sa.Integer, primary_key=True),
+    sa.Column("aggregate_id", sa.Integer, primary_key=True, index=True),
+)
+
+resource_provider_traits = sa.Table(
+    "resource_provider_traits",
+    metadata,
+    sa.Column("resource_provider_id", sa.Integer, primary_key=True),
+    sa.Column("trait_id", sa.Integer, primary_key=True, index=True),
+)
+
+projects = sa.Table(
+    "projects",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("external_id", sa.String(255), nullable=False, unique=True),
+)
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("external_id", sa.String(255), nullable=False, unique=True),
+)
+
+consumer_types = sa.Table(
+    "consumer_types",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(255), nullable=False, unique=True),
+)
+
+consumers = sa.Table(
+    "consumers",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("uuid", sa.String(36), nullable=False, unique=True),
+    sa.Column("project_id", sa.Integer, nullable=False, index=True),
+    sa.Column("user_id", sa.Integer, nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False, default=0),
+    sa.Column("consumer_type_id", sa.Integer, nullable=True),
+    sa.Column("created_at", sa.DateTime, nullable=True),
+    sa.Column("updated_at", sa.DateTime, nullable=True),
+)
+
+allocations = sa.Table(
+    "allocations",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("resource_provider_id", sa.Integer, nullable=False),
+    sa.Column("consumer_id", sa.String(36), nullable=False, index=True),
+    sa.Column("resource_class_id", sa.Integer, nullable=False),
+    sa.Column("used", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.DateTime, nullable=True),
+    sa.Column("updated_at", sa.DateTime, nullable=True),
+    sa.Index("allocations_rp_rc_idx", "resource_provider_id", "resource_class_id"),
+)
+
+berth_state = sa.Table(
+    "berth_state",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("change_seq", sa.BigInteger, nullable=False),
+)
+
+
+def utcnow() -> dt.datetime:
+    """Naive UTC now, the form timestamps are stored in."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
+
+
+def create_db_engine(url: str) -> Engine:
+    """Create an engine for ``url`` (a SQLAlchemy URL or a bare SQLite file path).
+
+    SQLite: WAL journal, a 30 s busy timeout and an ``immediate`` execution option that
+    makes the next transaction start with ``BEGIN IMMEDIATE``.
+    """
+    if "://" not in url:
+        url = f"sqlite:///{url}"
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(
+            url,
+            connect_args={"timeout": 30, "check_same_thread": False},
+            pool_size=16,
+            max_overflow=16,
+        )
+        _configure_sqlite(engine)
+        return engine
+    return sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """Take transaction control away from pysqlite so BEGIN IMMEDIATE is possible."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        if engine.url.database not in (None, "", ":memory:"):
+            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=OFF")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get("immediate"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+_MIGRATE_LOCK = threading.Lock()
+
+
+def run_migrations(engine: Engine) -> None:
+    """Upgrade the schema to the newest Alembic revision shipped inside the package."""
+    from alembic import command
+    from alembic.config import Config
+
+    with _MIGRATE_LOCK:
+        script_dir = resources.files("berth.placement") / "migrations"
+        cfg = Config()
+        cfg.set_main_option("script_location", str(script_dir))
+        with engine.connect().execution_options(immediate=True) as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+            conn.commit()
+
+
+def sync_standards(engine: Engine) -> None:
+    """Insert the standard resource classes (ids 0..20) and traits that are missing."""
+    now = utcnow()
+    with engine.connect().execution_options(immediate=True) as conn, conn.begin():
+        have_rc = {r[0] for r in conn.execute(sa.select(resource_classes.c.name))}
+        rows = [
+            {"id": i, "name": name, "created_at": None, "updated_at": None}
+            for i, name in enumerate(os_resource_classes.STANDARDS)
+            if name not in have_rc
+        ]
+        if rows:
+            conn.execute(sa.insert(resource_classes), rows)
+        have_tr = {r[0] for r in conn.execute(sa.select(traits.c.name))}
+        trows = [
+            {"name": name, "created_at": now, "updated_at": None}
+            for name in os_traits.get_traits()
+            if name not in have_tr
+        ]
+        if trows:
+            conn.execute(sa.insert(traits), trows)
+        if conn.execute(sa.select(berth_state.c.id)).first() is None:
+            conn.execute(sa.insert(berth_state).values(id=1, change_seq=0))
+
+
+def prepare(url: str) -> Engine:
+    """Create the engine, migrate to head and sync the standard names (start-up path)."""
+    engine = create_db_engine(url)
+    run_migrations(engine)
+    try:
+        sync_standards(engine)
+    except sa.exc.IntegrityError:
+        # Another process synced concurrently; its rows are the same ones.
+        sync_standards(engine)
+    return engine

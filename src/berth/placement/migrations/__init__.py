@@ -1,0 +1,1 @@
+"""Alembic migration scripts of the Placement store (run automatically at start-up)."""

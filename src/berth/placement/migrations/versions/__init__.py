@@ -1,0 +1,1 @@
+"""Alembic revisions of the Placement store, oldest first."""
