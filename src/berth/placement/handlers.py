@@ -664,10 +664,10 @@ def allocation_candidates(
     """GET /allocation_candidates (>= 1.10): 200; 400 (texts from the engine)."""
     from berth.placement import candidates
 
-    body = candidates.allocation_candidates(
+    body = candidates.allocation_candidates_json(
         store.provider_graph(), req.query_multi(), (req.version.major, req.version.minor)
     )
-    resp = json_response(body)
+    resp = Response(status=200, headers=[("Content-Type", "application/json")], body=body)
     add_cache_headers(req, resp, utcnow())
     return resp
 
