@@ -102,7 +102,7 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
         group = groups[0]
         check_group_names(graph, group)
         if allowed is not None and not allowed.any():
-            return EMPTY
+            return FlatResult(np.empty(0, dtype=np.int64), dict(group.resources))
         mask = _single_provider_mask(graph, group, apply_in_tree=True)
         if allowed is not None:
             # Flat snapshot: every provider is its own root, so its own anchor.
