@@ -1,0 +1,324 @@
+"""``berth``: the command line. Every error maps to an exit code in one place
+(:func:`berth.errors.exit_code_for`) and prints one clear line, never a traceback.
+
+    berth schedule CLOUD --flavor NAME [--image NAME] [--hint k=v ...] [--num N]
+                   [--config-file nova.conf ...] [--seed S] [--explain] [--json]
+    berth cloud check CLOUD
+    berth config check FILE [FILE ...]
+    berth filters list | berth weighers list
+    berth flavor check (CLOUD --flavor NAME | --extra-spec k=v ...)
+    berth placement serve ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from berth.errors import BerthError, CloudFileError, ConfigError, InputError, exit_code_for
+
+
+def _hints(pairs: Sequence[str]) -> dict[str, list[str]]:
+    hints: dict[str, list[str]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InputError(f"--hint {pair!r}: expected key=value")
+        hints.setdefault(key, []).append(value)
+    return hints
+
+
+def _load_config(paths: Sequence[str] | None) -> Any:
+    from berth.config import SchedulerConfig
+
+    return SchedulerConfig.from_files(paths) if paths else SchedulerConfig.default()
+
+
+# ----------------------------------------------------------------------------- schedule
+def cmd_schedule(args: argparse.Namespace) -> int:
+    """Schedule a request against a cloud file and print the selections."""
+    from berth.claims import InMemoryPlacement
+    from berth.cloudfile import load_cloud
+    from berth.model import RequestSpec
+    from berth.pipeline import Scheduler
+
+    config = _load_config(args.config_file)
+    scheduler = Scheduler(config)
+    now = time.time() if args.now is None else args.now
+    cloud = load_cloud(args.cloud, config, now=now)
+    spec = RequestSpec(
+        flavor=cloud.flavor(args.flavor),
+        image=cloud.image(args.image) if args.image else None,
+        scheduler_hints=_hints(args.hint) or None,
+        instance_group=cloud.server_group(args.group) if args.group else None,
+        project_id=args.project,
+        user_id=args.user,
+        availability_zone=args.availability_zone,
+        num_instances=args.num,
+        force_hosts=args.force_host or None,
+        ignore_hosts=args.ignore_host or None,
+    )
+    prepare_request(spec, config)
+    placement = InMemoryPlacement(cloud.snapshot)
+    rng = random.Random(args.seed)
+    from berth.errors import NoValidHost
+
+    try:
+        decision = scheduler.select_destinations(
+            spec, cloud.snapshot, now=now, rng=rng,
+            candidates=placement.candidates(spec), claimer=placement,
+            return_alternates=not args.no_alternates, explain=args.explain,
+        )
+    except NoValidHost as exc:
+        if args.json:
+            print(json.dumps({"error": {"code": exc.code, "message": exc.message},
+                              "diagnosis": exc.diagnosis.to_dict() if exc.diagnosis else None}, indent=2))
+        else:
+            print(f"error: {exc.message}", file=sys.stderr)
+            if exc.diagnosis is not None:
+                _print_diagnosis(exc.diagnosis, verbose=args.verbose)
+        return exit_code_for(exc)
+    if args.json:
+        print(json.dumps(decision.to_dict(), indent=2, default=str))
+        return 0
+    _print_decision(decision)
+    if decision.diagnosis is not None:
+        print()
+        _print_diagnosis(decision.diagnosis, verbose=args.verbose)
+    return 0
+
+
+def prepare_request(spec: Any, config: Any) -> None:
+    """Derive the request's NUMA topology and PCI requests from its flavor and image."""
+    from berth.hardware.numa import prepare_request as prepare
+
+    prepare(spec, config)
+
+
+def _print_decision(decision: Any) -> None:
+    rows = [("#", "instance", "host", "node", "cell", "az", "alternates")]
+    for i, (uuid, sels) in enumerate(zip(decision.instance_uuids, decision.selections), start=1):
+        first = sels[0]
+        rows.append((str(i), uuid[:8], first.service_host, first.nodename,
+                     (first.cell_uuid or "-")[:8], first.availability_zone or "-",
+                     ", ".join(s.service_host for s in sels[1:]) or "-"))
+    _table(rows)
+
+
+def _print_diagnosis(diagnosis: Any, verbose: bool = False) -> None:
+    for inst in diagnosis.instances:
+        chosen = f" -> {inst.chosen[0]}" if inst.chosen else " -> no host"
+        print(f"instance {inst.index + 1}{chosen}: {inst.summary()}")
+        for step in inst.steps:
+            note = f" (skipped: {step.skipped})" if step.skipped else ""
+            print(f"  {step.name:<36} {step.hosts_in:>6} -> {step.hosts_out:<6}{note}")
+            shown = step.rejections if verbose else step.rejections[:3]
+            for r in shown:
+                print(f"      {r.host}/{r.nodename}: {r.reject.render()}")
+            if len(step.rejections) > len(shown):
+                print(f"      ... {len(step.rejections) - len(shown)} more (--verbose)")
+        if inst.claim_failures:
+            print("  claims refused on: " + ", ".join(h for h, _ in inst.claim_failures))
+        if inst.weighing:
+            print("  top hosts by weight:")
+            names = [t.weigher for t in inst.weighing[0].terms]
+            header = ("host", "weight") + tuple(n.replace("Weigher", "") for n in names)
+            rows = [header]
+            for w in inst.weighing:
+                rows.append((w.host, f"{w.weight:.4f}") + tuple(
+                    f"{t.contribution:+.3f}" for t in w.terms))
+            _table(rows, indent="    ")
+            if verbose:
+                for w in inst.weighing:
+                    for t in w.terms:
+                        print(f"    {w.host} {t.weigher}: raw {t.raw:g}, normalized "
+                              f"{t.normalized:.4f} x multiplier {t.multiplier:g} = {t.contribution:+.4f}")
+
+
+def _table(rows: Sequence[Sequence[str]], indent: str = "") -> None:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(indent + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+# ----------------------------------------------------------------------------- checks
+def cmd_cloud_check(args: argparse.Namespace) -> int:
+    """Validate a cloud file and summarize it."""
+    from berth.cloudfile import load_cloud
+
+    cloud = load_cloud(args.cloud, _load_config(args.config_file), now=time.time())
+    snap = cloud.snapshot
+    print(f"{args.cloud}: ok: {len(snap)} compute nodes, {len(cloud.cells)} cells, "
+          f"{len(snap.aggregates)} aggregates, {len(cloud.flavors)} flavors, "
+          f"{len(cloud.images)} images, {len(cloud.server_groups)} server groups")
+    return 0
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    """Validate nova.conf files: values, plugin names, unknown options."""
+    from berth import plugins
+    from berth.config import SchedulerConfig, unknown_options
+
+    config = SchedulerConfig.from_files(args.files)
+    filters = plugins.load_filters(config)
+    weighers = plugins.load_weighers(config)
+    problems = unknown_options(args.files)
+    for problem in problems:
+        print(f"warning: {problem}")
+    print("enabled filters: " + ", ".join(type(f).__name__ for f in filters))
+    print("weighers: " + ", ".join(type(w).__name__ for w in weighers))
+    print(f"weighing strategy: {config.filter_scheduler.weighing_strategy}")
+    print("ok" if not problems else f"ok with {len(problems)} warning(s)")
+    return 0
+
+
+def _first_line(obj: Any) -> str:
+    doc = (obj.__doc__ or "").strip().splitlines()
+    return doc[0] if doc else ""
+
+
+def cmd_filters_list(args: argparse.Namespace) -> int:
+    """Print every built-in filter with its one-line rule."""
+    from berth.filters.registry import BUILTIN_FILTERS, DEFAULT_ENABLED_FILTERS, load_builtin
+
+    rows = [("filter", "default", "rule")]
+    for name in BUILTIN_FILTERS:
+        cls = load_builtin(name)
+        rows.append((name, "yes" if name in DEFAULT_ENABLED_FILTERS else "", _first_line(cls)))
+    _table(rows)
+    return 0
+
+
+def cmd_weighers_list(args: argparse.Namespace) -> int:
+    """Print every built-in weigher with its one-line rule."""
+    from berth.weighers.registry import BUILTIN_WEIGHERS, load_builtin
+
+    rows = [("weigher", "rule")]
+    for name in BUILTIN_WEIGHERS:
+        rows.append((name, _first_line(load_builtin(name))))
+    _table(rows)
+    return 0
+
+
+def cmd_flavor_check(args: argparse.Namespace) -> int:
+    """Validate a flavor's extra specs against the registered validators."""
+    from berth.extra_specs.validators import check_flavor
+
+    if args.cloud:
+        if not args.flavor:
+            raise InputError("flavor check: with a cloud file, --flavor NAME is required")
+        from berth.cloudfile import load_cloud
+
+        specs = dict(load_cloud(args.cloud, now=time.time()).flavor(args.flavor).extra_specs)
+    else:
+        specs = {}
+        for pair in args.extra_spec or []:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise InputError(f"--extra-spec {pair!r}: expected key=value")
+            specs[key] = value
+    problems = check_flavor(specs)
+    for problem in problems:
+        print(f"error: {problem}")
+    if problems:
+        return exit_code_for(InputError(""))
+    print(f"ok: {len(specs)} extra spec(s) valid")
+    return 0
+
+
+def cmd_placement(argv: Sequence[str]) -> int:
+    """Hand ``berth placement ...`` to the resource store's own command line."""
+    from berth.placement.cli import main as placement_main
+
+    return int(placement_main(list(argv)) or 0)
+
+
+# ----------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    """The ``berth`` argument parser."""
+    parser = argparse.ArgumentParser(prog="berth", description="Berth: an explainable VM scheduler "
+                                     "with Nova's filter-scheduler semantics.")
+    parser.add_argument("--debug", action="store_true", help="log debug output")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("schedule", help="schedule a request against a cloud file (offline)")
+    p.add_argument("cloud", help="cloud description (YAML or JSON)")
+    p.add_argument("--flavor", required=True, help="flavor name from the cloud file")
+    p.add_argument("--image", help="image name (or id) from the cloud file")
+    p.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
+                   help="scheduler hint; repeat a key for a list")
+    p.add_argument("--num", type=int, default=1, help="number of instances (default 1)")
+    p.add_argument("--group", help="server group name from the cloud file")
+    p.add_argument("--availability-zone", "--az", dest="availability_zone")
+    p.add_argument("--project", default="demo", help="project id (default demo)")
+    p.add_argument("--user", default="demo", help="user id (default demo)")
+    p.add_argument("--force-host", action="append", default=[])
+    p.add_argument("--ignore-host", action="append", default=[])
+    p.add_argument("--config-file", action="append", help="nova.conf (repeatable)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (same seed, same decision)")
+    p.add_argument("--now", type=float, default=None, help="scheduling instant, epoch seconds")
+    p.add_argument("--no-alternates", action="store_true", help="do not compute alternates")
+    p.add_argument("--explain", action="store_true", help="explain the decision")
+    p.add_argument("--verbose", "-v", action="store_true", help="every rejected host and term")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_schedule)
+
+    cloud = sub.add_parser("cloud", help="cloud file tools").add_subparsers(dest="action", required=True)
+    c = cloud.add_parser("check", help="validate a cloud file")
+    c.add_argument("cloud")
+    c.add_argument("--config-file", action="append")
+    c.set_defaults(func=cmd_cloud_check)
+
+    conf = sub.add_parser("config", help="configuration tools").add_subparsers(dest="action", required=True)
+    c = conf.add_parser("check", help="validate nova.conf files")
+    c.add_argument("files", nargs="+")
+    c.set_defaults(func=cmd_config_check)
+
+    flt = sub.add_parser("filters", help="filter tools").add_subparsers(dest="action", required=True)
+    flt.add_parser("list", help="list the built-in filters").set_defaults(func=cmd_filters_list)
+    wgt = sub.add_parser("weighers", help="weigher tools").add_subparsers(dest="action", required=True)
+    wgt.add_parser("list", help="list the built-in weighers").set_defaults(func=cmd_weighers_list)
+
+    flv = sub.add_parser("flavor", help="flavor tools").add_subparsers(dest="action", required=True)
+    c = flv.add_parser("check", help="validate a flavor's extra specs")
+    c.add_argument("cloud", nargs="?", help="cloud file holding the flavor")
+    c.add_argument("--flavor", help="flavor name in the cloud file")
+    c.add_argument("--extra-spec", action="append", metavar="KEY=VALUE")
+    c.set_defaults(func=cmd_flavor_check)
+
+    sub.add_parser("placement", help="the Placement-compatible resource store (serve, ...)",
+                   add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``berth`` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "placement":
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        try:
+            return cmd_placement(argv[1:])
+        except BerthError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return exit_code_for(exc)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(levelname)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except (ConfigError, CloudFileError, InputError, BerthError) as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return exit_code_for(exc)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,612 @@
+"""Offline cloud descriptions: a YAML or JSON file to schedule against (dry-run, what-if).
+
+Schema (every section optional except ``hosts``; see docs/cloud-file.md)::
+
+    cells:          [{name, uuid?, disabled?}]
+    aggregates:     [{name, hosts: [host names], metadata: {str: str}, availability_zone?}]
+    host_defaults:  {any host field}          # merged under every host entry
+    hosts:          [{host, nodename?, cell?, uuid?, count?, ...fields}]
+    flavors:        [{name, vcpus, memory_mb, root_gb?, ephemeral_gb?, swap?, id?, extra_specs?}]
+    images:         [{name, id?, disk_format?, properties?}]
+    server_groups:  [{name, policy, rules?, members?: [instance uuids], project_id?}]
+
+A host entry is what the compute node reports: ``vcpus``, ``memory_mb``, ``local_gb``,
+optional ``vcpus_used`` / ``memory_mb_used`` / ``local_gb_used`` / ``disk_available_least``
+(derived from its ``instances`` and the reserved options when absent), ratios,
+``hypervisor_type``/``hypervisor_version``, ``cpu_info`` (a mapping or JSON text),
+``supported_instances``, ``stats``, ``metrics``, ``host_ip``, ``service`` (``disabled``,
+``disabled_reason``, ``forced_down``, ``up``, ``last_seen_up``), ``numa_topology``,
+``pci_pools`` and ``instances`` ([{uuid, flavor?, image?, project_id?}]). ``count: N`` with a
+``{index}`` placeholder in ``host`` stamps out N similar hosts.
+
+Every error names the field path and the bad value, e.g.
+``hosts[3].memory_mb: expected an integer >= 0, got 'lots'``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid as uuidlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+
+from berth.config import SchedulerConfig
+from berth.errors import CloudFileError
+from berth.model import (
+    Aggregate,
+    CellMapping,
+    Flavor,
+    ImageMeta,
+    ImageMetaProps,
+    Instance,
+    InstanceGroup,
+    MetricItem,
+    ServiceRecord,
+)
+from berth.snapshot import HostRecord, HostSnapshot
+
+_NAMESPACE = uuidlib.UUID("6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11")
+
+HOST_FIELDS = {
+    "host", "nodename", "cell", "uuid", "count", "host_ip", "vcpus", "vcpus_used", "memory_mb",
+    "memory_mb_used", "local_gb", "local_gb_used", "disk_available_least",
+    "cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio",
+    "hypervisor_type", "hypervisor_version", "hypervisor_hostname", "cpu_info",
+    "supported_instances", "stats", "metrics", "service", "numa_topology", "pci_pools",
+    "instances", "failed_builds", "io_workload",
+}  # fmt: skip
+TOP_LEVEL = {"cells", "aggregates", "host_defaults", "hosts", "flavors", "images", "server_groups"}
+
+
+def stable_uuid(*parts: str) -> str:
+    """A uuid derived from names, so the same file always gives the same ids."""
+    return str(uuidlib.uuid5(_NAMESPACE, "/".join(parts)))
+
+
+@dataclass
+class Cloud:
+    """A loaded cloud: the snapshot plus the named flavors, images and server groups."""
+
+    snapshot: HostSnapshot
+    flavors: dict[str, Flavor] = field(default_factory=dict)
+    images: dict[str, ImageMeta] = field(default_factory=dict)
+    server_groups: dict[str, InstanceGroup] = field(default_factory=dict)
+    cells: dict[str, CellMapping] = field(default_factory=dict)
+    source: str = ""
+
+    def flavor(self, name: str) -> Flavor:
+        """The flavor called ``name`` (CloudFileError listing the known ones otherwise)."""
+        try:
+            return self.flavors[name]
+        except KeyError:
+            raise CloudFileError(
+                f"unknown flavor {name!r}; the cloud file defines: {', '.join(sorted(self.flavors)) or 'none'}"
+            ) from None
+
+    def image(self, name: str) -> ImageMeta:
+        """The image called ``name`` (or with that id)."""
+        if name in self.images:
+            return self.images[name]
+        for image in self.images.values():
+            if image.id == name:
+                return image
+        raise CloudFileError(
+            f"unknown image {name!r}; the cloud file defines: {', '.join(sorted(self.images)) or 'none'}"
+        )
+
+    def server_group(self, name: str) -> InstanceGroup:
+        """The server group called ``name``."""
+        try:
+            return self.server_groups[name]
+        except KeyError:
+            raise CloudFileError(
+                f"unknown server group {name!r}; the cloud file defines: "
+                f"{', '.join(sorted(self.server_groups)) or 'none'}"
+            ) from None
+
+
+# --------------------------------------------------------------------------- field readers
+class _Reader:
+    """Typed reads from a mapping, with errors that name the field path."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if not isinstance(data, Mapping):
+            raise CloudFileError(f"{path}: expected a mapping, got {_show(data)}")
+        self.data = data
+        self.path = path
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def unknown(self, allowed: set[str]) -> None:
+        extra = sorted(str(k) for k in self.data if k not in allowed)
+        if extra:
+            raise CloudFileError(
+                f"{self.path or 'top level'}: unknown field(s) {', '.join(extra)}; "
+                f"expected some of {', '.join(sorted(allowed))}"
+            )
+
+    def text(self, key: str, default: str | None = None, required: bool = False) -> str | None:
+        if not self.has(key):
+            if required:
+                raise CloudFileError(f"{self.at(key)}: required field is missing")
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise CloudFileError(f"{self.at(key)}: expected a string, got {_show(value)}")
+        return str(value)
+
+    def integer(self, key: str, default: int | None = None, minimum: int | None = 0,
+            required: bool = False) -> int | None:
+        if not self.has(key):
+            if required:
+                raise CloudFileError(f"{self.at(key)}: required field is missing")
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                value = int(value)
+            else:
+                raise CloudFileError(f"{self.at(key)}: expected an integer, got {_show(value)}")
+        if minimum is not None and value < minimum:
+            raise CloudFileError(f"{self.at(key)}: expected an integer >= {minimum}, got {value}")
+        return value
+
+    def number(self, key: str, default: float | None = None, minimum: float | None = 0.0) -> float | None:
+        if not self.has(key):
+            return default
+        value = self.data[key]
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            result = float(value)
+        except (TypeError, ValueError):
+            raise CloudFileError(f"{self.at(key)}: expected a number, got {_show(value)}") from None
+        if math.isnan(result) or (minimum is not None and result < minimum):
+            raise CloudFileError(f"{self.at(key)}: expected a number >= {minimum}, got {_show(value)}")
+        return result
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        if not self.has(key):
+            return default
+        value = self.data[key]
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise CloudFileError(f"{self.at(key)}: expected true or false, got {_show(value)}")
+
+    def seq(self, key: str) -> list[Any]:
+        if not self.has(key):
+            return []
+        value = self.data[key]
+        if not isinstance(value, list):
+            raise CloudFileError(f"{self.at(key)}: expected a list, got {_show(value)}")
+        return value
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        if not self.has(key):
+            return {}
+        value = self.data[key]
+        if not isinstance(value, Mapping):
+            raise CloudFileError(f"{self.at(key)}: expected a mapping, got {_show(value)}")
+        return dict(value)
+
+    def str_map(self, key: str) -> dict[str, str]:
+        result: dict[str, str] = {}
+        for k, v in self.mapping(key).items():
+            if isinstance(v, (dict, list)) or v is None:
+                raise CloudFileError(f"{self.at(key)}.{k}: expected a string value, got {_show(v)}")
+            result[str(k)] = _text(v)
+        return result
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _timestamp(value: Any, path: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return moment.timestamp()
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise CloudFileError(f"{path}: expected an ISO 8601 time or epoch seconds, got {_show(value)}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.timestamp()
+    raise CloudFileError(f"{path}: expected an ISO 8601 time or epoch seconds, got {_show(value)}")
+
+
+# --------------------------------------------------------------------------- loading
+def read_document(path: str) -> Any:
+    """Parse a YAML or JSON file (JSON is YAML) with errors that name the file and line."""
+    if not os.path.isfile(path):
+        raise CloudFileError(f"{path}: no such file")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        if path.endswith(".json"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise CloudFileError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise CloudFileError(f"{path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+
+
+def load_cloud(path: str, config: SchedulerConfig | None = None, now: float | None = None) -> Cloud:
+    """Load a cloud file into a snapshot (``now`` is the instant 'up' hosts last reported)."""
+    document = read_document(path)
+    cloud = parse_cloud(document, config or SchedulerConfig.default(), now if now is not None else 0.0)
+    cloud.source = path
+    return cloud
+
+
+def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
+    """Build a :class:`Cloud` from a parsed document."""
+    top = _Reader(document, "")
+    top.unknown(TOP_LEVEL)
+    if not top.has("hosts"):
+        raise CloudFileError("hosts: required field is missing (a cloud needs at least one host)")
+
+    cells: dict[str, CellMapping] = {}
+    for i, item in enumerate(top.seq("cells")):
+        r = _Reader(item, f"cells[{i}]")
+        r.unknown({"name", "uuid", "disabled"})
+        name = r.text("name", required=True)
+        assert name is not None
+        if name in cells:
+            raise CloudFileError(f"cells[{i}].name: duplicate cell {name!r}")
+        cells[name] = CellMapping(uuid=r.text("uuid") or stable_uuid("cell", name), name=name,
+                                  disabled=r.flag("disabled"))
+
+    flavors = _flavors(top)
+    images = _images(top)
+    defaults = top.mapping("host_defaults")
+    _Reader(defaults, "host_defaults").unknown(HOST_FIELDS - {"host", "count", "uuid"})
+
+    records: list[HostRecord] = []
+    seen: set[tuple[str, str]] = set()
+    for i, item in enumerate(top.seq("hosts")):
+        if not isinstance(item, Mapping):
+            raise CloudFileError(f"hosts[{i}]: expected a mapping, got {_show(item)}")
+        merged = {**defaults, **item}
+        count = _Reader(merged, f"hosts[{i}]").integer("count", default=None, minimum=1)
+        for index in range(1, (count or 1) + 1):
+            entry = dict(merged)
+            if count is not None:
+                entry = _stamp(entry, index, f"hosts[{i}]")
+            path = f"hosts[{i}]" if count is None else f"hosts[{i}] (#{index})"
+            record = _host(entry, path, cells, flavors, images, config, now)
+            if record.key in seen:
+                raise CloudFileError(f"{path}.host: duplicate compute node {record.key[0]}/{record.key[1]}")
+            seen.add(record.key)
+            records.append(record)
+
+    host_names = {r.host for r in records}
+    aggregates: list[Aggregate] = []
+    for i, item in enumerate(top.seq("aggregates")):
+        r = _Reader(item, f"aggregates[{i}]")
+        r.unknown({"name", "hosts", "metadata", "availability_zone", "uuid", "id"})
+        name = r.text("name", required=True)
+        assert name is not None
+        metadata = r.str_map("metadata")
+        zone = r.text("availability_zone")
+        if zone is not None:
+            metadata["availability_zone"] = zone
+        hosts = []
+        for j, h in enumerate(r.seq("hosts")):
+            if not isinstance(h, str):
+                raise CloudFileError(f"aggregates[{i}].hosts[{j}]: expected a host name, got {_show(h)}")
+            if h not in host_names:
+                raise CloudFileError(f"aggregates[{i}].hosts[{j}]: no host named {h!r} in hosts")
+            hosts.append(h)
+        aggregates.append(Aggregate(id=r.integer("id", default=i + 1) or i + 1, name=name,
+                                    uuid=r.text("uuid") or stable_uuid("aggregate", name),
+                                    hosts=tuple(hosts), metadata=metadata))
+
+    groups = _groups(top, records)
+    snapshot = HostSnapshot.from_records(records, aggregates)
+    snapshot.disabled_cells = frozenset(c.uuid for c in cells.values() if c.disabled)
+    return Cloud(snapshot, flavors, images, groups, cells)
+
+
+def _stamp(entry: dict[str, Any], index: int, path: str) -> dict[str, Any]:
+    stamped = dict(entry)
+    stamped.pop("count", None)
+    for key in ("host", "nodename", "host_ip", "hypervisor_hostname"):
+        value = stamped.get(key)
+        if isinstance(value, str):
+            try:
+                stamped[key] = value.format(index=index)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise CloudFileError(f"{path}.{key}: bad placeholder in {value!r}: {exc}") from None
+    if stamped.get("host") == entry.get("host"):
+        raise CloudFileError(f"{path}.host: with count, the host name needs an {{index}} placeholder")
+    return stamped
+
+
+def _flavors(top: _Reader) -> dict[str, Flavor]:
+    flavors: dict[str, Flavor] = {}
+    for i, item in enumerate(top.seq("flavors")):
+        r = _Reader(item, f"flavors[{i}]")
+        r.unknown({"name", "vcpus", "memory_mb", "ram", "root_gb", "disk", "ephemeral_gb", "swap",
+                   "id", "flavorid", "extra_specs"})
+        name = r.text("name", required=True)
+        assert name is not None
+        if name in flavors:
+            raise CloudFileError(f"flavors[{i}].name: duplicate flavor {name!r}")
+        memory = r.integer("memory_mb", default=r.integer("ram"), minimum=1)
+        if memory is None:
+            raise CloudFileError(f"flavors[{i}].memory_mb: required field is missing")
+        flavors[name] = Flavor(
+            name=name,
+            vcpus=r.integer("vcpus", required=True, minimum=1) or 1,
+            memory_mb=memory,
+            root_gb=r.integer("root_gb", default=r.integer("disk", default=0)) or 0,
+            ephemeral_gb=r.integer("ephemeral_gb", default=0) or 0,
+            swap=r.integer("swap", default=0) or 0,
+            id=r.integer("id", default=i + 1),
+            flavorid=r.text("flavorid") or name,
+            extra_specs=r.str_map("extra_specs"),
+        )
+    return flavors
+
+
+def _images(top: _Reader) -> dict[str, ImageMeta]:
+    images: dict[str, ImageMeta] = {}
+    for i, item in enumerate(top.seq("images")):
+        r = _Reader(item, f"images[{i}]")
+        r.unknown({"name", "id", "disk_format", "properties"})
+        name = r.text("name", required=True)
+        assert name is not None
+        if name in images:
+            raise CloudFileError(f"images[{i}].name: duplicate image {name!r}")
+        images[name] = ImageMeta(id=r.text("id") or stable_uuid("image", name), name=name,
+                                 disk_format=r.text("disk_format"), properties=ImageMetaProps(r.mapping("properties")))
+    return images
+
+
+def _host(
+    entry: dict[str, Any],
+    path: str,
+    cells: dict[str, CellMapping],
+    flavors: dict[str, Flavor],
+    images: dict[str, ImageMeta],
+    config: SchedulerConfig,
+    now: float,
+) -> HostRecord:
+    r = _Reader(entry, path)
+    r.unknown(HOST_FIELDS)
+    name = r.text("host", required=True)
+    assert name is not None
+    nodename = r.text("nodename") or name
+    cell_name = r.text("cell")
+    cell_uuid = None
+    if cell_name is not None:
+        if cells and cell_name not in cells:
+            raise CloudFileError(f"{r.at('cell')}: no cell named {cell_name!r} in cells")
+        cell_uuid = cells[cell_name].uuid if cell_name in cells else stable_uuid("cell", cell_name)
+
+    instances, placed = _instances(r, flavors, images)
+
+    vcpus = r.integer("vcpus", default=0) or 0
+    memory_mb = r.integer("memory_mb", default=0) or 0
+    local_gb = r.integer("local_gb", default=0) or 0
+    vcpus_used = r.integer("vcpus_used", default=config.reserved_host_cpus + sum(f.vcpus for f in placed))
+    memory_used = r.integer("memory_mb_used", default=config.reserved_host_memory_mb + sum(f.memory_mb for f in placed))
+    disk_used = r.integer("local_gb_used", default=math.ceil(config.reserved_host_disk_mb / 1024)
+                      + sum(f.root_gb + f.ephemeral_gb for f in placed))
+    assert vcpus_used is not None and memory_used is not None and disk_used is not None
+    least = r.integer("disk_available_least", default=None, minimum=None)
+    free_disk_gb = local_gb - disk_used
+    free_disk_mb = (min(free_disk_gb, least) if least is not None else free_disk_gb) * 1024
+
+    stats = r.str_map("stats") if r.has("stats") else {}
+    stats.setdefault("num_instances", str(len(instances)))
+    if r.has("io_workload"):
+        stats["io_workload"] = str(r.integer("io_workload"))
+    if r.has("failed_builds"):
+        stats["failed_builds"] = str(r.integer("failed_builds"))
+
+    cpu_info: Any = entry.get("cpu_info", {})
+    if isinstance(cpu_info, Mapping):
+        cpu_info = json.dumps(cpu_info, sort_keys=True)
+    elif not isinstance(cpu_info, str):
+        raise CloudFileError(f"{r.at('cpu_info')}: expected a mapping or JSON text, got {_show(cpu_info)}")
+
+    supported = []
+    for j, triple in enumerate(r.seq("supported_instances")):
+        if not (isinstance(triple, list) and len(triple) == 3 and all(isinstance(x, str) for x in triple)):
+            raise CloudFileError(f"{r.at('supported_instances')}[{j}]: expected [arch, hv_type, vm_mode], got {_show(triple)}")
+        supported.append(list(triple))
+
+    metrics = _metrics(r)
+    service = _service(r, name, config, now)
+    numa = None
+    if r.has("numa_topology"):
+        from berth.hardware.numa import NUMATopology
+
+        try:
+            numa = NUMATopology.from_dict(r.mapping("numa_topology"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CloudFileError(f"{r.at('numa_topology')}: {exc}") from exc
+    pci = None
+    if r.has("pci_pools"):
+        from berth.hardware.pci import PciDeviceStats
+
+        try:
+            pci = PciDeviceStats.from_pools(r.seq("pci_pools"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CloudFileError(f"{r.at('pci_pools')}: {exc}") from exc
+
+    return HostRecord(
+        host=name,
+        nodename=nodename,
+        cell_uuid=cell_uuid,
+        uuid=r.text("uuid") or stable_uuid("node", name, nodename),
+        total_usable_ram_mb=memory_mb,
+        free_ram_mb=memory_mb - memory_used,
+        total_usable_disk_gb=local_gb,
+        disk_mb_used=disk_used * 1024,
+        free_disk_mb=free_disk_mb,
+        vcpus_total=vcpus,
+        vcpus_used=vcpus_used,
+        hypervisor_type=r.text("hypervisor_type"),
+        hypervisor_version=r.integer("hypervisor_version", default=None),
+        hypervisor_hostname=r.text("hypervisor_hostname") or nodename,
+        host_ip=r.text("host_ip"),
+        cpu_info=cpu_info,
+        supported_instances=supported,
+        stats=stats,
+        metrics=metrics,
+        numa_topology=numa,
+        pci_stats=pci,
+        cpu_allocation_ratio=_ratio(r, "cpu", config),
+        ram_allocation_ratio=_ratio(r, "ram", config),
+        disk_allocation_ratio=_ratio(r, "disk", config),
+        service=service,
+        instances=instances,
+        updated=now,
+    )
+
+
+def _ratio(r: _Reader, kind: str, config: SchedulerConfig) -> float:
+    """A node's allocation ratio, resolved as ComputeNode does (reference §10.3)."""
+    value = r.number(f"{kind}_allocation_ratio")
+    if value:
+        return value
+    configured = getattr(config, f"{kind}_allocation_ratio")
+    if configured:
+        return float(configured)
+    return float(getattr(config, f"initial_{kind}_allocation_ratio"))
+
+
+def _instances(
+    r: _Reader, flavors: dict[str, Flavor], images: dict[str, ImageMeta]
+) -> tuple[dict[str, Instance], list[Flavor]]:
+    """The host's instances, and the flavors of those that name one (for usage)."""
+    result: dict[str, Instance] = {}
+    placed: list[Flavor] = []
+    for j, item in enumerate(r.seq("instances")):
+        path = f"{r.at('instances')}[{j}]"
+        if isinstance(item, str):
+            item = {"uuid": item}
+        ir = _Reader(item, path)
+        ir.unknown({"uuid", "flavor", "image", "project_id"})
+        uuid = ir.text("uuid", required=True)
+        assert uuid is not None
+        flavor_name = ir.text("flavor")
+        flavor = None
+        if flavor_name is not None:
+            if flavor_name not in flavors:
+                raise CloudFileError(f"{path}.flavor: no flavor named {flavor_name!r} in flavors")
+            flavor = flavors[flavor_name]
+            placed.append(flavor)
+        image_name = ir.text("image")
+        properties: dict[str, Any] = {}
+        if image_name is not None:
+            if image_name not in images:
+                raise CloudFileError(f"{path}.image: no image named {image_name!r} in images")
+            properties = images[image_name].properties.to_dict()
+        result[uuid] = Instance(uuid=uuid, instance_type_id=flavor.id if flavor else None,
+                                image_properties=properties, project_id=ir.text("project_id"))
+    return result, placed
+
+
+def _metrics(r: _Reader) -> list[MetricItem]:
+    raw = r.data.get("metrics")
+    if raw is None:
+        return []
+    items: list[MetricItem] = []
+    if isinstance(raw, Mapping):
+        for name, value in raw.items():
+            items.append(MetricItem(str(name), _metric_value(value, f"{r.at('metrics')}.{name}")))
+    elif isinstance(raw, list):
+        for j, item in enumerate(raw):
+            mr = _Reader(item, f"{r.at('metrics')}[{j}]")
+            mr.unknown({"name", "value", "timestamp", "source"})
+            name = mr.text("name", required=True)
+            assert name is not None
+            items.append(MetricItem(name, _metric_value(mr.data.get("value"), mr.at("value")),
+                                    source=mr.text("source")))
+    else:
+        raise CloudFileError(f"{r.at('metrics')}: expected a mapping name: value, got {_show(raw)}")
+    return items
+
+
+def _metric_value(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CloudFileError(f"{path}: expected a number, got {_show(value)}")
+    return float(value)
+
+
+def _service(r: _Reader, host: str, config: SchedulerConfig, now: float) -> ServiceRecord:
+    s = _Reader(r.mapping("service"), r.at("service"))
+    s.unknown({"disabled", "disabled_reason", "forced_down", "up", "last_seen_up", "created_at"})
+    if s.has("last_seen_up"):
+        last_seen = _timestamp(s.data["last_seen_up"], s.at("last_seen_up"))
+    elif s.flag("up", default=True):
+        last_seen = now
+    else:
+        # A host said to be down last reported long before the down time.
+        last_seen = now - 10 * max(config.service_down_time, config.report_interval * 3)
+    created = _timestamp(s.data["created_at"], s.at("created_at")) if s.has("created_at") else None
+    return ServiceRecord(host=host, disabled=s.flag("disabled"), disabled_reason=s.text("disabled_reason"),
+                         forced_down=s.flag("forced_down"), last_seen_up=last_seen, created_at=created)
+
+
+def _groups(top: _Reader, records: list[HostRecord]) -> dict[str, InstanceGroup]:
+    where: dict[str, str] = {}
+    for record in records:
+        for uuid in record.instances:
+            where[uuid] = record.host
+    groups: dict[str, InstanceGroup] = {}
+    for i, item in enumerate(top.seq("server_groups")):
+        r = _Reader(item, f"server_groups[{i}]")
+        r.unknown({"name", "policy", "rules", "members", "project_id", "uuid"})
+        name = r.text("name", required=True)
+        policy = r.text("policy", required=True)
+        assert name is not None and policy is not None
+        if policy not in InstanceGroup.VALID_POLICIES:
+            raise CloudFileError(f"server_groups[{i}].policy: expected one of "
+                                 f"{', '.join(InstanceGroup.VALID_POLICIES)}, got {policy!r}")
+        rules = r.mapping("rules")
+        if set(rules) - {"max_server_per_host"}:
+            raise CloudFileError(f"server_groups[{i}].rules: only max_server_per_host is supported, got {sorted(rules)}")
+        if "max_server_per_host" in rules:
+            value = rules["max_server_per_host"]
+            if isinstance(value, bool) or not str(value).isdigit() or int(value) < 1:
+                raise CloudFileError(f"server_groups[{i}].rules.max_server_per_host: expected an integer >= 1, got {_show(value)}")
+        members = [str(m) for m in r.seq("members")]
+        for j, member in enumerate(members):
+            if member not in where:
+                raise CloudFileError(f"server_groups[{i}].members[{j}]: no instance {member!r} on any host")
+        hosts = sorted({where[m] for m in members})
+        groups[name] = InstanceGroup(policy=policy, uuid=r.text("uuid") or stable_uuid("group", name),
+                                     name=name, rules=rules, members=members, hosts=hosts,
+                                     project_id=r.text("project_id"))
+    return groups

@@ -1,0 +1,268 @@
+"""The pipeline's semantics (reference §8, §10.4), with small test filters and weighers."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from berth.claims import CandidateSet, InMemoryPlacement
+from berth.errors import NoValidHost, UnsupportedPolicy
+from berth.filters.base import BaseHostFilter, Reject
+from berth.host_state import HostState
+from berth.model import InstanceGroup, RequestSpec
+from berth.pipeline import Scheduler
+from berth.weighers.base import BaseHostWeigher
+from builders import NOW, cloud, host, spec
+
+
+class RamLeft(BaseHostFilter):
+    """Passes hosts with at least the flavor's RAM free (a test stand-in for RamFilter)."""
+
+    def check(self, host_state: HostState, spec_obj: RequestSpec) -> Reject | None:
+        if host_state.free_ram_mb < spec_obj.memory_mb:
+            return Reject.of("insufficient RAM", requested_mb=spec_obj.memory_mb,
+                             free_mb=host_state.free_ram_mb)
+        return None
+
+
+class Counting(BaseHostFilter):
+    """Records how often it is asked about each host."""
+
+    run_filter_once_per_request = True
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.calls: list[int] = []
+
+    def filter_all_hosts(self, hosts, spec_obj):
+        self.calls.append(len(hosts))
+        return np.ones(len(hosts), dtype=bool)
+
+    def host_passes(self, host_state, spec_obj):
+        return True
+
+
+class NotInAz(BaseHostFilter):
+    """Rejects hosts whose name starts with 'b' (a stand-in for an AZ filter)."""
+
+    def check(self, host_state, spec_obj):
+        if host_state.host.startswith("b"):
+            return Reject.of("not in availability zone", requested="az1")
+        return None
+
+
+class FreeRam(BaseHostWeigher):
+    """More free RAM wins."""
+
+    minval = 0
+
+    def _weigh_object(self, host_state, weight_properties):
+        return host_state.free_ram_mb
+
+
+def run(scheduler, snap, req, seed=0, placement=True, explain=False, **kw):
+    p = InMemoryPlacement(snap)
+    return scheduler.select_destinations(
+        req, snap, now=NOW, rng=random.Random(seed),
+        candidates=p.candidates(req) if placement else None,
+        claimer=p if placement else None, explain=explain, **kw,
+    ), p
+
+
+def test_the_host_list_shrinks_across_the_instances_of_one_request():
+    # a has room for one 3 GiB instance, b and c for two each: after two instances the
+    # filter must see the consumption of the first ones.
+    snap = cloud(host("a", free_ram_mb=3072, total_usable_ram_mb=3072),
+                 host("b", free_ram_mb=6144, total_usable_ram_mb=6144),
+                 host("c", free_ram_mb=8192, total_usable_ram_mb=8192))
+    s = Scheduler(filters=[RamLeft()], weighers=[FreeRam()])
+    decision, _ = run(s, snap, spec(memory_mb=3072, num_instances=4), explain=True)
+    # c (8192) then b (6144) then c again (5120 left): each choice sees the previous ones.
+    assert [h for h, _ in decision.hosts][:3] == ["c", "b", "c"]
+    steps = decision.diagnosis.instances
+    # c has 2048 left for the fourth instance and drops out ...
+    assert steps[3].hosts_available == 2
+    # ... and instance k only ever sees the hosts that passed for instance k-1.
+    for before, after in zip(steps, steps[1:]):
+        assert after.hosts_considered == before.hosts_available
+
+
+def test_once_per_request_filters_run_only_for_the_first_instance():
+    counting = Counting()
+    snap = cloud(host("a"), host("b"), host("c"))
+    s = Scheduler(filters=[counting], weighers=[])
+    run(s, snap, spec(num_instances=3))
+    assert counting.calls == [3]
+
+
+def test_alternates_come_from_the_chosen_hosts_cell_and_never_repeat_a_chosen_host():
+    snap = cloud(*(host(f"a{i}", cell_uuid="cell-a") for i in range(4)),
+                 *(host(f"b{i}", cell_uuid="cell-b") for i in range(4)))
+    s = Scheduler(filters=[], weighers=[FreeRam()])
+    decision, _ = run(s, snap, spec(num_instances=2))
+    chosen = {sel[0].service_host for sel in decision.selections}
+    for sels in decision.selections:
+        assert len(sels) == 3  # max_attempts 3 -> 2 alternates
+        assert {x.cell_uuid for x in sels} == {sels[0].cell_uuid}
+        assert not {x.service_host for x in sels[1:]} & chosen
+
+
+def test_alternates_carry_an_unclaimed_allocation_request():
+    snap = cloud(host("a"), host("b"))
+    s = Scheduler(filters=[], weighers=[])
+    decision, placement = run(s, snap, spec())
+    main, alt = decision.selections[0]
+    assert main.allocation_request_dict is not None and alt.allocation_request_dict is not None
+    assert list(placement.allocations) == decision.instance_uuids  # only the main host is claimed
+    assert alt.allocation_request_version == "1.36"
+
+
+def test_forced_hosts_bypass_every_filter_and_match_case_insensitively():
+    snap = cloud(host("bravo"), host("alpha"))
+    s = Scheduler(filters=[NotInAz()], weighers=[])
+    decision, _ = run(s, snap, spec(force_hosts=["BRAVO"]))
+    assert decision.hosts == [("bravo", "bravo")]
+
+
+def test_forced_hosts_run_the_filters_when_the_request_is_a_check_type():
+    snap = cloud(host("bravo"), host("alpha"))
+    s = Scheduler(filters=[NotInAz()], weighers=[])
+    with pytest.raises(NoValidHost):
+        run(s, snap, spec(force_hosts=["bravo"], hints={"_nova_check_type": "resize"}))
+
+
+def test_ignored_hosts_are_removed_case_insensitively_and_force_nodes_is_case_sensitive():
+    snap = cloud(host("alpha", node="n1"), host("alpha", node="N2"), host("charlie"))
+    s = Scheduler(filters=[], weighers=[])
+    decision, _ = run(s, snap, spec(ignore_hosts=["ALPHA"]))
+    assert decision.hosts == [("charlie", "charlie")]
+    decision, _ = run(s, snap, spec(force_nodes=["N2"]))
+    assert decision.hosts == [("alpha", "N2")]
+    with pytest.raises(NoValidHost):
+        run(s, snap, spec(force_nodes=["n2"]))
+
+
+def test_the_same_seed_gives_the_same_subset_choice_and_different_seeds_spread():
+    from berth.config import SchedulerConfig
+
+    config = SchedulerConfig.from_dict({"filter_scheduler": {"host_subset_size": 4}})
+    snap = cloud(*(host(f"h{i}") for i in range(8)))
+    s = Scheduler(config, filters=[], weighers=[])
+    first = [run(s, snap, spec(), seed=42)[0].hosts for _ in range(3)]
+    assert first[0] == first[1] == first[2]
+    spread = {run(s, snap, spec(), seed=seed)[0].hosts[0] for seed in range(40)}
+    assert len(spread) == 4  # only the best four hosts (all tie, input order) are eligible
+
+
+def test_no_valid_host_rolls_back_the_claims_already_made_for_the_request():
+    snap = cloud(host("a", free_ram_mb=4096, total_usable_ram_mb=4096),
+                 host("b", free_ram_mb=4096, total_usable_ram_mb=4096))
+    s = Scheduler(filters=[RamLeft()], weighers=[])
+    placement = InMemoryPlacement(snap)
+    req = spec(memory_mb=4096, num_instances=3)
+    with pytest.raises(NoValidHost) as info:
+        s.select_destinations(req, snap, now=NOW, rng=random.Random(0),
+                              candidates=placement.candidates(req), claimer=placement)
+    assert "not enough hosts" in str(info.value)
+    assert placement.allocations == {}
+    assert placement.used["MEMORY_MB"].tolist() == [0.0, 0.0]
+
+
+def test_no_candidates_from_placement_is_no_valid_host_with_an_empty_reason():
+    snap = cloud(host("a"))
+    s = Scheduler(filters=[], weighers=[])
+    with pytest.raises(NoValidHost) as info:
+        s.select_destinations(spec(), snap, now=NOW, rng=random.Random(0),
+                              candidates=CandidateSet(by_row={}), claimer=InMemoryPlacement(snap))
+    assert info.value.reason == ""
+
+
+def test_a_failed_claim_moves_on_to_the_next_host():
+    class Refuses:
+        def __init__(self):
+            self.tried = []
+
+        def claim(self, consumer, alloc, spec_obj, version):
+            rp = next(iter(alloc["allocations"]))
+            self.tried.append(rp)
+            return len(self.tried) > 1
+
+        def rollback(self, consumers):
+            pass
+
+    snap = cloud(host("a", free_ram_mb=8000), host("b", free_ram_mb=4000))
+    s = Scheduler(filters=[], weighers=[FreeRam()])
+    claimer = Refuses()
+    decision = s.select_destinations(spec(), snap, now=NOW, rng=random.Random(0),
+                                     candidates=InMemoryPlacement(snap).candidates(spec()),
+                                     claimer=claimer)
+    assert decision.hosts == [("b", "b")]
+    assert len(claimer.tried) == 2
+
+
+def test_a_rebuild_skips_filters_that_do_not_run_on_rebuild_and_claims_nothing():
+    snap = cloud(host("bravo"))
+    s = Scheduler(filters=[NotInAz()], weighers=[])
+    req = spec(hints={"_nova_check_type": ["rebuild"]})
+    decision, placement = run(s, snap, req)
+    assert decision.hosts == [("bravo", "bravo")]
+    assert placement.allocations == {}
+    assert decision.selections[0][0].allocation_request == "null"
+
+
+def test_the_callers_snapshot_and_spec_are_left_untouched():
+    snap = cloud(host("a", free_ram_mb=4096))
+    req = spec(memory_mb=1024, group=InstanceGroup(policy="soft-affinity"))
+    s = Scheduler(filters=[], weighers=[])
+    s.select_destinations(req, snap, now=NOW, rng=random.Random(0))
+    assert snap.num("free_ram_mb").tolist() == [4096.0]
+    assert req.instance_group.hosts == [] and req.instance_uuid is None
+
+
+def test_virtual_consumption_and_the_server_group_are_visible_to_the_next_instance():
+    seen: list[tuple[int, list[str]]] = []
+
+    class Spy(BaseHostFilter):
+        def host_passes(self, host_state, spec_obj):
+            seen.append((host_state.free_ram_mb, list(spec_obj.instance_group.hosts)))
+            return True
+
+    snap = cloud(host("a", free_ram_mb=4096))
+    s = Scheduler(filters=[Spy()], weighers=[])
+    group = InstanceGroup(policy="soft-affinity")
+    s2 = Scheduler(filters=[Spy()], weighers=[], ranker=s.ranker)
+    s2.select_destinations(spec(memory_mb=1024, num_instances=2, group=group), snap, now=NOW,
+                           rng=random.Random(0), return_alternates=False)
+    assert seen == [(4096, []), (3072, ["a"])]
+
+
+def test_explanations_count_rejections_by_reason_with_the_request_numbers():
+    hosts = [host(f"a{i}", free_ram_mb=1024 + 100 * i) for i in range(7)]
+    hosts += [host(f"b{i}", free_ram_mb=8192) for i in range(5)]
+    snap = cloud(*hosts)
+    s = Scheduler(filters=[NotInAz(), RamLeft()], weighers=[])
+    with pytest.raises(NoValidHost) as info:
+        run(s, snap, spec(memory_mb=4096), placement=False, explain=True)
+    summary = info.value.diagnosis.summary()
+    assert summary == ("0/12 hosts available: 7 insufficient RAM (requested 4096 MB), "
+                       "5 not in availability zone (requested az1)")
+    assert str(info.value) == "No valid host was found. There are not enough hosts available."
+
+
+def test_explanations_break_down_each_top_hosts_weight_by_weigher():
+    snap = cloud(host("a", free_ram_mb=1000), host("b", free_ram_mb=3000))
+    s = Scheduler(filters=[], weighers=[FreeRam()])
+    decision, _ = run(s, snap, spec(memory_mb=1), explain=True)
+    top = decision.diagnosis.instances[0].weighing
+    assert [w.host for w in top] == ["b", "a"]
+    for w in top:
+        assert w.weight == pytest.approx(sum(t.contribution for t in w.terms))
+
+
+def test_a_hard_group_policy_without_its_filter_is_unsupported():
+    snap = cloud(host("a"))
+    s = Scheduler(filters=[], weighers=[])
+    with pytest.raises(UnsupportedPolicy, match="ServerGroupAntiAffinityFilter"):
+        run(s, snap, spec(group=InstanceGroup(policy="anti-affinity")))
