@@ -17,6 +17,7 @@ in creation (internal id) order; that order is also the order candidates come ou
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
 
 CUSTOM_CLASS_BASE_ID = 10000
 """Custom resource classes get ids from here on, standard ones 0..20 (reference section 3)."""
+
+_PLAIN = re.compile(r"[0-9A-Za-z_-]*")  # needs no JSON escaping
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
@@ -129,7 +132,9 @@ class ProviderGraph:
         self.uuids: list[str] = [p.uuid for p in self.providers]
         self.index: dict[str, int] = {u: i for i, u in enumerate(self.uuids)}
         # JSON string literals of the uuids, for the pre-encoded response path.
-        self.uuid_json: list[str] = [json.dumps(u) for u in self.uuids]
+        self.uuid_json: list[str] = [
+            f'"{u}"' if _PLAIN.fullmatch(u) else json.dumps(u) for u in self.uuids
+        ]
 
         # Resource class ids order the classes inside a combination (reference 5, step 4):
         # standard classes in the library's order, custom ones in the order given (the
@@ -186,17 +191,21 @@ class ProviderGraph:
             for rc, inv in p.inventories.items():
                 per_class.setdefault(rc, []).append((i, inv))
         for rc, rows in per_class.items():
+            # Fill through one fancy-indexed assignment per column: per-element NumPy
+            # stores cost ~10x more, and the graph is rebuilt after every change.
+            idx = np.fromiter((i for i, _ in rows), dtype=np.int64, count=len(rows))
+            invs = [inv for _, inv in rows]
+            provs = self.providers
             cap = np.full(n, -np.inf, dtype=np.float64)
+            cap[idx] = [(v.total - v.reserved) * v.allocation_ratio for v in invs]
             used = np.zeros(n, dtype=np.int64)
+            used[idx] = [provs[i].usages.get(rc, 0) for i, _ in rows]
             min_unit = np.zeros(n, dtype=np.int64)
+            min_unit[idx] = [v.min_unit for v in invs]
             max_unit = np.zeros(n, dtype=np.int64)
+            max_unit[idx] = [v.max_unit for v in invs]
             step = np.ones(n, dtype=np.int64)
-            for i, inv in rows:
-                cap[i] = (inv.total - inv.reserved) * inv.allocation_ratio
-                used[i] = self.providers[i].usages.get(rc, 0)
-                min_unit[i] = inv.min_unit
-                max_unit[i] = inv.max_unit
-                step[i] = max(inv.step_size, 1)
+            step[idx] = [max(v.step_size, 1) for v in invs]
             self.columns[rc] = ClassColumns(cap, used, min_unit, max_unit, step)
 
         self._caches = _Caches()
