@@ -1,0 +1,108 @@
+"""Per-aggregate weight multipliers (reference §7.1), per host and in bulk.
+
+Every built-in weigher's multiplier may be overridden by aggregate metadata under the
+option's own name (``ram_weight_multiplier``, ``metrics_weight_multiplier``...): the
+minimum of the ``float`` values over the host's aggregates wins, there is no comma split,
+and a single value that will not convert makes the whole override fall back to the
+configured value (with a warning), exactly as Nova's ``get_weight_multiplier``.
+
+:func:`get_weight_multiplier` answers for one host (Nova's name and signature);
+:func:`weight_multipliers_all_hosts` answers for many, evaluating each distinct aggregate
+membership once per snapshot generation. :class:`MultiplierWeigher` wires both into a
+weigher from two class attributes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from berth.filters.utils import numeric_override
+from berth.weighers.base import BaseHostWeigher
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from berth.host_state import Hosts, HostState
+    from berth.model.aggregate import Aggregate
+
+
+def multiplier_from_aggregates(
+    aggregates: Iterable[Aggregate], name: str, conf_value: float
+) -> float:
+    """The minimum float value of metadata key ``name`` over ``aggregates``.
+
+    ``conf_value`` when no aggregate carries the key, or when any value fails to convert.
+    """
+    return numeric_override(
+        aggregates, name, conf_value, cast_to=float, what=f"{name} weight multiplier"
+    )
+
+
+def get_weight_multiplier(host_state: HostState, name: str, conf_value: float) -> float:
+    """Nova's ``get_weight_multiplier(host_state, multiplier_name, multiplier_config)``."""
+    return multiplier_from_aggregates(host_state.aggregates, name, conf_value)
+
+
+def weight_multipliers_all_hosts(hosts: Hosts, name: str, conf_value: float) -> np.ndarray:
+    """:func:`get_weight_multiplier` for every host in ``hosts`` (aligned with its rows).
+
+    Evaluated once per distinct aggregate membership of the snapshot and cached until
+    the snapshot changes, so a request pays one array index per weigher.
+    """
+    snapshot = hosts.snapshot
+    table = snapshot.table("aggregates")
+
+    def build() -> np.ndarray:
+        return np.array(
+            [
+                multiplier_from_aggregates(
+                    snapshot.aggregates_of_signature(code), name, conf_value
+                )
+                for code in range(len(table))
+            ],
+            dtype=float,
+        )
+
+    by_code = snapshot.cached(("weight_multiplier", name, float(conf_value), len(table)), build)
+    if len(by_code) == 0:
+        return np.full(len(hosts), float(conf_value))
+    return by_code[hosts.codes("aggregates")]
+
+
+class MultiplierWeigher(BaseHostWeigher):
+    """A weigher whose multiplier is a config option overridable by aggregate metadata.
+
+    Subclasses set ``multiplier_option`` (the option name, which is also the aggregate
+    metadata key unless ``multiplier_key`` says otherwise) and ``multiplier_group``.
+    """
+
+    multiplier_group: ClassVar[str] = "filter_scheduler"
+    multiplier_option: ClassVar[str] = ""
+    multiplier_key: ClassVar[str | None] = None
+
+    @classmethod
+    def aggregate_key(cls) -> str:
+        """The aggregate metadata key that overrides the multiplier."""
+        return cls.multiplier_key or cls.multiplier_option
+
+    def conf_multiplier(self) -> float:
+        """The configured multiplier (before any aggregate override)."""
+        return float(getattr(self.config.group(self.multiplier_group), self.multiplier_option))
+
+    def weight_multiplier(self, host_state: HostState) -> float:
+        """The multiplier for ``host_state``: aggregate override (minimum) or the option."""
+        return get_weight_multiplier(host_state, self.aggregate_key(), self.conf_multiplier())
+
+    def multipliers_all_hosts(self, hosts: Hosts) -> np.ndarray:
+        """:meth:`weight_multiplier` of every host, once per aggregate signature."""
+        return weight_multipliers_all_hosts(hosts, self.aggregate_key(), self.conf_multiplier())
+
+    def describe(self) -> dict[str, Any]:
+        """What explanations print about this weigher, with its lever."""
+        info = super().describe()
+        info["multiplier_option"] = f"[{self.multiplier_group}] {self.multiplier_option}"
+        info["multiplier"] = self.conf_multiplier()
+        info["aggregate_key"] = self.aggregate_key()
+        return info

@@ -1,0 +1,76 @@
+"""Per-aggregate weight multipliers (reference §7.1, §13 item 7): minimum of the float
+values, no comma split, any bad value -> the configured value with a warning."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from berth.weighers.utils import get_weight_multiplier, weight_multipliers_all_hosts
+from builders import cloud, host, state, working_set
+
+KEY = "ram_weight_multiplier"
+
+
+def both(snap, conf=1.0):
+    per_host = [get_weight_multiplier(state(snap, h), KEY, conf) for h in snap.obj("host")]
+    bulk = weight_multipliers_all_hosts(working_set(snap).hosts(), KEY, conf).tolist()
+    assert per_host == bulk
+    return per_host
+
+
+def test_hosts_in_no_aggregate_use_the_configured_value():
+    assert both(cloud(host("a"), host("b")), conf=2.5) == [2.5, 2.5]
+
+
+def test_an_aggregate_value_overrides_the_configured_value():
+    snap = cloud(host("a").in_aggregate("agg", **{KEY: "-3.5"}), host("b"))
+    assert both(snap, conf=1.0) == [-3.5, 1.0]
+
+
+def test_several_aggregate_values_take_the_minimum():
+    snap = cloud(host("a").in_aggregate("x", **{KEY: "2"}).in_aggregate("y", **{KEY: "0.5"}))
+    assert both(snap) == [0.5]
+
+
+def test_a_comma_list_is_not_split_and_falls_back_with_a_warning(caplog):
+    snap = cloud(host("a").in_aggregate("x", **{KEY: "1,2"}))
+    with caplog.at_level(logging.WARNING):
+        assert both(snap, conf=7.0) == [7.0]
+    assert KEY in caplog.text
+
+
+def test_one_bad_value_discards_the_whole_override(caplog):
+    snap = cloud(host("a").in_aggregate("x", **{KEY: "0.1"}).in_aggregate("y", **{KEY: "lots"}))
+    with caplog.at_level(logging.WARNING):
+        assert both(snap, conf=3.0) == [3.0]
+    assert "lots" in caplog.text
+
+
+def test_other_keys_do_not_matter():
+    snap = cloud(host("a").in_aggregate("x", cpu_weight_multiplier="9"))
+    assert both(snap, conf=1.0) == [1.0]
+
+
+def test_bulk_multipliers_follow_a_host_subset_in_order():
+    snap = cloud(host("a").in_aggregate("x", **{KEY: "4"}), host("b"), host("c").in_aggregate("x"))
+    rows = np.array([2, 1, 0])
+    got = weight_multipliers_all_hosts(working_set(snap).hosts(rows), KEY, 1.0).tolist()
+    assert got == [4.0, 1.0, 4.0]
+
+
+def test_aggregate_changes_are_seen_after_the_snapshot_changes():
+    snap = cloud(host("a").in_aggregate("x", **{KEY: "4"}), host("b"))
+    assert both(snap) == [4.0, 1.0]
+    from berth.model import Aggregate
+
+    snap.set_aggregates([Aggregate(id=9, name="z", hosts=("b",), metadata={KEY: "-2"})])
+    assert both(snap) == [1.0, -2.0]
+
+
+@pytest.mark.parametrize("value", ["inf", "-1e308", "0"], ids=["infinity", "huge negative", "zero"])
+def test_any_float_python_accepts_is_taken_as_is(value):
+    snap = cloud(host("a").in_aggregate("x", **{KEY: value}))
+    assert both(snap) == [float(value)]
