@@ -1,0 +1,128 @@
+"""Racing writers: several client processes against two server processes on one database.
+
+Generation checks are compare-and-swap in SQL, so of N writers holding the same provider
+generation exactly one wins, and concurrent claims never push usage past capacity.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from placement.support import Api, Server, start_server
+
+WRITERS = 6
+
+
+def _race(args: tuple[str, str, str, dict[str, Any], Any]) -> int:
+    """One writer: wait for the barrier, send the request, return the status."""
+    base, method, path, body, barrier = args
+    with httpx.Client(base_url=base, timeout=60) as http:
+        headers = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
+        http.get("/", headers=headers)  # open the connection before the start line
+        barrier.wait()
+        return http.request(method, path, json=body, headers=headers).status_code
+
+
+def race(bases: list[str], method: str, paths_bodies: list[tuple[str, dict[str, Any]]]) -> list[int]:
+    """Run one request per entry in its own process, all released together."""
+    ctx = mp.get_context("fork")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(len(paths_bodies))
+        jobs = [
+            (bases[i % len(bases)], method, path, body, barrier)
+            for i, (path, body) in enumerate(paths_bodies)
+        ]
+        with ctx.Pool(len(jobs)) as pool:
+            return pool.map(_race, jobs)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def two_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    """Two server processes sharing one database."""
+    if request.param == "sqlite":
+        db = str(tmp_path_factory.mktemp("race") / "race.sqlite")
+        first = start_server(db)
+    else:
+        first = request.getfixturevalue("pg_server")
+        db = first.db
+    second = start_server(db)
+    yield [first, second]
+    second.stop()
+    if request.param == "sqlite":
+        first.stop()
+
+
+def test_exactly_one_inventory_writer_wins(two_servers: list[Server]) -> None:
+    api = Api(two_servers[0].url)
+    rp = api.provider(VCPU=1)
+    gen = api.generation(rp)
+    jobs = [
+        (
+            f"/resource_providers/{rp}/inventories",
+            {"resource_provider_generation": gen, "inventories": {"VCPU": {"total": 10 + i}}},
+        )
+        for i in range(WRITERS)
+    ]
+    statuses = race([s.url for s in two_servers], "PUT", jobs)
+    assert sorted(statuses) == [200] + [409] * (WRITERS - 1)
+    assert api.generation(rp) == gen + 1
+
+
+def test_exactly_one_trait_writer_wins(two_servers: list[Server]) -> None:
+    api = Api(two_servers[0].url)
+    rp = api.provider()
+    traits = ["HW_CPU_X86_AVX", "HW_CPU_X86_AVX2", "HW_CPU_X86_SSE", "HW_CPU_X86_SSE2", "HW_CPU_X86_MMX", "HW_CPU_X86_VMX"]
+    jobs = [
+        (f"/resource_providers/{rp}/traits", {"traits": [traits[i]], "resource_provider_generation": 0})
+        for i in range(WRITERS)
+    ]
+    statuses = race([s.url for s in two_servers], "PUT", jobs)
+    assert sorted(statuses) == [200] + [409] * (WRITERS - 1)
+
+
+def test_claims_never_exceed_capacity(two_servers: list[Server]) -> None:
+    api = Api(two_servers[0].url)
+    capacity = 3
+    rp = api.provider(VCPU=capacity)
+    jobs = [
+        (
+            f"/allocations/{uuid.uuid4()}",
+            {
+                "allocations": {rp: {"resources": {"VCPU": 1}}},
+                "project_id": "p",
+                "user_id": "u",
+                "consumer_generation": None,
+                "consumer_type": "INSTANCE",
+            },
+        )
+        for _ in range(WRITERS)
+    ]
+    statuses = race([s.url for s in two_servers], "PUT", jobs)
+    assert statuses.count(204) == capacity
+    assert statuses.count(409) == WRITERS - capacity
+    assert api.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": capacity}
+
+
+def test_one_new_consumer_claimed_by_many_writers_once(two_servers: list[Server]) -> None:
+    api = Api(two_servers[0].url)
+    rp = api.provider(VCPU=100)
+    consumer = str(uuid.uuid4())
+    body = {
+        "allocations": {rp: {"resources": {"VCPU": 1}}},
+        "project_id": "p",
+        "user_id": "u",
+        "consumer_generation": None,
+        "consumer_type": "INSTANCE",
+    }
+    statuses = race([s.url for s in two_servers], "PUT", [(f"/allocations/{consumer}", body)] * WRITERS)
+    assert statuses.count(204) == 1
+    assert statuses.count(409) == WRITERS - 1
+    got = api.get(f"/allocations/{consumer}", mv="1.39").json()
+    assert got["consumer_generation"] == 1
+    assert api.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 1}
