@@ -1,0 +1,42 @@
+"""BuildFailureWeigher: push hosts with recent build failures to the back.
+
+Raw value ``failed_builds`` (reset by the compute on a successful build), min/max
+normalized, times the **negated** ``[filter_scheduler] build_failure_weight_multiplier``
+(default 1000000.0, so effectively -1e6: a failing host loses to any healthy one without
+being taken out of rotation). The negation also applies to the aggregate override
+``build_failure_weight_multiplier`` (minimum of the values, then negated).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from berth.weighers.utils import MultiplierWeigher
+
+if TYPE_CHECKING:
+    from berth.host_state import Hosts, HostState
+    from berth.model.request import RequestSpec
+
+
+class BuildFailureWeigher(MultiplierWeigher):
+    """Recent build failures weigh against a host (-build_failure_weight_multiplier)."""
+
+    multiplier_option: ClassVar[str] = "build_failure_weight_multiplier"
+
+    def weight_multiplier(self, host_state: HostState) -> float:
+        """Minus the (aggregate-overridable) option: more failures means a lower weight."""
+        return -1.0 * super().weight_multiplier(host_state)
+
+    def multipliers_all_hosts(self, hosts: Hosts) -> np.ndarray:
+        """Minus the multiplier of every host."""
+        return -1.0 * super().multipliers_all_hosts(hosts)
+
+    def _weigh_object(self, host_state: HostState, weight_properties: RequestSpec) -> float:
+        """The host's ``failed_builds`` counter."""
+        return host_state.failed_builds
+
+    def weigh_all_hosts(self, hosts: Hosts, weight_properties: RequestSpec) -> np.ndarray:
+        """``failed_builds`` of every host."""
+        return self.clamp_all(hosts.col("failed_builds"))
