@@ -10,9 +10,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from berth.host_state import WorkingSet
 from berth.model import Instance, MetricItem
 from berth.snapshot import HostSnapshot
-from builders import HostBuilder, cloud, host
+from builders import NOW, HostBuilder, cloud, host
 
 #: Instance uuids the random clouds draw from (each used on at most one host).
 UUIDS = [f"inst-{i}" for i in range(12)]
@@ -70,3 +71,14 @@ def random_cloud(draw: Any, agg_keys: tuple[str, ...] = ()) -> HostSnapshot:
                 b.in_aggregate(f"agg{a}", **agg_md[a])
         builders.append(b)
     return cloud(*builders)
+
+
+def run_both(f, snap, req):  # type: ignore[no-untyped-def]
+    """(per-host passes, per-host limits, bulk passes, bulk limits) in fresh working sets."""
+    ws1 = WorkingSet(snap, NOW)
+    per_host = [f.host_passes(ws1.host_state(r), req) for r in range(len(snap))]
+    per_host_limits = [dict(ws1.limits(r)) for r in range(len(snap))]
+    ws2 = WorkingSet(snap, NOW)
+    bulk = [bool(x) for x in f.filter_all_hosts(ws2.hosts(), req)]
+    bulk_limits = [dict(ws2.limits(r)) for r in range(len(snap))]
+    return per_host, per_host_limits, bulk, bulk_limits
