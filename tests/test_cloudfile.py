@@ -1,0 +1,115 @@
+"""Cloud files: the example loads, derived usage is right, and errors name field and value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from berth.cloudfile import load_cloud, parse_cloud
+from berth.config import SchedulerConfig
+from berth.errors import CloudFileError
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cloud.yaml"
+CONFIG = SchedulerConfig.default()
+
+
+def minimal(**host):
+    return {"hosts": [{"host": "h1", "vcpus": 8, "memory_mb": 8192, "local_gb": 100, **host}]}
+
+
+def test_the_example_cloud_loads_with_two_cells_and_more_than_fifty_hosts():
+    cloud = load_cloud(str(EXAMPLE), now=1000.0)
+    assert len(cloud.snapshot) >= 50
+    assert len(cloud.cells) >= 2
+    zones = {a.availability_zone for a in cloud.snapshot.aggregates} - {None}
+    assert len(zones) >= 3
+    assert {"m1.large", "ssd.large"} <= set(cloud.flavors)
+    assert cloud.server_groups["web"].hosts == ["c1-w01", "c1-w02"]
+
+
+def test_usage_is_derived_from_instances_and_reserved_options_when_not_given():
+    doc = {
+        "flavors": [{"name": "f", "vcpus": 2, "memory_mb": 1024, "root_gb": 10, "ephemeral_gb": 5}],
+        **minimal(instances=[{"uuid": "i1", "flavor": "f"}, {"uuid": "i2", "flavor": "f"}]),
+    }
+    snap = parse_cloud(doc, CONFIG, now=0.0).snapshot
+    assert snap.num("vcpus_used")[0] == 4
+    assert snap.num("free_ram_mb")[0] == 8192 - 512 - 2048  # reserved_host_memory_mb 512
+    assert snap.num("free_disk_mb")[0] == (100 - 30) * 1024
+    assert snap.num("num_instances")[0] == 2
+
+
+def test_free_disk_uses_disk_available_least_when_it_is_smaller():
+    snap = parse_cloud(minimal(local_gb_used=10, disk_available_least=50), CONFIG, 0.0).snapshot
+    assert snap.num("free_disk_mb")[0] == 50 * 1024
+
+
+def test_ratios_fall_back_to_the_config_then_the_initial_ratio():
+    snap = parse_cloud(minimal(), CONFIG, 0.0).snapshot
+    assert snap.num("cpu_allocation_ratio")[0] == 4.0
+    conf = SchedulerConfig.from_dict({"DEFAULT": {"cpu_allocation_ratio": 16.0}})
+    assert parse_cloud(minimal(), conf, 0.0).snapshot.num("cpu_allocation_ratio")[0] == 16.0
+    assert parse_cloud(minimal(cpu_allocation_ratio=2.0), conf, 0.0).snapshot.num(
+        "cpu_allocation_ratio")[0] == 2.0
+
+
+def test_count_stamps_out_hosts_from_a_pattern():
+    doc = {"hosts": [{"host": "r1-{index:02d}", "count": 3, "vcpus": 4, "memory_mb": 4096,
+                      "host_ip": "10.0.0.{index}"}]}
+    snap = parse_cloud(doc, CONFIG, 0.0).snapshot
+    assert list(snap.obj("host")) == ["r1-01", "r1-02", "r1-03"]
+    assert list(snap.obj("host_ip")) == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+
+
+def test_a_host_said_to_be_down_reports_a_stale_heartbeat():
+    snap = parse_cloud(minimal(service={"up": False}), CONFIG, now=10_000.0).snapshot
+    assert snap.num("service_heartbeat")[0] < 10_000.0 - CONFIG.service_down_time
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({}, "hosts: required field is missing"),
+        (minimal(memory_mb="lots"), "hosts[0].memory_mb: expected an integer, got 'lots'"),
+        (minimal(vcpus=-1), "hosts[0].vcpus: expected an integer >= 0, got -1"),
+        (minimal(colour="blue"), "hosts[0]: unknown field(s) colour"),
+        ({**minimal(), "aggregates": [{"name": "a", "hosts": ["nope"]}]},
+         "aggregates[0].hosts[0]: no host named 'nope'"),
+        ({**minimal(), "flavors": [{"name": "f", "vcpus": 1}]}, "flavors[0].memory_mb: required"),
+        ({**minimal(), "server_groups": [{"name": "g", "policy": "together"}]},
+         "server_groups[0].policy: expected one of"),
+        (minimal(cell="cellX") | {"cells": [{"name": "cell1"}]}, "hosts[0].cell: no cell named 'cellX'"),
+        ({"hosts": [{"host": "h{index}", "count": 2}, {"host": "h1"}]}, "duplicate compute node h1/h1"),
+        (minimal(supported_instances=[["x86_64", "kvm"]]), "hosts[0].supported_instances[0]"),
+        (minimal(service={"last_seen_up": "yesterday"}), "hosts[0].service.last_seen_up"),
+        ({"hosts": "all of them"}, "hosts: expected a list"),
+    ],
+    ids=["no hosts", "non-integer memory", "negative vcpus", "unknown field", "aggregate of an unknown host",
+         "flavor without memory", "bad group policy", "unknown cell", "duplicate node",
+         "short supported_instances triple", "bad heartbeat time", "hosts not a list"],
+)
+def test_a_bad_cloud_file_names_the_field_and_the_value(doc, message):
+    with pytest.raises(CloudFileError) as info:
+        parse_cloud(doc, CONFIG, 0.0)
+    assert message in str(info.value)
+
+
+def test_a_file_that_is_not_yaml_names_the_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("hosts:\n  - {host: a\n")
+    with pytest.raises(CloudFileError, match=r"invalid YAML at line \d+"):
+        load_cloud(str(path))
+
+
+def test_json_cloud_files_are_read_too(tmp_path):
+    path = tmp_path / "cloud.json"
+    path.write_text(json.dumps(minimal()))
+    assert len(load_cloud(str(path)).snapshot) == 1
+
+
+def test_unknown_flavor_lists_the_known_ones():
+    cloud = load_cloud(str(EXAMPLE))
+    with pytest.raises(CloudFileError, match="m1.tiny"):
+        cloud.flavor("m9.giant")

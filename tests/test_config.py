@@ -1,0 +1,138 @@
+"""nova.conf options: Nova's names and defaults, deprecated names, flag files, errors."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from berth.config import SchedulerConfig, unknown_options
+from berth.errors import ConfigError
+from berth.weighers.setting import parse_weight_setting
+
+
+def write(tmp_path, text, name="nova.conf"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_are_nova_34s():
+    c = SchedulerConfig.default()
+    assert c.filter_scheduler.enabled_filters == (
+        "ComputeFilter", "ComputeCapabilitiesFilter", "ImagePropertiesFilter",
+        "ServerGroupAntiAffinityFilter", "ServerGroupAffinityFilter",
+    )
+    assert c.filter_scheduler.host_subset_size == 1
+    assert c.filter_scheduler.max_io_ops_per_host == 8
+    assert c.filter_scheduler.max_instances_per_host == 50
+    assert c.filter_scheduler.io_ops_weight_multiplier == -1.0
+    assert c.filter_scheduler.num_instances_weight_multiplier == 0.0
+    assert c.filter_scheduler.build_failure_weight_multiplier == 1000000.0
+    assert c.scheduler.max_attempts == 3
+    assert c.scheduler.max_placement_results == 1000
+    assert c.metrics.weight_of_unavailable == -10000.0
+    assert c.initial_cpu_allocation_ratio == 4.0 and c.initial_ram_allocation_ratio == 1.0
+    assert c.cpu_allocation_ratio is None
+    assert c.service_down_time == 60 and c.default_availability_zone == "nova"
+    assert c.compute_fill_first_cost_fn_weight == -1.0
+
+
+def test_the_configuration_is_immutable():
+    c = SchedulerConfig.default()
+    with pytest.raises(AttributeError):
+        c.filter_scheduler.host_subset_size = 3  # type: ignore[misc]
+    assert c.replace("filter_scheduler", host_subset_size=3).filter_scheduler.host_subset_size == 3
+    assert c.filter_scheduler.host_subset_size == 1
+
+
+def test_available_filters_repeats_accumulate_like_nova(tmp_path):
+    path = write(tmp_path, "[filter_scheduler]\navailable_filters = berth.filters.all_filters\n"
+                           "available_filters = acme.AcmeFilter\nenabled_filters = ComputeFilter, AcmeFilter\n")
+    c = SchedulerConfig.from_files([path])
+    assert c.filter_scheduler.available_filters == ("berth.filters.all_filters", "acme.AcmeFilter")
+    assert c.filter_scheduler.enabled_filters == ("ComputeFilter", "AcmeFilter")
+
+
+@pytest.mark.parametrize(
+    ("old", "group", "new", "value", "expected"),
+    [
+        ("scheduler_default_filters", "filter_scheduler", "enabled_filters", "RamFilter,ComputeFilter",
+         ("RamFilter", "ComputeFilter")),
+        ("scheduler_weight_classes", "filter_scheduler", "weight_classes", "RAMWeigher", ("RAMWeigher",)),
+        ("scheduler_available_filters", "filter_scheduler", "available_filters",
+         "nova.scheduler.filters.standard_filters", ("nova.scheduler.filters.standard_filters",)),
+        ("scheduler_host_subset_size", "filter_scheduler", "host_subset_size", "4", 4),
+        ("scheduler_max_attempts", "scheduler", "max_attempts", "5", 5),
+    ],
+    ids=lambda v: v if isinstance(v, str) and v.startswith("scheduler_") else "",
+)
+def test_the_seeds_deprecated_names_are_accepted_with_a_warning(tmp_path, caplog, old, group, new, value, expected):
+    path = write(tmp_path, f"[DEFAULT]\n{old} = {value}\n")
+    with caplog.at_level(logging.WARNING):
+        c = SchedulerConfig.from_files([path])
+    assert getattr(c.group(group), new) == expected
+    assert any(old in r.getMessage() for r in caplog.records)
+
+
+def test_an_old_flag_file_is_read_like_nova_conf(tmp_path):
+    path = write(tmp_path, "# seed 001 style\n"
+                           "--scheduler_default_filters=AvailabilityZoneFilter,RamFilter,ComputeFilter\n"
+                           "--least_cost_functions=nova.scheduler.least_cost.compute_fill_first_cost_fn\n"
+                           "--compute_fill_first_cost_fn_weight=-1.0\n"
+                           "--ram_allocation_ratio=1.5\n"
+                           "--filter_scheduler.host_subset_size=2\n", name="nova.flags")
+    c = SchedulerConfig.from_files([path])
+    assert c.filter_scheduler.enabled_filters == ("AvailabilityZoneFilter", "RamFilter", "ComputeFilter")
+    assert c.least_cost_functions == ("nova.scheduler.least_cost.compute_fill_first_cost_fn",)
+    assert c.ram_allocation_ratio == 1.5
+    assert c.filter_scheduler.host_subset_size == 2
+
+
+def test_a_custom_cost_functions_weight_option_is_registered_from_the_function_list(tmp_path):
+    path = write(tmp_path, "[DEFAULT]\nleast_cost_functions = my.costs.compute_spread_cost_fn\n"
+                           "compute_spread_cost_fn_weight = 2.5\n")
+    assert SchedulerConfig.from_files([path]).compute_spread_cost_fn_weight == 2.5
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[filter_scheduler]\nhost_subset_size = zero\n", "host_subset_size"),
+        ("[filter_scheduler]\nhost_subset_size = 0\n", "host_subset_size"),
+        ("[filter_scheduler]\nimage_properties_default_architecture = pdp11\n",
+         "image_properties_default_architecture"),
+        ("[filter_scheduler]\nweighing_strategy = magic\n", "weighing_strategy"),
+        ("[filter_scheduler\nhost_subset_size = 1\n", "nova.conf"),
+        ("--not a flag\n", "not a --name=value flag"),
+    ],
+    ids=["non-integer", "below the minimum", "unknown architecture", "unknown strategy",
+         "broken section header", "broken flag line"],
+)
+def test_a_bad_value_is_a_config_error_naming_the_option(tmp_path, text, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=fragment):
+        SchedulerConfig.from_files([path])
+
+
+def test_a_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        SchedulerConfig.from_files([str(tmp_path / "absent.conf")])
+
+
+def test_unknown_options_in_known_groups_are_reported_as_likely_typos(tmp_path):
+    path = write(tmp_path, "[filter_scheduler]\nhost_subset_sise = 2\n[unrelated]\nx = 1\n")
+    assert unknown_options([path]) == [f"{path}: [filter_scheduler] host_subset_sise is not a known option"]
+
+
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [
+        (["a=1.0", "b=-2"], [("a", 1.0), ("b", -2.0)]),
+        (["name", "=5", "name=2.0t"], []),
+        (["a =2", "a=3"], [("a ", 2.0), ("a", 3.0)]),
+    ],
+    ids=["plain pairs", "bad items are dropped", "keys are not stripped and duplicates stay"],
+)
+def test_name_ratio_settings_parse_like_nova(items, expected):
+    assert parse_weight_setting(items) == expected
