@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from builders import NOW, cloud, host, spec
 
 from berth import plugins
 from berth.claims import InMemoryPlacement
 from berth.config import SchedulerConfig
 from berth.errors import PluginNotFound
 from berth.pipeline import Scheduler
+from builders import NOW, cloud, host, spec
 
 PLUGIN_SOURCE = Path(__file__).parent / "plugins" / "acmefilter"
 
