@@ -17,7 +17,7 @@ install: $(STAMP)
 # The main job: schedule a request against the example cloud on the embedded default
 # and print an explained decision.
 run: $(STAMP)
-	$(BIN)/berth schedule examples/cloud.yaml --flavor m1.large --num 3 --seed 7 --explain
+	$(BIN)/berth schedule examples/cloud.yaml --config-file examples/nova.conf --flavor m1.large --image ubuntu --num 3 --seed 7 --explain
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
