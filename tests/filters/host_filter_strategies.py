@@ -109,6 +109,9 @@ EXTRA_SPECS: dict[str, list[str]] = {
     "hw:maxphysaddr_bits": ["46", "48"],
     "host": ["<in> h1", "s== h0"],
     "XXYY": ["1"],
+    "num": ["= 3", ">= 6", "<or> 5"],
+    "capabilities:supported_instances": ["<in> kvm"],
+    "capabilities:cell_uuid": ["x"],
 }
 
 
