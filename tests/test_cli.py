@@ -1,0 +1,112 @@
+"""The berth command line: outputs, JSON, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from berth.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+CLOUD = str(ROOT / "examples" / "cloud.yaml")
+CONF = str(ROOT / "examples" / "nova.conf")
+NOW = "1800000000"
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_schedule_prints_one_row_per_instance_with_alternates(capsys):
+    code, out, _ = run(capsys, "schedule", CLOUD, "--flavor", "m1.large", "--num", "3",
+                       "--seed", "7", "--now", NOW)
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0].split()[:3] == ["#", "instance", "host"]
+    assert len(lines) == 4
+
+
+def test_the_same_seed_gives_the_same_json_decision(capsys):
+    args = ("schedule", CLOUD, "--config-file", CONF, "--flavor", "m1.small", "--num", "4",
+            "--seed", "11", "--now", NOW, "--json")
+    first = json.loads(run(capsys, *args)[1])
+    second = json.loads(run(capsys, *args)[1])
+    assert first == second
+    assert len(first["instances"]) == 4
+    hosts = [i["selected"]["host"] for i in first["instances"]]
+    for inst in first["instances"]:
+        assert inst["selected"]["allocation_request"]["allocations"]
+        assert inst["selected"]["host"] not in {a["host"] for a in inst["alternates"]}
+        assert not {a["host"] for a in inst["alternates"]} & set(hosts)
+
+
+def test_explain_shows_the_summary_the_steps_and_the_weights(capsys):
+    code, out, _ = run(capsys, "schedule", CLOUD, "--config-file", CONF, "--flavor", "m1.large",
+                       "--image", "ubuntu", "--seed", "1", "--now", NOW, "--explain")
+    assert code == 0
+    assert "hosts available" in out
+    assert "ComputeFilter" in out and "service disabled" in out
+    assert "top hosts by weight" in out
+
+
+def test_no_valid_host_exits_4_with_a_terse_error_and_the_explanation_when_asked(capsys):
+    code, out, err = run(capsys, "schedule", CLOUD, "--flavor", "m1.huge", "--num", "40",
+                         "--now", NOW, "--explain")
+    assert code == 4
+    assert err.startswith("error: No valid host was found.")
+    assert "hosts available" in out
+
+
+def test_an_unknown_flavor_is_a_one_line_error_listing_the_known_flavors(capsys):
+    code, _, err = run(capsys, "schedule", CLOUD, "--flavor", "m9.giant")
+    assert code == 3
+    assert err.count("\n") == 1 and "m1.large" in err
+
+
+def test_a_bad_config_file_exits_2_naming_the_option(capsys, tmp_path):
+    bad = tmp_path / "nova.conf"
+    bad.write_text("[filter_scheduler]\nenabled_filters = ComputeFilter,NoSuchFilter\n")
+    code, _, err = run(capsys, "schedule", CLOUD, "--flavor", "m1.small", "--config-file", str(bad))
+    assert code == 2
+    assert "NoSuchFilter" in err and "ComputeFilter" in err
+
+
+def test_config_check_lists_the_enabled_plugins(capsys):
+    code, out, _ = run(capsys, "config", "check", CONF)
+    assert code == 0
+    assert "AvailabilityZoneFilter" in out and "RAMWeigher" in out
+
+
+def test_cloud_check_summarizes_the_cloud(capsys):
+    code, out, _ = run(capsys, "cloud", "check", CLOUD)
+    assert code == 0 and "compute nodes" in out
+
+
+def test_filters_list_prints_every_built_in_with_its_rule(capsys):
+    code, out, _ = run(capsys, "filters", "list")
+    assert code == 0
+    for name in ("ComputeFilter", "RamFilter", "JsonFilter", "NUMATopologyFilter", "TrustedFilter"):
+        assert name in out
+
+
+def test_weighers_list_prints_every_built_in(capsys):
+    code, out, _ = run(capsys, "weighers", "list")
+    assert code == 0 and "RAMWeigher" in out and "BuildFailureWeigher" in out
+
+
+def test_flavor_check_reports_a_bad_extra_spec(capsys):
+    code, _, _ = run(capsys, "flavor", "check", "--extra-spec", "hw:cpu_policy=dedicated")
+    assert code == 0
+    code, out, _ = run(capsys, "flavor", "check", "--extra-spec", "hw:cpu_policy=sometimes")
+    assert code == 3 and "hw:cpu_policy" in out
+
+
+@pytest.mark.parametrize("argv", [["schedule", CLOUD, "--flavor", "m1.small", "--hint", "nokey"]],
+                         ids=["hint without a value"])
+def test_malformed_arguments_are_one_line_errors(capsys, argv):
+    code, _, err = run(capsys, *argv)
+    assert code == 3 and err.startswith("error:")
