@@ -307,6 +307,17 @@ def _merge(
         [suffixes.index(s) for s in subtree if s in query.groups] for subtree in query.same_subtrees
     ]
     single = len(per_group) == 1
+    if single and not graph.sharing:
+        # One group and no sharing provider: no sums to re-check, and no duplicates
+        # (those only come from a sharing provider serving several anchors).
+        suffix = suffixes[0]
+        out: list[Candidate] = []
+        for req in sorted(per_group[0], key=lambda r: r.anchor):
+            amounts: dict[int, dict[str, int]] = {}
+            for p, rc, amount in req.rows:
+                amounts.setdefault(p, {})[rc] = amount
+            out.append(Candidate(amounts, {suffix: list(req.providers)}))
+        return out
 
     bucketed: list[dict[int, list[GroupRequest]]] = []
     for found in per_group:
@@ -319,7 +330,7 @@ def _merge(
         anchors &= buckets.keys()
 
     seen: set[tuple[object, ...]] = set()
-    out: list[Candidate] = []
+    out = []
     for anchor in sorted(anchors):
         for combo in itertools.product(*(b[anchor] for b in bucketed)):
             if isolate and n_suffixed > 1:
@@ -328,7 +339,7 @@ def _merge(
                     continue
             if subtrees and not all(_same_subtree(graph, combo, idx) for idx in subtrees):
                 continue
-            amounts: dict[int, dict[str, int]] = {}
+            amounts = {}
             for req in combo:
                 for p, rc, amount in req.rows:
                     per_rc = amounts.setdefault(p, {})
