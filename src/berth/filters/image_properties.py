@@ -1,0 +1,273 @@
+"""ImagePropertiesFilter: pass hosts that support the image's architecture, hypervisor
+type and VM mode (and its requested hypervisor version and physical address bits).
+
+The image's canonicalized ``hw_architecture``, ``img_hv_type`` and ``hw_vm_mode`` must all
+be members of one of the host's ``supported_instances`` triples; that triple's host must
+also satisfy ``img_hv_requested_version`` (e.g. ``">=6.0,<7"``) and have at least
+``hw_maxphysaddr_bits`` in its ``cpu_info``. An image setting none of the three passes
+everywhere. Option: ``[filter_scheduler] image_properties_default_architecture`` (the
+architecture of images that set none). Lever: the image properties (reference §3.4).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+from packaging.version import InvalidVersion, Version
+
+from berth.config import ARCHITECTURES
+from berth.errors import InputError
+from berth.filters.base import BaseHostFilter, Reject
+
+if TYPE_CHECKING:
+    from berth.host_state import Hosts, HostState
+    from berth.model.request import RequestSpec
+
+HV_TYPES = frozenset([
+    "baremetal", "bhyve", "docker", "fake", "hyperv", "ironic", "kqemu", "kvm", "lxc", "lxd",
+    "openvz", "parallels", "virtuozzo", "phyp", "qemu", "tcg", "uml", "vmware", "vbox", "xen",
+    "zvm", "prsm",
+])  # fmt: skip
+VM_MODES = frozenset(["hvm", "xen", "uml", "exe"])
+_ARCH_ALIASES = {"i386": "i686", "i486": "i686", "i586": "i686", "x86_32": "i686",
+                 "x86_32p": "i686", "amd64": "x86_64"}
+_HV_ALIASES = {"xapi": "xen"}
+_VM_MODE_ALIASES = {"pv": "xen", "hv": "hvm", "baremetal": "hvm"}
+_PREDICATE_PART = re.compile(r"^\s*(<=|>=|<|>|!=|==)\s*(\S+?)\s*$")
+_COMPARATORS = {
+    "<=": Version.__le__, ">=": Version.__ge__, "<": Version.__lt__, ">": Version.__gt__,
+    "!=": Version.__ne__, "==": Version.__eq__,
+}
+
+
+def _canonicalize(prop: str, value: Any, aliases: dict[str, str], valid: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    name = str(value).lower()
+    name = aliases.get(name, name)
+    if name not in valid:
+        raise InputError(
+            f"image property {prop}={value!r} is not a valid value "
+            f"(expected one of {', '.join(sorted(valid))})",
+            field=prop, value=value,
+        )
+    return name
+
+
+def canonical_architecture(value: Any) -> str | None:
+    """Lower-case; i386/i486/i586/x86_32/x86_32p -> i686, amd64 -> x86_64; None stays."""
+    return _canonicalize("hw_architecture", value, _ARCH_ALIASES, frozenset(ARCHITECTURES))
+
+
+def canonical_hv_type(value: Any) -> str | None:
+    """Lower-case; xapi -> xen; None stays."""
+    return _canonicalize("img_hv_type", value, _HV_ALIASES, HV_TYPES)
+
+
+def canonical_vm_mode(value: Any) -> str | None:
+    """Lower-case; pv -> xen, hv and baremetal -> hvm; None stays."""
+    return _canonicalize("hw_vm_mode", value, _VM_MODE_ALIASES, VM_MODES)
+
+
+def version_to_str(version: int) -> str:
+    """A hypervisor version int in base-1000 groups: 6000000 -> ``"6.0.0"``."""
+    parts: list[str] = []
+    while version != 0:
+        parts.insert(0, str(version % 1000))
+        version //= 1000
+    return ".".join(parts)
+
+
+def parse_version_predicate(text: str) -> list[tuple[str, Version]]:
+    """``">=6.0,<7"`` -> ``[(">=", 6.0), ("<", 7)]``; InputError naming the property when
+    a part is not ``(<=|>=|<|>|!=|==) VERSION``."""
+    conditions: list[tuple[str, Version]] = []
+    for part in str(text).split(","):
+        found = _PREDICATE_PART.match(part)
+        problem = None if found else f"{part.strip()!r} is not '<op> <version>'"
+        if found:
+            try:
+                conditions.append((found.group(1), Version(found.group(2))))
+            except InvalidVersion:
+                problem = f"{found.group(2)!r} is not a version"
+        if problem:
+            raise InputError(
+                f"image property img_hv_requested_version={text!r}: {problem} "
+                "(expected e.g. '>=6.0,<7')",
+                field="img_hv_requested_version", value=text,
+            )
+    return conditions
+
+
+@dataclass(frozen=True)
+class ImageRequirements:
+    """What an image asks of a host, parsed once per request."""
+
+    arch: str | None
+    hv_type: str | None
+    vm_mode: str | None
+    version_predicate: str | None
+    version_conditions: tuple[tuple[str, Version], ...]
+    maxphysaddr_bits: int | None
+
+    @property
+    def asks_nothing(self) -> bool:
+        """Rule 1: none of the three properties is set (version and bits are ignored)."""
+        return not (self.arch or self.hv_type or self.vm_mode)
+
+    def props_text(self) -> str:
+        """The requested triple for explanations (``-`` for unset parts)."""
+        return ",".join(p or "-" for p in (self.arch, self.hv_type, self.vm_mode))
+
+
+def image_requirements(spec_obj: RequestSpec, default_arch: str | None) -> ImageRequirements:
+    """Canonicalize and parse the image's properties (InputError if one is invalid)."""
+    props: Any = spec_obj.image.properties if spec_obj.image is not None else {}
+    predicate = props.get("img_hv_requested_version")
+    bits = props.get("hw_maxphysaddr_bits")
+    if bits:
+        try:
+            bits = int(bits)
+        except (TypeError, ValueError):
+            raise InputError(
+                f"image property hw_maxphysaddr_bits={bits!r} is not an integer",
+                field="hw_maxphysaddr_bits", value=bits,
+            ) from None
+    return ImageRequirements(
+        arch=canonical_architecture(props.get("hw_architecture", default_arch)),
+        hv_type=canonical_hv_type(props.get("img_hv_type")),
+        vm_mode=canonical_vm_mode(props.get("hw_vm_mode")),
+        version_predicate=str(predicate) if predicate else None,
+        version_conditions=tuple(parse_version_predicate(predicate)) if predicate else (),
+        maxphysaddr_bits=bits or None,
+    )
+
+
+def host_maxphysaddr_bits(cpu_info: Any, host: str) -> float | None:
+    """The ``maxphysaddr.bits`` of a host's cpu_info (a JSON string), or None if unknown.
+
+    Nova calls ``.get`` on the raw string and would crash; Berth decodes it. cpu_info
+    that is not a JSON object, or has no bits, means "unknown" (the check is skipped).
+    """
+    if isinstance(cpu_info, str):
+        try:
+            cpu_info = json.loads(cpu_info)
+        except ValueError:
+            return None
+    if not isinstance(cpu_info, dict):
+        return None
+    maxphysaddr = cpu_info.get("maxphysaddr", {})
+    bits = maxphysaddr.get("bits") if isinstance(maxphysaddr, dict) else None
+    if not bits:
+        return None
+    if isinstance(bits, bool) or not isinstance(bits, (int, float)):
+        raise InputError(
+            f"host {host!r} reports cpu_info maxphysaddr bits {bits!r}, not a number",
+            host=host, value=bits,
+        )
+    return float(bits)
+
+
+def check_host(
+    req: ImageRequirements,
+    supported_instances: list[list[str]] | None,
+    hypervisor_version: int | None,
+    cpu_info: Any,
+    host: str,
+) -> Reject | None:
+    """Rules 2-4 of reference §3.4 for one host (rule 1 is the caller's)."""
+    if not supported_instances:
+        return Reject.of("image properties unsupported", requested=req.props_text(),
+                         supported="(none)")
+    wanted = [p for p in (req.arch, req.hv_type, req.vm_mode) if p]
+    version_ok: bool | None = None
+    bits_ok: bool | None = None
+    host_bits: float | None = None
+    for triple in supported_instances:
+        if not all(p in triple for p in wanted):
+            continue
+        if version_ok is None:
+            version_ok = True
+            if hypervisor_version and req.version_conditions:
+                if hypervisor_version < 0:
+                    raise InputError(f"host {host!r} reports a negative hypervisor_version "
+                                     f"{hypervisor_version}", host=host)
+                host_version = Version(version_to_str(int(hypervisor_version)))
+                version_ok = all(_COMPARATORS[op](host_version, v)
+                                 for op, v in req.version_conditions)
+        if not version_ok:
+            continue
+        if bits_ok is None:
+            host_bits = host_maxphysaddr_bits(cpu_info, host) if req.maxphysaddr_bits else None
+            bits_ok = host_bits is None or host_bits >= (req.maxphysaddr_bits or 0)
+        if bits_ok:
+            return None
+    if version_ok is None:
+        return Reject.of("image properties unsupported", requested=req.props_text(),
+                         supported=";".join(",".join(map(str, t)) for t in supported_instances))
+    if not version_ok:
+        return Reject.of("image properties unsupported",
+                         requested_version=req.version_predicate,
+                         hypervisor_version=version_to_str(int(hypervisor_version or 0)))
+    return Reject.of("image properties unsupported", requested_bits=req.maxphysaddr_bits,
+                     host_bits=host_bits)
+
+
+class ImagePropertiesFilter(BaseHostFilter):
+    """Pass hosts supporting the image's architecture, hypervisor type, VM mode, requested
+    hypervisor version and physical address bits."""
+
+    run_filter_once_per_request: ClassVar[bool] = True
+    RUN_ON_REBUILD: ClassVar[bool] = True
+
+    def _requirements(self, spec_obj: RequestSpec) -> ImageRequirements:
+        return image_requirements(
+            spec_obj, self.config.filter_scheduler.image_properties_default_architecture
+        )
+
+    def validate_request(self, spec_obj: RequestSpec) -> None:
+        """Reject invalid architecture/hypervisor/VM-mode values, version predicates and
+        bit counts up front."""
+        self._requirements(spec_obj)
+
+    def check(self, host_state: HostState, spec_obj: RequestSpec) -> Reject | None:
+        """``image properties unsupported`` with the requested and supported values."""
+        req = self._requirements(spec_obj)
+        if req.asks_nothing:
+            return None
+        return check_host(req, host_state.supported_instances, host_state.hypervisor_version,
+                          host_state.cpu_info, host_state.host)
+
+    def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:
+        """Once per distinct (supported_instances, hypervisor_version, cpu_info)."""
+        req = self._requirements(spec_obj)
+        if req.asks_nothing or len(hosts) == 0:
+            return np.ones(len(hosts), dtype=bool)
+        snapshot = hosts.snapshot
+        versions = hosts.col("hypervisor_version")
+        _, version_codes = np.unique(np.nan_to_num(versions, nan=-1.0), return_inverse=True)
+        signature = np.stack([
+            hosts.codes("supported_instances").astype(np.int64),
+            version_codes.reshape(-1).astype(np.int64),
+            hosts.codes("cpu_info").astype(np.int64)
+            if req.maxphysaddr_bits else np.zeros(len(hosts), dtype=np.int64),
+        ])
+        _, first, inverse = np.unique(signature, axis=1, return_index=True, return_inverse=True)
+        names = snapshot.obj("host")
+        verdicts = []
+        for i in first.tolist():
+            row = int(hosts.rows[i])
+            version = versions[i]
+            verdicts.append(check_host(
+                req,
+                snapshot.interned_value("supported_instances", row),
+                None if np.isnan(version) else int(version),
+                snapshot.interned_value("cpu_info", row),
+                str(names[row]),
+            ) is None)
+        result: np.ndarray = np.array(verdicts, dtype=bool)[inverse.reshape(-1)]
+        return result
