@@ -82,6 +82,11 @@ class WorkingSet:
         """Override a per-host object for this request only."""
         self._objects.setdefault(name, {})[row] = value
 
+    def overridden(self, name: str) -> dict[int, Any]:
+        """Rows whose per-host object ``name`` this request replaced, with the new values
+        (bulk filters patch their per-snapshot caches with these; do not modify)."""
+        return self._objects.get(name, {})
+
     # ----------------------------------------------------------------- limits
     def limits(self, row: int) -> dict[str, Any]:
         """The mutable ``limits`` dict of a row (what the Selection hands to the compute)."""

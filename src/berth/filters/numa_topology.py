@@ -1,0 +1,217 @@
+"""NUMATopologyFilter: pass hosts whose NUMA cells can hold the guest's NUMA topology.
+
+The rule (reference §3.18): a host with a NUMA topology fails a ``dedicated`` +
+``require`` request when it has no SMT; a request with a NUMA topology fails hosts
+without one and keeps only the allocation candidates for which the guest cells fit
+(CPU pinning and thread policies, page sizes, oversubscription by the host's
+cpu/ram_allocation_ratio, emulator threads, PCI and network NUMA affinity).
+Options: ``[compute] packing_host_numa_cells_allocation_strategy`` (fill the busiest
+cells first instead of spreading). The operator's levers are the host's allocation
+ratios and that option; the request's are the flavor's ``hw:*`` extra specs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from berth.filters.base import BaseHostFilter, Reject
+from berth.hardware.columns import NONE_CODE, keep_candidates, object_codes
+from berth.hardware.numa import (
+    DEDICATED,
+    REQUIRE,
+    InstanceNUMATopology,
+    NUMATopology,
+    NUMATopologyLimits,
+    numa_fit_instance_to_host,
+    numa_topology_from_request,
+)
+from berth.hardware.pci import InstancePCIRequest, PciDeviceStats, mapping_key, requests_of
+
+if TYPE_CHECKING:
+    from berth.host_state import Hosts, HostState
+    from berth.model.request import RequestSpec
+
+REASON_NO_FIT = "NUMA topology does not fit"
+REASON_NO_TOPOLOGY = "host has no NUMA topology"
+REASON_NEEDS_SMT = "CPU thread policy require needs SMT"
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What one request asks of every host, computed once per call."""
+
+    req: InstanceNUMATopology | None
+    requires_threads: bool
+    pci: list[InstancePCIRequest]
+    network_metadata: Any
+    pack: bool
+
+    def limits(self, cpu_ratio: float | None, ram_ratio: float | None) -> NUMATopologyLimits:
+        return NUMATopologyLimits(cpu_ratio, ram_ratio, self.network_metadata or None, self.pack)
+
+    def fits(
+        self,
+        host: NUMATopology,
+        pci_stats: PciDeviceStats | None,
+        limits: NUMATopologyLimits,
+        mapping: Any,
+    ) -> bool:
+        return numa_fit_instance_to_host(
+            host, self.req, limits, self.pci or None, pci_stats, provider_mapping=mapping
+        ) is not None
+
+    def reject(self, host: NUMATopology) -> Reject:
+        req = self.req
+        assert req is not None
+        return Reject.of(
+            REASON_NO_FIT,
+            requested_cells=len(req.cells),
+            requested_cpus=sum(len(c) for c in req.cells),
+            requested_memory_mb=sum(c.memory for c in req.cells),
+            host_cells=len(host.cells),
+        )
+
+
+def _ratio(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+class NUMATopologyFilter(BaseHostFilter):
+    """Pass hosts whose NUMA cells fit the guest's NUMA topology (pinning, pages, limits).
+
+    Candidates (Nova's CandidateFilterMixin): the host keeps the allocation candidates
+    for which the topology fits with the candidate's provider mapping, and fails with
+    none left; ``host_state.limits['numa_topology']`` is set on a pass. When the working
+    set has no candidates in use (``ws.candidates is None``: the offline/legacy path,
+    where Nova would see an empty list and fail every host), Berth evaluates the fit once
+    without a provider mapping instead, so offline scheduling stays meaningful.
+    The fit works on copies: the request's topology never receives pinning here.
+    """
+
+    run_filter_once_per_request: ClassVar[bool] = False
+    RUN_ON_REBUILD: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ request side
+    def validate_request(self, spec_obj: RequestSpec) -> None:
+        """Parse the flavor/image NUMA extra specs so bad values fail before any host."""
+        props = spec_obj.image.properties if spec_obj.image is not None else None
+        numa_topology_from_request(spec_obj.flavor, props)
+
+    def _facts(self, spec_obj: RequestSpec) -> _Facts:
+        extra_specs = spec_obj.flavor.extra_specs or {}
+        # Nova's spec always carries an ImageMeta (empty for volume-backed servers);
+        # Berth's None image means the same thing: no properties.
+        props = spec_obj.image.properties if spec_obj.image is not None else None
+        image_get = props.get if props is not None else (lambda _name, _default=None: None)
+        policies = [extra_specs.get("hw:cpu_policy"), image_get("hw_cpu_policy")]
+        threads = [extra_specs.get("hw:cpu_thread_policy"), image_get("hw_cpu_thread_policy")]
+        compute = getattr(self.config, "compute", None)
+        pack = bool(compute.packing_host_numa_cells_allocation_strategy) if compute is not None else False
+        return _Facts(
+            req=spec_obj.numa_topology or None,
+            requires_threads=DEDICATED in policies and REQUIRE in threads,
+            pci=requests_of(spec_obj.pci_requests),
+            network_metadata=spec_obj.network_metadata,
+            pack=pack,
+        )
+
+    # ------------------------------------------------------------------ per host
+    def check(self, host_state: HostState, spec_obj: RequestSpec) -> Reject | None:
+        """None if the host passes; keeps the fitting candidates and sets the limits."""
+        facts = self._facts(spec_obj)
+        host = host_state.numa_topology
+        if facts.requires_threads and host and not host.has_threads:
+            return Reject.of(REASON_NEEDS_SMT)
+        if facts.req and host:
+            limits = facts.limits(host_state.cpu_allocation_ratio, host_state.ram_allocation_ratio)
+            pci_stats = host_state.pci_stats
+            if host_state.working_set.candidates is None:
+                ok = facts.fits(host, pci_stats, limits, None)
+            else:
+                kept = keep_candidates(
+                    host_state.allocation_candidates, facts.pci,
+                    lambda mapping: facts.fits(host, pci_stats, limits, mapping),
+                    mapping_matters=bool(facts.pci) and pci_stats is not None,
+                )
+                host_state.allocation_candidates = kept
+                ok = bool(kept)
+            if not ok:
+                return facts.reject(host)
+            host_state.limits["numa_topology"] = limits
+            return None
+        if facts.req:
+            return Reject.of(REASON_NO_TOPOLOGY)
+        return None
+
+    # ------------------------------------------------------------------ bulk
+    def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:
+        """Vectorized: no per-host work without a NUMA request; otherwise one fit per
+        distinct (topology, ratios, PCI pools) and, with PCI requests, per candidate
+        mapping key."""
+        n = len(hosts)
+        facts = self._facts(spec_obj)
+        if not facts.req and not facts.requires_threads:
+            return np.ones(n, dtype=bool)
+        codes, table = object_codes(hosts, "numa_topology")
+        truthy = np.fromiter((bool(t) for t in table), dtype=bool, count=len(table))
+        present = codes != NONE_CODE
+        has = np.zeros(n, dtype=bool)
+        has[present] = truthy[codes[present]]
+        mask = np.ones(n, dtype=bool)
+        if facts.requires_threads:
+            threads = np.fromiter((t.has_threads for t in table), dtype=bool, count=len(table))
+            mask[has] = threads[codes[has]]
+        if not facts.req:
+            return mask
+        mask &= has
+        todo = np.flatnonzero(mask)
+        if len(todo) == 0:
+            return mask
+        pci_codes, pci_table = object_codes(hosts, "pci_stats")
+        cpu = hosts.col("cpu_allocation_ratio")[todo]
+        ram = hosts.col("ram_allocation_ratio")[todo]
+        keys = np.column_stack([codes[todo].astype(float), cpu, ram, pci_codes[todo].astype(float)])
+        groups, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        group_limits = [facts.limits(_ratio(g[1]), _ratio(g[2])) for g in groups]
+        group_host = [table[int(g[0])] for g in groups]
+        group_pci = [None if int(g[3]) == NONE_CODE else pci_table[int(g[3])] for g in groups]
+        ws = hosts.ws
+        rows = hosts.rows[todo].tolist()
+        passed = np.zeros(len(todo), dtype=bool)
+        if ws.candidates is None:
+            ok = np.fromiter(
+                (facts.fits(h, p, lim, None) for h, p, lim in zip(group_host, group_pci, group_limits)),
+                dtype=bool, count=len(groups),
+            )
+            passed = ok[inverse]
+        else:
+            memo: dict[tuple[int, Any], bool] = {}
+            candidates = ws.candidates
+            for i, (row, g) in enumerate(zip(rows, inverse.tolist())):
+                host, pci_stats, limits = group_host[g], group_pci[g], group_limits[g]
+
+                def fit(mapping: Any, g: int = g, host: NUMATopology = host,
+                        pci_stats: PciDeviceStats | None = pci_stats,
+                        limits: NUMATopologyLimits = limits) -> bool:
+                    key = (g, mapping_key(facts.pci, mapping) if facts.pci and pci_stats is not None else None)
+                    cached = memo.get(key)
+                    if cached is None:
+                        cached = memo[key] = facts.fits(host, pci_stats, limits, mapping)
+                    return cached
+
+                cands = candidates.get(row, [])
+                kept = keep_candidates(cands, facts.pci, fit,
+                                        mapping_matters=bool(facts.pci) and pci_stats is not None)
+                if len(kept) != len(cands):
+                    candidates[row] = kept
+                passed[i] = bool(kept)
+        for i in np.flatnonzero(passed).tolist():
+            ws.limits(rows[i])["numa_topology"] = group_limits[int(inverse[i])]
+        mask[todo] = passed
+        return mask
+

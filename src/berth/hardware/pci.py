@@ -1,0 +1,525 @@
+"""PCI device pools, PCI requests and aliases (reference §3.19, §2.3).
+
+* :class:`PciDeviceStats` — a host's free PCI devices grouped in pools (dicts with
+  ``vendor_id``, ``product_id``, ``numa_node``, ``dev_type``, ``count``, optional
+  ``rp_uuid`` and free-form tags such as ``physical_network``). Immutable in use:
+  :meth:`~PciDeviceStats.support_requests` works on a copy and
+  :meth:`~PciDeviceStats.apply_requests` returns a new object.
+* :class:`InstancePCIRequest` / :class:`InstancePCIRequests` — what a request needs.
+* :func:`parse_aliases` reads ``[pci] alias`` (JSON objects) and
+  :func:`pci_requests_from_flavor` turns the flavor's ``pci_passthrough:alias`` =
+  ``"name:count[,name:count]"`` into requests.
+
+Pool selection for one request, in order (Nova 34's ``_filter_pools``):
+
+1. spec match: a pool matches if, for any spec dict of the request, every key equals the
+   pool's value (strings case-insensitively; a list value needs all its items in the
+   pool's list); ``resource_class``, ``traits``, ``rp_uuids`` and ``live_migratable``
+   are not matched here;
+2. NUMA affinity when instance cells are given, by policy ``required`` (only pools on
+   the cells), ``legacy`` (the default: also pools with no NUMA node), ``preferred``
+   (any pool, the cells' pools first) or ``socket`` (pools on cells of the same socket);
+   a stricter set is used whenever it holds enough devices;
+3. PF pools are dropped unless ``dev_type=type-PF`` is asked, ``vdpa`` pools unless
+   asked, ``remote_managed=true`` pools unless asked;
+4. when placement mapped the request to resource providers, only pools on them remain;
+5. ``live_migratable`` true/false in the request keeps only pools with the same value
+   (a pool without the tag is not live-migratable);
+6. the request fails when the surviving pools hold fewer than ``count`` devices.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from berth.errors import ConfigError, ExtraSpecError, SchedulingError
+from berth.snapshot import freeze
+
+if TYPE_CHECKING:
+    from berth.hardware.numa import NUMATopology
+
+TYPE_PCI, TYPE_PF, TYPE_VF, TYPE_VDPA = "type-PCI", "type-PF", "type-VF", "vdpa"
+DEVICE_TYPES = (TYPE_PCI, TYPE_PF, TYPE_VF, TYPE_VDPA)
+REQUIRED, LEGACY, PREFERRED, SOCKET = "required", "legacy", "preferred", "socket"
+NUMA_POLICIES = (REQUIRED, LEGACY, PREFERRED, SOCKET)
+REMOTE_MANAGED_TAG = "remote_managed"
+LIVE_MIGRATABLE_TAG = "live_migratable"
+
+#: Spec keys that do not describe the device itself (placement or migration hints).
+_UNMATCHED_SPEC_KEYS = frozenset({"resource_class", "traits", "rp_uuids", LIVE_MIGRATABLE_TAG})
+_TRUE_STRINGS = frozenset({"1", "t", "true", "on", "y", "yes"})
+_FALSE_STRINGS = frozenset({"0", "f", "false", "off", "n", "no"})
+_ALIAS_KEYS = frozenset({"name", "capability_type", "product_id", "vendor_id", "device_type",
+                         "numa_policy", "resource_class", "traits", LIVE_MIGRATABLE_TAG})
+
+
+class PciRequestFailed(SchedulingError):
+    """PCI requests were applied to a host whose pools cannot serve them."""
+
+    code = "berth.scheduling.pci_request_failed"
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in _TRUE_STRINGS if value is not None else False
+
+
+# -------------------------------------------------------------------------- requests
+@dataclass
+class InstancePCIRequest:
+    """``count`` devices matching any dict of ``spec``, under ``numa_policy``.
+
+    ``request_id`` ties the request to placement request groups named
+    ``{request_id}`` or ``{request_id}-{n}`` in an allocation candidate's mappings.
+    """
+
+    count: int
+    spec: list[dict[str, Any]]
+    alias_name: str | None = None
+    numa_policy: str | None = None
+    request_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {"count": self.count, "spec": self.spec, "alias_name": self.alias_name,
+                "numa_policy": self.numa_policy, "request_id": self.request_id}
+
+
+@dataclass
+class InstancePCIRequests:
+    """The PCI requests of an instance (``spec.pci_requests``)."""
+
+    requests: list[InstancePCIRequest] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {"requests": [r.to_dict() for r in self.requests]}
+
+
+def requests_of(value: Any) -> list[InstancePCIRequest]:
+    """The request list of ``spec.pci_requests`` (an InstancePCIRequests, a list, or None)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return list(getattr(value, "requests", None) or [])
+
+
+# -------------------------------------------------------------------------- aliases
+@functools.lru_cache(maxsize=64)
+def _parse_aliases_cached(aliases: tuple[str, ...]) -> dict[str, tuple[str, tuple[dict[str, Any], ...]]]:
+    result: dict[str, tuple[str, tuple[dict[str, Any], ...]]] = {}
+    for index, text in enumerate(aliases):
+        where = f"[pci] alias #{index + 1}"
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: not valid JSON ({exc}): {text!r}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a JSON object, got {text!r}")
+        unknown = set(data) - _ALIAS_KEYS
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: "
+                              f"{', '.join(sorted(_ALIAS_KEYS))}")
+        for key, value in data.items():
+            if not isinstance(value, str):
+                raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
+        name = data.pop("name", "").strip()
+        if not name:
+            raise ConfigError(f"{where}: name is required")
+        for key in ("vendor_id", "product_id"):
+            value = data.get(key)
+            if value is not None and not (len(value) == 4 and all(c in "0123456789abcdefABCDEF" for c in value)):
+                raise ConfigError(f"{where}: {key} must be 4 hex digits, got {value!r}")
+        if data.get("capability_type", "pci") != "pci":
+            raise ConfigError(f"{where}: capability_type must be 'pci', got {data['capability_type']!r}")
+        policy = data.pop("numa_policy", None) or LEGACY
+        if policy not in NUMA_POLICIES:
+            raise ConfigError(f"{where}: numa_policy must be one of {', '.join(NUMA_POLICIES)}, "
+                              f"got {policy!r}")
+        dev_type = data.pop("device_type", None)
+        if dev_type is not None:
+            if dev_type not in DEVICE_TYPES:
+                raise ConfigError(f"{where}: device_type must be one of {', '.join(DEVICE_TYPES)}, "
+                                  f"got {dev_type!r}")
+            data["dev_type"] = dev_type
+        live = data.get(LIVE_MIGRATABLE_TAG)
+        if live is not None and live.strip().lower() not in _TRUE_STRINGS | _FALSE_STRINGS:
+            raise ConfigError(f"{where}: live_migratable must be true or false, got {live!r}")
+        if name in result:
+            known_policy, specs = result[name]
+            if known_policy != policy:
+                raise ConfigError(f"{where}: alias {name!r} is defined again with numa_policy "
+                                  f"{policy!r} (was {known_policy!r})")
+            if specs[0].get("dev_type") != data.get("dev_type"):
+                raise ConfigError(f"{where}: alias {name!r} is defined again with device_type "
+                                  f"{data.get('dev_type')!r} (was {specs[0].get('dev_type')!r})")
+            result[name] = (policy, specs + (data,))
+        else:
+            result[name] = (policy, (data,))
+    return result
+
+
+def parse_aliases(aliases: Iterable[str]) -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """``[pci] alias`` JSON strings -> name -> (numa_policy, [spec, ...]).
+
+    Several definitions with one name add specs (any of them may match); they must agree
+    on ``numa_policy`` and ``device_type``. Bad JSON, unknown keys or values raise
+    :class:`~berth.errors.ConfigError`.
+    """
+    parsed = _parse_aliases_cached(tuple(aliases))
+    return {name: (policy, [dict(s) for s in specs]) for name, (policy, specs) in parsed.items()}
+
+
+def _pci_numa_policy(flavor: Any, image_props: Any) -> str | None:
+    specs = getattr(flavor, "extra_specs", None) or {}
+    flavor_policy = specs.get("hw:pci_numa_affinity_policy") or None
+    image_policy = None
+    if image_props is not None and hasattr(image_props, "get"):
+        image_policy = image_props.get("hw_pci_numa_affinity_policy") or None
+    for key, value in (("hw:pci_numa_affinity_policy", flavor_policy),
+                       ("hw_pci_numa_affinity_policy", image_policy)):
+        if value is not None and value not in NUMA_POLICIES:
+            raise ExtraSpecError(f"{key}={value!r}: must be one of {', '.join(NUMA_POLICIES)}",
+                                 key=key, value=value)
+    if flavor_policy and image_policy and flavor_policy != image_policy:
+        raise ExtraSpecError(
+            f"hw_pci_numa_affinity_policy={image_policy!r}: conflicts with the flavor's "
+            f"hw:pci_numa_affinity_policy={flavor_policy}",
+            key="hw_pci_numa_affinity_policy", value=image_policy)
+    return flavor_policy or image_policy
+
+
+def pci_requests_from_flavor(
+    flavor: Any, config: Any, image_props: Any = None
+) -> InstancePCIRequests:
+    """The PCI requests of a flavor's ``pci_passthrough:alias`` (empty without one).
+
+    Each ``name:count`` becomes one request for ``count`` devices matching the alias's
+    specs, with the flavor/image ``pci_numa_affinity_policy`` overriding the alias's
+    ``numa_policy``. An unknown alias or a malformed value raises
+    :class:`~berth.errors.ExtraSpecError`; a bad ``[pci] alias`` raises ConfigError.
+    """
+    specs = getattr(flavor, "extra_specs", None) or {}
+    value = specs.get("pci_passthrough:alias")
+    if value is None:
+        return InstancePCIRequests([])
+    key = "pci_passthrough:alias"
+    aliases = parse_aliases(_config_aliases(config))
+    policy = _pci_numa_policy(flavor, image_props)
+    requests: list[InstancePCIRequest] = []
+    for index, part in enumerate(str(value).split(",")):
+        name, sep, count_text = part.partition(":")
+        name = name.strip()
+        if not sep or not name or ":" in count_text:
+            raise ExtraSpecError(f"{key}={value!r}: expected name:count[,name:count], "
+                                 f"got {part.strip()!r}", key=key, value=value)
+        try:
+            count = int(count_text.strip())
+        except ValueError:
+            raise ExtraSpecError(f"{key}={value!r}: count of {name!r} must be an integer, "
+                                 f"got {count_text.strip()!r}", key=key, value=value) from None
+        if count < 1:
+            raise ExtraSpecError(f"{key}={value!r}: count of {name!r} must be >= 1",
+                                 key=key, value=value)
+        if name not in aliases:
+            known = ", ".join(sorted(aliases)) or "none configured"
+            raise ExtraSpecError(f"{key}={value!r}: PCI alias {name!r} is not defined in "
+                                 f"[pci] alias (known: {known})", key=key, value=value)
+        alias_policy, alias_specs = aliases[name]
+        requests.append(InstancePCIRequest(
+            count=count, spec=alias_specs, alias_name=name,
+            numa_policy=policy or alias_policy,
+            request_id=f"pci-{getattr(flavor, 'name', 'flavor')}-{index}-{name}",
+        ))
+    return InstancePCIRequests(requests)
+
+
+def _config_aliases(config: Any) -> tuple[str, ...]:
+    if config is None:
+        return ()
+    group = getattr(config, "pci", None)
+    aliases = getattr(group, "alias", None) if group is not None else None
+    return tuple(aliases or ())
+
+
+# -------------------------------------------------------------------------- pools
+_POOL_INT_KEYS = ("count",)
+
+
+def _validate_pool(pool: Any, index: int) -> dict[str, Any]:
+    where = f"[{index}]"
+    if not isinstance(pool, Mapping):
+        raise TypeError(f"{where}: expected a mapping, got {pool!r}")
+    out = dict(pool)
+    count = out.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"{where}.count: expected an integer >= 0, got {count!r}")
+    node = out.get("numa_node")
+    if node is not None and (isinstance(node, bool) or not isinstance(node, int)):
+        raise TypeError(f"{where}.numa_node: expected an integer or null, got {node!r}")
+    out.setdefault("numa_node", None)
+    out.setdefault("dev_type", TYPE_PCI)
+    for key in ("vendor_id", "product_id", "dev_type", "rp_uuid"):
+        if key in out and out[key] is not None and not isinstance(out[key], str):
+            raise TypeError(f"{where}.{key}: expected a string, got {out[key]!r}")
+    return out
+
+
+class PciDeviceStats:
+    """A host's free PCI devices by pool (Nova's ``PciDeviceStats``).
+
+    ``pools`` must not be changed in place once the object is built: equal pool lists
+    share a signature, which the bulk filters evaluate once. ``numa_topology`` (the
+    host's) is only needed by the ``socket`` NUMA policy.
+    """
+
+    __slots__ = ("pools", "numa_topology", "_key", "_hash")
+
+    def __init__(self, pools: Iterable[Mapping[str, Any]] = (), numa_topology: NUMATopology | None = None) -> None:
+        self.pools: list[dict[str, Any]] = [dict(p) for p in pools]
+        self.numa_topology = numa_topology
+        self._key: Any = None
+        self._hash: int | None = None
+
+    @classmethod
+    def from_pools(
+        cls, pools: Sequence[Mapping[str, Any]], numa_topology: NUMATopology | None = None
+    ) -> PciDeviceStats:
+        """Build from pool dicts (the cloud file's ``pci_pools``), validating them.
+
+        Each pool needs ``count`` (an integer >= 0); ``numa_node`` is an integer or null;
+        ``dev_type`` defaults to ``type-PCI``. Other keys are tags matched by requests.
+        Malformed pools raise ValueError/TypeError naming ``[index].field``.
+        """
+        if not isinstance(pools, (list, tuple)):
+            raise TypeError(f"expected a list of pools, got {type(pools).__name__}")
+        return cls([_validate_pool(p, i) for i, p in enumerate(pools)], numa_topology)
+
+    # ---------------------------------------------------------------- identity
+    def signature(self) -> Any:
+        """A hashable key equal for equal pool lists (cached)."""
+        if self._key is None:
+            self._key = (freeze(self.pools), self.numa_topology)
+        return self._key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PciDeviceStats) and other.signature() == self.signature()
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self.signature())
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"PciDeviceStats({self.pools!r})"
+
+    def __iter__(self) -> Any:
+        return iter(self.pools)
+
+    def free_count(self) -> int:
+        """Free devices over every pool."""
+        return sum(int(p.get("count", 0)) for p in self.pools)
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        """The pool dicts (JSON-ready)."""
+        return [dict(p) for p in self.pools]
+
+    # ---------------------------------------------------------------- requests
+    def support_requests(
+        self,
+        requests: Any,
+        provider_mapping: Mapping[str, Sequence[str]] | None = None,
+        numa_cells: Sequence[Any] | None = None,
+        *,
+        host_numa: NUMATopology | None = None,
+    ) -> bool:
+        """True if every request, in order, can be served (on a copy of the pools).
+
+        ``numa_cells`` are fitted instance cells (their ids are host cell ids);
+        ``provider_mapping`` is an allocation candidate's ``mappings``.
+        """
+        pools = copy.deepcopy(self.pools)
+        host = host_numa if host_numa is not None else self.numa_topology
+        return all(
+            _apply_request(pools, r, provider_mapping, numa_cells, host) for r in requests_of(requests)
+        )
+
+    def apply_requests(
+        self,
+        requests: Any,
+        numa_cells: Sequence[Any] | None = None,
+        provider_mapping: Mapping[str, Sequence[str]] | None = None,
+        *,
+        host_numa: NUMATopology | None = None,
+    ) -> PciDeviceStats:
+        """A new PciDeviceStats with the requested devices taken (emptied pools drop out).
+
+        Raises :class:`PciRequestFailed` if a request cannot be served.
+        """
+        pools = copy.deepcopy(self.pools)
+        host = host_numa if host_numa is not None else self.numa_topology
+        for request in requests_of(requests):
+            if not _apply_request(pools, request, provider_mapping, numa_cells, host):
+                raise PciRequestFailed(
+                    f"PCI request for {request.count} device(s)"
+                    f"{' of alias ' + repr(request.alias_name) if request.alias_name else ''} "
+                    "cannot be served by this host's pools")
+        return PciDeviceStats(pools, self.numa_topology)
+
+
+# -------------------------------------------------------------------------- pool filtering
+def _value_matches(wanted: Any, have: Any) -> bool:
+    if isinstance(wanted, list) and isinstance(have, list):
+        return all(item in have for item in wanted)
+    if isinstance(wanted, str):
+        wanted = wanted.lower()
+    if isinstance(have, str):
+        have = have.lower()
+    return bool(have == wanted)
+
+
+def spec_matches(pool: Mapping[str, Any], specs: Sequence[Mapping[str, Any]]) -> bool:
+    """True if, for any spec dict, every (device) key equals the pool's value."""
+    return any(
+        all(_value_matches(v, pool.get(k)) for k, v in spec.items() if k not in _UNMATCHED_SPEC_KEYS)
+        for spec in specs
+    )
+
+
+def _total(pools: Sequence[Mapping[str, Any]]) -> int:
+    return sum(int(p.get("count", 0)) for p in pools)
+
+
+def _on_nodes(pools: Sequence[dict[str, Any]], nodes: Iterable[Any]) -> list[dict[str, Any]]:
+    wanted = list(nodes)
+    return [p for p in pools if p.get("numa_node") in wanted]
+
+
+def _filter_numa(
+    pools: list[dict[str, Any]],
+    request: InstancePCIRequest,
+    numa_cells: Sequence[Any] | None,
+    host: NUMATopology | None,
+) -> list[dict[str, Any]]:
+    if not numa_cells:
+        return pools
+    policy = request.numa_policy or LEGACY
+    cell_ids: list[Any] = [c.id for c in numa_cells]
+    strict = _on_nodes(pools, cell_ids)
+    # A stricter choice is always taken when it holds enough devices.
+    if policy == REQUIRED or _total(strict) >= request.count:
+        return strict
+    if policy == SOCKET:
+        if host is None or any(c.socket is None for c in host.cells):
+            return []  # no socket information: the socket policy cannot be honoured
+        sockets = {hc.socket for hc in host.cells if hc.id in cell_ids}
+        return _on_nodes(pools, [hc.id for hc in host.cells if hc.socket in sockets])
+    cell_ids.append(None)  # legacy: devices with no NUMA affinity are acceptable too
+    relaxed = _on_nodes(pools, cell_ids)
+    if policy == LEGACY or _total(relaxed) >= request.count:
+        return relaxed
+    # preferred: anything, the best-placed pools first.
+    return sorted(pools, key=lambda p: p.get("numa_node") not in cell_ids)
+
+
+def _rp_uuids(request: InstancePCIRequest, provider_mapping: Mapping[str, Sequence[str]] | None) -> set[str]:
+    if not provider_mapping:
+        rp_text = request.spec[0].get("rp_uuids") if request.spec else None
+        return set(str(rp_text).split(",")) if rp_text else set()
+    rid = request.request_id
+    if not rid:
+        return set()
+    return {
+        uuids[0]
+        for group, uuids in provider_mapping.items()
+        if uuids and (group == rid or group.startswith(rid + "-"))
+    }
+
+
+def filter_pools(
+    pools: list[dict[str, Any]],
+    request: InstancePCIRequest,
+    numa_cells: Sequence[Any] | None = None,
+    provider_mapping: Mapping[str, Sequence[str]] | None = None,
+    host: NUMATopology | None = None,
+) -> list[dict[str, Any]] | None:
+    """The pools that may serve ``request``, in the order they are drawn from, or None
+    when they hold fewer than ``request.count`` devices (rules 1-6 of the module doc)."""
+    specs = request.spec or [{}]
+    chosen = [p for p in pools if spec_matches(p, specs)]
+    if _total(chosen) < request.count:
+        return None
+    chosen = _filter_numa(chosen, request, numa_cells, host)
+    if _total(chosen) < request.count:
+        return None
+    if all(s.get("dev_type") != TYPE_PF for s in specs):
+        chosen = [p for p in chosen if p.get("dev_type") != TYPE_PF]
+    if all(s.get("dev_type") != TYPE_VDPA for s in specs):
+        chosen = [p for p in chosen if p.get("dev_type") != TYPE_VDPA]
+    if all(not _as_bool(s.get(REMOTE_MANAGED_TAG)) for s in specs):
+        chosen = [p for p in chosen if not _as_bool(p.get(REMOTE_MANAGED_TAG))]
+    rp_uuids = _rp_uuids(request, provider_mapping)
+    if rp_uuids:
+        chosen = [p for p in chosen if p.get("rp_uuid") in rp_uuids]
+    live = specs[0].get(LIVE_MIGRATABLE_TAG)
+    if live is not None:
+        wanted = _as_bool(live)
+        chosen = [p for p in chosen if _as_bool(p.get(LIVE_MIGRATABLE_TAG)) == wanted]
+    if _total(chosen) < request.count:
+        return None
+    return chosen
+
+
+def _apply_request(
+    pools: list[dict[str, Any]],
+    request: InstancePCIRequest,
+    provider_mapping: Mapping[str, Sequence[str]] | None,
+    numa_cells: Sequence[Any] | None,
+    host: NUMATopology | None,
+) -> bool:
+    chosen = filter_pools(pools, request, numa_cells, provider_mapping, host)
+    if chosen is None:
+        return False
+    needed = request.count
+    for pool in chosen:
+        if pool["count"] > needed:
+            pool["count"] -= needed
+            needed = 0
+        else:
+            needed -= pool["count"]
+            # Identity, not equality: two pools may hold equal values.
+            for i, candidate in enumerate(pools):
+                if candidate is pool:
+                    del pools[i]
+                    break
+        if not needed:
+            break
+    return True
+
+
+def mapping_key(requests: Sequence[InstancePCIRequest], mapping: Mapping[str, Sequence[str]] | None) -> Any:
+    """The part of an allocation candidate's ``mappings`` that PCI pool selection reads.
+
+    Two candidates with equal keys give the same :meth:`PciDeviceStats.support_requests`
+    answer, so filters evaluate once per key. An empty mapping differs from a mapping
+    without PCI groups (the former falls back to the spec's ``rp_uuids``).
+    """
+    if not mapping:
+        return None
+    ids = [r.request_id for r in requests if r.request_id]
+    relevant = tuple(sorted(
+        (group, uuids[0])
+        for group, uuids in mapping.items()
+        if uuids and any(group == rid or group.startswith(rid + "-") for rid in ids)
+    ))
+    return ("mapped", relevant)
