@@ -63,9 +63,7 @@ def pg_url() -> Iterator[str]:
     yield url
     with engine.connect() as conn:
         conn.execute(
-            sa.text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
-            ),
+            sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
             {"n": name},
         )
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))

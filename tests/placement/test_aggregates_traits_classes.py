@@ -42,7 +42,10 @@ def test_aggregates_from_1_19_check_and_bump_the_generation(api: Api) -> None:
         json={"aggregates": [], "resource_provider_generation": 0},
     )
     assert r.status_code == 409
-    assert "Resource provider's generation already changed. Please update the generation and try again." in r.text
+    assert (
+        "Resource provider's generation already changed. Please update the generation and try again."
+        in r.text
+    )
     r = api.put(f"/resource_providers/{rp}/aggregates", mv="1.19", json=aggs)
     assert r.status_code == 400 and "JSON does not validate" in r.text
     r = api.put(
@@ -61,18 +64,28 @@ def test_provider_traits(api: Api) -> None:
     url = f"/resource_providers/{rp}/traits"
     assert api.get(url, mv="1.5").status_code == 404
     assert api.get(url, mv="1.6").json() == {"traits": [], "resource_provider_generation": 0}
-    r = api.put(url, mv="1.6", json={"traits": ["HW_CPU_X86_SHA"], "resource_provider_generation": 0})
+    r = api.put(
+        url, mv="1.6", json={"traits": ["HW_CPU_X86_SHA"], "resource_provider_generation": 0}
+    )
     assert r.status_code == 200 and r.json()["resource_provider_generation"] == 1
     # The same set again does not bump.
-    r = api.put(url, mv="1.6", json={"traits": ["HW_CPU_X86_SHA"], "resource_provider_generation": 1})
+    r = api.put(
+        url, mv="1.6", json={"traits": ["HW_CPU_X86_SHA"], "resource_provider_generation": 1}
+    )
     assert r.json()["resource_provider_generation"] == 1
-    r = api.put(url, mv="1.6", json={"traits": ["HW_CPU_X86_SHA"], "resource_provider_generation": 0})
+    r = api.put(
+        url, mv="1.6", json={"traits": ["HW_CPU_X86_SHA"], "resource_provider_generation": 0}
+    )
     assert r.status_code == 409 and "Resource provider's generation already changed" in r.text
-    r = api.put(url, mv="1.6", json={"traits": ["CUSTOM_A", "CUSTOM_B"], "resource_provider_generation": 1})
+    r = api.put(
+        url, mv="1.6", json={"traits": ["CUSTOM_A", "CUSTOM_B"], "resource_provider_generation": 1}
+    )
     assert r.status_code == 400 and "No such trait CUSTOM_A, CUSTOM_B" in r.text
     r = api.put(url, mv="1.6", json={"traits": "invalid_type", "resource_provider_generation": 1})
     assert "'invalid_type' is not of type 'array'" in r.text
-    r = api.put(url, mv="1.6", json={"traits": [], "resource_provider_generation": "invalid_generation"})
+    r = api.put(
+        url, mv="1.6", json={"traits": [], "resource_provider_generation": "invalid_generation"}
+    )
     assert "'invalid_generation' is not of type 'integer'" in r.text
     assert api.delete(url, mv="1.6").status_code == 204
     assert api.generation(rp) == 2
@@ -99,7 +112,10 @@ def test_traits_crud_and_listing(api: Api) -> None:
     r = api.get("/traits", mv="1.6", params={"name": "startswith:CUSTOM_TRAIT"})
     assert "CUSTOM_TRAIT_1" in r.json()["traits"]
     r = api.get("/traits", mv="1.6", params={"name": "in_abc"})
-    assert 'Badly formatted name parameter. Expected name query string parameter in form: ?name=[in|startswith]:[name1,name2|prefix]. Got: \\"in_abc\\"' in r.text
+    assert (
+        'Badly formatted name parameter. Expected name query string parameter in form: ?name=[in|startswith]:[name1,name2|prefix]. Got: \\"in_abc\\"'
+        in r.text
+    )
     r = api.get("/traits", mv="1.6", params={"name": "foo:bar"})
     assert len(r.json()["traits"]) == len(traits)
     r = api.get("/traits", mv="1.6", params={"associated": "maybe"})
@@ -107,13 +123,20 @@ def test_traits_crud_and_listing(api: Api) -> None:
     r = api.get("/traits", mv="1.6", params={"bogus": "1"})
     assert "Invalid query string parameters: Additional properties are not allowed" in r.text
     rp = api.provider()
-    api.put(f"/resource_providers/{rp}/traits", mv="1.6", json={"traits": ["CUSTOM_TRAIT_1"], "resource_provider_generation": 0})
+    api.put(
+        f"/resource_providers/{rp}/traits",
+        mv="1.6",
+        json={"traits": ["CUSTOM_TRAIT_1"], "resource_provider_generation": 0},
+    )
     assoc = api.get("/traits", mv="1.6", params={"associated": "TRUE"}).json()["traits"]
     assert "CUSTOM_TRAIT_1" in assoc
     unassoc = api.get("/traits", mv="1.6", params={"associated": "false"}).json()["traits"]
     assert "CUSTOM_TRAIT_1" not in unassoc
     r = api.delete("/traits/CUSTOM_TRAIT_1", mv="1.6")
-    assert r.status_code == 409 and "The trait CUSTOM_TRAIT_1 is in use by a resource provider." in r.text
+    assert (
+        r.status_code == 409
+        and "The trait CUSTOM_TRAIT_1 is in use by a resource provider." in r.text
+    )
     r = api.delete("/traits/HW_CPU_X86_SHA", mv="1.6")
     assert r.status_code == 400 and "Cannot delete standard trait HW_CPU_X86_SHA." in r.text
     api.put("/traits/CUSTOM_GONE", mv="1.6")
@@ -131,11 +154,16 @@ def test_resource_classes(api: Api) -> None:
     assert r.status_code == 201 and r.content == b""
     assert r.headers["location"].endswith("/resource_classes/CUSTOM_GOLD")
     r = api.post("/resource_classes", mv="1.2", json={"name": "CUSTOM_GOLD"})
-    assert r.status_code == 409 and "Conflicting resource class already exists: CUSTOM_GOLD" in r.text
+    assert (
+        r.status_code == 409 and "Conflicting resource class already exists: CUSTOM_GOLD" in r.text
+    )
     r = api.post("/resource_classes", mv="1.2", json={"name": "GOLD"})
     assert "Failed validating 'pattern'" in r.text
     got = api.get("/resource_classes/CUSTOM_GOLD", mv="1.2").json()
-    assert got == {"name": "CUSTOM_GOLD", "links": [{"rel": "self", "href": "/resource_classes/CUSTOM_GOLD"}]}
+    assert got == {
+        "name": "CUSTOM_GOLD",
+        "links": [{"rel": "self", "href": "/resource_classes/CUSTOM_GOLD"}],
+    }
     r = api.get("/resource_classes/CUSTOM_NOPE", mv="1.2")
     assert r.status_code == 404 and "No such resource class CUSTOM_NOPE." in r.text
     # 1.2-1.6: rename.

@@ -74,7 +74,11 @@ def test_consumer_generations(any_api: Api) -> None:
     api = any_api
     rp = api.provider(VCPU=8)
     consumer = new_uuid()
-    r = api.put(f"/allocations/{consumer}", mv="1.28", json={**body_138(rp, 5, VCPU=1), "consumer_type": None} | {})
+    r = api.put(
+        f"/allocations/{consumer}",
+        mv="1.28",
+        json={**body_138(rp, 5, VCPU=1), "consumer_type": None} | {},
+    )
     assert r.status_code == 400  # consumer_type null is not allowed in 1.28 either (unexpected)
     b = body_138(rp, 5, VCPU=1)
     del b["consumer_type"]
@@ -99,7 +103,10 @@ def test_empty_allocations_delete_the_consumer_from_1_28(any_api: Api) -> None:
     api = any_api
     rp = api.provider(VCPU=8)
     consumer = new_uuid()
-    assert api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, None, VCPU=2)).status_code == 204
+    assert (
+        api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, None, VCPU=2)).status_code
+        == 204
+    )
     gen_before = api.generation(rp)
     empty = body_138(rp, 1)
     empty["allocations"] = {}
@@ -109,7 +116,11 @@ def test_empty_allocations_delete_the_consumer_from_1_28(any_api: Api) -> None:
     # The consumer is gone, so the next write must send null.
     r = api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, 1, VCPU=1))
     assert "expected null but got 1" in r.text
-    r = api.put(f"/allocations/{consumer}", mv="1.27", json={"allocations": {}, "project_id": "p", "user_id": "u"})
+    r = api.put(
+        f"/allocations/{consumer}",
+        mv="1.27",
+        json={"allocations": {}, "project_id": "p", "user_id": "u"},
+    )
     assert r.status_code == 400 and "JSON does not validate" in r.text
 
 
@@ -148,10 +159,16 @@ def test_capacity_and_constraints(any_api: Api) -> None:
         json={"resource_provider_generation": gen, "total": 4, "max_unit": 3, "step_size": 1},
     )
     first = new_uuid()
-    assert api.put(f"/allocations/{first}", mv="1.39", json=body_138(rp, None, VCPU=3)).status_code == 204
+    assert (
+        api.put(f"/allocations/{first}", mv="1.39", json=body_138(rp, None, VCPU=3)).status_code
+        == 204
+    )
     r = api.put(f"/allocations/{new_uuid()}", mv="1.39", json=body_138(rp, None, VCPU=2))
     assert r.status_code == 409
-    assert f"Unable to allocate inventory: Unable to create allocation for 'VCPU' on resource provider '{rp}'. The requested amount would exceed the capacity." in r.text
+    assert (
+        f"Unable to allocate inventory: Unable to create allocation for 'VCPU' on resource provider '{rp}'. The requested amount would exceed the capacity."
+        in r.text
+    )
     assert code(r) == "placement.undefined_code"
     r = api.put(f"/allocations/{new_uuid()}", mv="1.39", json=body_138(rp, None, VCPU=4))
     assert "The requested amount would violate inventory constraints." in r.text
@@ -159,9 +176,14 @@ def test_capacity_and_constraints(any_api: Api) -> None:
     assert f"Inventory for 'PCI_DEVICE' on resource provider '{rp}' invalid." in r.text
     r = api.put(f"/allocations/{new_uuid()}", mv="1.39", json=body_138(rp, None, CUSTOM_PONY=1))
     assert r.status_code == 400
-    assert "Unable to allocate inventory for consumer" in r.text and "No such resource class CUSTOM_PONY" in r.text
+    assert (
+        "Unable to allocate inventory for consumer" in r.text
+        and "No such resource class CUSTOM_PONY" in r.text
+    )
     # Re-putting the same allocation always fits.
-    assert api.put(f"/allocations/{first}", mv="1.39", json=body_138(rp, 1, VCPU=3)).status_code == 204
+    assert (
+        api.put(f"/allocations/{first}", mv="1.39", json=body_138(rp, 1, VCPU=3)).status_code == 204
+    )
     # Failed writes left no consumers behind.
     assert api.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 3}
 
@@ -169,11 +191,20 @@ def test_capacity_and_constraints(any_api: Api) -> None:
 def test_over_capacity_write_that_does_not_increase_usage_is_allowed(api: Api) -> None:
     rp = api.provider(VCPU=8)
     consumer = new_uuid()
-    assert api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, None, VCPU=8)).status_code == 204
+    assert (
+        api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, None, VCPU=8)).status_code
+        == 204
+    )
     gen = api.generation(rp)
-    r = api.put(f"/resource_providers/{rp}/inventories/VCPU", json={"resource_provider_generation": gen, "total": 4})
+    r = api.put(
+        f"/resource_providers/{rp}/inventories/VCPU",
+        json={"resource_provider_generation": gen, "total": 4},
+    )
     assert r.status_code == 200
-    assert api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, 1, VCPU=6)).status_code == 204
+    assert (
+        api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, 1, VCPU=6)).status_code
+        == 204
+    )
     r = api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, 2, VCPU=7))
     assert r.status_code == 409 and "exceed the capacity" in r.text
 
@@ -186,7 +217,10 @@ def test_missing_provider_keeps_the_new_consumer(api: Api) -> None:
     rp = api.provider(VCPU=1)
     r = api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, None, VCPU=1))
     assert "consumer generation conflict - expected 0 but got None" in r.text
-    assert api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, 0, VCPU=1)).status_code == 204
+    assert (
+        api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(rp, 0, VCPU=1)).status_code
+        == 204
+    )
 
 
 def test_malformed_consumer_uuid(api: Api) -> None:
@@ -234,29 +268,64 @@ def test_post_allocations_for_several_consumers(any_api: Api) -> None:
     c1, c2 = new_uuid(), new_uuid()
     assert api.post("/allocations", mv="1.12", json={}).status_code == 404
     body = {
-        c1: {"allocations": {rp: {"resources": {"VCPU": 2}}}, "project_id": "p", "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"},
-        c2: {"allocations": {rp: {"resources": {"VCPU": 3}}}, "project_id": "p", "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"},
+        c1: {
+            "allocations": {rp: {"resources": {"VCPU": 2}}},
+            "project_id": "p",
+            "user_id": "u",
+            "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        },
+        c2: {
+            "allocations": {rp: {"resources": {"VCPU": 3}}},
+            "project_id": "p",
+            "user_id": "u",
+            "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        },
     }
     gen = api.generation(rp)
     assert api.post("/allocations", mv="1.39", json=body).status_code == 204
     assert api.generation(rp) == gen + 1
     assert api.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 5}
     # Clearing one consumer with an empty allocations dict.
-    clear = {c1: {"allocations": {}, "project_id": "p", "user_id": "u", "consumer_generation": 1, "consumer_type": "INSTANCE"}}
+    clear = {
+        c1: {
+            "allocations": {},
+            "project_id": "p",
+            "user_id": "u",
+            "consumer_generation": 1,
+            "consumer_type": "INSTANCE",
+        }
+    }
     assert api.post("/allocations", mv="1.39", json=clear).status_code == 204
     assert api.get(f"/allocations/{c1}").json() == {"allocations": {}}
     # Over capacity across consumers: nothing is written and new consumers vanish.
     c3, c4 = new_uuid(), new_uuid()
     over = {
-        c3: {"allocations": {rp: {"resources": {"VCPU": 3}}}, "project_id": "p", "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"},
-        c4: {"allocations": {rp: {"resources": {"VCPU": 3}}}, "project_id": "p", "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"},
+        c3: {
+            "allocations": {rp: {"resources": {"VCPU": 3}}},
+            "project_id": "p",
+            "user_id": "u",
+            "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        },
+        c4: {
+            "allocations": {rp: {"resources": {"VCPU": 3}}},
+            "project_id": "p",
+            "user_id": "u",
+            "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        },
     }
     r = api.post("/allocations", mv="1.39", json=over)
     assert r.status_code == 409 and "exceed the capacity" in r.text
     assert api.get(f"/allocations/{c3}").json() == {"allocations": {}}
     over[c3]["allocations"] = {rp: {"resources": {"COWS": 1}}}
     r = api.post("/allocations", mv="1.39", json=over)
-    assert r.status_code == 400 and "Unable to allocate inventory No such resource class COWS." in r.text
+    assert (
+        r.status_code == 400
+        and "Unable to allocate inventory No such resource class COWS." in r.text
+    )
     r = api.post("/allocations", mv="1.39", json={"not-a-uuid": {}})
     assert "does not match any of the regexes" in detail(r)
 
@@ -281,9 +350,13 @@ def test_usages_by_project_user_and_consumer_type(api: Api) -> None:
         "MIGRATION": {"VCPU": 2, "MEMORY_MB": 128, "consumer_count": 1},
         "unknown": {"VCPU": 1, "consumer_count": 1},
     }
-    everything = api.get("/usages", mv="1.38", params={"project_id": project, "consumer_type": "all"}).json()
+    everything = api.get(
+        "/usages", mv="1.38", params={"project_id": project, "consumer_type": "all"}
+    ).json()
     assert everything["usages"] == {"all": {"VCPU": 7, "MEMORY_MB": 384, "consumer_count": 4}}
-    unknown = api.get("/usages", mv="1.38", params={"project_id": project, "consumer_type": "unknown"}).json()
+    unknown = api.get(
+        "/usages", mv="1.38", params={"project_id": project, "consumer_type": "unknown"}
+    ).json()
     assert unknown["usages"] == {"unknown": {"VCPU": 1, "consumer_count": 1}}
     assert api.get("/usages", mv="1.9", params={"project_id": "nobody"}).json() == {"usages": {}}
     r = api.get("/usages", mv="1.9")
@@ -297,12 +370,51 @@ def test_usages_by_project_user_and_consumer_type(api: Api) -> None:
     [
         ("1.0", {"allocations": []}, "Failed validating 'minItems'"),
         ("1.12", {"allocations": {}, "project_id": "p", "user_id": "u"}, "JSON does not validate"),
-        ("1.12", {"allocations": {"x" * 36: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u"}, "does not match any of the regexes"),
-        ("1.12", {"allocations": {str(uuid.UUID(int=1)): {"resources": {"VCPU": 0}}}, "project_id": "p", "user_id": "u"}, "0 is less than the minimum of 1"),
-        ("1.12", {"allocations": {str(uuid.UUID(int=1)): {"resources": {}}}, "project_id": "p", "user_id": "u"}, "Failed validating 'minProperties'"),
-        ("1.12", {"allocations": {str(uuid.UUID(int=1)): {"resources": {"VCPU": 1}}}, "project_id": "", "user_id": "u"}, "Failed validating 'minLength'"),
+        (
+            "1.12",
+            {
+                "allocations": {"x" * 36: {"resources": {"VCPU": 1}}},
+                "project_id": "p",
+                "user_id": "u",
+            },
+            "does not match any of the regexes",
+        ),
+        (
+            "1.12",
+            {
+                "allocations": {str(uuid.UUID(int=1)): {"resources": {"VCPU": 0}}},
+                "project_id": "p",
+                "user_id": "u",
+            },
+            "0 is less than the minimum of 1",
+        ),
+        (
+            "1.12",
+            {
+                "allocations": {str(uuid.UUID(int=1)): {"resources": {}}},
+                "project_id": "p",
+                "user_id": "u",
+            },
+            "Failed validating 'minProperties'",
+        ),
+        (
+            "1.12",
+            {
+                "allocations": {str(uuid.UUID(int=1)): {"resources": {"VCPU": 1}}},
+                "project_id": "",
+                "user_id": "u",
+            },
+            "Failed validating 'minLength'",
+        ),
     ],
-    ids=["empty list", "empty dict before 1.28", "bad provider key", "zero amount", "no resources", "empty project"],
+    ids=[
+        "empty list",
+        "empty dict before 1.28",
+        "bad provider key",
+        "zero amount",
+        "no resources",
+        "empty project",
+    ],
 )
 def test_allocation_schema_errors(api: Api, mv: str, body: dict[str, Any], text: str) -> None:
     r = api.put(f"/allocations/{new_uuid()}", mv=mv, json=body)

@@ -29,7 +29,9 @@ def _race(args: tuple[str, str, str, dict[str, Any], Any]) -> int:
         return http.request(method, path, json=body, headers=headers).status_code
 
 
-def race(bases: list[str], method: str, paths_bodies: list[tuple[str, dict[str, Any]]]) -> list[int]:
+def race(
+    bases: list[str], method: str, paths_bodies: list[tuple[str, dict[str, Any]]]
+) -> list[int]:
     """Run one request per entry in its own process, all released together."""
     ctx = mp.get_context("fork")
     with ctx.Manager() as manager:
@@ -42,8 +44,10 @@ def race(bases: list[str], method: str, paths_bodies: list[tuple[str, dict[str, 
             return pool.map(_race, jobs)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def two_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def two_servers(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[Server]]:
     """Two server processes sharing one database."""
     if request.param == "sqlite":
         db = str(tmp_path_factory.mktemp("race") / "race.sqlite")
@@ -77,9 +81,19 @@ def test_exactly_one_inventory_writer_wins(two_servers: list[Server]) -> None:
 def test_exactly_one_trait_writer_wins(two_servers: list[Server]) -> None:
     api = Api(two_servers[0].url)
     rp = api.provider()
-    traits = ["HW_CPU_X86_AVX", "HW_CPU_X86_AVX2", "HW_CPU_X86_SSE", "HW_CPU_X86_SSE2", "HW_CPU_X86_MMX", "HW_CPU_X86_VMX"]
+    traits = [
+        "HW_CPU_X86_AVX",
+        "HW_CPU_X86_AVX2",
+        "HW_CPU_X86_SSE",
+        "HW_CPU_X86_SSE2",
+        "HW_CPU_X86_MMX",
+        "HW_CPU_X86_VMX",
+    ]
     jobs = [
-        (f"/resource_providers/{rp}/traits", {"traits": [traits[i]], "resource_provider_generation": 0})
+        (
+            f"/resource_providers/{rp}/traits",
+            {"traits": [traits[i]], "resource_provider_generation": 0},
+        )
         for i in range(WRITERS)
     ]
     statuses = race([s.url for s in two_servers], "PUT", jobs)
@@ -120,7 +134,9 @@ def test_one_new_consumer_claimed_by_many_writers_once(two_servers: list[Server]
         "consumer_generation": None,
         "consumer_type": "INSTANCE",
     }
-    statuses = race([s.url for s in two_servers], "PUT", [(f"/allocations/{consumer}", body)] * WRITERS)
+    statuses = race(
+        [s.url for s in two_servers], "PUT", [(f"/allocations/{consumer}", body)] * WRITERS
+    )
     assert statuses.count(204) == 1
     assert statuses.count(409) == WRITERS - 1
     got = api.get(f"/allocations/{consumer}", mv="1.39").json()

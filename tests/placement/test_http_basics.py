@@ -221,9 +221,7 @@ def test_inventories_without_inventory_send_no_last_modified(api: Api) -> None:
 
 
 def test_system_scope_is_forbidden(api: Api) -> None:
-    r = api.get(
-        "/resource_providers", mv="1.39", headers={"OpenStack-System-Scope": "all"}
-    )
+    r = api.get("/resource_providers", mv="1.39", headers={"OpenStack-System-Scope": "all"})
     assert r.status_code == 403
     assert "Policy does not allow placement:resource_providers:list to be performed." in r.text
     assert "vary" not in r.headers

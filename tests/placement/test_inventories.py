@@ -37,15 +37,29 @@ def test_post_inventory_applies_defaults_and_bumps_generation(api: Api) -> None:
 @pytest.mark.parametrize(
     ("body", "text"),
     [
-        ({"resource_class": "VCPU", "total": 0}, "Failed validating 'minimum' in schema['properties']['total']"),
+        (
+            {"resource_class": "VCPU", "total": 0},
+            "Failed validating 'minimum' in schema['properties']['total']",
+        ),
         ({"resource_class": "VCPU", "total": -1}, "-1 is less than the minimum of 1"),
         ({"resource_class": "VCPU"}, "'total' is a required property"),
-        ({"resource_class": "VCPU", "total": 1, "min_unit": 0}, "Failed validating 'minimum' in schema['properties']['min_unit']"),
+        (
+            {"resource_class": "VCPU", "total": 1, "min_unit": 0},
+            "Failed validating 'minimum' in schema['properties']['min_unit']",
+        ),
         ({"resource_class": "VCPU", "total": MAX_INT + 1}, "Failed validating 'maximum'"),
         ({"resource_class": "vcpu", "total": 1}, "Failed validating 'pattern'"),
         ({"resource_class": "VCPU", "total": 1, "bad_field": 1}, "'bad_field' was unexpected"),
     ],
-    ids=["zero total", "negative total", "missing total", "zero min_unit", "over MAX_INT", "lower-case class", "unknown field"],
+    ids=[
+        "zero total",
+        "negative total",
+        "missing total",
+        "zero min_unit",
+        "over MAX_INT",
+        "lower-case class",
+        "unknown field",
+    ],
 )
 def test_post_inventory_schema_errors(api: Api, body: dict[str, object], text: str) -> None:
     rp = api.provider()
@@ -62,12 +76,18 @@ def test_post_inventory_semantic_errors(api: Api) -> None:
     assert "No such resource class NO_CLASS_14" in r.text
     r = api.post(inv_url(rp), mv="1.25", json={"resource_class": "VCPU", "total": 4, "reserved": 4})
     assert "greater than or equal to total" in r.text
-    ok = api.post(inv_url(rp), mv="1.26", json={"resource_class": "VCPU", "total": 4, "reserved": 4})
+    ok = api.post(
+        inv_url(rp), mv="1.26", json={"resource_class": "VCPU", "total": 4, "reserved": 4}
+    )
     assert ok.status_code == 201
-    r = api.post(inv_url(rp), mv="1.26", json={"resource_class": "DISK_GB", "total": 4, "reserved": 5})
+    r = api.post(
+        inv_url(rp), mv="1.26", json={"resource_class": "DISK_GB", "total": 4, "reserved": 5}
+    )
     assert "greater than total" in r.text
     missing = str(uuid.uuid4())
-    assert api.post(inv_url(missing), json={"resource_class": "VCPU", "total": 1}).status_code == 404
+    assert (
+        api.post(inv_url(missing), json={"resource_class": "VCPU", "total": 1}).status_code == 404
+    )
 
 
 def test_get_inventories_and_one_inventory(api: Api) -> None:
@@ -93,7 +113,14 @@ def test_put_inventories_replaces_all_and_checks_generation_first(api: Api) -> N
     )
     assert r.status_code == 409
     assert "resource provider generation conflict" in r.text
-    assert code(api.put(inv_url(rp), mv="1.23", json={"resource_provider_generation": 99, "inventories": {}})) == "placement.concurrent_update"
+    assert (
+        code(
+            api.put(
+                inv_url(rp), mv="1.23", json={"resource_provider_generation": 99, "inventories": {}}
+            )
+        )
+        == "placement.concurrent_update"
+    )
     r = api.put(
         inv_url(rp),
         json={"resource_provider_generation": 1, "inventories": {"BOGUS": {"total": 1}}},
@@ -128,8 +155,12 @@ def test_put_one_inventory(api: Api) -> None:
     r = api.put(inv_url(rp, "NO_CLASS_14"), json={"resource_provider_generation": 2, "total": 16})
     assert r.status_code == 404 and "No such resource class NO_CLASS_14" in r.text
     assert "vary" not in r.headers
-    r = api.put(inv_url(rp, "VCPU"), json={"resource_provider_generation": 2, "total": 4, "reserved": 4})
-    assert r.status_code == 400 and f"Unable to update inventory for resource provider {rp}" in r.text
+    r = api.put(
+        inv_url(rp, "VCPU"), json={"resource_provider_generation": 2, "total": 4, "reserved": 4}
+    )
+    assert (
+        r.status_code == 400 and f"Unable to update inventory for resource provider {rp}" in r.text
+    )
     r = api.put(inv_url(rp, "VCPU"), json={"total": 4})
     assert "'resource_provider_generation' is a required property" in r.text
 
@@ -163,7 +194,11 @@ def test_in_use_inventory_cannot_be_removed(api: Api) -> None:
     rp = api.provider(VCPU=8, DISK_GB=100, MEMORY_MB=1024)
     _allocate(api, rp, VCPU=2, DISK_GB=10)
     gen = api.generation(rp)
-    r = api.put(inv_url(rp), mv="1.39", json={"resource_provider_generation": gen, "inventories": {"MEMORY_MB": {"total": 1}}})
+    r = api.put(
+        inv_url(rp),
+        mv="1.39",
+        json={"resource_provider_generation": gen, "inventories": {"MEMORY_MB": {"total": 1}}},
+    )
     assert r.status_code == 409
     assert f"Inventory for 'VCPU, DISK_GB' on resource provider '{rp}' in use" in r.text
     assert code(r) == "placement.inventory.inuse"

@@ -25,7 +25,12 @@ def test_reshape_moves_vgpu_inventory_to_a_child(any_api: Api) -> None:
     root = api.provider(VCPU=8, VGPU=4)
     child = api.provider(parent=root)
     consumer = str(uuid.uuid4())
-    assert api.put(f"/allocations/{consumer}", mv="1.39", json=alloc(root, None, VCPU=1, VGPU=1)).status_code == 204
+    assert (
+        api.put(
+            f"/allocations/{consumer}", mv="1.39", json=alloc(root, None, VCPU=1, VGPU=1)
+        ).status_code
+        == 204
+    )
     g_root, g_child = api.generation(root), api.generation(child)
     body = {
         "inventories": {
@@ -58,13 +63,18 @@ def test_reshape_moves_vgpu_inventory_to_a_child(any_api: Api) -> None:
 def test_reshaper_errors(api: Api) -> None:
     rp = api.provider(VCPU=8)
     assert api.post("/reshaper", mv="1.29", json={}).status_code == 404
-    r = api.post("/reshaper", mv="1.30", json={"inventories": {}, "allocations": {}, "bad_field": 1})
+    r = api.post(
+        "/reshaper", mv="1.30", json={"inventories": {}, "allocations": {}, "bad_field": 1}
+    )
     assert "'bad_field' was unexpected" in r.text
     ghost = str(uuid.uuid4())
     r = api.post(
         "/reshaper",
         mv="1.30",
-        json={"inventories": {ghost: {"resource_provider_generation": 0, "inventories": {}}}, "allocations": {}},
+        json={
+            "inventories": {ghost: {"resource_provider_generation": 0, "inventories": {}}},
+            "allocations": {},
+        },
     )
     assert r.status_code == 400 and code(r) == "placement.resource_provider.not_found"
     assert f"Resource provider {ghost} in inventories not found" in r.text
@@ -72,14 +82,22 @@ def test_reshaper_errors(api: Api) -> None:
     r = api.post(
         "/reshaper",
         mv="1.30",
-        json={"inventories": {rp: {"resource_provider_generation": gen - 1, "inventories": {}}}, "allocations": {}},
+        json={
+            "inventories": {rp: {"resource_provider_generation": gen - 1, "inventories": {}}},
+            "allocations": {},
+        },
     )
     assert r.status_code == 409 and f"actual: {gen}, given: {gen - 1}" in r.text
     r = api.post(
         "/reshaper",
         mv="1.30",
         json={
-            "inventories": {rp: {"resource_provider_generation": gen, "inventories": {"DISK_OF_STEEL": {"total": 1}}}},
+            "inventories": {
+                rp: {
+                    "resource_provider_generation": gen,
+                    "inventories": {"DISK_OF_STEEL": {"total": 1}},
+                }
+            },
             "allocations": {},
         },
     )
@@ -90,7 +108,10 @@ def test_reshaper_errors(api: Api) -> None:
     r = api.post(
         "/reshaper",
         mv="1.30",
-        json={"inventories": {rp: {"resource_provider_generation": gen, "inventories": {}}}, "allocations": {}},
+        json={
+            "inventories": {rp: {"resource_provider_generation": gen, "inventories": {}}},
+            "allocations": {},
+        },
     )
     assert r.status_code == 409 and code(r) == "placement.inventory.inuse"
     assert api.generation(rp) == gen  # nothing half-written
@@ -98,9 +119,13 @@ def test_reshaper_errors(api: Api) -> None:
         "/reshaper",
         mv="1.38",
         json={
-            "inventories": {rp: {"resource_provider_generation": gen, "inventories": {"VCPU": {"total": 8}}}},
+            "inventories": {
+                rp: {"resource_provider_generation": gen, "inventories": {"VCPU": {"total": 8}}}
+            },
             "allocations": {consumer: {**alloc(rp, 1, VCPU=9)}},
         },
     )
     assert r.status_code == 409 and "Unable to allocate inventory" in r.text
-    assert api.get(f"/allocations/{consumer}", mv="1.39").json()["allocations"][rp]["resources"] == {"VCPU": 2}
+    assert api.get(f"/allocations/{consumer}", mv="1.39").json()["allocations"][rp][
+        "resources"
+    ] == {"VCPU": 2}

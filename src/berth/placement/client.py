@@ -156,7 +156,9 @@ class PlacementClient:
             body["uuid"] = uuid
         if parent_provider_uuid is not None:
             body["parent_provider_uuid"] = parent_provider_uuid
-        return ResourceProvider.from_json(self._call("POST", "/resource_providers", json=body).json())
+        return ResourceProvider.from_json(
+            self._call("POST", "/resource_providers", json=body).json()
+        )
 
     def get_provider(self, uuid: str) -> ResourceProvider:
         """GET /resource_providers/{uuid}."""

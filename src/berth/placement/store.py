@@ -233,7 +233,9 @@ class PlacementStore:
     @staticmethod
     def _rc_maps(conn: Connection) -> tuple[dict[str, int], dict[int, str]]:
         rows = conn.execute(
-            sa.select(resource_classes.c.id, resource_classes.c.name).order_by(resource_classes.c.id)
+            sa.select(resource_classes.c.id, resource_classes.c.name).order_by(
+                resource_classes.c.id
+            )
         ).all()
         by_name = {r.name: r.id for r in rows}
         return by_name, {v: k for k, v in by_name.items()}
