@@ -1,0 +1,415 @@
+"""Pre-placement request filters (reference §9): they shape the placement query.
+
+:func:`process_reqspec` runs every filter of :data:`ALL_REQUEST_FILTERS` in order on a
+spec that is not a rebuild. Each filter reads the spec, the configuration and the list
+of host aggregates (no globals), may add ``member_of`` groups
+(``requested_destination.aggregates`` / ``forbidden_aggregates``) or required/forbidden
+root traits (``spec.request_level_params``), and answers whether it changed anything.
+A :class:`RequestFilterFailed` means no host can satisfy the request; the scheduler
+service turns it into NoValidHost(reason).
+
+Data from outside the scheduler is injected through :class:`FilterContext`: a
+:class:`NetworkLookup` (ports, routed-network segment aggregates) and the minimum
+nova-compute service version (``owner_nova_filter``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from berth.config import SchedulerConfig
+from berth.errors import SchedulingError
+from berth.model.aggregate import Aggregate
+from berth.model.request import Destination, RequestSpec
+from berth.resource_request import from_request_spec, request_level_params, trait_exists
+
+LOG = logging.getLogger(__name__)
+
+#: The minimum nova-compute service version from which OWNER_NOVA is required.
+OWNER_NOVA_MIN_SERVICE_VERSION = 73
+
+_TRUE = {"1", "t", "true", "on", "y", "yes"}
+
+
+class RequestFilterFailed(SchedulingError):
+    """A request filter found that no host can satisfy the request."""
+
+    code = "berth.scheduling.request_filter_failed"
+
+
+class NetworkLookup(Protocol):
+    """Network data the routed-networks and remote-managed-ports filters need."""
+
+    def port(self, port_id: str) -> Mapping[str, Any]:
+        """The port: ``network_id``, ``fixed_ips`` ([{subnet_id, ...}]), ``binding:vnic_type``."""
+        ...
+
+    def network_aggregates(self, network_id: str) -> list[str]:
+        """Aggregate uuids of the network's segments ([] for a non-routed network)."""
+        ...
+
+    def subnet_aggregates(self, subnet_id: str) -> list[str]:
+        """Aggregate uuids of the subnet's segment."""
+        ...
+
+
+@dataclass
+class StaticNetworkLookup:
+    """A :class:`NetworkLookup` over in-memory tables (tests, simulations, ``berth serve``)."""
+
+    ports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    networks: dict[str, list[str]] = field(default_factory=dict)
+    subnets: dict[str, list[str]] = field(default_factory=dict)
+
+    def port(self, port_id: str) -> Mapping[str, Any]:
+        """The port, or KeyError naming it."""
+        if port_id not in self.ports:
+            raise KeyError(f"port {port_id} not found")
+        return self.ports[port_id]
+
+    def network_aggregates(self, network_id: str) -> list[str]:
+        """Segment aggregates of a network ([] when not routed)."""
+        return list(self.networks.get(network_id, []))
+
+    def subnet_aggregates(self, subnet_id: str) -> list[str]:
+        """The segment aggregate of a subnet, or KeyError naming it."""
+        if subnet_id not in self.subnets:
+            raise KeyError(f"subnet {subnet_id} has no segment")
+        return list(self.subnets[subnet_id])
+
+
+@dataclass(frozen=True)
+class FilterContext:
+    """What the request filters may consult besides the spec and the config."""
+
+    network_lookup: NetworkLookup | None = None
+    min_compute_version: int | None = None
+
+
+RequestFilter = Callable[[RequestSpec, SchedulerConfig, Sequence[Aggregate], FilterContext], bool]
+
+
+# --------------------------------------------------------------------------- helpers
+def _destination(spec: RequestSpec) -> Destination:
+    if spec.requested_destination is None:
+        spec.requested_destination = Destination()
+    return spec.requested_destination
+
+
+def require_aggregates(spec: RequestSpec, uuids: Iterable[str]) -> None:
+    """Add one OR group of aggregates (``member_of=in:a,b``) to the destination."""
+    _destination(spec).aggregates.append(",".join(sorted(set(uuids))))
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return value is not None and str(value).strip().lower() in _TRUE
+
+
+def _flavor_or_image(spec: RequestSpec, flavor_key: str, image_key: str) -> Any:
+    value = spec.flavor.extra_specs.get(flavor_key)
+    if value is None and spec.image is not None:
+        value = spec.image.properties.get(image_key)
+    return value
+
+
+def _root_required(spec: RequestSpec, trait: str) -> None:
+    request_level_params(spec).root_required.add(trait)
+
+
+def _field(item: Any, name: str) -> Any:
+    if isinstance(item, Mapping):
+        return item.get(name)
+    return getattr(item, name, None)
+
+
+# --------------------------------------------------------------------------- filters
+def require_tenant_aggregate(spec: RequestSpec, config: SchedulerConfig,
+                             aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """Tenant isolation in placement: aggregates whose ``filter_tenant_id*`` metadata
+    equals the project id (exactly) become one required OR group."""
+    if not config.scheduler.limit_tenants_to_placement_aggregate:
+        return False
+    found = [a.uuid for a in aggregates
+             if any(k.startswith("filter_tenant_id") and v == spec.project_id
+                    for k, v in a.metadata.items())]
+    if found:
+        require_aggregates(spec, found)
+        return True
+    if config.scheduler.placement_aggregate_required_for_tenants:
+        raise RequestFilterFailed("No hosts available for tenant")
+    return False
+
+
+def map_az_to_placement_aggregate(spec: RequestSpec, config: SchedulerConfig,
+                                  aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """The requested availability zone's aggregates become one required OR group."""
+    zone = spec.availability_zone
+    if not zone:
+        return False
+    found = [a.uuid for a in aggregates if a.metadata.get("availability_zone") == zone]
+    if not found:
+        return False
+    require_aggregates(spec, found)
+    return True
+
+
+def require_image_type_support(spec: RequestSpec, config: SchedulerConfig,
+                               aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """The image's disk format as a required root trait ``COMPUTE_IMAGE_TYPE_<FORMAT>``."""
+    if not config.scheduler.query_placement_for_image_type_support or spec.is_bfv:
+        return False
+    disk_format = spec.image.disk_format if spec.image is not None else None
+    if not disk_format:
+        return False
+    trait = f"COMPUTE_IMAGE_TYPE_{disk_format.upper()}"
+    if not trait_exists(trait):
+        LOG.error("image disk format %r has no trait %s; not filtering on it", disk_format, trait)
+        return False
+    _root_required(spec, trait)
+    return True
+
+
+def compute_status_filter(spec: RequestSpec, config: SchedulerConfig,
+                          aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """Disabled compute services are left out: COMPUTE_STATUS_DISABLED is forbidden."""
+    request_level_params(spec).root_forbidden.add("COMPUTE_STATUS_DISABLED")
+    return True
+
+
+def isolate_aggregates(spec: RequestSpec, config: SchedulerConfig,
+                       aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """Aggregates requiring a trait (``trait:X=required``) the request does not ask for
+    are forbidden."""
+    if not config.scheduler.enable_isolated_aggregate_filtering:
+        return False
+    request = from_request_spec(spec)
+    wanted: set[str] = set()
+    for group in request.groups.values():
+        wanted |= group.required_traits
+    keys = {f"trait:{t}" for t in wanted}
+    isolated = [a.uuid for a in aggregates
+                if any(k.startswith("trait:") and v == "required" and k not in keys
+                       for k, v in a.metadata.items())]
+    if not isolated:
+        return False
+    _destination(spec).forbidden_aggregates |= set(isolated)
+    return True
+
+
+#: Image property -> trait prefix (the value is upper-cased, ``-`` becomes ``_``).
+IMAGE_TRAIT_PREFIXES: dict[str, str] = {
+    "hw_cdrom_bus": "COMPUTE_STORAGE_BUS",
+    "hw_disk_bus": "COMPUTE_STORAGE_BUS",
+    "hw_video_model": "COMPUTE_GRAPHICS_MODEL",
+    "hw_vif_model": "COMPUTE_NET_VIF_MODEL",
+    "hw_architecture": "HW_ARCH",
+    "hw_emulation_architecture": "COMPUTE_ARCH",
+    # os-traits names the viommu traits COMPUTE_VIOMMU_MODEL_<MODEL>.
+    "hw_viommu_model": "COMPUTE_VIOMMU_MODEL",
+}
+
+
+def transform_image_metadata(spec: RequestSpec, config: SchedulerConfig,
+                             aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """Image properties (bus, video, vif, arch, viommu) become required root traits;
+    if any of them is not a known trait, none is added."""
+    if not config.scheduler.image_metadata_prefilter or spec.image is None:
+        return False
+    traits = []
+    for prop, prefix in IMAGE_TRAIT_PREFIXES.items():
+        value = spec.image.properties.get(prop)
+        if value is None:
+            continue
+        trait = f"{prefix}_{str(value).replace('-', '_').upper()}"
+        if not trait_exists(trait):
+            LOG.error("image property %s=%r maps to unknown trait %s; no image trait is "
+                      "added", prop, value, trait)
+            return False
+        traits.append(trait)
+    for trait in traits:
+        _root_required(spec, trait)
+    return bool(traits)
+
+
+def accelerators_filter(spec: RequestSpec, config: SchedulerConfig,
+                        aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """A device profile (``accel:device_profile``) requires COMPUTE_ACCELERATORS."""
+    if not spec.flavor.extra_specs.get("accel:device_profile"):
+        return False
+    _root_required(spec, "COMPUTE_ACCELERATORS")
+    return True
+
+
+def packed_virtqueue_filter(spec: RequestSpec, config: SchedulerConfig,
+                            aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """A packed virtqueue (``hw:virtio_packed_ring``) requires COMPUTE_NET_VIRTIO_PACKED."""
+    if not _truthy(_flavor_or_image(spec, "hw:virtio_packed_ring", "hw_virtio_packed_ring")):
+        return False
+    _root_required(spec, "COMPUTE_NET_VIRTIO_PACKED")
+    return True
+
+
+def routed_networks_filter(spec: RequestSpec, config: SchedulerConfig,
+                           aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """Each NIC on a routed network requires one of its segments' aggregates."""
+    if not config.scheduler.query_placement_for_routed_network_aggregates:
+        return False
+    networks = list(spec.requested_networks or [])
+    if not networks:
+        return False
+    lookup = ctx.network_lookup
+    if lookup is None:
+        raise RequestFilterFailed(
+            "routed network aggregates were requested ([scheduler] "
+            "query_placement_for_routed_network_aggregates) but no network lookup is "
+            "configured")
+    for nic in networks:
+        port_id, network_id = _field(nic, "port_id"), _field(nic, "network_id")
+        found: list[str] = []
+        try:
+            if port_id:
+                port = lookup.port(str(port_id))
+                fixed = port.get("fixed_ips") or []
+                if fixed:
+                    found = lookup.subnet_aggregates(str(fixed[0]["subnet_id"]))
+                    network_id = None
+                else:
+                    network_id = port.get("network_id")
+            if network_id:
+                found = lookup.network_aggregates(str(network_id))
+        except (KeyError, LookupError, ValueError) as exc:
+            raise RequestFilterFailed(f"routed network aggregates not found: {exc}") from exc
+        if found:
+            require_aggregates(spec, found)
+    return True
+
+
+def remote_managed_ports_filter(spec: RequestSpec, config: SchedulerConfig,
+                                aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """A remote-managed port requires COMPUTE_REMOTE_MANAGED_PORTS."""
+    for nic in spec.requested_networks or []:
+        vnic_type = _field(nic, "vnic_type")
+        port_id = _field(nic, "port_id")
+        if vnic_type is None and port_id and ctx.network_lookup is not None:
+            try:
+                vnic_type = ctx.network_lookup.port(str(port_id)).get("binding:vnic_type")
+            except (KeyError, LookupError):
+                vnic_type = None
+        if vnic_type == "remote-managed":
+            _root_required(spec, "COMPUTE_REMOTE_MANAGED_PORTS")
+            return True
+    return False
+
+
+def ephemeral_encryption_filter(spec: RequestSpec, config: SchedulerConfig,
+                                aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """Ephemeral encryption requires COMPUTE_EPHEMERAL_ENCRYPTION (and the format's trait)."""
+    if not _truthy(_flavor_or_image(spec, "hw:ephemeral_encryption", "hw_ephemeral_encryption")):
+        return False
+    _root_required(spec, "COMPUTE_EPHEMERAL_ENCRYPTION")
+    fmt = _flavor_or_image(spec, "hw:ephemeral_encryption_format", "hw_ephemeral_encryption_format")
+    if fmt:
+        _root_required(spec, f"COMPUTE_EPHEMERAL_ENCRYPTION_{str(fmt).upper()}")
+    return True
+
+
+def virtio_sound_filter(spec: RequestSpec, config: SchedulerConfig,
+                        aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """The virtio sound model requires COMPUTE_SOUND_MODEL_VIRTIO."""
+    if _flavor_or_image(spec, "hw:sound_model", "hw_sound_model") != "virtio":
+        return False
+    _root_required(spec, "COMPUTE_SOUND_MODEL_VIRTIO")
+    return True
+
+
+#: ``hw:tpm_secret_security`` values and their traits.
+TPM_SECRET_SECURITY = {
+    "user": "COMPUTE_SECURITY_TPM_SECRET_SECURITY_USER",
+    "host": "COMPUTE_SECURITY_TPM_SECRET_SECURITY_HOST",
+    "deployment": "COMPUTE_SECURITY_TPM_SECRET_SECURITY_DEPLOYMENT",
+}
+
+
+def tpm_secret_security_filter(spec: RequestSpec, config: SchedulerConfig,
+                               aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """A vTPM requires the trait of its secret security (``hw:tpm_secret_security``,
+    default ``user``); any other value fails the request."""
+    if _flavor_or_image(spec, "hw:tpm_version", "hw_tpm_version") is None:
+        return False
+    value = spec.flavor.extra_specs.get("hw:tpm_secret_security", "user")
+    trait = TPM_SECRET_SECURITY.get(value)
+    if trait is None:
+        raise RequestFilterFailed(
+            f"unsupported hw:tpm_secret_security {value!r}: expected one of "
+            f"{', '.join(TPM_SECRET_SECURITY)}")
+    _root_required(spec, trait)
+    return True
+
+
+def _is_neutron(pci_request: Any) -> bool:
+    source = _field(pci_request, "source")
+    return source in (0, "0", "neutron_port", "NEUTRON_PORT")
+
+
+def owner_nova_filter(spec: RequestSpec, config: SchedulerConfig,
+                      aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
+    """Once every compute is new enough, the root and flavor-PCI groups require OWNER_NOVA."""
+    version = ctx.min_compute_version
+    if version is None or version < OWNER_NOVA_MIN_SERVICE_VERSION:
+        return False
+    _root_required(spec, "OWNER_NOVA")
+    pci = spec.pci_requests
+    requests = list(pci) if isinstance(pci, (list, tuple)) else list(
+        getattr(pci, "requests", None) or [])
+    non_neutron = {str(_field(r, "request_id")) for r in requests
+                   if _field(r, "request_id") and not _is_neutron(r)}
+    for group in spec.requested_resources or []:
+        requester = str(getattr(group, "requester_id", "") or "")
+        prefix = requester.rsplit("-", 1)[0] if "-" in requester else requester
+        if prefix in non_neutron:
+            traits = getattr(group, "required_traits", None)
+            if isinstance(traits, set):
+                traits.add("OWNER_NOVA")
+    return True
+
+
+#: Every request filter, in Nova's order.
+ALL_REQUEST_FILTERS: tuple[RequestFilter, ...] = (
+    require_tenant_aggregate,
+    map_az_to_placement_aggregate,
+    require_image_type_support,
+    compute_status_filter,
+    isolate_aggregates,
+    transform_image_metadata,
+    accelerators_filter,
+    packed_virtqueue_filter,
+    routed_networks_filter,
+    remote_managed_ports_filter,
+    ephemeral_encryption_filter,
+    virtio_sound_filter,
+    tpm_secret_security_filter,
+    owner_nova_filter,
+)
+
+
+def process_reqspec(
+    spec: RequestSpec,
+    config: SchedulerConfig,
+    aggregates: Sequence[Aggregate],
+    *,
+    network_lookup: NetworkLookup | None = None,
+    min_compute_version: int | None = None,
+) -> list[str]:
+    """Run every request filter in order on ``spec`` (mutated); returns the names of
+    those that changed it. Raises :class:`RequestFilterFailed`."""
+    ctx = FilterContext(network_lookup, min_compute_version)
+    applied = []
+    for request_filter in ALL_REQUEST_FILTERS:
+        if request_filter(spec, config, aggregates, ctx):
+            applied.append(request_filter.__name__)
+    return applied

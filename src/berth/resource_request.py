@@ -1,0 +1,498 @@
+"""The placement query of a request: Nova's ``ResourceRequest`` (reference §8.5).
+
+Pure functions from a :class:`~berth.model.request.RequestSpec` (and the configuration)
+to the ``GET /allocation_candidates`` querystring:
+
+* flavor extra specs ``resources[$S]:RC=N`` / ``trait[$S]:T=required|forbidden`` and
+  ``group_policy``; image ``traits_required``;
+* CPU pinning translation (``dedicated``/``mixed`` -> PCPU, emulator threads ``isolate``
+  -> +1 PCPU, thread policy -> ``HW_CPU_HYPERTHREADING`` required/forbidden) and the
+  other image/flavor translations to traits;
+* the flavor basics (VCPU, MEMORY_MB, DISK_GB) when the extra specs did not name them;
+* external groups (``spec.requested_resources``), zero stripping;
+* the destination (``member_of``, ``in_tree``, the result ``limit``) and request-level
+  parameters (``root_required``, ``same_subtree``).
+
+:func:`resources_from_request_spec` is the entry point; :meth:`ResourceRequest.to_querystring`
+renders the sorted, urlencoded query. Nothing here talks to a database: the lookup of
+a requested host/node is a callable the caller passes in.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import os_resource_classes
+import os_traits
+
+from berth.config import SchedulerConfig
+from berth.errors import ExtraSpecError, NoValidHost
+from berth.model.request import Destination, RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+#: Flavor extra-spec keys that feed placement: prefix, optional suffix, then the name.
+EXTRA_SPEC_RE = re.compile(r"^(resources|trait)([a-zA-Z0-9_-]{1,64})?:(.*)$")
+#: Hints that make the scheduler look at every candidate (no ``limit``).
+UNLIMITED_HINTS = ("group", "same_host", "different_host")
+
+STANDARD_RESOURCE_CLASSES: frozenset[str] = frozenset(os_resource_classes.STANDARDS)
+STANDARD_TRAITS: frozenset[str] = frozenset(os_traits.get_traits())
+
+PCPU = "PCPU"
+VCPU = "VCPU"
+HYPERTHREADING = "HW_CPU_HYPERTHREADING"
+
+
+def is_known_resource_class(name: str) -> bool:
+    """A standard resource class or a well-formed ``CUSTOM_*`` one."""
+    return name in STANDARD_RESOURCE_CLASSES or bool(re.fullmatch(r"CUSTOM_[A-Z0-9_]+", name))
+
+
+def trait_exists(name: str) -> bool:
+    """Whether os-traits knows ``name`` (custom traits are not looked up here)."""
+    return name in STANDARD_TRAITS
+
+
+@dataclass
+class RequestGroup:
+    """One request group: resources (and traits, aggregates, tree) one provider set holds.
+
+    ``requester_id`` is the suffix ("" for the unsuffixed group). ``use_same_provider``
+    is False only for the unsuffixed group. ``aggregates`` is a list of OR groups, ANDed
+    together. ``provider_uuids`` is filled by the scheduler from the claimed mapping.
+    """
+
+    requester_id: str = ""
+    use_same_provider: bool = True
+    resources: dict[str, int] = field(default_factory=dict)
+    required_traits: set[str] = field(default_factory=set)
+    forbidden_traits: set[str] = field(default_factory=set)
+    aggregates: list[list[str]] = field(default_factory=list)
+    forbidden_aggregates: set[str] = field(default_factory=set)
+    in_tree: str | None = None
+    provider_uuids: list[str] = field(default_factory=list)
+
+    @property
+    def suffix(self) -> str:
+        """The querystring suffix of this group."""
+        return self.requester_id or ""
+
+    def is_empty(self) -> bool:
+        """No resources and no traits/aggregates constraints."""
+        return not (self.resources or self.required_traits or self.forbidden_traits
+                    or self.aggregates or self.forbidden_aggregates or self.in_tree)
+
+    def to_queryparams(self) -> list[tuple[str, str]]:
+        """This group's ``resources$S``, ``required$S``, ``member_of$S``, ``in_tree$S``."""
+        s = self.suffix
+        params: list[tuple[str, str]] = []
+        if self.resources:
+            params.append((f"resources{s}", ",".join(
+                f"{rc}:{amount}" for rc, amount in sorted(self.resources.items()))))
+        traits = sorted(self.required_traits) + sorted(f"!{t}" for t in self.forbidden_traits)
+        if traits:
+            params.append((f"required{s}", ",".join(traits)))
+        for agg_list in self.aggregates:
+            params.append((f"member_of{s}", "in:" + ",".join(agg_list)))
+        if self.forbidden_aggregates:
+            params.append((f"member_of{s}", "!in:" + ",".join(sorted(self.forbidden_aggregates))))
+        if self.in_tree:
+            params.append((f"in_tree{s}", self.in_tree))
+        return params
+
+
+@dataclass
+class RequestLevelParams:
+    """Request-wide constraints: traits on the root provider, suffixes sharing a subtree."""
+
+    root_required: set[str] = field(default_factory=set)
+    root_forbidden: set[str] = field(default_factory=set)
+    same_subtree: list[list[str]] = field(default_factory=list)
+
+
+def request_level_params(spec: RequestSpec) -> RequestLevelParams:
+    """The spec's request-level params, created (and attached) when absent."""
+    params = spec.request_level_params
+    if params is None:
+        params = spec.request_level_params = RequestLevelParams()
+    return params  # type: ignore[no-any-return]
+
+
+@dataclass
+class ResourceRequest:
+    """Every request group plus the request-wide query parameters."""
+
+    groups: dict[str, RequestGroup] = field(default_factory=dict)
+    group_policy: str | None = None
+    limit: int | None = None
+    root_required: set[str] = field(default_factory=set)
+    root_forbidden: set[str] = field(default_factory=set)
+    same_subtree: list[list[str]] = field(default_factory=list)
+    cpu_pinning_requested: bool = False
+    #: Suffixes of the groups that came from the flavor's extra specs.
+    flavor_suffixes: set[str] = field(default_factory=set)
+
+    def group(self, suffix: str = "") -> RequestGroup:
+        """The group with ``suffix``, created on first use."""
+        grp = self.groups.get(suffix)
+        if grp is None:
+            grp = self.groups[suffix] = RequestGroup(requester_id=suffix,
+                                                     use_same_provider=bool(suffix))
+        return grp
+
+    @property
+    def unsuffixed(self) -> RequestGroup:
+        """The unsuffixed group (always present)."""
+        return self.group("")
+
+    def merged_resources(self) -> dict[str, int]:
+        """Amounts per class summed over every group (zeros included)."""
+        merged: dict[str, int] = {}
+        for grp in self.groups.values():
+            for rc, amount in grp.resources.items():
+                merged[rc] = merged.get(rc, 0) + amount
+        return merged
+
+    def strip_zeros(self) -> None:
+        """Drop zero amounts, then suffixed groups left with nothing."""
+        for grp in self.groups.values():
+            grp.resources = {rc: n for rc, n in grp.resources.items() if n}
+        for suffix in [s for s, g in self.groups.items() if s and g.is_empty()]:
+            del self.groups[suffix]
+
+    def to_queryparams(self) -> list[tuple[str, str]]:
+        """The query parameters, sorted as Nova sorts them."""
+        params: list[tuple[str, str]] = []
+        if self.limit is not None:
+            params.append(("limit", str(self.limit)))
+        if self.group_policy is not None:
+            params.append(("group_policy", self.group_policy))
+        root = sorted(self.root_required) + sorted(f"!{t}" for t in self.root_forbidden)
+        if root:
+            params.append(("root_required", ",".join(root)))
+        for subtree in self.same_subtree:
+            params.append(("same_subtree", ",".join(sorted(subtree))))
+        for grp in self.groups.values():
+            params.extend(grp.to_queryparams())
+        return sorted(params)
+
+    def to_querystring(self) -> str:
+        """``GET /allocation_candidates?<this>``: sorted and urlencoded."""
+        return urllib.parse.urlencode(self.to_queryparams())
+
+
+# --------------------------------------------------------------------------- extra specs
+def _process_extra_specs(req: ResourceRequest, extra_specs: Mapping[str, str]) -> None:
+    for key, value in extra_specs.items():
+        if key == "group_policy":
+            req.group_policy = value
+            continue
+        match = EXTRA_SPEC_RE.match(key)
+        if not match:
+            continue
+        prefix, suffix, name = match.group(1), match.group(2) or "", match.group(3)
+        if prefix == "resources":
+            if not is_known_resource_class(name):
+                LOG.warning("ignoring flavor extra spec %s: %r is not a standard or "
+                            "CUSTOM_ resource class", key, name)
+                continue
+            try:
+                amount = int(value)
+            except (TypeError, ValueError):
+                amount = -1
+            if amount < 0:
+                LOG.warning("ignoring flavor extra spec %s=%r: the amount must be a "
+                            "non-negative integer", key, value)
+                continue
+            req.group(suffix).resources[name] = amount
+            req.flavor_suffixes.add(suffix)
+        else:
+            if value == "required":
+                req.group(suffix).required_traits.add(name)
+            elif value == "forbidden":
+                req.group(suffix).forbidden_traits.add(name)
+            else:
+                LOG.warning("ignoring flavor extra spec %s=%r: expected required or "
+                            "forbidden", key, value)
+                continue
+            req.flavor_suffixes.add(suffix)
+
+
+def _process_image(req: ResourceRequest, spec: RequestSpec) -> None:
+    if spec.image is None:
+        return
+    for trait in spec.image.properties.get("traits_required") or []:
+        req.unsuffixed.required_traits.add(str(trait))
+
+
+# --------------------------------------------------------------------------- pinning
+def _spec_value(spec: RequestSpec, flavor_key: str, image_key: str) -> Any:
+    """A flavor extra spec, else the image property (flavor wins, as Nova resolves)."""
+    value = spec.flavor.extra_specs.get(flavor_key)
+    if value is not None:
+        return value
+    if spec.image is not None:
+        return spec.image.properties.get(image_key)
+    return None
+
+
+def parse_cpu_spec(text: str) -> set[int]:
+    """Nova's CPU-set syntax: ``0-3,^2,5`` (ranges, exclusions); errors name the text."""
+    include: set[int] = set()
+    exclude: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        negate = part.startswith("^")
+        body = part[1:] if negate else part
+        try:
+            if "-" in body:
+                lo, hi = (int(x) for x in body.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                values = set(range(lo, hi + 1))
+            else:
+                values = {int(body)}
+        except ValueError:
+            raise ExtraSpecError(f"invalid CPU range {part!r} in {text!r}") from None
+        (exclude if negate else include).update(values)
+    return include - exclude
+
+
+def _mask_cpus(mask: str, vcpus: int) -> set[int]:
+    """A dedicated/realtime mask: ``^N`` forms exclude from all vCPUs."""
+    if mask.strip().startswith("^"):
+        return parse_cpu_spec(f"0-{vcpus - 1},{mask}")
+    return parse_cpu_spec(mask)
+
+
+def cpu_policy(spec: RequestSpec) -> str | None:
+    """The CPU policy: flavor ``hw:cpu_policy`` wins; the image may not ask for dedicated
+    CPUs when the flavor says shared or mixed."""
+    flavor_policy = spec.flavor.extra_specs.get("hw:cpu_policy")
+    image_policy = spec.image.properties.get("hw_cpu_policy") if spec.image else None
+    for name, value in (("hw:cpu_policy", flavor_policy), ("hw_cpu_policy", image_policy)):
+        if value is not None and value not in ("shared", "dedicated", "mixed"):
+            raise ExtraSpecError(f"{name}: expected shared, dedicated or mixed, got {value!r}")
+    if flavor_policy == "dedicated":
+        return "dedicated"
+    if flavor_policy in ("shared", "mixed"):
+        if image_policy == "dedicated":
+            raise ExtraSpecError(f"hw_cpu_policy: the image asks for dedicated CPUs but the "
+                                 f"flavor's hw:cpu_policy is {flavor_policy!r}")
+        return str(flavor_policy)
+    return str(image_policy) if image_policy is not None else None
+
+
+def _dedicated_count(spec: RequestSpec) -> int:
+    """Dedicated vCPUs of a ``mixed`` instance: the dedicated mask, else the realtime mask."""
+    vcpus = spec.flavor.vcpus
+    mask = spec.flavor.extra_specs.get("hw:cpu_dedicated_mask")
+    key = "hw:cpu_dedicated_mask"
+    if not mask:
+        mask = _spec_value(spec, "hw:cpu_realtime_mask", "hw_cpu_realtime_mask")
+        key = "hw:cpu_realtime_mask"
+    if not mask:
+        raise ExtraSpecError("hw:cpu_policy=mixed needs hw:cpu_dedicated_mask or "
+                             "hw:cpu_realtime_mask")
+    dedicated = _mask_cpus(str(mask), vcpus)
+    if not dedicated or len(dedicated) >= vcpus or not dedicated <= set(range(vcpus)):
+        raise ExtraSpecError(f"{key}={mask!r}: a mixed instance needs at least one dedicated "
+                             f"and one shared vCPU among its {vcpus}")
+    return len(dedicated)
+
+
+def _translate_pinning(req: ResourceRequest, spec: RequestSpec) -> None:
+    policy = cpu_policy(spec)
+    emulator = _spec_value(spec, "hw:emulator_threads_policy", "hw_emulator_threads_policy")
+    thread = _spec_value(spec, "hw:cpu_thread_policy", "hw_cpu_thread_policy")
+    group = req.unsuffixed
+    if policy == "dedicated":
+        pcpus = spec.flavor.vcpus + (1 if emulator == "isolate" else 0)
+        group.resources[PCPU] = pcpus
+        req.cpu_pinning_requested = True
+    elif policy == "mixed":
+        dedicated = _dedicated_count(spec)
+        group.resources[PCPU] = dedicated + (1 if emulator == "isolate" else 0)
+        group.resources[VCPU] = spec.flavor.vcpus - dedicated
+        req.cpu_pinning_requested = True
+    if thread == "isolate":
+        group.forbidden_traits.add(HYPERTHREADING)
+    elif thread == "require":
+        group.required_traits.add(HYPERTHREADING)
+
+
+# --------------------------------------------------------------------------- other traits
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on", "y", "t")
+
+
+#: Image/flavor values that translate to a required root trait.
+_TPM_VERSION = {"1.2": "COMPUTE_SECURITY_TPM_1_2", "2.0": "COMPUTE_SECURITY_TPM_2_0"}
+_TPM_MODEL = {"tpm-tis": "COMPUTE_SECURITY_TPM_TIS", "tpm-crb": "COMPUTE_SECURITY_TPM_CRB"}
+_MEM_ENC_MODEL = {"amd-sev": "HW_CPU_X86_AMD_SEV", "amd-sev-es": "HW_CPU_X86_AMD_SEV_ES"}
+
+
+def _translate_other(req: ResourceRequest, spec: RequestSpec) -> None:
+    """Memory encryption, vTPM, secure boot, maxphysaddr, stateless firmware, socket
+    PCI NUMA affinity: each adds a required trait (memory encryption also a resource)."""
+    group = req.unsuffixed
+    mem_enc = _spec_value(spec, "hw:mem_encryption", "hw_mem_encryption")
+    if mem_enc is not None and _truthy(mem_enc):
+        group.resources["MEM_ENCRYPTION_CONTEXT"] = 1
+        model = _spec_value(spec, "hw:mem_encryption_model", "hw_mem_encryption_model") or "amd-sev"
+        trait = _MEM_ENC_MODEL.get(str(model))
+        if trait:
+            group.required_traits.add(trait)
+    version = _spec_value(spec, "hw:tpm_version", "hw_tpm_version")
+    if version is not None:
+        if str(version) in _TPM_VERSION:
+            group.required_traits.add(_TPM_VERSION[str(version)])
+        model = _spec_value(spec, "hw:tpm_model", "hw_tpm_model") or "tpm-tis"
+        if str(model) in _TPM_MODEL:
+            group.required_traits.add(_TPM_MODEL[str(model)])
+    secure_boot = _spec_value(spec, "os:secure_boot", "os_secure_boot")
+    if secure_boot is not None and str(secure_boot).lower() == "required":
+        group.required_traits.add("COMPUTE_SECURITY_UEFI_SECURE_BOOT")
+    mode = _spec_value(spec, "hw:maxphysaddr_mode", "hw_maxphysaddr_mode")
+    if mode == "passthrough":
+        group.required_traits.add("COMPUTE_ADDRESS_SPACE_PASSTHROUGH")
+    elif mode == "emulate":
+        group.required_traits.add("COMPUTE_ADDRESS_SPACE_EMULATED")
+    if spec.image is not None and _truthy(spec.image.properties.get("hw_firmware_stateless", False)):
+        group.required_traits.add("COMPUTE_SECURITY_STATELESS_FIRMWARE")
+    policy = _spec_value(spec, "hw:pci_numa_affinity_policy", "hw_pci_numa_affinity_policy")
+    if policy == "socket":
+        group.required_traits.add("COMPUTE_SOCKET_PCI_NUMA_AFFINITY")
+
+
+def _external_groups(req: ResourceRequest, spec: RequestSpec) -> None:
+    for ext in spec.requested_resources or []:
+        suffix = str(getattr(ext, "requester_id", "") or "")
+        grp = req.group(suffix)
+        for rc, amount in (getattr(ext, "resources", None) or {}).items():
+            grp.resources[rc] = grp.resources.get(rc, 0) + int(amount)
+        grp.required_traits |= set(getattr(ext, "required_traits", None) or ())
+        grp.forbidden_traits |= set(getattr(ext, "forbidden_traits", None) or ())
+        for agg in getattr(ext, "aggregates", None) or []:
+            grp.aggregates.append(list(agg))
+        grp.forbidden_aggregates |= set(getattr(ext, "forbidden_aggregates", None) or ())
+        if getattr(ext, "in_tree", None):
+            grp.in_tree = ext.in_tree
+
+
+def flavor_disk_gb(spec: RequestSpec) -> int:
+    """``ephemeral_gb + ceil(swap_mb / 1024) + root_gb`` (root left out when is_bfv)."""
+    flavor = spec.flavor
+    return (flavor.ephemeral_gb + math.ceil(flavor.swap / 1024)
+            + (0 if spec.is_bfv else flavor.root_gb))
+
+
+def from_request_spec(spec: RequestSpec, enable_pinning_translate: bool = True) -> ResourceRequest:
+    """``ResourceRequest.from_request_spec``: the groups of a request (no destination)."""
+    req = ResourceRequest()
+    req.group("")
+    _process_extra_specs(req, spec.flavor.extra_specs)
+    _process_image(req, spec)
+    if enable_pinning_translate:
+        _translate_pinning(req, spec)
+    _translate_other(req, spec)
+    _external_groups(req, spec)
+    # The flavor basics only when the extra specs (or pinning) did not name them.
+    merged = req.merged_resources()
+    if VCPU not in merged and PCPU not in merged:
+        req.unsuffixed.resources[VCPU] = spec.flavor.vcpus
+    if "MEMORY_MB" not in merged:
+        req.unsuffixed.resources["MEMORY_MB"] = spec.flavor.memory_mb
+    if "DISK_GB" not in merged:
+        disk = flavor_disk_gb(spec)
+        if disk:
+            req.unsuffixed.resources["DISK_GB"] = disk
+    req.strip_zeros()
+    params = spec.request_level_params
+    if params is not None:
+        req.root_required |= set(getattr(params, "root_required", ()) or ())
+        req.root_forbidden |= set(getattr(params, "root_forbidden", ()) or ())
+        req.same_subtree = [list(s) for s in getattr(params, "same_subtree", ()) or ()]
+    suffixed = [s for s in req.groups if s]
+    from_flavor = [s for s in suffixed if s in req.flavor_suffixes]
+    if req.group_policy is None and len(suffixed) >= 2 and len(from_flavor) <= 1:
+        req.group_policy = "none"
+    return req
+
+
+# --------------------------------------------------------------------------- destination
+@dataclass(frozen=True)
+class NodeRef:
+    """A compute node found by host/node name: its uuid (the root provider) and names."""
+
+    uuid: str
+    host: str
+    nodename: str
+
+
+#: ``find_nodes(host, node)``: the compute nodes matching a host and/or node name.
+NodeLookup = Callable[[str | None, str | None], Sequence[NodeRef]]
+
+
+def resources_from_request_spec(
+    spec: RequestSpec,
+    config: SchedulerConfig,
+    find_nodes: NodeLookup,
+    enable_pinning_translate: bool = True,
+) -> ResourceRequest:
+    """The whole placement query of ``spec`` (reference §8.5), destination included.
+
+    May fill ``spec.requested_destination`` with the single node a forced/requested
+    host resolves to. Raises NoValidHost("No such host - host: X node: Y") when the
+    requested host/node does not exist.
+    """
+    req = from_request_spec(spec, enable_pinning_translate)
+    req.limit = config.scheduler.max_placement_results
+    dest = spec.requested_destination
+    target_host = dest.host if dest else None
+    target_node = dest.node if dest else None
+    if dest is not None:
+        for agg in dest.aggregates or []:
+            req.unsuffixed.aggregates.append(agg.split(","))
+        if dest.forbidden_aggregates:
+            req.unsuffixed.forbidden_aggregates |= set(dest.forbidden_aggregates)
+    if spec.force_hosts:
+        target_host = target_host or spec.force_hosts[0]
+    if spec.force_nodes:
+        target_node = target_node or spec.force_nodes[0]
+    if target_host or target_node:
+        nodes = list(find_nodes(target_host, target_node))
+        if not nodes:
+            raise NoValidHost(f"No such host - host: {target_host} node: {target_node}")
+        if len(nodes) == 1:
+            if dest is not None:
+                dest.host, dest.node = nodes[0].host, nodes[0].nodename
+            else:
+                spec.requested_destination = Destination(host=nodes[0].host,
+                                                         node=nodes[0].nodename)
+            req.unsuffixed.in_tree = nodes[0].uuid
+        else:
+            req.limit = None
+    if spec.scheduler_hints and any(h in spec.scheduler_hints for h in UNLIMITED_HINTS):
+        req.limit = None
+    return req
+
+
+def nodes_from_rows(rows: Iterable[tuple[str | None, str, str]]) -> NodeLookup:
+    """A :data:`NodeLookup` over ``(uuid, host, nodename)`` triples (exact names)."""
+    triples = [(u, h, n) for u, h, n in rows if u]
+
+    def find(host: str | None, node: str | None) -> list[NodeRef]:
+        return [NodeRef(str(u), h, n) for u, h, n in triples
+                if (host is None or h == host) and (node is None or n == node)]
+
+    return find

@@ -1,0 +1,501 @@
+"""Host state from reports: the compute-record store, the compute agent, the snapshot feed.
+
+A compute node publishes two things, as Nova's resource tracker does:
+
+* to **Placement** (through the typed client): its resource provider (uuid = the compute
+  node uuid), inventories — VCPU, MEMORY_MB, DISK_GB with ``reserved`` from the DEFAULT
+  ``reserved_*`` options and the allocation ratios resolved per reference §10.3/§11.4,
+  PCPU (ratio 1) when it has dedicated CPUs — its traits (``COMPUTE_STATUS_DISABLED``
+  while the service is disabled) and its aggregate membership;
+* to the **compute-record store** (:class:`ComputeRecordStore`, tables ``berth_compute_*``
+  in the same SQL database, created with ``create_all``; the placement migrations are
+  untouched): capabilities and state — hypervisor, ``cpu_info``, supported instances,
+  NUMA topology, PCI pools, metrics, stats, usage, instances and the service row with
+  its heartbeat.
+
+Every write to the record store takes the next value of one change counter, so a
+scheduler reads only what changed since its last look (:class:`SnapshotFeed`) and
+applies it with ``HostSnapshot.upsert`` (O(1) per report, no rebuild). ComputeFilter's
+"is up" is then the heartbeat's age against ``service_down_time`` at the ``now`` the
+scheduler passes to the pure core.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from berth.config import SchedulerConfig
+from berth.errors import InputError
+from berth.model.aggregate import Aggregate
+from berth.model.compute import Instance, MetricItem, ServiceRecord
+from berth.model.request import Flavor
+from berth.placement.client import ConflictError, NotFoundError, PlacementClient
+from berth.snapshot import HostRecord, HostSnapshot
+
+LOG = logging.getLogger(__name__)
+
+STATUS_DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
+
+records_metadata = sa.MetaData()
+
+compute_nodes = sa.Table(
+    "berth_compute_nodes",
+    records_metadata,
+    sa.Column("uuid", sa.String(36), primary_key=True),
+    sa.Column("host", sa.String(255), nullable=False, index=True),
+    sa.Column("nodename", sa.String(255), nullable=False),
+    sa.Column("report", sa.Text, nullable=False),
+    sa.Column("heartbeat", sa.Float, nullable=True),
+    sa.Column("seq", sa.BigInteger, nullable=False, index=True),
+)
+
+host_aggregates = sa.Table(
+    "berth_host_aggregates",
+    records_metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("uuid", sa.String(36), nullable=False, unique=True),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("hosts", sa.Text, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+)
+
+record_counter = sa.Table(
+    "berth_compute_counter",
+    records_metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+)
+
+
+# --------------------------------------------------------------------------- reports
+def record_to_report(record: HostRecord) -> dict[str, Any]:
+    """A host record as JSON-ready data (hardware objects through their ``to_dict``)."""
+    data = asdict(record)
+    data["numa_topology"] = (record.numa_topology.to_dict()
+                             if record.numa_topology is not None else None)
+    data["pci_stats"] = _pci_pools(record.pci_stats)
+    data["service"] = asdict(record.service) if record.service is not None else None
+    data["instances"] = [asdict(i) for i in record.instances.values()]
+    data["metrics"] = [asdict(m) for m in record.metrics]
+    return data
+
+
+def _pci_pools(stats: Any) -> list[dict[str, Any]] | None:
+    if stats is None:
+        return None
+    for name in ("to_pools", "pools_as_dicts"):
+        method = getattr(stats, name, None)
+        if callable(method):
+            return list(method())
+    pools = getattr(stats, "pools", None)
+    if pools is not None:
+        return [dict(p) if isinstance(p, Mapping) else dict(p.__dict__) for p in pools]
+    raise InputError("pci_stats: this PCI stats object cannot be serialized into a report")
+
+
+def report_to_record(report: Mapping[str, Any]) -> HostRecord:
+    """The inverse of :func:`record_to_report`."""
+    data = dict(report)
+    numa = data.pop("numa_topology", None)
+    pci = data.pop("pci_stats", None)
+    service = data.pop("service", None)
+    instances = data.pop("instances", None) or []
+    metrics = data.pop("metrics", None) or []
+    record = HostRecord(**data)
+    if numa is not None:
+        from berth.hardware.numa import NUMATopology
+
+        record.numa_topology = NUMATopology.from_dict(numa)
+    if pci is not None:
+        from berth.hardware.pci import PciDeviceStats  # type: ignore[import-not-found]
+
+        record.pci_stats = PciDeviceStats.from_pools(pci)
+    record.service = ServiceRecord(**service) if service else None
+    record.instances = {i["uuid"]: Instance(**i) for i in instances}
+    record.metrics = [MetricItem(**m) for m in metrics]
+    return record
+
+
+def aggregate_to_row(agg: Aggregate) -> dict[str, Any]:
+    """An aggregate as a table row (hosts and metadata as JSON text)."""
+    return {"id": agg.id, "uuid": agg.uuid, "name": agg.name,
+            "hosts": json.dumps(list(agg.hosts)), "metadata": json.dumps(agg.metadata)}
+
+
+class ComputeRecordStore:
+    """Compute-node reports and host aggregates in SQL, with a change counter."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        records_metadata.create_all(engine)
+        try:
+            with engine.begin() as conn:
+                if conn.execute(sa.select(record_counter.c.id)).first() is None:
+                    conn.execute(sa.insert(record_counter).values(id=1, seq=0))
+        except sa.exc.IntegrityError:  # another process created it meanwhile
+            pass
+
+    @staticmethod
+    def _next_seq(conn: sa.Connection) -> int:
+        return int(conn.execute(
+            sa.update(record_counter).where(record_counter.c.id == 1)
+            .values(seq=record_counter.c.seq + 1).returning(record_counter.c.seq)
+        ).scalar_one())
+
+    def publish(self, uuid: str, report: Mapping[str, Any], heartbeat: float | None) -> int:
+        """Insert or replace one node's report; returns its change number."""
+        text = json.dumps(report, sort_keys=True, default=str)
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            seq = self._next_seq(conn)
+            values = {"host": report["host"], "nodename": report.get("nodename") or report["host"],
+                      "report": text, "heartbeat": heartbeat, "seq": seq}
+            done = conn.execute(sa.update(compute_nodes).where(compute_nodes.c.uuid == uuid)
+                                .values(**values)).rowcount
+            if not done:
+                conn.execute(sa.insert(compute_nodes).values(uuid=uuid, **values))
+        return seq
+
+    def set_aggregates(self, aggregates: Iterable[Aggregate]) -> None:
+        """Replace every host aggregate."""
+        rows = [aggregate_to_row(a) for a in aggregates]
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            seq = self._next_seq(conn)
+            conn.execute(sa.delete(host_aggregates))
+            if rows:
+                conn.execute(sa.insert(host_aggregates), [{**r, "seq": seq} for r in rows])
+
+    def aggregates(self) -> list[Aggregate]:
+        """Every host aggregate, by id."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(host_aggregates).order_by(host_aggregates.c.id)).all()
+        return [Aggregate(id=r.id, uuid=r.uuid, name=r.name, hosts=tuple(json.loads(r.hosts)),
+                          metadata=json.loads(r.metadata)) for r in rows]
+
+    def changes(self, since: int) -> tuple[list[dict[str, Any]], int, bool]:
+        """Reports changed after ``since``, the newest change number, and whether the
+        aggregates changed."""
+        with self.engine.connect() as conn, conn.begin():
+            top = int(conn.execute(sa.select(record_counter.c.seq)).scalar_one())
+            if top == since:
+                return [], top, False
+            rows = conn.execute(sa.select(compute_nodes.c.report)
+                                .where(compute_nodes.c.seq > since, compute_nodes.c.seq <= top)
+                                .order_by(compute_nodes.c.seq)).all()
+            agg_changed = conn.execute(
+                sa.select(sa.func.count()).select_from(host_aggregates)
+                .where(host_aggregates.c.seq > since)).scalar_one() > 0
+            if not agg_changed and since == 0:
+                agg_changed = True
+        return [json.loads(r.report) for r in rows], top, bool(agg_changed)
+
+
+class SnapshotFeed:
+    """A scheduler's :class:`HostSnapshot`, kept current from the record store.
+
+    :meth:`refresh` reads only the reports changed since the last call and upserts them;
+    aggregates are re-read when they changed. ``uuid_rows`` indexes rows by compute node
+    uuid for mapping placement's answer.
+    """
+
+    def __init__(self, store: ComputeRecordStore) -> None:
+        self.store = store
+        self.snapshot = HostSnapshot()
+        self.seq = 0
+        self.uuid_rows: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def refresh(self) -> HostSnapshot:
+        """Apply every change since the last refresh; returns the snapshot."""
+        with self._lock:
+            reports, top, agg_changed = self.store.changes(self.seq)
+            if agg_changed:
+                self.snapshot.set_aggregates(self.store.aggregates())
+            for report in reports:
+                record = report_to_record(report)
+                row = self.snapshot.upsert(record)
+                if record.uuid:
+                    self.uuid_rows[record.uuid] = row
+            self.seq = top
+        return self.snapshot
+
+
+# --------------------------------------------------------------------------- agent
+@dataclass
+class ComputeNodeSpec:
+    """What a compute node is: its size, capabilities and placement traits.
+
+    ``vcpus`` are shared (VCPU) CPUs and ``pcpus`` dedicated ones (PCPU, like
+    ``[compute] cpu_dedicated_set``). Ratios None resolve per reference §10.3.
+    """
+
+    host: str
+    vcpus: int
+    memory_mb: int
+    local_gb: int
+    uuid: str | None = None
+    nodename: str | None = None
+    cell_uuid: str | None = None
+    pcpus: int = 0
+    hypervisor_type: str = "QEMU"
+    hypervisor_version: int = 8002000
+    cpu_info: Mapping[str, Any] | str = field(default_factory=dict)
+    supported_instances: list[list[str]] = field(
+        default_factory=lambda: [["x86_64", "qemu", "hvm"]])
+    host_ip: str | None = None
+    numa_topology: Any = None
+    pci_stats: Any = None
+    metrics: list[MetricItem] = field(default_factory=list)
+    traits: list[str] = field(default_factory=list)
+    cpu_allocation_ratio: float | None = None
+    ram_allocation_ratio: float | None = None
+    disk_allocation_ratio: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("vcpus", "memory_mb", "local_gb", "pcpus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"compute node {self.host}: {name} must be an integer >= 0, "
+                                 f"got {value!r}")
+        if self.uuid is None:
+            from berth.cloudfile import stable_uuid
+
+            self.uuid = stable_uuid("node", self.host, self.nodename or self.host)
+
+
+def resolved_ratio(value: float | None, kind: str, config: SchedulerConfig) -> float:
+    """A node's ratio: its own when set and non-zero, else the option, else initial_*."""
+    if value:
+        return float(value)
+    configured = getattr(config, f"{kind}_allocation_ratio")
+    if configured:
+        return float(configured)
+    return float(getattr(config, f"initial_{kind}_allocation_ratio"))
+
+
+def inventories_for(node: ComputeNodeSpec, config: SchedulerConfig) -> dict[str, dict[str, Any]]:
+    """The inventories the node reports to placement (reference §8.5, capacity rule)."""
+    inv: dict[str, dict[str, Any]] = {}
+    if node.vcpus:
+        inv["VCPU"] = {"total": node.vcpus, "reserved": min(config.reserved_host_cpus, node.vcpus),
+                       "min_unit": 1, "max_unit": node.vcpus, "step_size": 1,
+                       "allocation_ratio": resolved_ratio(node.cpu_allocation_ratio, "cpu", config)}
+    if node.pcpus:
+        inv["PCPU"] = {"total": node.pcpus, "reserved": 0, "min_unit": 1,
+                       "max_unit": node.pcpus, "step_size": 1, "allocation_ratio": 1.0}
+    if node.memory_mb:
+        inv["MEMORY_MB"] = {
+            "total": node.memory_mb,
+            "reserved": min(config.reserved_host_memory_mb, node.memory_mb),
+            "min_unit": 1, "max_unit": node.memory_mb, "step_size": 1,
+            "allocation_ratio": resolved_ratio(node.ram_allocation_ratio, "ram", config)}
+    if node.local_gb:
+        inv["DISK_GB"] = {
+            "total": node.local_gb,
+            "reserved": min(math.ceil(config.reserved_host_disk_mb / 1024), node.local_gb),
+            "min_unit": 1, "max_unit": node.local_gb, "step_size": 1,
+            "allocation_ratio": resolved_ratio(node.disk_allocation_ratio, "disk", config)}
+    return inv
+
+
+@dataclass
+class _Placed:
+    instance: Instance
+    flavor: Flavor
+
+
+class ComputeAgent:
+    """One compute node's reporter (Nova's resource tracker and service heartbeat).
+
+    ``register()`` creates the provider and publishes everything; ``report()`` publishes
+    state and heartbeat (and inventories/traits when they changed); ``spawn``/``destroy``
+    change the node's usage; ``start(interval)`` reports periodically in a thread.
+    """
+
+    def __init__(
+        self,
+        node: ComputeNodeSpec,
+        client: PlacementClient,
+        records: ComputeRecordStore,
+        config: SchedulerConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node = node
+        self.client = client
+        self.records = records
+        self.config = config or SchedulerConfig.default()
+        self.clock = clock
+        self.disabled = False
+        self.disabled_reason: str | None = None
+        self.forced_down = False
+        self.failed_builds = 0
+        self.created_at = clock()
+        self._placed: dict[str, _Placed] = {}
+        self._published_inventory: dict[str, dict[str, Any]] | None = None
+        self._published_traits: set[str] | None = None
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def uuid(self) -> str:
+        """The compute node uuid (= the root resource provider uuid)."""
+        assert self.node.uuid is not None
+        return self.node.uuid
+
+    # ----------------------------------------------------------------- placement side
+    def traits(self) -> set[str]:
+        """The provider traits: the node's plus COMPUTE_STATUS_DISABLED when disabled."""
+        traits = set(self.node.traits)
+        if self.disabled:
+            traits.add(STATUS_DISABLED_TRAIT)
+        return traits
+
+    def _ensure_provider(self) -> int:
+        try:
+            return self.client.get_provider(self.uuid).generation
+        except NotFoundError:
+            name = self.node.nodename or self.node.host
+            try:
+                return self.client.create_provider(name, uuid=self.uuid).generation
+            except ConflictError:  # created concurrently
+                return self.client.get_provider(self.uuid).generation
+
+    def sync_placement(self, aggregates: Sequence[Aggregate] | None = None) -> None:
+        """Publish inventories and traits (and aggregates when given) if they changed."""
+        with self._lock:
+            inventory = inventories_for(self.node, self.config)
+            traits = self.traits()
+            for attempt in range(5):
+                generation = self._ensure_provider()
+                try:
+                    if inventory != self._published_inventory:
+                        generation = self.client.set_inventories(self.uuid, generation, inventory)
+                        self._published_inventory = inventory
+                    if traits != self._published_traits and (traits or self._published_traits):
+                        for trait in traits:
+                            if trait.startswith("CUSTOM_"):
+                                self.client.create_trait(trait)
+                        generation = self.client.set_provider_traits(
+                            self.uuid, generation, sorted(traits))
+                        self._published_traits = traits
+                    mine = sorted(a.uuid for a in aggregates or () if self.node.host in a.hosts)
+                    if mine:
+                        self.client.set_aggregates(self.uuid, generation, mine)
+                    return
+                except ConflictError as exc:
+                    if not exc.is_generation_conflict or attempt == 4:
+                        raise
+                    LOG.debug("provider %s changed meanwhile; retrying", self.uuid)
+
+    # ----------------------------------------------------------------- usage
+    def spawn(self, instance_uuid: str, flavor: Flavor, project_id: str | None = None,
+              publish: bool = True) -> None:
+        """Account for a new instance on this node and report."""
+        with self._lock:
+            self._placed[instance_uuid] = _Placed(
+                Instance(uuid=instance_uuid, instance_type_id=flavor.id, project_id=project_id),
+                flavor)
+        if publish:
+            self.report()
+
+    def destroy(self, instance_uuid: str, publish: bool = True) -> None:
+        """Forget an instance and report."""
+        with self._lock:
+            self._placed.pop(instance_uuid, None)
+        if publish:
+            self.report()
+
+    def record_failed_build(self) -> None:
+        """Count a failed build (reported as stats ``failed_builds``)."""
+        with self._lock:
+            self.failed_builds += 1
+
+    def set_disabled(self, disabled: bool, reason: str | None = None) -> None:
+        """Disable/enable the service: the trait and the service row change together."""
+        with self._lock:
+            self.disabled = disabled
+            self.disabled_reason = reason if disabled else None
+        self.sync_placement()
+        self.report()
+
+    # ----------------------------------------------------------------- reports
+    def host_record(self, now: float) -> HostRecord:
+        """The node's state as the scheduler sees it (Nova's ComputeNode + Service)."""
+        config, node = self.config, self.node
+        with self._lock:
+            placed = list(self._placed.values())
+            failed = self.failed_builds
+            disabled, reason, forced = self.disabled, self.disabled_reason, self.forced_down
+        vcpus_used = config.reserved_host_cpus + sum(p.flavor.vcpus for p in placed)
+        ram_used = config.reserved_host_memory_mb + sum(p.flavor.memory_mb for p in placed)
+        disk_used = math.ceil(config.reserved_host_disk_mb / 1024) + sum(
+            p.flavor.root_gb + p.flavor.ephemeral_gb for p in placed)
+        cpu_info = node.cpu_info if isinstance(node.cpu_info, str) else json.dumps(
+            dict(node.cpu_info), sort_keys=True)
+        stats = {"num_instances": str(len(placed)), "io_workload": "0",
+                 "failed_builds": str(failed)}
+        service = ServiceRecord(host=node.host, disabled=disabled, disabled_reason=reason,
+                                forced_down=forced, last_seen_up=now, created_at=self.created_at,
+                                updated_at=now)
+        return HostRecord(
+            host=node.host, nodename=node.nodename or node.host, cell_uuid=node.cell_uuid,
+            uuid=node.uuid,
+            total_usable_ram_mb=node.memory_mb, free_ram_mb=node.memory_mb - ram_used,
+            total_usable_disk_gb=node.local_gb, disk_mb_used=disk_used * 1024,
+            free_disk_mb=(node.local_gb - disk_used) * 1024,
+            vcpus_total=node.vcpus, vcpus_used=vcpus_used,
+            hypervisor_type=node.hypervisor_type, hypervisor_version=node.hypervisor_version,
+            hypervisor_hostname=node.nodename or node.host, host_ip=node.host_ip,
+            cpu_info=cpu_info, supported_instances=[list(s) for s in node.supported_instances],
+            stats=stats, metrics=list(node.metrics), numa_topology=node.numa_topology,
+            pci_stats=node.pci_stats,
+            cpu_allocation_ratio=resolved_ratio(node.cpu_allocation_ratio, "cpu", config),
+            ram_allocation_ratio=resolved_ratio(node.ram_allocation_ratio, "ram", config),
+            disk_allocation_ratio=resolved_ratio(node.disk_allocation_ratio, "disk", config),
+            service=service, instances={p.instance.uuid: p.instance for p in placed},
+            updated=now,
+        )
+
+    def report(self, now: float | None = None) -> int:
+        """Publish state and heartbeat; returns the record's change number."""
+        now = self.clock() if now is None else now
+        return self.records.publish(self.uuid, record_to_report(self.host_record(now)), now)
+
+    def register(self, aggregates: Sequence[Aggregate] | None = None) -> None:
+        """Create the provider, publish inventories/traits/aggregates, then the record."""
+        self.sync_placement(aggregates)
+        self.report()
+
+    # ----------------------------------------------------------------- periodic
+    def start(self, interval: float | None = None) -> None:
+        """Report every ``interval`` seconds (``[DEFAULT] report_interval``) in a thread."""
+        period = float(interval if interval is not None else self.config.report_interval)
+
+        def loop() -> None:
+            while not self._stop.wait(period):
+                try:
+                    self.sync_placement()
+                    self.report()
+                except Exception:  # keep reporting; a failed report is retried next tick
+                    LOG.exception("compute %s: report failed", self.node.host)
+
+        self._thread = threading.Thread(target=loop, name=f"compute-{self.node.host}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the periodic reports."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

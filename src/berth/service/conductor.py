@@ -1,0 +1,165 @@
+"""The conductor: build on the selected host, fall back to the alternates.
+
+For each instance the scheduler returned ``[selected, alternate, ...]``. The conductor
+builds on the selected host (whose resources the scheduler already claimed). When a build
+fails it deletes that claim, then walks the alternates in order: it claims the
+alternate's allocation request (which the scheduler did not claim) and builds there; an
+alternate whose claim placement refuses is skipped. After ``[scheduler] max_attempts``
+builds, or when the alternates run out, :class:`~berth.errors.MaxRetriesExceeded`.
+
+The compute driver is pluggable (:class:`ComputeDriver`); :class:`FakeDriver` can be told
+to fail on given hosts or for a host's first N attempts, for tests and simulations.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from berth.config import SchedulerConfig
+from berth.errors import MaxRetriesExceeded
+from berth.model.request import Flavor, RequestSpec
+from berth.model.selection import Selection
+from berth.service.compute import ComputeAgent
+from berth.service.placement import PlacementClaimer
+from berth.service.scheduler import SchedulerService
+
+LOG = logging.getLogger(__name__)
+
+
+class BuildFailed(Exception):
+    """The driver could not build the instance on the host (a reschedulable failure)."""
+
+
+class ComputeDriver(Protocol):
+    """Builds instances on hosts."""
+
+    def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
+        """Build ``instance_uuid`` on the selection's host or raise :class:`BuildFailed`."""
+        ...
+
+
+@dataclass
+class FakeDriver:
+    """A driver that succeeds unless told otherwise.
+
+    ``fail_hosts`` always fail; ``fail_first`` maps a host to how many of its attempts
+    fail before it succeeds. Successful builds are recorded in ``built`` and, when the
+    host has a :class:`ComputeAgent` in ``agents``, accounted and reported by it.
+    """
+
+    fail_hosts: set[str] = field(default_factory=set)
+    fail_first: dict[str, int] = field(default_factory=dict)
+    agents: Mapping[str, ComputeAgent] = field(default_factory=dict)
+    built: dict[str, str] = field(default_factory=dict)
+    attempts: list[tuple[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
+        """Fail as configured, else record the instance (and report it via the agent)."""
+        host = selection.service_host
+        with self._lock:
+            self.attempts.append((instance_uuid, host))
+            if host in self.fail_hosts:
+                fail = True
+            elif self.fail_first.get(host, 0) > 0:
+                self.fail_first[host] -= 1
+                fail = True
+            else:
+                fail = False
+            if not fail:
+                self.built[instance_uuid] = host
+        agent = self.agents.get(host)
+        if fail:
+            if agent is not None:
+                agent.record_failed_build()
+            raise BuildFailed(f"build of {instance_uuid} failed on {host}")
+        if agent is not None:
+            agent.spawn(instance_uuid, spec.flavor, spec.project_id)
+
+
+@dataclass
+class BuildResult:
+    """Where an instance was built and the hosts tried before it."""
+
+    instance_uuid: str
+    host: str
+    nodename: str
+    tried: list[str]
+
+
+class Conductor:
+    """Schedules, builds, and reschedules onto alternates (reference §8.6, Nova's
+    ``build_instances`` with host lists)."""
+
+    def __init__(
+        self,
+        scheduler: SchedulerService,
+        driver: ComputeDriver,
+        claimer: PlacementClaimer | None = None,
+        config: SchedulerConfig | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.driver = driver
+        self.claimer = claimer or scheduler.claimer
+        self.config = config or scheduler.config
+
+    def build_instances(
+        self, spec: RequestSpec, instance_uuids: Sequence[str] | None = None
+    ) -> list[BuildResult]:
+        """Schedule ``spec`` and build each instance; NoValidHost or MaxRetriesExceeded."""
+        decision = self.scheduler.select_destinations(spec, instance_uuids)
+        return [self.build_one(uuid, hosts, spec)
+                for uuid, hosts in zip(decision.instance_uuids, decision.selections)]
+
+    def build_one(
+        self, instance_uuid: str, host_list: Sequence[Selection], spec: RequestSpec
+    ) -> BuildResult:
+        """Build on ``host_list[0]`` (already claimed), else on the alternates in order."""
+        max_attempts = self.config.scheduler.max_attempts
+        tried: list[str] = []
+        attempts = 0
+        for position, selection in enumerate(host_list):
+            if attempts >= max_attempts:
+                break
+            if position > 0:
+                alloc_req = selection.allocation_request_dict
+                if alloc_req is not None and not self.claimer.claim(
+                        instance_uuid, alloc_req, spec, selection.allocation_request_version):
+                    LOG.info("alternate %s refused the claim for %s; next alternate",
+                             selection.service_host, instance_uuid)
+                    continue
+            attempts += 1
+            tried.append(selection.service_host)
+            try:
+                self.driver.spawn(selection, instance_uuid, spec)
+            except BuildFailed as exc:
+                LOG.info("%s; rescheduling", exc)
+                # The claim on the failed host goes before another host is claimed.
+                self.claimer.delete(instance_uuid)
+                continue
+            return BuildResult(instance_uuid, selection.service_host, selection.nodename, tried)
+        raise MaxRetriesExceeded(
+            f"Exceeded maximum number of retries. Exhausted all hosts available for retrying "
+            f"build failures for instance {instance_uuid}.",
+            instance_uuid=instance_uuid, tried=tried)
+
+
+def fake_flavor(vcpus: int, memory_mb: int, disk_gb: int, name: str | None = None) -> Flavor:
+    """A flavor for simulations."""
+    return Flavor(name=name or f"{vcpus}c{memory_mb}m{disk_gb}g", vcpus=vcpus,
+                  memory_mb=memory_mb, root_gb=disk_gb)
+
+
+def agents_by_host(agents: Iterable[ComputeAgent]) -> dict[str, ComputeAgent]:
+    """Index agents by their service host name."""
+    return {a.node.host: a for a in agents}
+
+
+#: A builder of specs from simple parameters, for simulations.
+SpecFactory = Callable[[int], RequestSpec]

@@ -1,0 +1,216 @@
+"""The scheduler service: a request, end to end through the resource store.
+
+Written down once (reference §8.1)::
+
+    refresh the host snapshot from compute reports (only what changed)
+      │
+      ▼  not a rebuild:
+    request filters (§9)            RequestFilterFailed -> NoValidHost(reason)
+      ▼
+    placement query (§8.5)          unknown forced host/node -> NoValidHost
+      ▼
+    GET /allocation_candidates @1.36   (+ the VCPU fallback query for pinned CPUs)
+      ▼                             no allocation requests -> NoValidHost("")
+    CandidateSet: rows of the compute nodes in provider_summaries, with their requests
+      ▼
+    Scheduler.select_destinations (filters, weighers, claims through PlacementClaimer)
+      ▼
+    local consumption of the chosen rows (so the next request weighs fresh numbers)
+      ▼
+    per instance: the selected host + alternates, each with its allocation request
+
+On a rebuild nothing is claimed and placement is not consulted. The pure core gets the
+scheduling instant and a seeded generator from here; this is the only place that reads
+the clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from berth.claims import CandidateSet
+from berth.config import SchedulerConfig
+from berth.errors import NoValidHost
+from berth.model.aggregate import Aggregate
+from berth.model.request import RequestSpec
+from berth.model.selection import Selection
+from berth.pipeline import Decision, Scheduler
+from berth.request_filters import NetworkLookup, RequestFilterFailed, process_reqspec
+from berth.resource_request import NodeRef, resources_from_request_spec
+from berth.service.compute import SnapshotFeed
+from berth.service.placement import (
+    CandidatesAnswer,
+    PlacementCandidates,
+    PlacementClaimer,
+    candidate_set,
+)
+from berth.snapshot import HostSnapshot
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceStats:
+    """Counters and timings of one scheduler service."""
+
+    requests: int = 0
+    placed: int = 0
+    no_valid_host: int = 0
+    candidate_queries: int = 0
+    fallback_queries: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+
+class SchedulerService:
+    """Request filters, the placement query, candidates, the core and claims, wired.
+
+    ``candidates``/``claimer`` talk to Placement; ``feed`` supplies the host snapshot;
+    ``network_lookup`` and ``min_compute_version`` are handed to the request filters.
+    ``clock`` gives the scheduling instant; ``seed`` makes decisions replayable.
+    """
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        feed: SnapshotFeed,
+        candidates: PlacementCandidates,
+        claimer: PlacementClaimer,
+        *,
+        scheduler: Scheduler | None = None,
+        network_lookup: NetworkLookup | None = None,
+        min_compute_version: int | None = None,
+        clock: Callable[[], float] = time.time,
+        seed: int | None = None,
+    ) -> None:
+        self.config = config
+        self.feed = feed
+        self.candidates = candidates
+        self.claimer = claimer
+        self.scheduler = scheduler or Scheduler(config)
+        self.network_lookup = network_lookup
+        self.min_compute_version = min_compute_version
+        self.clock = clock
+        self.rng = random.Random(seed)
+        self.stats = ServiceStats()
+        # The snapshot is shared and its local consumption is written in place, so one
+        # request at a time per service (run several services to go parallel).
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- helpers
+    def _find_nodes(self, snapshot: HostSnapshot) -> Callable[[str | None, str | None], list[NodeRef]]:
+        def find(host: str | None, node: str | None) -> list[NodeRef]:
+            hosts, nodes, uuids = snapshot.obj("host"), snapshot.obj("nodename"), snapshot.obj("uuid")
+            return [NodeRef(str(uuids[r]), hosts[r], nodes[r]) for r in range(len(snapshot))
+                    if uuids[r] and (host is None or hosts[r] == host)
+                    and (node is None or nodes[r] == node)]
+
+        return find
+
+    def _aggregates(self, snapshot: HostSnapshot) -> list[Aggregate]:
+        return snapshot.aggregates
+
+    def query_candidates(self, spec: RequestSpec, snapshot: HostSnapshot) -> CandidateSet:
+        """Request filters, the query (and its PCPU fallback) and the row mapping."""
+        try:
+            process_reqspec(spec, self.config, self._aggregates(snapshot),
+                            network_lookup=self.network_lookup,
+                            min_compute_version=self.min_compute_version)
+        except RequestFilterFailed as exc:
+            raise NoValidHost(exc.message) from exc
+        resources = resources_from_request_spec(spec, self.config, self._find_nodes(snapshot))
+        self.stats.candidate_queries += 1
+        answer: CandidatesAnswer = self.candidates.get(resources.to_queryparams())
+        if resources.cpu_pinning_requested and not self.config.workarounds.disable_fallback_pcpu_query:
+            fallback = resources_from_request_spec(spec, self.config, self._find_nodes(snapshot),
+                                                   enable_pinning_translate=False)
+            self.stats.fallback_queries += 1
+            answer.merge(self.candidates.get(fallback.to_queryparams()))
+        if not answer.allocation_requests:
+            raise NoValidHost()
+        return candidate_set(snapshot, answer, self.feed.uuid_rows)
+
+    # ----------------------------------------------------------------- entry point
+    def select_destinations(
+        self,
+        spec: RequestSpec,
+        instance_uuids: Sequence[str] | None = None,
+        *,
+        return_alternates: bool = True,
+        explain: bool = False,
+    ) -> Decision:
+        """Place every instance of ``spec``; raises NoValidHost (claims rolled back)."""
+        started = time.perf_counter()
+        with self._lock:
+            self.stats.requests += 1
+            try:
+                decision = self._select(spec, instance_uuids, return_alternates, explain)
+            except NoValidHost:
+                self.stats.no_valid_host += 1
+                raise
+            finally:
+                self.stats.latencies.append(time.perf_counter() - started)
+            self.stats.placed += len(decision.selections)
+        return decision
+
+    def _select(
+        self, spec: RequestSpec, instance_uuids: Sequence[str] | None,
+        return_alternates: bool, explain: bool,
+    ) -> Decision:
+        snapshot = self.feed.refresh()
+        now = self.clock()
+        if spec.is_rebuild():
+            return self.scheduler.select_destinations(
+                spec, snapshot, now=now, rng=self.rng, candidates=None, claimer=None,
+                instance_uuids=instance_uuids, return_alternates=return_alternates,
+                explain=explain)
+        # The request filters and the query fill in the spec (destination, traits);
+        # the caller's spec stays as it was.
+        import copy
+
+        spec = copy.deepcopy(spec)
+        candidates = self.query_candidates(spec, snapshot)
+        decision = self.scheduler.select_destinations(
+            spec, snapshot, now=now, rng=self.rng, candidates=candidates, claimer=self.claimer,
+            instance_uuids=instance_uuids, return_alternates=return_alternates, explain=explain)
+        self._consume_locally(snapshot, spec, decision)
+        return decision
+
+    def _consume_locally(self, snapshot: HostSnapshot, spec: RequestSpec, decision: Decision) -> None:
+        """Reflect the claims in this service's snapshot until the hosts report again."""
+        flavor = spec.flavor
+        for selections in decision.selections:
+            row = snapshot.row_of(selections[0].service_host, selections[0].nodename)
+            if row is None:
+                continue
+            consume_row(snapshot, row, flavor.vcpus, flavor.memory_mb,
+                        flavor.root_gb + flavor.ephemeral_gb)
+
+
+def consume_row(snapshot: HostSnapshot, row: int, vcpus: int, memory_mb: int, disk_gb: int) -> None:
+    """Nova's ``consume_from_request`` numbers, written into the shared snapshot."""
+    snapshot.update_host(
+        row,
+        free_ram_mb=snapshot.num("free_ram_mb")[row] - memory_mb,
+        free_disk_mb=snapshot.num("free_disk_mb")[row] - disk_gb * 1024,
+        vcpus_used=snapshot.num("vcpus_used")[row] + vcpus,
+        num_instances=snapshot.num("num_instances")[row] + 1,
+    )
+
+
+def selection_dict(selection: Selection) -> dict[str, Any]:
+    """A selection as JSON-ready data (§8.4 fields)."""
+    return {
+        "host": selection.service_host,
+        "nodename": selection.nodename,
+        "compute_node_uuid": selection.compute_node_uuid,
+        "cell_uuid": selection.cell_uuid,
+        "availability_zone": selection.availability_zone,
+        "allocation_request": selection.allocation_request_dict,
+        "allocation_request_version": selection.allocation_request_version,
+    }
