@@ -112,7 +112,8 @@ class Requirement:
         if value is None:
             return False
         if self.error is not None:
-            raise ExtraSpecError(_where(key, host) + self.error, key=key, value=self.req)
+            raise ExtraSpecError(f"{_where(key, host)}{self.req!r}: {self.error}",
+                                 key=key, value=self.req)
         if self.kind == NUMERIC:
             number = parse_float(value)
             if number is None:
@@ -167,7 +168,7 @@ def _compile(req: str) -> Requirement:
         if not rest:
             return Requirement(
                 req, OR, op=op,
-                error=f"{req!r}: '<or>' needs at least one candidate value (e.g. '<or> a <or> b')",
+                error="'<or>' needs at least one candidate value (e.g. '<or> a <or> b')",
             )
         candidates = frozenset(rest[0::2])
         return Requirement(req, OR, op=op, words=tuple(rest), _fn=candidates.__contains__)
@@ -181,7 +182,7 @@ def _compile(req: str) -> Requirement:
         if number is None:
             return Requirement(
                 req, NUMERIC, op=op, operand=operand,
-                error=f"{req!r}: operator {op!r} compares numbers, but {operand!r} is not a number",
+                error=f"operator {op!r} compares numbers, but {operand!r} is not a number",
             )
         return Requirement(req, NUMERIC, op=op, operand=operand, number=number)
     if op in STRING_OPS:
@@ -204,7 +205,7 @@ def validate_requirement(key: str, req: str) -> Requirement:
     """Compile ``req`` and raise :class:`ExtraSpecError` naming ``key`` if it is malformed."""
     compiled = compile_requirement(req)
     if compiled.error is not None:
-        raise ExtraSpecError(f"extra spec {key!r}: {compiled.error}", key=key, value=req)
+        raise ExtraSpecError(f"extra spec {key!r}={req!r}: {compiled.error}", key=key, value=req)
     return compiled
 
 

@@ -1,0 +1,227 @@
+"""Extra-spec validators: built-in keys, plugin registration and ``check_flavor``."""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from berth.errors import ConfigError
+from berth.extra_specs.validators import (
+    ExtraSpecValidator,
+    ValidatorRegistry,
+    builtin_validators,
+    check_flavor,
+    plugin_validators,
+)
+
+
+@pytest.mark.parametrize(
+    "extra_specs",
+    [
+        {},
+        {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"},
+        {"hw:numa_nodes": "2", "hw:numa_cpus.0": "0-3,^2", "hw:numa_mem.0": "1024",
+         "hw:numa_cpus.1": "4,5", "hw:numa_mem.1": "2048"},
+        {"hw:mem_page_size": "2MB"},
+        {"hw:mem_page_size": "large"},
+        {"hw:maxphysaddr_bits": "42", "hw:emulator_threads_policy": "isolate"},
+        {"pci_passthrough:alias": "a1:2, gpu:1"},
+        {"trust:trusted_host": "trusted"},
+        {"resources:VCPU": "0", "resources1:CUSTOM_FPGA": "2", "resources_gpu:PCPU": "4"},
+        {"trait:HW_CPU_X86_AVX2": "required", "trait1:CUSTOM_MAGIC": "forbidden"},
+        {"group_policy": "isolate"},
+        {"aggregate_instance_extra_specs:ssd": "true", "capabilities:cpu_info:features": "<all-in> aes mmx"},
+        {"accel:device_profile": "fpga-profile", "hw:tpm_secret_security": "deployment"},
+        {"ssd": "true", "free_ram_mb": ">= 4096", "XXYY": "anything"},
+        {"acme:foo": "whatever", "quota:cpu_shares": "100"},
+        {"hw:cpu_realtime": "YES", "hw:vif_multiqueue_enabled": "0"},
+    ],
+    ids=[
+        "no extra specs",
+        "pinning policies",
+        "an explicit NUMA topology",
+        "a page size with a unit",
+        "a named page size",
+        "an int and an enum",
+        "PCI aliases with counts",
+        "a trust level",
+        "resources in unnumbered, numbered and named groups",
+        "standard and custom traits",
+        "a group policy",
+        "scoped capability and aggregate specs with operators",
+        "accelerators and vTPM secret security",
+        "unscoped keys are capabilities",
+        "keys of unknown namespaces are allowed",
+        "booleans in any accepted spelling",
+    ],
+)
+def test_good_flavors_have_no_problems(extra_specs: dict[str, str]) -> None:
+    assert check_flavor(extra_specs) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("hw:cpu_policy", "fancy", "hw:cpu_policy='fancy': must be one of shared, dedicated, mixed"),
+        ("hw:numa_nodes", "0", "hw:numa_nodes='0': must be an integer >= 1"),
+        ("hw:numa_nodes", "two", "hw:numa_nodes='two': must be an integer"),
+        ("hw:numa_cpus.0", "0-3;5", "hw:numa_cpus.0='0-3;5': must match"),
+        ("hw:mem_page_size", "huge", "hw:mem_page_size='huge': must match"),
+        ("hw:cpu_realtime", "maybe", "hw:cpu_realtime='maybe': must be a boolean"),
+        ("hw:cpu_polcy", "dedicated", "hw:cpu_polcy: not a known extra spec in namespace 'hw' (did you mean hw:cpu_policy?)"),
+        ("hw:numa_mem.x", "1", "hw:numa_mem.x: not a known extra spec in namespace 'hw'"),
+        ("resources:VCPUS", "1", "resources:VCPUS: not a known extra spec in namespace 'resources' (expected resources{group}:{resource_class}"),
+        ("resources:VCPU", "-1", "resources:VCPU='-1': must be an integer >= 0"),
+        ("trait:HW_NOPE", "required", "not a known extra spec in namespace 'trait'"),
+        ("trait:HW_CPU_X86_AVX2", "preferred", "must be one of required, forbidden"),
+        ("group_policy", "all", "group_policy='all': must be one of none, isolate"),
+        ("capabilities:foo", "= many", "capabilities:foo='= many': operator '=' compares numbers, but 'many' is not a number"),
+        ("aggregate_instance_extra_specs:x", "<or>", "'<or>' needs at least one candidate"),
+        ("ssd", ">= yes", "ssd='>= yes': operator '>=' compares numbers"),
+        ("pci_passthrough:alias", "a1", "pci_passthrough:alias='a1': must match"),
+        ("hw:cpu_policy", 3, "hw:cpu_policy=3: extra spec values must be strings"),
+        ("acme:foo", 3, "acme:foo=3: extra spec values must be strings"),
+        ("trust:trusted_host", "maybe", "must be one of trusted, untrusted, unknown"),
+    ],
+    ids=[
+        "an enum value outside the enum",
+        "an int below its minimum",
+        "an int that is not an int",
+        "a CPU set with a bad separator",
+        "an unknown page size",
+        "a boolean that is not one",
+        "a typo in a known namespace suggests the key",
+        "a bad NUMA node index",
+        "an unknown resource class explains the key shape",
+        "a negative resource amount",
+        "an unknown trait",
+        "a trait value that is neither required nor forbidden",
+        "an unknown group policy",
+        "a capability with a non-numeric operand",
+        "an aggregate spec with a bare <or>",
+        "an unscoped key's grammar is checked",
+        "an alias without a count",
+        "a non-string value of a known key",
+        "a non-string value of an unknown key",
+        "an unknown trust level",
+    ],
+)
+def test_each_bad_key_or_value_is_one_clear_problem(key: str, value: Any, expected: str) -> None:
+    problems = check_flavor({key: value})
+    assert len(problems) == 1
+    assert expected in problems[0]
+
+
+def test_problems_come_in_key_order_one_per_bad_key() -> None:
+    problems = check_flavor({"hw:cpu_policy": "x", "ok": "1", "hw:numa_nodes": "0"})
+    assert [p.split("=")[0] for p in problems] == ["hw:cpu_policy", "hw:numa_nodes"]
+
+
+def test_every_builtin_has_a_description_and_a_distinct_name() -> None:
+    validators = builtin_validators()
+    assert all(v.description.endswith(".") for v in validators)
+    assert len({v.name for v in validators}) == len(validators)
+    names = {v.name for v in validators}
+    for required in ("hw:cpu_policy", "hw:cpu_thread_policy", "hw:numa_nodes", "hw:numa_cpus.{N}",
+                     "hw:numa_mem.{N}", "hw:mem_page_size", "hw:maxphysaddr_bits",
+                     "hw:emulator_threads_policy", "pci_passthrough:alias", "trust:trusted_host",
+                     "resources{group}:{resource_class}", "trait{group}:{trait}", "group_policy",
+                     "aggregate_instance_extra_specs:{key}", "capabilities:{key}",
+                     "accel:device_profile", "hw:tpm_secret_security"):
+        assert required in names
+
+
+# ---------------------------------------------------------------- plugins
+@dataclass
+class FakeEntryPoint:
+    """An entry point whose load() returns a prepared module."""
+
+    name: str
+    value: str
+    module: Any
+
+    def load(self) -> Any:
+        if isinstance(self.module, Exception):
+            raise self.module
+        return self.module
+
+
+def acme_module() -> types.ModuleType:
+    """Seed 000's acmefilter.validators, written against Berth."""
+    module = types.ModuleType("acmefilter.validators")
+
+    def register() -> list[ExtraSpecValidator]:
+        return [ExtraSpecValidator(name="acme:foo", description="My custom extra spec.",
+                                   value={"type": str, "enum": ["bar", "baz"]})]
+
+    module.register = register  # type: ignore[attr-defined]
+    return module
+
+
+def registry_with(*entry_points: FakeEntryPoint) -> ValidatorRegistry:
+    return ValidatorRegistry([*builtin_validators(), *plugin_validators(list(entry_points))])
+
+
+def test_a_registered_plugin_validator_checks_its_key_and_claims_its_namespace() -> None:
+    registry = registry_with(FakeEntryPoint("acme", "acmefilter.validators", acme_module()))
+    assert check_flavor({"acme:foo": "bar"}, registry) == []
+    assert check_flavor({"acme:foo": "qux"}, registry) == ["acme:foo='qux': must be one of bar, baz"]
+    assert check_flavor({"acme:fo": "bar"}, registry) == [
+        "acme:fo: not a known extra spec in namespace 'acme' (did you mean acme:foo?)"
+    ]
+
+
+def test_nova_style_validator_objects_and_dicts_are_accepted() -> None:
+    class NovaStyle:
+        def __init__(self, **kw: Any) -> None:
+            self.__dict__.update(kw)
+
+    module = types.ModuleType("novaish")
+    module.register = lambda: [  # type: ignore[attr-defined]
+        NovaStyle(name="novaish:level", description="A level.", value={"type": int, "min": 1, "max": 3}),
+        {"name": "novaish:slot.{N}", "description": "A slot.", "value": {"type": "bool"},
+         "parameters": [{"name": "N", "pattern": r"\d+"}]},
+    ]
+    registry = registry_with(FakeEntryPoint("novaish", "novaish", module))
+    assert check_flavor({"novaish:level": "2", "novaish:slot.3": "on"}, registry) == []
+    assert check_flavor({"novaish:level": "5"}, registry) == ["novaish:level='5': must be an integer between 1 and 3"]
+    assert check_flavor({"novaish:slot.x": "on"}, registry)[0].startswith("novaish:slot.x: not a known")
+
+
+@pytest.mark.parametrize(
+    ("module", "message"),
+    [
+        (ImportError("no module named acmefilter"), "failed to load: no module named acmefilter"),
+        (types.ModuleType("empty"), "has no register() function"),
+        (types.SimpleNamespace(register=lambda: "acme:foo"), "register() returned str, not a list"),
+        (types.SimpleNamespace(register=lambda: [42]), "is not an extra spec validator"),
+        (types.SimpleNamespace(register=lambda: [{"name": "x:y", "description": "d", "value": {"kind": "str"}}]),
+         "unknown value keys ['kind']"),
+        (types.SimpleNamespace(register=lambda: [{"name": "x:{k}", "description": "d"}]),
+         "placeholders ['k'] have no parameter pattern"),
+        (types.SimpleNamespace(register=lambda: [{"name": "x:y", "description": "d", "value": {"type": float}}]),
+         "is not str, int or bool"),
+    ],
+    ids=[
+        "a module that fails to import",
+        "a module without register()",
+        "register() returning a string",
+        "register() returning a non-validator",
+        "a value rule with an unknown key",
+        "a placeholder without a pattern",
+        "an unsupported value type",
+    ],
+)
+def test_broken_plugins_are_config_errors_naming_the_entry_point(module: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        plugin_validators([FakeEntryPoint("acme", "acmefilter.validators", module)])
+    assert message in str(err.value)
+
+
+def test_a_plugin_may_not_redefine_a_builtin_key() -> None:
+    module = types.SimpleNamespace(register=lambda: [{"name": "hw:cpu_policy", "description": "Mine."}])
+    with pytest.raises(ConfigError, match="'hw:cpu_policy' is registered twice"):
+        registry_with(FakeEntryPoint("acme", "acme", module))
