@@ -1,0 +1,307 @@
+"""JsonFilter: pass hosts for which the JSON query in the ``query`` scheduler hint is true.
+
+The hint is a JSON list ``[op, arg, ...]`` with ops ``= < > <= >= in not and or``; string
+arguments starting with ``$`` name HostState attributes (``$free_ram_mb``,
+``$stats.num_instances`` - a dotted path through dicts); no hint passes every host
+(reference §6). It reads no option; the lever is the query.
+
+Nova's grammar is kept exactly, quirks included: arguments that end up None (JSON null,
+``""``, a ``$path`` that does not resolve) are dropped, shifting positions; comparisons
+hold iff ``op(args[0], x)`` holds for every later ``x`` and are False with fewer than two
+arguments; ``not`` returns a list (truthy when non-empty, so ``["and", ["not", true]]`` is
+true); a top-level list result is reduced with ``any``; ``$stats.x`` is a string. A falsy
+query (``[]``, ``{}``, ``0``, ``null``) passes every host, as Nova's ``if not query`` does.
+
+Where Nova raises in the middle of a request, Berth raises a
+:class:`~berth.errors.SchedulerHintError` naming the hint and value: up front (in
+``validate_request``) for malformed JSON, several ``query`` values, a non-list query and an
+unknown operator; per host, naming the query and the host, for errors that depend on the
+host's values (``["<", "$free_ram_mb", "2000"]``: int < str; ``$free_ram_mb.x``).
+
+The bulk path compiles the query once (cached by query text) and, when it uses only numeric
+host columns and numeric literals under comparisons and ``and``/``or``, evaluates it as
+NumPy expressions over the columns; hosts where a referenced column is unset (which Nova
+would drop from the arguments) and every other query are evaluated host by host.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from berth.errors import SchedulerHintError
+from berth.filters.base import BaseHostFilter, Reject
+from berth.snapshot import FLOAT_COLUMNS, INT_COLUMNS
+
+if TYPE_CHECKING:
+    from berth.host_state import Hosts, HostState
+    from berth.model.request import RequestSpec
+
+HINT = "query"
+
+_COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "=": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
+    "<=": operator.le,
+    ">=": operator.ge,
+}
+#: Every operator of the grammar.
+OPERATORS: frozenset[str] = frozenset([*_COMPARISONS, "in", "not", "or", "and"])
+#: HostState attributes backed by a numeric column the vectorized path may read.
+NUMERIC_ATTRIBUTES: frozenset[str] = frozenset(INT_COLUMNS + FLOAT_COLUMNS) - {"updated"}
+#: Integer literals beyond this magnitude do not survive float64; such queries go per host.
+_EXACT_INT = 2**53
+
+
+# ---------------------------------------------------------------------- Nova's evaluator
+def _compare(args: list[Any], op: Callable[[Any, Any], Any]) -> bool:
+    if len(args) < 2:
+        return False
+    # Every comparison runs (no short-circuit), so a TypeError anywhere surfaces, as in Nova.
+    failed = [arg for arg in args[1:] if not op(args[0], arg)]
+    return not failed
+
+
+def _apply(cmd: str, args: list[Any]) -> Any:
+    if cmd in _COMPARISONS:
+        return _compare(args, _COMPARISONS[cmd])
+    if cmd == "in":
+        return len(args) >= 2 and args[0] in args[1:]
+    if cmd == "not":
+        return [not arg for arg in args]
+    if cmd == "or":
+        return any(args)
+    return all(args)  # "and"
+
+
+def _parse_string(string: str, host_state: HostState) -> Any:
+    """``""`` -> None; a literal; or ``$a.b.c`` -> ``getattr(hs, 'a').get('b').get('c')``."""
+    if not string:
+        return None
+    if not string.startswith("$"):
+        return string
+    path = string[1:].split(".")
+    obj = getattr(host_state, path[0], None)
+    if obj is None:
+        return None
+    for item in path[1:]:
+        obj = obj.get(item)  # AttributeError on a non-dict, as in Nova
+        if obj is None:
+            return None
+    return obj
+
+
+def _process(query: Any, host_state: HostState) -> Any:
+    if not query:
+        return True
+    cmd = query[0]
+    cooked = []
+    for arg in query[1:]:
+        if isinstance(arg, list):
+            arg = _process(arg, host_state)
+        elif isinstance(arg, str):
+            arg = _parse_string(arg, host_state)
+        if arg is not None:
+            cooked.append(arg)
+    return _apply(cmd, cooked)
+
+
+# ---------------------------------------------------------------------- compilation
+@dataclass(frozen=True)
+class Column:
+    """A numeric host column (``$free_ram_mb``)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Const:
+    """A numeric or boolean literal."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Op:
+    """A comparison, ``and`` or ``or`` over vectorizable arguments (None literals dropped)."""
+
+    cmd: str
+    args: tuple[Column | Const | Op, ...]
+
+
+Node = Column | Const | Op
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    """A validated query: the parsed JSON, and its NumPy form when it has one."""
+
+    text: str
+    parsed: Any
+    vector: Node | None
+    columns: frozenset[str]
+
+    def evaluate(self, host_state: HostState) -> bool:
+        """Nova's evaluation on one host; host-dependent errors become SchedulerHintError."""
+        try:
+            result = _process(self.parsed, host_state)
+        except (TypeError, AttributeError) as exc:
+            raise SchedulerHintError(
+                f"scheduler hint {HINT}={self.text!r} cannot be evaluated on host "
+                f"{host_state.host} (node {host_state.nodename}): {exc}",
+                hint=HINT, value=self.text, host=host_state.host, nodename=host_state.nodename,
+            ) from exc
+        if isinstance(result, list):
+            result = any(result)
+        return bool(result)
+
+
+def _bad(text: str, problem: str) -> SchedulerHintError:
+    return SchedulerHintError(f"scheduler hint {HINT}={text!r}: {problem}", hint=HINT, value=text)
+
+
+def _check_structure(query: list[Any], text: str) -> None:
+    if not query:
+        return
+    cmd = query[0]
+    if not isinstance(cmd, str) or cmd not in OPERATORS:
+        raise _bad(text, f"unknown operator {cmd!r} in {json.dumps(query)}; "
+                         f"operators are {', '.join(sorted(OPERATORS))}")
+    for arg in query[1:]:
+        if isinstance(arg, list):
+            _check_structure(arg, text)
+
+
+def _vectorize(query: list[Any], columns: set[str]) -> Node | None:
+    """The NumPy form of a (sub)query, or None when it needs per-host evaluation."""
+    if not query:
+        return Const(True)
+    cmd = query[0]
+    if cmd not in _COMPARISONS and cmd not in ("and", "or"):
+        return None
+    args: list[Node] = []
+    for arg in query[1:]:
+        node: Node | None
+        if arg is None or arg == "":
+            continue  # dropped on every host alike
+        if isinstance(arg, list):
+            node = _vectorize(arg, columns)
+        elif isinstance(arg, str):
+            name = arg[1:]
+            if not arg.startswith("$") or name not in NUMERIC_ATTRIBUTES:
+                return None
+            columns.add(name)
+            node = Column(name)
+        elif isinstance(arg, bool) or (isinstance(arg, int) and abs(arg) < _EXACT_INT) or isinstance(arg, float) and not math.isnan(arg):
+            node = Const(arg)
+        else:
+            return None
+        if node is None:
+            return None
+        args.append(node)
+    return Op(cmd, tuple(args))
+
+
+@lru_cache(maxsize=256)
+def compile_query(text: str) -> CompiledQuery:
+    """Parse and check a ``query`` hint once; raise SchedulerHintError naming the value."""
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise _bad(text, f"not valid JSON ({exc})") from exc
+    if parsed and not isinstance(parsed, list):
+        raise _bad(text, f"a query is a JSON list [operator, argument, ...], not "
+                         f"{type(parsed).__name__}")
+    columns: set[str] = set()
+    vector: Node | None = None
+    if parsed:
+        try:
+            _check_structure(parsed, text)
+        except RecursionError as exc:
+            raise _bad(text, "nested too deeply") from exc
+        vector = _vectorize(parsed, columns)
+    return CompiledQuery(text, parsed, vector, frozenset(columns) if vector is not None else frozenset())
+
+
+def _truth(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value if value.dtype == bool else value != 0
+    return bool(value)
+
+
+def _evaluate_vector(node: Node, cols: dict[str, np.ndarray]) -> Any:
+    if isinstance(node, Column):
+        return cols[node.name]
+    if isinstance(node, Const):
+        return node.value
+    args = [_evaluate_vector(a, cols) for a in node.args]
+    if node.cmd in ("and", "or"):
+        combine = np.logical_and if node.cmd == "and" else np.logical_or
+        result: Any = node.cmd == "and"  # all([]) is True, any([]) is False
+        for arg in args:
+            result = combine(result, _truth(arg))
+        return result
+    if len(args) < 2:
+        return False
+    op = _COMPARISONS[node.cmd]
+    result = True
+    for arg in args[1:]:
+        result = np.logical_and(result, op(args[0], arg))
+    return result
+
+
+class JsonFilter(BaseHostFilter):
+    """Pass hosts for which the JSON query hint evaluates true (no hint: all pass)."""
+
+    RUN_ON_REBUILD: ClassVar[bool] = False
+
+    @staticmethod
+    def _query(spec_obj: RequestSpec) -> CompiledQuery | None:
+        value = spec_obj.get_scheduler_hint(HINT)
+        if not value:
+            return None
+        if not isinstance(value, str):
+            raise SchedulerHintError(
+                f"scheduler hint {HINT}={value!r}: expected one JSON string, got "
+                f"{len(value)} values", hint=HINT, value=value,
+            )
+        compiled = compile_query(value)
+        return compiled if compiled.parsed else None
+
+    def validate_request(self, spec_obj: RequestSpec) -> None:
+        """Reject malformed JSON, several values, a non-list query or an unknown operator."""
+        self._query(spec_obj)
+
+    def check(self, host_state: HostState, spec_obj: RequestSpec) -> Reject | None:
+        """Reject a host for which the query is false."""
+        compiled = self._query(spec_obj)
+        if compiled is None or compiled.evaluate(host_state):
+            return None
+        return Reject.of("JSON query false", query=compiled.text)
+
+    def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:
+        """NumPy evaluation of numeric queries; per-host evaluation otherwise (see module)."""
+        compiled = self._query(spec_obj)
+        n = len(hosts)
+        if compiled is None:
+            return np.ones(n, dtype=bool)
+        if compiled.vector is None:
+            return np.fromiter((compiled.evaluate(h) for h in hosts.states()), dtype=bool, count=n)
+        cols = {name: hosts.col(name) for name in compiled.columns}
+        result = _evaluate_vector(compiled.vector, cols)
+        mask = np.array(np.broadcast_to(_truth(result), (n,)), dtype=bool)
+        unset = np.zeros(n, dtype=bool)
+        for col in cols.values():
+            unset |= np.isnan(col)
+        # Nova drops an unset attribute from the arguments; those hosts go the slow way.
+        for pos in np.flatnonzero(unset).tolist():
+            mask[pos] = compiled.evaluate(hosts.ws.host_state(int(hosts.rows[pos])))
+        return mask
