@@ -1,0 +1,239 @@
+"""The placement query built from a request spec (reference §8.5)."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import pytest
+
+from berth.config import SchedulerConfig
+from berth.errors import ExtraSpecError, NoValidHost
+from berth.model.request import Destination, Flavor, ImageMeta, RequestSpec
+from berth.resource_request import (
+    NodeRef,
+    RequestGroup,
+    RequestLevelParams,
+    from_request_spec,
+    nodes_from_rows,
+    parse_cpu_spec,
+    resources_from_request_spec,
+)
+
+CONFIG = SchedulerConfig.default()
+NODES = nodes_from_rows([("u1", "host1", "node1"), ("u2", "host2", "node2a"),
+                         ("u3", "host2", "node2b")])
+
+
+def _spec(vcpus: int = 2, memory_mb: int = 2048, root_gb: int = 20, ephemeral_gb: int = 0,
+          swap: int = 0, extra_specs: dict[str, str] | None = None,
+          image: dict[str, object] | None = None, **kw: object) -> RequestSpec:
+    flavor = Flavor(name="f", vcpus=vcpus, memory_mb=memory_mb, root_gb=root_gb,
+                    ephemeral_gb=ephemeral_gb, swap=swap, extra_specs=dict(extra_specs or {}))
+    return RequestSpec(flavor=flavor, image=ImageMeta(properties=image or {}) if image is not None
+                       else None, **kw)  # type: ignore[arg-type]
+
+
+def _query(spec: RequestSpec, config: SchedulerConfig = CONFIG, pin: bool = True) -> list[tuple[str, str]]:
+    return resources_from_request_spec(spec, config, NODES, pin).to_queryparams()
+
+
+def test_flavor_basics_become_the_unsuffixed_group_with_the_default_limit() -> None:
+    assert _query(_spec()) == [("limit", "1000"), ("resources", "DISK_GB:20,MEMORY_MB:2048,VCPU:2")]
+
+
+def test_querystring_is_sorted_and_urlencoded() -> None:
+    spec = _spec(extra_specs={"trait:HW_CPU_X86_AVX2": "required", "trait:CUSTOM_X": "forbidden"})
+    qs = resources_from_request_spec(spec, CONFIG, NODES).to_querystring()
+    assert qs == ("limit=1000&required=HW_CPU_X86_AVX2%2C%21CUSTOM_X"
+                  "&resources=DISK_GB%3A20%2CMEMORY_MB%3A2048%2CVCPU%3A2")
+    assert urllib.parse.parse_qsl(qs) == sorted(urllib.parse.parse_qsl(qs))
+
+
+def test_disk_counts_ephemeral_and_swap_rounded_up_to_gb() -> None:
+    groups = from_request_spec(_spec(root_gb=10, ephemeral_gb=5, swap=1025)).groups
+    assert groups[""].resources["DISK_GB"] == 10 + 5 + 2
+
+
+def test_boot_from_volume_leaves_root_disk_out_and_zero_disk_is_stripped() -> None:
+    assert from_request_spec(_spec(root_gb=10, ephemeral_gb=1, is_bfv=True)).groups[""].resources[
+        "DISK_GB"] == 1
+    assert "DISK_GB" not in from_request_spec(_spec(root_gb=10, is_bfv=True)).groups[""].resources
+
+
+def test_extra_spec_resources_override_the_flavor_basics() -> None:
+    req = from_request_spec(_spec(extra_specs={"resources:VCPU": "0", "resources:MEMORY_MB": "512",
+                                               "resources:CUSTOM_GPU": "1"}))
+    # resources:VCPU=0 suppresses the flavor's VCPU and is then stripped as a zero.
+    assert req.groups[""].resources == {"MEMORY_MB": 512, "CUSTOM_GPU": 1, "DISK_GB": 20}
+
+
+def test_suffixed_resources_and_traits_make_granular_groups() -> None:
+    req = from_request_spec(_spec(extra_specs={
+        "resources1:SRIOV_NET_VF": "1", "trait1:CUSTOM_PHYSNET_A": "required",
+        "resources_gpu:VGPU": "2", "trait_gpu:CUSTOM_SLOW": "forbidden", "group_policy": "isolate"}))
+    assert req.groups["1"].resources == {"SRIOV_NET_VF": 1}
+    assert req.groups["1"].required_traits == {"CUSTOM_PHYSNET_A"}
+    assert req.groups["_gpu"].forbidden_traits == {"CUSTOM_SLOW"}
+    assert req.group_policy == "isolate"
+    params = req.to_queryparams()
+    assert ("resources_gpu", "VGPU:2") in params and ("required1", "CUSTOM_PHYSNET_A") in params
+
+
+@pytest.mark.parametrize("key, value", [
+    ("resources:NOT_A_CLASS", "1"),
+    ("resources:VCPU", "-1"),
+    ("resources:VCPU", "two"),
+    ("trait:HW_CPU_X86_AVX2", "preferred"),
+], ids=["an unknown resource class is ignored", "a negative amount is ignored",
+        "a non-integer amount is ignored", "a trait value other than required/forbidden is ignored"])
+def test_bad_extra_specs_are_ignored(key: str, value: str) -> None:
+    req = from_request_spec(_spec(extra_specs={key: value}))
+    assert req.groups[""].resources == {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 20}
+    assert not req.groups[""].required_traits
+
+
+def test_image_traits_required_go_to_the_unsuffixed_group() -> None:
+    req = from_request_spec(_spec(image={"traits_required": ["HW_CPU_X86_SSE42", "CUSTOM_A"]}))
+    assert req.groups[""].required_traits == {"HW_CPU_X86_SSE42", "CUSTOM_A"}
+
+
+def test_dedicated_cpu_policy_asks_for_pcpu_instead_of_vcpu() -> None:
+    req = from_request_spec(_spec(vcpus=4, extra_specs={"hw:cpu_policy": "dedicated"}))
+    assert req.groups[""].resources == {"PCPU": 4, "MEMORY_MB": 2048, "DISK_GB": 20}
+    assert req.cpu_pinning_requested
+
+
+def test_image_dedicated_policy_is_translated_too() -> None:
+    req = from_request_spec(_spec(vcpus=2, image={"hw_cpu_policy": "dedicated"}))
+    assert req.groups[""].resources["PCPU"] == 2 and "VCPU" not in req.groups[""].resources
+
+
+def test_emulator_threads_isolate_adds_one_pcpu() -> None:
+    req = from_request_spec(_spec(vcpus=4, extra_specs={
+        "hw:cpu_policy": "dedicated", "hw:emulator_threads_policy": "isolate"}))
+    assert req.groups[""].resources["PCPU"] == 5
+
+
+def test_mixed_policy_splits_vcpu_and_pcpu_by_the_dedicated_mask() -> None:
+    req = from_request_spec(_spec(vcpus=4, extra_specs={
+        "hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0"}))
+    assert req.groups[""].resources["PCPU"] == 3 and req.groups[""].resources["VCPU"] == 1
+
+
+def test_mixed_policy_without_a_mask_is_a_clear_error() -> None:
+    with pytest.raises(ExtraSpecError, match="hw:cpu_dedicated_mask"):
+        from_request_spec(_spec(vcpus=4, extra_specs={"hw:cpu_policy": "mixed"}))
+
+
+@pytest.mark.parametrize("policy, required, forbidden", [
+    ("isolate", set(), {"HW_CPU_HYPERTHREADING"}),
+    ("require", {"HW_CPU_HYPERTHREADING"}, set()),
+    ("prefer", set(), set()),
+], ids=["thread policy isolate forbids hyperthreading",
+        "thread policy require requires hyperthreading", "thread policy prefer adds nothing"])
+def test_thread_policy_translates_to_the_hyperthreading_trait(
+        policy: str, required: set[str], forbidden: set[str]) -> None:
+    group = from_request_spec(_spec(extra_specs={"hw:cpu_policy": "dedicated",
+                                                 "hw:cpu_thread_policy": policy})).groups[""]
+    assert group.required_traits == required and group.forbidden_traits == forbidden
+
+
+def test_without_pinning_translation_dedicated_cpus_are_asked_as_vcpu() -> None:
+    req = from_request_spec(_spec(vcpus=4, extra_specs={"hw:cpu_policy": "dedicated"}),
+                            enable_pinning_translate=False)
+    assert req.groups[""].resources["VCPU"] == 4 and not req.cpu_pinning_requested
+
+
+def test_image_cannot_ask_for_dedicated_cpus_when_the_flavor_says_shared() -> None:
+    with pytest.raises(ExtraSpecError, match="hw_cpu_policy"):
+        from_request_spec(_spec(extra_specs={"hw:cpu_policy": "shared"},
+                                image={"hw_cpu_policy": "dedicated"}))
+
+
+def test_cpu_spec_parser_handles_ranges_and_exclusions() -> None:
+    assert parse_cpu_spec("0-3,^2,6") == {0, 1, 3, 6}
+    with pytest.raises(ExtraSpecError, match="x-1"):
+        parse_cpu_spec("x-1")
+
+
+def test_aggregates_become_member_of_and_forbidden_aggregates_not_in() -> None:
+    spec = _spec(requested_destination=Destination(aggregates=["a,b", "c"],
+                                                   forbidden_aggregates={"z", "y"}))
+    params = _query(spec)
+    assert ("member_of", "in:a,b") in params and ("member_of", "in:c") in params
+    assert ("member_of", "!in:y,z") in params
+
+
+def test_a_forced_host_with_one_node_sets_in_tree_and_the_destination() -> None:
+    spec = _spec(force_hosts=["host1"])
+    params = _query(spec)
+    assert ("in_tree", "u1") in params and ("limit", "1000") in params
+    assert spec.requested_destination is not None
+    assert (spec.requested_destination.host, spec.requested_destination.node) == ("host1", "node1")
+
+
+def test_a_host_with_several_nodes_drops_the_limit_instead() -> None:
+    params = _query(_spec(force_hosts=["host2"]))
+    assert not any(k in ("in_tree", "limit") for k, _ in params)
+
+
+def test_requested_node_wins_over_forced_nodes() -> None:
+    spec = _spec(requested_destination=Destination(host="host2", node="node2b"),
+                 force_nodes=["node2a"])
+    assert ("in_tree", "u3") in _query(spec)
+
+
+def test_an_unknown_host_is_no_valid_host_naming_host_and_node() -> None:
+    with pytest.raises(NoValidHost, match="No such host - host: nohost node: None"):
+        _query(_spec(force_hosts=["nohost"]))
+
+
+@pytest.mark.parametrize("hint", ["group", "same_host", "different_host"])
+def test_group_and_host_hints_drop_the_limit(hint: str) -> None:
+    params = _query(_spec(scheduler_hints={hint: "x"}))
+    assert "limit" not in dict(params)
+
+
+def test_max_placement_results_is_the_limit() -> None:
+    config = CONFIG.replace("scheduler", max_placement_results=7)
+    assert ("limit", "7") in _query(_spec(), config)
+
+
+def test_group_policy_defaults_to_none_with_two_external_suffixed_groups() -> None:
+    spec = _spec(requested_resources=[
+        RequestGroup(requester_id="port-a", resources={"NET_BW_EGR_KILOBIT_PER_SEC": 10}),
+        RequestGroup(requester_id="port-b", resources={"NET_BW_EGR_KILOBIT_PER_SEC": 20})])
+    req = from_request_spec(spec)
+    assert req.group_policy == "none"
+    assert ("resourcesport-a", "NET_BW_EGR_KILOBIT_PER_SEC:10") in req.to_queryparams()
+
+
+def test_group_policy_is_not_defaulted_with_two_flavor_groups() -> None:
+    req = from_request_spec(_spec(extra_specs={"resources1:VGPU": "1", "resources2:VGPU": "1"}))
+    assert req.group_policy is None
+
+
+def test_root_required_forbidden_and_same_subtree_are_request_level() -> None:
+    params = RequestLevelParams(root_required={"B", "A"}, root_forbidden={"C"},
+                                same_subtree=[["_b", "_a"]])
+    query = _query(_spec(request_level_params=params))
+    assert ("root_required", "A,B,!C") in query and ("same_subtree", "_a,_b") in query
+
+
+def test_other_translations_add_their_traits() -> None:
+    group = from_request_spec(_spec(extra_specs={
+        "hw:tpm_version": "2.0", "hw:tpm_model": "tpm-crb", "hw:maxphysaddr_mode": "passthrough",
+        "hw:mem_encryption": "true", "hw:pci_numa_affinity_policy": "socket"},
+        image={"os_secure_boot": "required", "hw_firmware_stateless": True})).groups[""]
+    assert group.required_traits >= {
+        "COMPUTE_SECURITY_TPM_2_0", "COMPUTE_SECURITY_TPM_CRB",
+        "COMPUTE_ADDRESS_SPACE_PASSTHROUGH", "HW_CPU_X86_AMD_SEV",
+        "COMPUTE_SOCKET_PCI_NUMA_AFFINITY", "COMPUTE_SECURITY_UEFI_SECURE_BOOT",
+        "COMPUTE_SECURITY_STATELESS_FIRMWARE"}
+    assert group.resources["MEM_ENCRYPTION_CONTEXT"] == 1
+
+
+def test_node_lookup_matches_host_and_node_exactly() -> None:
+    assert NODES("host2", None) == [NodeRef("u2", "host2", "node2a"), NodeRef("u3", "host2", "node2b")]
+    assert NODES(None, "node1") == [NodeRef("u1", "host1", "node1")]
+    assert NODES("HOST1", None) == []
