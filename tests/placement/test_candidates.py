@@ -530,3 +530,46 @@ def test_json_path_matches_the_dict_path_on_every_microversion() -> None:
         qs = "resources=VCPU:2,MEMORY_MB:100"
         body = ac(g, qs, (1, minor))  # ac() itself compares the two paths
         assert len(body["allocation_requests"]) == 5
+
+
+def test_sharing_provider_outside_member_of_does_not_serve_the_unsuffixed_group() -> None:
+    shared, other = agg_uuid("shared"), agg_uuid("other")
+    b = GraphBuilder()
+    cn1 = b.provider("cn1", aggregates={shared, other}, VCPU=inv(8))
+    ss = b.provider(
+        "ss", aggregates={shared}, traits={"MISC_SHARES_VIA_AGGREGATE"}, DISK_GB=inv(1000)
+    )
+    g = b.graph()
+    assert alloc_sets(ac(g, f"resources=VCPU:1,DISK_GB:1&member_of={shared}")) == expect(
+        {cn1: {"VCPU": 1}, ss: {"DISK_GB": 1}}
+    )
+    # The compute node is in ``other`` but the sharing provider is not: no candidate.
+    assert ac(g, f"resources=VCPU:1,DISK_GB:1&member_of={other}")["allocation_requests"] == []
+
+
+def test_in_tree_on_the_unsuffixed_group_ignores_sharing_providers() -> None:
+    shared = agg_uuid("shared")
+    b = GraphBuilder()
+    cn1 = b.provider("cn1", aggregates={shared}, VCPU=inv(8))
+    b.provider("ss", aggregates={shared}, traits={"MISC_SHARES_VIA_AGGREGATE"}, DISK_GB=inv(10))
+    g = b.graph()
+    assert ac(g, f"resources=VCPU:1,DISK_GB:1&in_tree={cn1}")["allocation_requests"] == []
+    assert alloc_sets(ac(g, f"resources=VCPU:1&in_tree={cn1}")) == expect({cn1: {"VCPU": 1}})
+
+
+def test_general_path_renders_every_microversion_shape() -> None:
+    b = GraphBuilder()
+    t = _numa_tree(b, "cn1")
+    g = b.graph()
+    old = ac(g, "resources=VCPU:1", (1, 10))
+    assert sorted(
+        r["allocations"][0]["resource_provider"]["uuid"] for r in old["allocation_requests"]
+    ) == sorted([t["n0"], t["n1"]])
+    assert set(old["provider_summaries"][t["n0"]]) == {"resources"}
+    assert set(old["provider_summaries"][t["n0"]]["resources"]) == {"VCPU"}
+    mid = ac(g, "resources=VCPU:1,DISK_GB:1", (1, 33))
+    assert all("mappings" not in r for r in mid["allocation_requests"])
+    new = ac(g, "resources=VCPU:1,DISK_GB:1", (1, 34))
+    assert sorted(sorted(r["mappings"][""]) for r in new["allocation_requests"]) == sorted(
+        [sorted([t["root"], t["n0"]]), sorted([t["root"], t["n1"]])]
+    )

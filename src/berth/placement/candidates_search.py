@@ -281,6 +281,7 @@ def _multi_provider_path(
         return []
 
     required = group.required
+    amounts = [group.resources[rc] for rc in classes]
     traits = [p.traits for p in graph.providers] if required else []
     found: list[GroupRequest] = []
     for anchor in sorted(by_anchor):
@@ -291,7 +292,7 @@ def _multi_provider_path(
                     have |= traits[p]
                 if not all(not any_of.isdisjoint(have) for any_of in required):
                     continue
-            rows = tuple((p, rc, group.resources[rc]) for p, rc in zip(combo, classes, strict=True))
+            rows = tuple(zip(combo, classes, amounts, strict=True))
             found.append(GroupRequest(anchor, rows, tuple(dict.fromkeys(combo))))
     return found
 
