@@ -152,9 +152,13 @@ def random_request(draw: Any) -> Any:
 
 def both_paths(f: Any, snap: HostSnapshot, req: Any) -> list[bool] | str:
     """The per-host and the bulk verdicts, asserted equal ("error" if both raise an
-    ExtraSpecError)."""
+    ExtraSpecError). The bulk path is also run on a reversed subset of the rows, as the
+    pipeline calls it on the hosts still in play."""
+    import numpy as np
+
     from berth.errors import ExtraSpecError
-    from builders import passes_bulk, passes_per_host
+    from berth.host_state import WorkingSet
+    from builders import NOW, passes_bulk, passes_per_host
 
     results: list[list[bool] | str] = []
     for run in (passes_per_host, passes_bulk):
@@ -163,4 +167,9 @@ def both_paths(f: Any, snap: HostSnapshot, req: Any) -> list[bool] | str:
         except ExtraSpecError:
             results.append("error")
     assert results[0] == results[1], results
+    rows = np.arange(len(snap))[::-1][::2]
+    if isinstance(results[0], list):
+        ws = WorkingSet(snap, NOW)
+        subset = [bool(x) for x in f.filter_all_hosts(ws.hosts(rows), req)]
+        assert subset == [results[0][r] for r in rows.tolist()]
     return results[0]
