@@ -1,0 +1,252 @@
+"""NUMATopologyFilter (reference §3.18)."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from berth.config import SchedulerConfig
+from berth.errors import ExtraSpecError
+from berth.filters.numa_topology import NUMATopologyFilter
+from berth.hardware.numa import NUMATopology, NUMATopologyLimits, prepare_request
+from berth.hardware.pci import InstancePCIRequest, InstancePCIRequests, PciDeviceStats
+from berth.host_state import WorkingSet
+from berth.model import RequestSpec
+from berth.pipeline import Scheduler
+from berth.snapshot import HostSnapshot
+from builders import NOW, cloud, host, passes_bulk, passes_per_host, spec, state
+
+SMT_HOST = {"cells": [
+    {"id": 0, "cpuset": "0-3", "pcpuset": "4-7", "siblings": [[4, 5], [6, 7]], "memory": 4096},
+    {"id": 1, "cpuset": "8-11", "pcpuset": "12-15", "siblings": [[12, 13], [14, 15]], "memory": 4096},
+]}
+FLAT_HOST = {"cells": [{"id": 0, "cpuset": "0-3", "pcpuset": "4-7", "memory": 8192}]}
+
+
+def numa(data: dict[str, Any]) -> NUMATopology:
+    return NUMATopology.from_dict(data)
+
+
+def request(config: SchedulerConfig | None = None, **kwargs: Any) -> RequestSpec:
+    req = spec(**kwargs)
+    prepare_request(req, config or SchedulerConfig.default())
+    return req
+
+
+def test_a_request_without_numa_topology_passes_every_host_and_sets_no_limits() -> None:
+    snap = cloud(host("h1", numa_topology=numa(SMT_HOST)), host("h2"))
+    f = NUMATopologyFilter()
+    req = request()
+    assert passes_per_host(f, snap, req) == passes_bulk(f, snap, req) == [True, True]
+    hs = state(snap, "h1")
+    assert f.check(hs, req) is None and hs.limits == {}
+
+
+def test_a_numa_request_fails_hosts_without_a_topology() -> None:
+    snap = cloud(host("h1", numa_topology=numa(SMT_HOST)), host("h2"),
+                 host("h3", numa_topology=numa({"cells": []})))
+    f = NUMATopologyFilter()
+    req = request(extra_specs={"hw:numa_nodes": "1"})
+    assert passes_per_host(f, snap, req) == passes_bulk(f, snap, req) == [True, False, False]
+    reject = f.check(state(snap, "h2"), req)
+    assert reject is not None and reject.reason == "host has no NUMA topology"
+
+
+def test_a_pass_sets_numa_limits_from_the_host_ratios() -> None:
+    snap = cloud(host("h1", numa_topology=numa(SMT_HOST), cpu_allocation_ratio=2.0,
+                      ram_allocation_ratio=1.5))
+    f = NUMATopologyFilter()
+    req = request(extra_specs={"hw:numa_nodes": "1"})
+    hs = state(snap, "h1")
+    assert f.check(hs, req) is None
+    assert hs.limits["numa_topology"] == NUMATopologyLimits(2.0, 1.5, None, False)
+    ws = WorkingSet(snap, NOW)
+    assert list(f.filter_all_hosts(ws.hosts(), req)) == [True]
+    assert ws.limits(0)["numa_topology"] == hs.limits["numa_topology"]
+    assert hs.limits["numa_topology"].to_dict() == {"cpu_allocation_ratio": 2.0,
+                                                    "ram_allocation_ratio": 1.5}
+
+
+def test_dedicated_require_fails_hosts_without_smt_even_without_a_topology_request() -> None:
+    snap = cloud(host("smt", numa_topology=numa(SMT_HOST)), host("flat", numa_topology=numa(FLAT_HOST)),
+                 host("none"))
+    f = NUMATopologyFilter()
+    raw = spec(vcpus=2, extra_specs={"hw:cpu_policy": "dedicated"},
+               image_props={"hw_cpu_thread_policy": "require"})
+    assert raw.numa_topology is None
+    assert passes_per_host(f, snap, raw) == passes_bulk(f, snap, raw) == [True, False, True]
+    reject = f.check(state(snap, "flat"), raw)
+    assert reject is not None and reject.reason == "CPU thread policy require needs SMT"
+
+
+def test_a_topology_that_does_not_fit_names_the_request() -> None:
+    snap = cloud(host("h1", numa_topology=numa(FLAT_HOST)))
+    f = NUMATopologyFilter()
+    req = request(vcpus=6, memory_mb=2048, extra_specs={"hw:cpu_policy": "dedicated"})
+    reject = f.check(state(snap, "h1"), req)
+    assert reject is not None
+    assert reject.render() == ("NUMA topology does not fit (requested cells 1, requested cpus 6, "
+                               "requested memory 2048 MB, host cells 1)")
+
+
+def test_pinning_does_not_leak_into_the_request() -> None:
+    snap = cloud(host("h1", numa_topology=numa(SMT_HOST)))
+    req = request(vcpus=2, extra_specs={"hw:cpu_policy": "dedicated"})
+    before = copy.deepcopy(req.numa_topology)
+    NUMATopologyFilter().check(state(snap, "h1"), req)
+    assert req.numa_topology == before
+
+
+def test_packing_option_is_read_from_the_config_into_the_limits() -> None:
+    config = SchedulerConfig.from_dict({"compute": {"packing_host_numa_cells_allocation_strategy": True}})
+    snap = cloud(host("h1", numa_topology=numa(SMT_HOST)))
+    hs = state(snap, "h1")
+    assert NUMATopologyFilter(config).check(hs, request(extra_specs={"hw:numa_nodes": "1"})) is None
+    assert hs.limits["numa_topology"].pack is True
+
+
+def test_bad_numa_extra_specs_fail_validation_up_front() -> None:
+    with pytest.raises(ExtraSpecError, match="hw:numa_nodes"):
+        NUMATopologyFilter().validate_request(spec(extra_specs={"hw:numa_nodes": "many"}))
+
+
+# ------------------------------------------------------------------------ allocation candidates
+def pci_host(name: str, rps: list[str]) -> Any:
+    pools = [{"vendor_id": "8086", "product_id": "1520", "numa_node": i % 2, "count": 1, "rp_uuid": rp}
+             for i, rp in enumerate(rps)]
+    return host(name, numa_topology=numa(SMT_HOST), pci_stats=PciDeviceStats.from_pools(pools))
+
+
+def cand(rp: str | None, request_id: str = "nic") -> dict[str, Any]:
+    mappings = {"": ["root"]}
+    if rp is not None:
+        mappings[f"{request_id}-0"] = [rp]
+    return {"allocations": {}, "mappings": mappings}
+
+
+def pci_request(policy: str = "required") -> RequestSpec:
+    req = request(extra_specs={"hw:numa_nodes": "1"})
+    req.pci_requests = InstancePCIRequests(
+        [InstancePCIRequest(1, [{"vendor_id": "8086"}], numa_policy=policy, request_id="nic")])
+    return req
+
+
+def test_candidates_whose_mapping_cannot_fit_are_dropped() -> None:
+    snap = cloud(pci_host("h1", ["rp0", "rp1"]))
+    cands = [cand("rp-missing"), cand("rp1"), cand(None)]
+    f = NUMATopologyFilter()
+    ws = WorkingSet(snap, NOW, {0: list(cands)})
+    assert f.check(ws.host_state(0), pci_request()) is None
+    assert ws.candidates == {0: [cands[1], cands[2]]}
+    ws2 = WorkingSet(snap, NOW, {0: list(cands)})
+    assert list(f.filter_all_hosts(ws2.hosts(), pci_request())) == [True]
+    assert ws2.candidates == ws.candidates
+
+
+def test_an_empty_candidate_list_fails_the_host() -> None:
+    snap = cloud(host("h1", numa_topology=numa(SMT_HOST)))
+    f = NUMATopologyFilter()
+    req = request(extra_specs={"hw:numa_nodes": "1"})
+    ws = WorkingSet(snap, NOW, {0: []})
+    assert f.check(ws.host_state(0), req) is not None
+    assert list(f.filter_all_hosts(WorkingSet(snap, NOW, {0: []}).hosts(), req)) == [False]
+
+
+def test_without_candidates_in_use_the_fit_is_evaluated_once_without_a_mapping() -> None:
+    snap = cloud(pci_host("h1", ["rp0"]))
+    assert passes_per_host(NUMATopologyFilter(), snap, pci_request()) == [True]
+    assert passes_bulk(NUMATopologyFilter(), snap, pci_request()) == [True]
+
+
+# ------------------------------------------------------------------------ multi-create
+def test_consumption_in_a_multi_create_pins_cpus_between_instances() -> None:
+    # Each host has 8 dedicated CPUs; three 4-vCPU pinned instances need two hosts.
+    snap = cloud(host("h1", numa_topology=numa(SMT_HOST)), host("h2", numa_topology=numa(SMT_HOST)))
+    sched = Scheduler(SchedulerConfig.default(), filters=[NUMATopologyFilter()], weighers=[])
+    req = request(vcpus=4, memory_mb=1024, extra_specs={"hw:cpu_policy": "dedicated"}, num_instances=3)
+    decision = sched.select_destinations(req, snap, now=NOW, rng=random.Random(1))
+    chosen = [h for h, _ in decision.hosts]
+    assert sorted(chosen.count(h) for h in {"h1", "h2"}) == [1, 2]
+
+
+# ------------------------------------------------------------------------ bulk == per host
+TOPOLOGIES = [
+    None,
+    SMT_HOST,
+    FLAT_HOST,
+    {"cells": [{"id": 0, "cpuset": "0-1", "pcpuset": "2-3", "siblings": [[2, 3]], "memory": 2048,
+                "pinned_cpus": [2], "memory_usage": 1024, "cpu_usage": 3},
+               {"id": 1, "cpuset": "4-5", "pcpuset": "6-7", "memory": 2048,
+                "mempages": [{"size_kb": 4, "total": 524288}, {"size_kb": 2048, "total": 512, "used": 100}]}]},
+    {"cells": [{"id": 0, "cpuset": "0-7", "pcpuset": "0-7", "siblings": [[0, 1], [2, 3], [4, 5], [6, 7]],
+                "memory": 16384, "network_metadata": {"physnets": ["physnet0"]}},
+               {"id": 1, "cpuset": "8-15", "pcpuset": "8-15", "memory": 16384},
+               {"id": 2, "cpuset": "16-19", "memory": 1024, "network_metadata": {"tunneled": True}}]},
+]
+EXTRA_SPECS = [
+    {},
+    {"hw:numa_nodes": "1"},
+    {"hw:numa_nodes": "2"},
+    {"hw:cpu_policy": "dedicated"},
+    {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "require"},
+    {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"},
+    {"hw:cpu_policy": "dedicated", "hw:emulator_threads_policy": "isolate"},
+    {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0"},
+    {"hw:mem_page_size": "large"},
+    {"hw:mem_page_size": "small", "hw:numa_nodes": "2"},
+]
+
+
+@st.composite
+def numa_case(draw: Any) -> tuple[HostSnapshot, RequestSpec, dict[int, list[dict[str, Any]]] | None]:
+    n = draw(st.integers(1, 6))
+    builders = []
+    for i in range(n):
+        topo = draw(st.sampled_from(TOPOLOGIES))
+        pools = draw(st.sampled_from([None, [], [{"vendor_id": "8086", "numa_node": 0, "count": 1,
+                                                  "rp_uuid": "rp0"}],
+                                      [{"vendor_id": "8086", "numa_node": 1, "count": 2, "rp_uuid": "rp1"}]]))
+        builders.append(host(
+            f"h{i}", numa_topology=None if topo is None else numa(topo),
+            pci_stats=None if pools is None else PciDeviceStats.from_pools(pools),
+            cpu_allocation_ratio=draw(st.sampled_from([1.0, 4.0])),
+            ram_allocation_ratio=draw(st.sampled_from([0.5, 1.0, 1.5])),
+        ))
+    snap = cloud(*builders)
+    vcpus = draw(st.sampled_from([2, 4, 6]))
+    req = request(vcpus=vcpus, memory_mb=draw(st.sampled_from([512, 2048, 4096])),
+                  extra_specs=dict(draw(st.sampled_from(EXTRA_SPECS))))
+    if draw(st.booleans()):
+        req.pci_requests = InstancePCIRequests([InstancePCIRequest(
+            1, [{"vendor_id": "8086"}], numa_policy=draw(st.sampled_from(["required", "legacy"])),
+            request_id="nic")])
+    candidates = None
+    if draw(st.booleans()):
+        candidates = {
+            row: [cand(draw(st.sampled_from([None, "rp0", "rp1"])))
+                  for _ in range(draw(st.integers(0, 3)))]
+            for row in range(n)
+        }
+    return snap, req, candidates
+
+
+@settings(max_examples=60, deadline=None)
+@given(numa_case())
+def test_bulk_and_per_host_paths_agree_on_passes_candidates_and_limits(
+    case: tuple[HostSnapshot, RequestSpec, dict[int, list[dict[str, Any]]] | None],
+) -> None:
+    snap, req, candidates = case
+    f = NUMATopologyFilter()
+    ws_host = WorkingSet(snap, NOW, copy.deepcopy(candidates))
+    per_host = [f.check(ws_host.host_state(r), req) is None for r in range(len(snap))]
+    ws_bulk = WorkingSet(snap, NOW, copy.deepcopy(candidates))
+    bulk = f.filter_all_hosts(ws_bulk.hosts(np.arange(len(snap))), req)
+    assert list(bulk) == per_host
+    assert ws_bulk.candidates == ws_host.candidates
+    assert [ws_bulk.limits(r) for r in range(len(snap))] == [ws_host.limits(r) for r in range(len(snap))]
