@@ -1,0 +1,57 @@
+"""Fixtures: a fresh SQLite resource store per test, wired into a stack.
+
+The database is migrated once per session into a template file; each test copies it
+(migrating takes ~1 s, a copy a few ms).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from berth.config import SchedulerConfig
+from berth.service.stack import Stack, open_stack
+
+#: Filters and weighers the service tests rely on (kept small and explicit).
+TEST_CONFIG = SchedulerConfig.from_dict({
+    "filter_scheduler": {
+        "available_filters": ["berth.filters.compute.ComputeFilter"],
+        "enabled_filters": ["ComputeFilter"],
+        "weight_classes": ["RAMWeigher"],
+    },
+})
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated, empty database file."""
+    from berth.placement.db import prepare
+    from berth.service.compute import ComputeRecordStore
+
+    path = Path(tmp_path_factory.mktemp("template")) / "berth.sqlite"
+    engine = prepare(f"sqlite:///{path}")
+    ComputeRecordStore(engine)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    engine.dispose()
+    return path
+
+
+def fresh_stack(template: Path, directory: Path, config: SchedulerConfig = TEST_CONFIG) -> Stack:
+    """A stack over a private copy of the template database."""
+    from berth.placement.db import create_db_engine
+
+    path = directory / "berth.sqlite"
+    shutil.copy(template, path)
+    return open_stack(f"sqlite:///{path}", config, engine=create_db_engine(f"sqlite:///{path}"))
+
+
+@pytest.fixture
+def stack(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
+    """A stack on a fresh SQLite database."""
+    st = fresh_stack(template_db, tmp_path)
+    yield st
+    st.close()
