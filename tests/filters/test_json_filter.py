@@ -94,6 +94,7 @@ def test_verified_int_against_str_comparison_is_an_error_naming_query_and_host()
         (["and", "$stats.missing"], True),
         (["=", "$service.disabled", False], True),
         (["=", "$host", "h1"], True),
+        (["=", "$now", "$row", 5, 5], True),
     ],
     ids=[
         "an unresolved $var is dropped, shifting the arguments",
@@ -125,6 +126,7 @@ def test_verified_int_against_str_comparison_is_an_error_naming_query_and_host()
         "and with every argument dropped is all([])",
         "the service dict is reachable",
         "string attributes are reachable",
+        "Berth's own HostState attributes do not exist for a query, as in Nova",
     ],
 )
 def test_grammar_quirks(query: list[Any], expected: bool) -> None:

@@ -57,6 +57,8 @@ _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
 OPERATORS: frozenset[str] = frozenset([*_COMPARISONS, "in", "not", "or", "and"])
 #: HostState attributes backed by a numeric column the vectorized path may read.
 NUMERIC_ATTRIBUTES: frozenset[str] = frozenset(INT_COLUMNS + FLOAT_COLUMNS) - {"updated"}
+#: Berth's own HostState attributes, absent from Nova's: ``$now`` resolves to None there.
+_BERTH_ONLY_ATTRIBUTES: frozenset[str] = frozenset({"row", "working_set", "now"})
 #: Integer literals beyond this magnitude do not survive float64; such queries go per host.
 _EXACT_INT = 2**53
 
@@ -89,6 +91,8 @@ def _parse_string(string: str, host_state: HostState) -> Any:
     if not string.startswith("$"):
         return string
     path = string[1:].split(".")
+    if path[0] in _BERTH_ONLY_ATTRIBUTES:
+        return None
     obj = getattr(host_state, path[0], None)
     if obj is None:
         return None
