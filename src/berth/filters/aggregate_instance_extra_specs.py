@@ -80,8 +80,10 @@ def check_aggregates(
 
 
 class AggregateInstanceExtraSpecsFilter(BaseHostFilter):
-    """Unscoped and aggregate_instance_extra_specs: flavor extra specs must match the
-    host's aggregate metadata."""
+    """Unscoped and aggregate_instance_extra_specs:* extra specs must match aggregate metadata.
+
+    Each key must be in the host's aggregate metadata with a value satisfying the spec.
+    """
 
     run_filter_once_per_request: ClassVar[bool] = True
 

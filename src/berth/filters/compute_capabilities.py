@@ -138,8 +138,10 @@ def check_spec(host_state: HostState, spec: CapabilitySpec) -> Reject | None:
 
 
 class ComputeCapabilitiesFilter(BaseHostFilter):
-    """Flavor capabilities: (and legacy unscoped) extra specs must match the host's
-    attributes, stats and cpu_info."""
+    """Flavor capabilities:* (and legacy unscoped) extra specs must match the host's values.
+
+    Values are host attributes, stats and the JSON cpu_info (reference §5).
+    """
 
     run_filter_once_per_request: ClassVar[bool] = True
 

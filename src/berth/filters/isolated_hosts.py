@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 
 
 class IsolatedHostsFilter(BaseHostFilter):
-    """Isolated images run only on isolated hosts; isolated hosts take only isolated images
-    unless restrict_isolated_hosts_to_isolated_images is False."""
+    """Isolated images run only on isolated hosts, which take only isolated images.
+
+    With restrict_isolated_hosts_to_isolated_images False, isolated hosts take any image.
+    """
 
     run_filter_once_per_request: ClassVar[bool] = True
     RUN_ON_REBUILD: ClassVar[bool] = True
