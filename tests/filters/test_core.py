@@ -85,3 +85,11 @@ def test_bulk_and_per_host_paths_agree_with_the_same_limits(snap, requested) -> 
         per_host, per_host_limits, bulk, bulk_limits = run_both(f, snap, spec(vcpus=requested))
         assert per_host == bulk
         assert per_host_limits == bulk_limits
+
+
+def test_an_unset_host_ratio_behaves_the_same_on_both_paths() -> None:
+    # total = vcpus_total * NaN: no limit, and "free < requested" is false, so it passes.
+    snap = cloud(host("h1", cpu_allocation_ratio=None))
+    per_host, per_host_limits, bulk, bulk_limits = run_both(CoreFilter(), snap, spec(vcpus=1))
+    assert per_host == bulk == [True]
+    assert per_host_limits == bulk_limits == [{}]

@@ -77,3 +77,9 @@ def test_bulk_and_per_host_paths_agree_with_the_same_limits(snap, root, swap) ->
         per_host, per_host_limits, bulk, bulk_limits = run_both(f, snap, spec(root_gb=root, swap=swap))
         assert per_host == bulk
         assert per_host_limits == bulk_limits
+
+
+def test_an_unset_host_ratio_fails_on_both_paths_instead_of_raising() -> None:
+    snap = cloud(host("h1", disk_allocation_ratio=None))
+    per_host, _, bulk, _ = run_both(DiskFilter(), snap, spec(root_gb=1))
+    assert per_host == bulk == [False]

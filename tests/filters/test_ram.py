@@ -103,3 +103,10 @@ def test_bulk_and_per_host_paths_agree_with_the_same_limits(snap, requested) -> 
         per_host, per_host_limits, bulk, bulk_limits = run_both(f, snap, spec(memory_mb=requested))
         assert per_host == bulk
         assert per_host_limits == bulk_limits
+
+
+def test_an_unset_host_ratio_fails_on_both_paths_instead_of_raising() -> None:
+    snap = cloud(host("h1", ram_allocation_ratio=None))
+    per_host, per_host_limits, bulk, bulk_limits = run_both(RamFilter(), snap, spec(memory_mb=512))
+    assert per_host == bulk == [False]
+    assert per_host_limits == bulk_limits == [{}]

@@ -10,6 +10,7 @@ per-host and the bulk path.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
     from berth.model.aggregate import Aggregate
 
 LOG = logging.getLogger(__name__)
+
+
+def unset_as_nan(value: float | None) -> float:
+    """A HostState ratio, NaN when unset (the snapshot's NaN), so comparisons are false."""
+    return math.nan if value is None else value
 
 
 def aggregate_ratio(aggregates: Iterable[Aggregate], key: str) -> float | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from berth.filters.allocation_ratio import host_ratio, ratios_all
+from berth.filters.allocation_ratio import host_ratio, ratios_all, unset_as_nan
 from berth.filters.base import BaseHostFilter, Reject
 
 if TYPE_CHECKING:
@@ -32,7 +32,8 @@ class CoreFilter(BaseHostFilter):
     aggregate_override: ClassVar[bool] = False
 
     def _ratio(self, host_state: HostState) -> float:
-        ratio = host_state.cpu_allocation_ratio
+        # An unset ratio (NaN in the snapshot) compares false everywhere, as in bulk.
+        ratio = unset_as_nan(host_state.cpu_allocation_ratio)
         if self.aggregate_override:
             return host_ratio(ratio, host_state.aggregates, KEY)
         return ratio
