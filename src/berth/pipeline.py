@@ -37,7 +37,7 @@ import copy
 import json
 import random
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +62,7 @@ from berth.model.request import RequestSpec
 from berth.model.selection import Selection
 from berth.snapshot import HostSnapshot
 from berth.weighers.base import BaseHostWeigher
-from berth.weighers.handler import Ranker, Ranking, WeigherRanker
+from berth.weighers.handler import PerHostRanker, Ranker, Ranking, WeigherRanker
 
 #: How many of the best hosts an explanation shows the weight breakdown of.
 EXPLAIN_TOP_HOSTS = 5
@@ -141,6 +141,142 @@ class _Request:
     selected_rows: list[int] = field(default_factory=list)
     placement_step: FilterStep | None = None
     version: str | None = None
+    #: One entry per ranking done in this request (see :class:`_Level`).
+    levels: list[_Level] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------- host order
+#
+# Nova sorts every filtered host by weight for every instance of a request, and the next
+# instance's stable sort breaks ties by that previous order. The pipeline needs far less:
+# the best ``host_subset_size`` hosts (plus those tied for best when shuffling), the
+# claim walk (almost always the first host) and a few same-cell alternates. So a ranking
+# is kept as a *level*: the explicit first entries of the order (``prefix``) and, for the
+# rest, the rule "descending weight, ties by the previous level's order" (the first level's
+# ties go by ascending row, the order hosts enter the pipeline in). Any head of the order
+# can then be produced exactly, with a partial selection (``np.partition``) and a sort of
+# the few candidates, instead of a full sort of 100,000 hosts. ``tests/test_paths_agree``
+# proves the result equals the full stable sort (the per-host reference path).
+
+
+@dataclass
+class _Level:
+    """One ranking of a request: its hosts, their weights and the explicit order prefix.
+
+    ``rows`` are the ranked hosts in ascending row order; ``weights`` is indexed by
+    snapshot row (only ``rows`` are meaningful) and is None when the whole order is
+    explicit (``prefix`` then holds every host).
+    """
+
+    rows: np.ndarray
+    weights: np.ndarray | None
+    prefix: np.ndarray
+
+    def prefix_positions(self, rows: np.ndarray) -> np.ndarray:
+        """Position of each of ``rows`` in ``prefix``, or -1."""
+        if len(self.prefix) == 0 or len(rows) == 0:
+            return np.full(len(rows), -1, dtype=np.int64)
+        by_row = np.argsort(self.prefix, kind="stable")
+        sorted_prefix = self.prefix[by_row]
+        at = np.searchsorted(sorted_prefix, rows)
+        at_clipped = np.minimum(at, len(sorted_prefix) - 1)
+        found = sorted_prefix[at_clipped] == rows
+        return np.where(found, by_row[at_clipped], -1)
+
+
+def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndarray:
+    """The first ``m`` of ``rows`` in the order of ``levels[level]`` (level -1: by row).
+
+    ``rows`` must be a subset of that level's hosts. Exactly the stable-sort result:
+    the prefix first, then the rest by descending weight with ties in the previous
+    level's order; only hosts that can reach the first ``m`` places are sorted.
+    """
+    m = min(m, len(rows))
+    if m <= 0:
+        return rows[:0]
+    if level < 0:
+        return np.sort(rows)[:m] if m < len(rows) else np.sort(rows)
+    lvl = levels[level]
+    pos = lvl.prefix_positions(rows)
+    in_prefix = pos >= 0
+    head = rows[in_prefix][np.argsort(pos[in_prefix], kind="stable")]
+    need = m - len(head)
+    if need <= 0 or lvl.weights is None:
+        return head[:m]
+    rest = rows[~in_prefix]
+    neg = -lvl.weights[rest]
+    if need < len(rest):
+        threshold = np.partition(neg, need - 1)[need - 1]
+        if not np.isnan(threshold):
+            # Everything that could be among the first ``need``: strictly better hosts
+            # and every host tied with the threshold (their order is decided below).
+            keep = neg <= threshold
+            rest, neg = rest[keep], neg[keep]
+    # Order the candidates by the previous level, then stable-sort by weight.
+    rest = _head(levels, level - 1, rest, len(rest))
+    neg = -lvl.weights[rest]
+    ordered = rest[np.argsort(neg, kind="stable")]
+    return np.concatenate([head, ordered[:need]])
+
+
+class HostOrder:
+    """The hosts of one ranking, best first, produced lazily (see the notes above).
+
+    ``len()`` is the number of hosts; :meth:`head` gives the first ``m``; iterating walks
+    the whole order, computing it in growing chunks.
+    """
+
+    def __init__(self, levels: list[_Level], level: int, full: np.ndarray | None = None) -> None:
+        self._levels = levels
+        self._level = level
+        self._full = full
+        self._known = levels[level].prefix if level >= 0 else np.empty(0, dtype=np.int64)
+
+    @classmethod
+    def empty(cls) -> HostOrder:
+        """No hosts."""
+        return cls([], -1, np.empty(0, dtype=np.int64))
+
+    @property
+    def is_explicit(self) -> bool:
+        """True when the ranker gave the whole order (no weights to derive it from)."""
+        return self._level >= 0 and self._levels[self._level].weights is None
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The hosts, in ascending row order (what the next ranking filters)."""
+        if self._full is not None and self._level < 0:
+            return np.sort(self._full)
+        return self._levels[self._level].rows
+
+    def __len__(self) -> int:
+        if self._level < 0:
+            return len(self._full) if self._full is not None else 0
+        return len(self._levels[self._level].rows)
+
+    def head(self, m: int) -> np.ndarray:
+        """The first ``m`` hosts, best first."""
+        if self._level < 0:
+            assert self._full is not None
+            return self._full[:m]
+        if m > len(self._known):
+            lvl = self._levels[self._level]
+            self._known = _head(self._levels, self._level, lvl.rows, m)
+        return self._known[:m]
+
+    def __iter__(self) -> Iterator[int]:
+        done = 0
+        chunk = max(16, len(self._known))
+        total = len(self)
+        while done < total:
+            part = self.head(chunk)
+            yield from part[done:].tolist()
+            done = len(part)
+            chunk *= 8
+
+    def to_array(self) -> np.ndarray:
+        """The whole order as an array."""
+        return self.head(len(self))
 
 
 class Scheduler:
@@ -149,6 +285,11 @@ class Scheduler:
     ``filters``/``weighers`` may be passed directly (tests, embedding); otherwise they are
     loaded from ``config`` and unknown names raise :class:`~berth.errors.PluginNotFound`.
     ``ranker`` replaces weighing (the least-cost strategy supplies one).
+
+    ``per_host=True`` runs Nova's shape instead of the columnar engine: every filter's
+    ``host_passes`` host by host, every weigher's ``_weigh_object``/``weight_multiplier``
+    host by host, and a full stable sort per instance. It is the reference the columnar
+    path is benchmarked and property-tested against; decisions are identical.
     """
 
     def __init__(
@@ -158,8 +299,10 @@ class Scheduler:
         filters: Sequence[BaseHostFilter] | None = None,
         weighers: Sequence[BaseHostWeigher] | None = None,
         ranker: Ranker | None = None,
+        per_host: bool = False,
     ) -> None:
         self.config = config or SchedulerConfig.default()
+        self.per_host = per_host
         self.filters = list(filters) if filters is not None else plugins.load_filters(self.config)
         if ranker is None and self.config.filter_scheduler.weighing_strategy == "least_cost":
             from berth.weighers.least_cost import LeastCostRanker
@@ -170,7 +313,9 @@ class Scheduler:
             self.weighers = (
                 list(weighers) if weighers is not None else plugins.load_weighers(self.config)
             )
-        self.ranker: Ranker = ranker or WeigherRanker(self.weighers)
+        if ranker is None:
+            ranker = PerHostRanker(self.weighers) if per_host else WeigherRanker(self.weighers)
+        self.ranker: Ranker = ranker
 
     # ------------------------------------------------------------------ entry point
     def select_destinations(
@@ -207,7 +352,8 @@ class Scheduler:
         req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None)
         req.version = candidates.version if claiming and candidates else None
 
-        hosts = self._initial_rows(req, candidates if claiming else None)
+        initial = self._initial_rows(req, candidates if claiming else None)
+        hosts: np.ndarray | HostOrder = initial
         if claiming and candidates is not None and not candidates.by_row:
             # Placement returned nothing: Nova's NoValidHost with an empty reason.
             if req.diagnosis is not None:
@@ -228,10 +374,11 @@ class Scheduler:
                     considered = req.placement_step.hosts_in
                 req.current = InstanceDiagnosis(index, instance_uuid, hosts_considered=considered)
                 req.diagnosis.instances.append(req.current)
-            hosts = self._sorted_hosts(req, hosts, index)
-            if len(hosts) == 0:
+            order = self._sorted_hosts(req, self._next_input(hosts), index)
+            hosts = order
+            if len(order) == 0:
                 break
-            row, alloc_req = self._claim(req, hosts, instance_uuid, claimer if claiming else None)
+            row, alloc_req = self._claim(req, order, instance_uuid, claimer if claiming else None)
             if row is None:
                 break
             claimed_uuids.append(instance_uuid)
@@ -254,6 +401,7 @@ class Scheduler:
             raise NoValidHost("There are not enough hosts available.", diagnosis=req.diagnosis)
 
         num_alts = self.config.scheduler.max_attempts - 1 if return_alternates else 0
+        assert isinstance(hosts, HostOrder)
         selections = self._alternates(req, hosts, index, num_alts, claimed_rows, claimed_requests,
                                       req.version)
         return Decision(selections, claimed_uuids, req.diagnosis)
@@ -315,28 +463,70 @@ class Scheduler:
                 snapshot.obj("host")[row], snapshot.obj("nodename")[row], "placement", reject))
         req.placement_step = step
 
-    def _sorted_hosts(self, req: _Request, rows: np.ndarray, index: int) -> np.ndarray:
+    def _next_input(self, hosts: np.ndarray | HostOrder) -> np.ndarray:
+        """The rows the next ranking starts from: the reference path keeps Nova's list
+        order; the columnar path keeps ascending rows (the levels remember the order)."""
+        if isinstance(hosts, np.ndarray):
+            return hosts
+        if self.per_host or hosts.is_explicit:
+            # A ranker that orders hosts itself breaks ties by input position.
+            return hosts.to_array()
+        return hosts.rows
+
+    def _sorted_hosts(self, req: _Request, rows: np.ndarray, index: int) -> HostOrder:
         """Filter, weigh and order ``rows``; the randomly chosen best host comes first."""
         filtered = self._filtered_hosts(req, rows, index)
         if len(filtered) == 0:
-            return filtered
+            return HostOrder.empty()
         hosts = req.ws.hosts(filtered)
         ranking = self.ranker.rank(hosts, req.spec)
-        order = list(ranking.order.tolist())
         weights = ranking.weights
-        if self.config.filter_scheduler.shuffle_best_same_weighed_hosts and order:
-            best = weights[order[0]]
-            tied = [p for p in order if weights[p] == best]
-            req.rng.shuffle(tied)
-            order = tied + order[len(tied):]
-        subset_size = self.config.filter_scheduler.host_subset_size
-        subset = order[:subset_size] if subset_size < len(order) else order
-        chosen = req.rng.choice(subset)
-        order.remove(chosen)
-        order.insert(0, chosen)
+        fs = self.config.filter_scheduler
+        subset_size = fs.host_subset_size
+        n = len(filtered)
+        explicit = ranking.explicit_order
+        if self.per_host or explicit is not None:
+            # Nova's shape: the whole list, sorted (or as the ranker ordered it).
+            order = list(ranking.order.tolist())
+            if fs.shuffle_best_same_weighed_hosts and order:
+                best = weights[order[0]]
+                tied = [p for p in order if weights[p] == best]
+                req.rng.shuffle(tied)
+                order = tied + order[len(tied):]
+            subset = order[:subset_size] if subset_size < len(order) else order
+            chosen = req.rng.choice(subset)
+            order.remove(chosen)
+            order.insert(0, chosen)
+            ordered = filtered[np.asarray(order, dtype=np.int64)]
+            level = _Level(np.sort(filtered), None, ordered)
+        else:
+            # Columnar: only the hosts that can be chosen are ordered (see HostOrder).
+            full = np.empty(len(req.ws.snapshot))
+            full[filtered] = weights
+            level = _Level(filtered, full, filtered[:0])
+            req.levels.append(level)
+            tied_count = 0
+            if fs.shuffle_best_same_weighed_hosts:
+                finite = weights[~np.isnan(weights)]
+                if len(finite):
+                    tied_count = int(np.count_nonzero(weights == finite.max()))
+            wanted = n if subset_size >= n else max(subset_size, tied_count)
+            head = _head(req.levels, len(req.levels) - 1, filtered, wanted).tolist()
+            req.levels.pop()
+            if tied_count:
+                tied = head[:tied_count]
+                req.rng.shuffle(tied)
+                head = tied + head[tied_count:]
+            subset = head[:subset_size] if subset_size < n else head
+            chosen = req.rng.choice(subset)
+            head.remove(chosen)
+            head.insert(0, chosen)
+            level.prefix = np.asarray(head, dtype=np.int64)
+        req.levels.append(level)
+        result = HostOrder(req.levels, len(req.levels) - 1)
         if req.current is not None:
-            self._record_weighing(req, hosts, ranking, order)
-        return filtered[np.asarray(order, dtype=np.int64)]
+            self._record_weighing(req, hosts, ranking, result)
+        return result
 
     def _filtered_hosts(self, req: _Request, rows: np.ndarray, index: int) -> np.ndarray:
         """Pre-filters (destination, ignore, force) then the enabled filters (§10.4)."""
@@ -381,7 +571,11 @@ class Scheduler:
             if rebuild and not f.RUN_ON_REBUILD:
                 self._skip(req, name, rows, "does not run on rebuild")
                 continue
-            mask = np.asarray(f.filter_all_hosts(ws.hosts(rows), spec), dtype=bool)
+            if self.per_host:
+                # Nova's shape: the base class's host-by-host loop over host_passes.
+                mask = BaseHostFilter.filter_all_hosts(f, ws.hosts(rows), spec)
+            else:
+                mask = np.asarray(f.filter_all_hosts(ws.hosts(rows), spec), dtype=bool)
             rows = self._apply(req, name, rows, mask, f)
             if len(rows) == 0:
                 break
@@ -413,13 +607,14 @@ class Scheduler:
             req.current.steps.append(FilterStep(name, len(rows), len(rows), skipped=why))
 
     def _record_weighing(
-        self, req: _Request, hosts: Hosts, ranking: Ranking, order: list[int]
+        self, req: _Request, hosts: Hosts, ranking: Ranking, order: HostOrder
     ) -> None:
         assert req.current is not None
         snapshot = req.ws.snapshot
         req.current.weighing = []
-        for pos in order[:EXPLAIN_TOP_HOSTS]:
-            row = int(hosts.rows[pos])
+        position = {row: pos for pos, row in enumerate(hosts.rows.tolist())}
+        for row in order.head(EXPLAIN_TOP_HOSTS).tolist():
+            pos = position[row]
             terms = [
                 WeigherTerm(c.name, float(c.raw[pos]), float(c.normalized[pos]),
                             float(c.multiplier[pos]))
@@ -430,14 +625,14 @@ class Scheduler:
                 float(ranking.weights[pos]), terms))
 
     def _claim(
-        self, req: _Request, rows: np.ndarray, instance_uuid: str, claimer: Claimer | None
+        self, req: _Request, rows: HostOrder, instance_uuid: str, claimer: Claimer | None
     ) -> tuple[int | None, dict[str, Any] | None]:
         """The first host, in order, whose first candidate is claimed (or simply the first
         host when nothing is claimed)."""
         if req.ws.candidates is None:
-            return int(rows[0]), None
+            return int(rows.head(1)[0]), None
         snapshot = req.ws.snapshot
-        for row in rows.tolist():
+        for row in rows:
             cands = req.ws.candidates.get(row)
             if not cands:
                 continue
@@ -463,7 +658,7 @@ class Scheduler:
     def _alternates(
         self,
         req: _Request,
-        hosts: np.ndarray,
+        hosts: HostOrder,
         index: int,
         num_alts: int,
         claimed_rows: list[int],
@@ -473,7 +668,7 @@ class Scheduler:
         """The chosen host plus up to ``num_alts`` same-cell alternates, per instance."""
         if index > 0 and num_alts > 0:
             saved, req.current = req.current, None  # the re-sort is not an instance of its own
-            hosts = self._sorted_hosts(req, hosts, index)
+            hosts = self._sorted_hosts(req, self._next_input(hosts), index)
             req.current = saved
         snapshot = req.ws.snapshot
         cells = snapshot.codes("cell_uuid")
@@ -481,7 +676,10 @@ class Scheduler:
         selections: list[list[Selection]] = []
         for row, alloc_req in zip(claimed_rows, claimed_requests):
             entry = [self._selection(req.ws, row, alloc_req, version)]
-            for alt in hosts.tolist():
+            if num_alts <= 0:
+                selections.append(entry)
+                continue
+            for alt in hosts:
                 if len(entry) >= num_alts + 1:
                     break
                 if cells[alt] != cells[row] or alt in chosen:
