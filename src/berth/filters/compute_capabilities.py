@@ -13,6 +13,7 @@ the flavor's extra specs (reference §5).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,7 +74,20 @@ class CapabilitySpec:
 
 
 def capability_specs(extra_specs: Mapping[str, str]) -> list[CapabilitySpec]:
-    """The specs of a flavor this filter looks at, with ``hw:maxphysaddr_bits`` rewritten."""
+    """The specs of a flavor this filter looks at, with ``hw:maxphysaddr_bits`` rewritten.
+
+    Cached per distinct extra-spec items, so the per-host path parses a flavor once.
+    """
+    items = tuple(extra_specs.items())
+    try:
+        return list(_capability_specs(items))
+    except TypeError:  # an unhashable value: parse without the cache
+        return list(_capability_specs.__wrapped__(items))
+
+
+@functools.lru_cache(maxsize=256)
+def _capability_specs(items: tuple[tuple[str, str], ...]) -> tuple[CapabilitySpec, ...]:
+    extra_specs = dict(items)
     specs: list[CapabilitySpec] = []
     rewritten: dict[str, tuple[str, str]] = {k: (k, v) for k, v in extra_specs.items()}
     if MAXPHYSADDR_KEY in rewritten:
@@ -85,7 +99,7 @@ def capability_specs(extra_specs: Mapping[str, str]) -> list[CapabilitySpec]:
             specs.append(CapabilitySpec(key, (path_key,), compile_requirement(req), True))
         elif scope[0] == SCOPE:
             specs.append(CapabilitySpec(key, tuple(scope[1:]), compile_requirement(req), False))
-    return specs
+    return tuple(specs)
 
 
 def _first(host_state: HostState, name: str) -> Any:
@@ -96,6 +110,21 @@ def _first(host_state: HostState, name: str) -> Any:
     return value
 
 
+_NOT_JSON = object()
+
+
+@functools.lru_cache(maxsize=1024)
+def _decode(text: str) -> Any:
+    """JSON-decode a capability string (cached: cpu_info strings repeat across hosts).
+
+    Callers only read the decoded value, so sharing it is safe.
+    """
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NOT_JSON
+
+
 def resolve(host_state: HostState, path: tuple[str, ...]) -> Any:
     """Walk ``path`` into the host (reference §5 step 4); None when it leads nowhere."""
     cap = _first(host_state, path[0])
@@ -103,9 +132,8 @@ def resolve(host_state: HostState, path: tuple[str, ...]) -> Any:
         if cap is None:
             return None
         if isinstance(cap, str):
-            try:
-                cap = json.loads(cap)
-            except ValueError:
+            cap = _decode(cap)
+            if cap is _NOT_JSON:
                 return None
         if isinstance(cap, dict):
             cap = cap.get(name)

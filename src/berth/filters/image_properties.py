@@ -11,6 +11,7 @@ architecture of images that set none). Lever: the image properties (reference §
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -125,10 +126,25 @@ class ImageRequirements:
 
 
 def image_requirements(spec_obj: RequestSpec, default_arch: str | None) -> ImageRequirements:
-    """Canonicalize and parse the image's properties (InputError if one is invalid)."""
+    """Canonicalize and parse the image's properties (InputError if one is invalid).
+
+    Parsed forms are cached per distinct property values, so the per-host path parses an
+    image once.
+    """
     props: Any = spec_obj.image.properties if spec_obj.image is not None else {}
-    predicate = props.get("img_hv_requested_version")
-    bits = props.get("hw_maxphysaddr_bits")
+    values = (props.get("hw_architecture", default_arch), props.get("img_hv_type"),
+              props.get("hw_vm_mode"), props.get("img_hv_requested_version"),
+              props.get("hw_maxphysaddr_bits"))
+    try:
+        return _image_requirements(*values)
+    except TypeError:  # an unhashable value: parse without the cache
+        return _image_requirements.__wrapped__(*values)
+
+
+@functools.lru_cache(maxsize=256)
+def _image_requirements(
+    arch: Any, hv_type: Any, vm_mode: Any, predicate: Any, bits: Any
+) -> ImageRequirements:
     if bits:
         try:
             bits = int(bits)
@@ -138,9 +154,9 @@ def image_requirements(spec_obj: RequestSpec, default_arch: str | None) -> Image
                 field="hw_maxphysaddr_bits", value=bits,
             ) from None
     return ImageRequirements(
-        arch=canonical_architecture(props.get("hw_architecture", default_arch)),
-        hv_type=canonical_hv_type(props.get("img_hv_type")),
-        vm_mode=canonical_vm_mode(props.get("hw_vm_mode")),
+        arch=canonical_architecture(arch),
+        hv_type=canonical_hv_type(hv_type),
+        vm_mode=canonical_vm_mode(vm_mode),
         version_predicate=str(predicate) if predicate else None,
         version_conditions=tuple(parse_version_predicate(predicate)) if predicate else (),
         maxphysaddr_bits=bits or None,
