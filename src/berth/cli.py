@@ -292,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--extra-spec", action="append", metavar="KEY=VALUE")
     c.set_defaults(func=cmd_flavor_check)
 
+    from berth.service.cli import add_commands
+
+    add_commands(sub)
     sub.add_parser("placement", help="the Placement-compatible resource store (serve, ...)",
                    add_help=False)
     return parser

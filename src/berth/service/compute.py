@@ -118,9 +118,9 @@ def report_to_record(report: Mapping[str, Any]) -> HostRecord:
 
         record.numa_topology = NUMATopology.from_dict(numa)
     if pci is not None:
-        from berth.hardware.pci import PciDeviceStats  # type: ignore[import-not-found]
+        from berth.hardware.pci import PciDeviceStats
 
-        record.pci_stats = PciDeviceStats.from_pools(pci)
+        record.pci_stats = PciDeviceStats.from_pools(pci, record.numa_topology)
     record.service = ServiceRecord(**service) if service else None
     record.instances = {i["uuid"]: Instance(**i) for i in instances}
     record.metrics = [MetricItem(**m) for m in metrics]
@@ -341,6 +341,8 @@ class ComputeAgent:
         self.failed_builds = 0
         self.created_at = clock()
         self._placed: dict[str, _Placed] = {}
+        #: Usage by workloads this system did not place (seeded clouds), as a flavor.
+        self.baseline: Flavor | None = None
         self._published_inventory: dict[str, dict[str, Any]] | None = None
         self._published_traits: set[str] | None = None
         self._lock = threading.RLock()
@@ -435,12 +437,14 @@ class ComputeAgent:
         config, node = self.config, self.node
         with self._lock:
             placed = list(self._placed.values())
+            baseline = [self.baseline] if self.baseline is not None else []
             failed = self.failed_builds
             disabled, reason, forced = self.disabled, self.disabled_reason, self.forced_down
-        vcpus_used = config.reserved_host_cpus + sum(p.flavor.vcpus for p in placed)
-        ram_used = config.reserved_host_memory_mb + sum(p.flavor.memory_mb for p in placed)
+        flavors = [p.flavor for p in placed] + baseline
+        vcpus_used = config.reserved_host_cpus + sum(f.vcpus for f in flavors)
+        ram_used = config.reserved_host_memory_mb + sum(f.memory_mb for f in flavors)
         disk_used = math.ceil(config.reserved_host_disk_mb / 1024) + sum(
-            p.flavor.root_gb + p.flavor.ephemeral_gb for p in placed)
+            f.root_gb + f.ephemeral_gb for f in flavors)
         cpu_info = node.cpu_info if isinstance(node.cpu_info, str) else json.dumps(
             dict(node.cpu_info), sort_keys=True)
         stats = {"num_instances": str(len(placed)), "io_workload": "0",
