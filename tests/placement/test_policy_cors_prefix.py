@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -11,26 +10,24 @@ from placement.support import Api, Server, start_server
 
 
 @pytest.fixture(scope="module")
-def rbac(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    db = str(Path(tmp_path_factory.mktemp("rbac")) / "p.sqlite")
-    srv = start_server(db, "--policy", "secure-rbac")
+def rbac(server: Server) -> Iterator[Api]:
+    # Sharing the session server's (already migrated) database keeps start-up fast.
+    srv = start_server(server.db, "--policy", "secure-rbac")
     yield Api(srv.url)
     srv.stop()
 
 
 @pytest.fixture(scope="module")
-def open_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    db = str(Path(tmp_path_factory.mktemp("open")) / "p.sqlite")
-    srv = start_server(db, "--policy", "open")
+def open_api(server: Server) -> Iterator[Api]:
+    srv = start_server(server.db, "--policy", "open")
     yield Api(srv.url)
     srv.stop()
 
 
 @pytest.fixture(scope="module")
-def cors_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    db = str(Path(tmp_path_factory.mktemp("cors")) / "p.sqlite")
+def cors_server(server: Server) -> Iterator[Server]:
     srv = start_server(
-        db,
+        server.db,
         "--cors-origin",
         "http://valid.example.com",
         "--cors-allow-header",
