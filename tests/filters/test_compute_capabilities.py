@@ -155,3 +155,18 @@ def test_bulk_evaluates_a_shared_cpu_info_once_for_many_hosts() -> None:
 @given(snap=random_cloud(), req=random_request())
 def test_the_bulk_path_agrees_with_the_per_host_path(snap: HostSnapshot, req: object) -> None:
     both_paths(ComputeCapabilitiesFilter(), snap, req)
+
+
+def test_both_paths_see_this_requests_virtual_consumption() -> None:
+    import numpy as np
+
+    from berth.host_state import WorkingSet
+    from builders import NOW
+
+    snap = cloud(host("h1", free_ram_mb=4096), host("h2", free_ram_mb=4096))
+    ws = WorkingSet(snap, NOW)
+    ws.consume(0, spec(memory_mb=1024))
+    req = spec(extra_specs={"free_ram_mb": ">= 4000", "vcpus_used": "s== 0"})
+    f = ComputeCapabilitiesFilter()
+    bulk = f.filter_all_hosts(ws.hosts(np.arange(2)), req).tolist()
+    assert bulk == [f.host_passes(ws.host_state(r), req) for r in range(2)] == [False, True]
