@@ -1,0 +1,114 @@
+"""The scheduler HTTP API (in process) and the serve/boot command-line pieces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from berth.cli import build_parser
+from berth.errors import InputError
+from berth.service.api import SchedulerApp
+from berth.service.cli import flavor_argument, seed_from_cloud
+from berth.service.compute import ComputeNodeSpec
+from berth.service.stack import Stack
+
+
+def _client(stack: Stack) -> httpx.Client:
+    service = stack.scheduler(seed=3)
+    app = SchedulerApp(service, stack.conductor(service), stack.placement_app)
+    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth")
+
+
+def test_boot_places_and_builds_each_instance(stack: Stack) -> None:
+    stack.register_hosts([ComputeNodeSpec(host=f"h{i}", vcpus=8, memory_mb=8704, local_gb=100)
+                          for i in range(3)])
+    with _client(stack) as http:
+        resp = http.post("/boot", json={"flavor": "m1.tiny", "num": 2})
+        assert resp.status_code == 200, resp.text
+        instances = resp.json()["instances"]
+        assert len(instances) == 2 and len({i["host"] for i in instances}) == 2
+        first = instances[0]
+        assert first["tried"] == [first["host"]]
+        assert first["allocation_request_version"] == "1.36"
+        assert all(a["host"] != first["host"] for a in first["alternates"])
+        hosts = http.get("/hosts").json()["hosts"]
+        assert sum(h["num_instances"] for h in hosts) == 2
+        assert http.get("/placement/resource_providers",
+                        headers={"X-Auth-Token": "admin"}).json()["resource_providers"]
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"flavor": "nope"}, 400, "flavor: no flavor named 'nope'"),
+    ({"flavor": {"vcpus": 0, "memory_mb": 1}}, 400, "flavor.vcpus: expected an integer >= 1"),
+    ({"flavor": "m1.tiny", "num": "two"}, 400, "num: expected an integer >= 1"),
+    ({"flavor": "m1.tiny", "colour": "red"}, 400, "unknown field(s) colour"),
+    ({}, 400, "flavor: required field is missing"),
+    ({"flavor": {"vcpus": 64, "memory_mb": 1}}, 409, "No valid host was found."),
+], ids=["unknown flavor name", "zero vcpus", "non-integer num", "unknown field",
+        "missing flavor", "nothing fits"])
+def test_bad_boot_requests_get_clear_errors(stack: Stack, body: dict[str, object], status: int,
+                                            message: str) -> None:
+    stack.register_hosts([ComputeNodeSpec(host="h0", vcpus=8, memory_mb=8704, local_gb=100)])
+    with _client(stack) as http:
+        resp = http.post("/boot", json=body)
+        assert resp.status_code == status
+        assert message in resp.json()["error"]["message"]
+
+
+def test_invalid_json_and_unknown_routes(stack: Stack) -> None:
+    with _client(stack) as http:
+        resp = http.post("/boot", content=b"{not json", headers={"Content-Type": "application/json"})
+        assert resp.status_code == 400 and "not valid JSON" in resp.json()["error"]["message"]
+        assert http.get("/boot").status_code == 405
+        assert http.get("/nowhere").status_code == 404
+        assert http.get("/healthz").json() == {"status": "ok"}
+
+
+def test_flavor_argument_takes_a_name_or_three_numbers() -> None:
+    assert flavor_argument("m1.small") == "m1.small"
+    assert flavor_argument("2,4096,20") == {"name": "2,4096,20", "vcpus": 2, "memory_mb": 4096,
+                                            "root_gb": 20}
+    with pytest.raises(InputError, match="VCPUS,RAM_MB,DISK_GB"):
+        flavor_argument("2,lots")
+
+
+def test_serve_and_boot_are_berth_commands() -> None:
+    args = build_parser().parse_args(["boot", "--flavor", "m1.tiny", "--hint", "group=g",
+                                      "--num", "2"])
+    assert args.flavor == "m1.tiny" and args.num == 2 and args.hint == ["group=g"]
+    args = build_parser().parse_args(["serve", "--db", "sqlite:///x.sqlite", "--port", "0"])
+    assert args.db == "sqlite:///x.sqlite" and args.port == 0
+
+
+CLOUD = """
+flavors:
+  - {name: web, vcpus: 2, memory_mb: 2048, root_gb: 10}
+aggregates:
+  - {name: z1, availability_zone: az1, hosts: [a1]}
+hosts:
+  - {host: a1, vcpus: 8, memory_mb: 8704, local_gb: 100,
+     instances: [{uuid: 0b8f9c3e-0000-4000-8000-000000000001, flavor: web}]}
+  - {host: a2, vcpus: 4, memory_mb: 8704, local_gb: 100, vcpus_used: 10}
+  - {host: a3, vcpus: 8, memory_mb: 8704, local_gb: 100, service: {disabled: true}}
+"""
+
+
+def test_a_cloud_file_is_seeded_through_the_agents(stack: Stack, tmp_path: Path) -> None:
+    path = tmp_path / "cloud.yaml"
+    path.write_text(CLOUD)
+    flavors, _ = seed_from_cloud(stack, str(path))
+    assert "web" in flavors
+    a1, a2, a3 = (stack.agents[h] for h in ("a1", "a2", "a3"))
+    assert stack.client.provider_usages(a1.uuid) == {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 10}
+    # vcpus_used 10 on 4 vCPUs: held by consumers of at most max_unit (4) each.
+    assert stack.client.provider_usages(a2.uuid)["VCPU"] == 10
+    assert "COMPUTE_STATUS_DISABLED" in stack.client.get_provider_traits(a3.uuid)[1]
+    assert stack.client.get_aggregates(a1.uuid)[1] == [stack.records.aggregates()[0].uuid]
+    snap = stack.scheduler().feed.refresh()
+    row = snap.row_of("a2")
+    assert row is not None and snap.num("vcpus_used")[row] == 10
+    # Seeding twice does not double the allocations.
+    seed_from_cloud(stack, str(path))
+    assert stack.client.provider_usages(a1.uuid)["VCPU"] == 2

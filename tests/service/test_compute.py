@@ -1,0 +1,107 @@
+"""Compute agents publish inventories, traits and records; schedulers read them back."""
+
+from __future__ import annotations
+
+import pytest
+
+from berth.config import SchedulerConfig
+from berth.errors import InputError
+from berth.model.aggregate import Aggregate
+from berth.model.compute import MetricItem
+from berth.model.request import Flavor
+from berth.service.compute import (
+    ComputeNodeSpec,
+    SnapshotFeed,
+    inventories_for,
+    record_to_report,
+    report_to_record,
+)
+from berth.service.stack import Stack
+
+
+def test_inventories_carry_reserved_amounts_and_resolved_ratios() -> None:
+    config = SchedulerConfig.from_dict({"DEFAULT": {
+        "reserved_host_cpus": 2, "reserved_host_memory_mb": 1024, "reserved_host_disk_mb": 1500,
+        "ram_allocation_ratio": 1.5}})
+    node = ComputeNodeSpec(host="h", vcpus=16, memory_mb=65536, local_gb=500, pcpus=4,
+                           disk_allocation_ratio=2.0)
+    inv = inventories_for(node, config)
+    assert inv["VCPU"] == {"total": 16, "reserved": 2, "min_unit": 1, "max_unit": 16,
+                           "step_size": 1, "allocation_ratio": 4.0}  # initial_cpu_allocation_ratio
+    assert inv["MEMORY_MB"]["reserved"] == 1024 and inv["MEMORY_MB"]["allocation_ratio"] == 1.5
+    assert inv["DISK_GB"]["reserved"] == 2 and inv["DISK_GB"]["allocation_ratio"] == 2.0  # ceil(1500/1024)
+    assert inv["PCPU"] == {"total": 4, "reserved": 0, "min_unit": 1, "max_unit": 4,
+                           "step_size": 1, "allocation_ratio": 1.0}
+
+
+def test_a_node_without_dedicated_cpus_reports_no_pcpu() -> None:
+    assert "PCPU" not in inventories_for(ComputeNodeSpec(host="h", vcpus=4, memory_mb=1024,
+                                                         local_gb=10), SchedulerConfig.default())
+
+
+def test_a_bad_node_size_names_the_field() -> None:
+    with pytest.raises(InputError, match="compute node h: vcpus must be an integer >= 0, got -1"):
+        ComputeNodeSpec(host="h", vcpus=-1, memory_mb=1, local_gb=1)
+
+
+def test_registration_publishes_provider_inventory_traits_and_aggregates(stack: Stack) -> None:
+    agg = Aggregate(1, "a", uuid="11111111-2222-3333-4444-555555555555", hosts=("h1",))
+    (agent,) = stack.register_hosts(
+        [ComputeNodeSpec(host="h1", vcpus=8, memory_mb=4096, local_gb=40,
+                         traits=["HW_CPU_X86_AVX2", "CUSTOM_FAST"])], [agg])
+    _, inventories = stack.client.get_inventories(agent.uuid)
+    assert inventories["MEMORY_MB"]["reserved"] == 512
+    assert sorted(stack.client.get_provider_traits(agent.uuid)[1]) == ["CUSTOM_FAST",
+                                                                       "HW_CPU_X86_AVX2"]
+    assert stack.client.get_aggregates(agent.uuid)[1] == [agg.uuid]
+
+
+def test_disabling_adds_the_status_trait_and_the_service_flag(stack: Stack) -> None:
+    (agent,) = stack.register_hosts([ComputeNodeSpec(host="h1", vcpus=8, memory_mb=4096,
+                                                     local_gb=40)])
+    agent.set_disabled(True, "maintenance")
+    assert stack.client.get_provider_traits(agent.uuid)[1] == ["COMPUTE_STATUS_DISABLED"]
+    snap = SnapshotFeed(stack.records).refresh()
+    assert bool(snap.num("service_disabled")[0])
+    assert snap.obj("service")[0].disabled_reason == "maintenance"
+    agent.set_disabled(False)
+    assert stack.client.get_provider_traits(agent.uuid)[1] == []
+
+
+def test_the_feed_applies_only_changed_reports_in_place(stack: Stack) -> None:
+    agents = stack.register_hosts([ComputeNodeSpec(host=f"h{i}", vcpus=8, memory_mb=4096,
+                                                   local_gb=40) for i in range(3)])
+    feed = SnapshotFeed(stack.records)
+    snap = feed.refresh()
+    assert len(snap) == 3 and snap.num("free_ram_mb").tolist() == [3584.0] * 3
+    seq = feed.seq
+    agents[1].spawn("inst-1", Flavor(name="f", vcpus=2, memory_mb=1024, root_gb=5, id=7), "p")
+    reports, top, _ = stack.records.changes(seq)
+    assert [r["host"] for r in reports] == ["h1"] and top == seq + 1
+    assert feed.refresh() is snap  # the same snapshot object, updated in place
+    row = snap.row_of("h1")
+    assert row is not None
+    assert snap.num("free_ram_mb")[row] == 2560 and snap.num("vcpus_used")[row] == 2
+    assert snap.num("num_instances")[row] == 1 and snap.num("free_disk_mb")[row] == 35 * 1024
+    assert snap.obj("instances")[row]["inst-1"].instance_type_id == 7
+    assert feed.uuid_rows[agents[1].uuid] == row
+
+
+def test_aggregates_reach_the_snapshot(stack: Stack) -> None:
+    agg = Aggregate(3, "zone", uuid="11111111-2222-3333-4444-555555555555", hosts=("h0",),
+                    metadata={"availability_zone": "az9"})
+    stack.register_hosts([ComputeNodeSpec(host="h0", vcpus=1, memory_mb=1024, local_gb=1)], [agg])
+    snap = SnapshotFeed(stack.records).refresh()
+    assert snap.aggregates == [agg]
+
+
+def test_a_report_round_trips_through_json() -> None:
+    from berth.service.compute import ComputeAgent
+
+    node = ComputeNodeSpec(host="h", vcpus=4, memory_mb=2048, local_gb=20, cell_uuid="c1",
+                           cpu_info={"arch": "x86_64"}, metrics=[MetricItem("cpu.percent", 5.0)])
+    agent = ComputeAgent(node, client=None, records=None)  # type: ignore[arg-type]
+    agent.spawn("i1", Flavor(name="f", vcpus=1, memory_mb=256), publish=False)
+    record = agent.host_record(now=100.0)
+    again = report_to_record(record_to_report(record))
+    assert again == record
