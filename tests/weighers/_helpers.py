@@ -227,6 +227,13 @@ def working_set_with_stubs(draw: Any, snap: HostSnapshot, spec: RequestSpec) -> 
             ws.add_instance(draw(st.integers(0, len(snap) - 1)), Instance(uuid=uuid))
     if draw(st.booleans()):
         ws.consume(draw(st.integers(0, len(snap) - 1)), spec)
+    if draw(st.booleans()):
+        # The request replaced a host's PCI stats and another's metrics (as consumption
+        # or a custom filter may): both paths must see the replacement.
+        ws.set_obj("pci_stats", draw(st.integers(0, len(snap) - 1)),
+                   FakeFreeCount(draw(st.integers(0, 120))))
+        ws.set_obj("metrics", draw(st.integers(0, len(snap) - 1)),
+                   [MetricItem("mem.free", draw(st.floats(-5, 5, allow_nan=False)))])
     return ws
 
 

@@ -36,7 +36,7 @@ def test_a_configured_zero_disables_it():
     assert [abs(w) for w in weights_of([weigher], snap, spec())] == [0.0, 0.0]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([BuildFailureWeigher], data)

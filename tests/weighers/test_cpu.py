@@ -53,7 +53,7 @@ def test_a_host_without_an_allocation_ratio_is_a_clear_error_on_both_paths():
     assert math.isnan(snap.num("cpu_allocation_ratio")[1])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([CPUWeigher], data)

@@ -52,7 +52,7 @@ def test_the_aggregate_override():
     assert multipliers_both(CrossCellWeigher(), s) == [7.0, 1e6]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([CrossCellWeigher], data)

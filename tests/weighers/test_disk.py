@@ -31,7 +31,7 @@ def test_a_negative_multiplier_and_an_aggregate_override():
     assert weights_of([weigher], snap, spec()) == [2.0, -1.0]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([DiskWeigher], data)

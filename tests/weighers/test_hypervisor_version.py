@@ -32,7 +32,7 @@ def test_a_negative_multiplier_prefers_older_ones_and_aggregates_override():
     assert multipliers_both(HypervisorVersionWeigher(conf), snap) == [-1.0, 2.0]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([HypervisorVersionWeigher], data)

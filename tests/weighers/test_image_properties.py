@@ -111,7 +111,7 @@ def test_the_cached_pair_counts_follow_snapshot_changes(multiplier):
     assert raw_both(w, s, spec(image_props=REQUEST))[1] == 1.0
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([ImagePropertiesWeigher], data)

@@ -40,7 +40,7 @@ def test_the_aggregate_override():
     assert multipliers_both(IoOpsWeigher(), snap) == [-10.0, -1.0]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([IoOpsWeigher], data)

@@ -106,7 +106,7 @@ def test_the_last_reported_value_of_a_repeated_metric_wins():
     assert raw_both(w, snap, spec())[0] == 4.0
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([MetricsWeigher], data)

@@ -35,7 +35,7 @@ def test_an_aggregate_can_enable_it_for_its_hosts():
     assert multipliers_both(NumInstancesWeigher(), snap) == [1.5, 0.0]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([NumInstancesWeigher], data)

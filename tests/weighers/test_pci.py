@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from berth.errors import ConfigError
 from berth.weighers.pci import PCIWeigher, free_pci_devices
-from builders import cloud, host, spec
+from builders import cloud, host, spec, working_set
 
 from ._helpers import (
     FakeFreeCount,
@@ -53,7 +53,26 @@ def test_the_aggregate_override():
     assert multipliers_both(PCIWeigher(), snap) == [0.0, 1.0]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([PCIWeigher], data)
+
+
+def test_the_hardware_models_pci_stats_are_counted():
+    from berth.hardware.pci import PciDeviceStats
+
+    stats = PciDeviceStats([{"vendor_id": "8086", "product_id": "1520", "count": 3},
+                            {"vendor_id": "8086", "product_id": "1521", "count": 4}])
+    assert free_pci_devices(stats) == 7
+    snap = cloud(host("a", pci_stats=stats), host("b"))
+    assert raw_both(PCIWeigher(), snap, spec()) == [93, 100]
+
+
+def test_pci_stats_replaced_by_the_request_are_seen_by_both_paths():
+    # Virtual consumption replaces a host's pci_stats in the request's working set only.
+    snap = cloud(host("a", pci_stats=FakePools([10])), host("b", pci_stats=FakePools([2])))
+    ws = working_set(snap)
+    ws.host_state(0).pci_stats = FakePools([1])
+    assert raw_both(PCIWeigher(), snap, spec(), ws) == [99, 98]
+    assert raw_both(PCIWeigher(), snap, spec()) == [90, 98]

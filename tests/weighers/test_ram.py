@@ -41,7 +41,7 @@ def test_a_bad_aggregate_value_falls_back_to_the_option():
     assert multipliers_both(weigher, snap) == [3.0]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([RAMWeigher], data)

@@ -86,23 +86,32 @@ class ImagePropertiesWeigher(MultiplierWeigher):
         return self._score(self._requested(weight_properties), existing_pairs(host_state.instances))
 
     def weigh_all_hosts(self, hosts: Hosts, weight_properties: RequestSpec) -> np.ndarray:
-        """Per host; each reported host's pair counts are cached on the snapshot."""
+        """Column arithmetic over per-snapshot counts of each requested pair; hosts that
+        received instances earlier in this request are scored one by one."""
         if self._disabled() or len(hosts) == 0:
             return np.zeros(len(hosts))
         requested = self._requested(weight_properties)
         if not requested:
             return np.zeros(len(hosts))
         snapshot = hosts.snapshot
-        base = snapshot.obj("instances")
-        cache: dict[int, Counter[Pair]] = snapshot.cached("image_property_pairs", dict)
-        extra = hosts.ws.extra_instances()
+        per_row: list[Counter[Pair]] = snapshot.cached(
+            "image_property_pairs", lambda: [existing_pairs(i) for i in snapshot.obj("instances")]
+        )
+
+        def counts_of(pair: Pair) -> np.ndarray:
+            return np.array([c.get(pair, 0) for c in per_row], dtype=float)
+
         raw = np.zeros(len(hosts))
-        for pos, row in enumerate(hosts.rows.tolist()):
-            if row in extra:
-                existing = existing_pairs(hosts.ws.instances(row))
-            elif row in cache:
-                existing = cache[row]
-            else:
-                existing = cache[row] = existing_pairs(base[row])
-            raw[pos] = self._score(requested, existing)
+        for pair in requested:
+            counts = snapshot.cached(
+                ("image_property_pair_counts", pair), lambda: counts_of(pair)  # noqa: B023
+            )[hosts.rows]
+            ratio = self.setting.get(pair[0], 0.0) if self.setting else 1
+            # Added pair by pair in the per-host order; a zero count adds nothing at all.
+            raw = raw + np.where(counts != 0, counts * ratio, 0.0)
+        extra = hosts.ws.extra_instances()
+        if extra:
+            for pos in np.flatnonzero(np.isin(hosts.rows, list(extra))).tolist():
+                row = int(hosts.rows[pos])
+                raw[pos] = self._score(requested, existing_pairs(hosts.ws.instances(row)))
         return self.clamp_all(raw)

@@ -84,18 +84,51 @@ class MetricsWeigher(MultiplierWeigher):
             self.weight_multiplier(host_state),
         )
 
+    def _table(self, metrics_column: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, present)``: one row per host object, one column per setting item."""
+        n, k = len(metrics_column), len(self.setting)
+        values = np.zeros((n, k))
+        present = np.zeros((n, k), dtype=bool)
+        for i, metrics in enumerate(metrics_column):
+            reported = _metric_values(metrics)
+            for j, (name, _) in enumerate(self.setting):
+                if name in reported:
+                    values[i, j] = reported[name]
+                    present[i, j] = True
+        return values, present
+
     def weigh_all_hosts(self, hosts: Hosts, weight_properties: RequestSpec) -> np.ndarray:
-        """The weighted sum per host (metrics are per host; multipliers per signature)."""
+        """Column arithmetic over a per-snapshot table of the weighed metrics."""
         if not self.setting or len(hosts) == 0:
             return np.zeros(len(hosts))
-        multipliers = self.multipliers_all_hosts(hosts).tolist()
         snapshot = hosts.snapshot
-        host_names = snapshot.obj("host")
-        nodenames = snapshot.obj("nodename")
-        raw = [
-            self._weigh(host_names[row], nodenames[row], metrics, multiplier)
-            for row, metrics, multiplier in zip(
-                hosts.rows.tolist(), hosts.objects("metrics"), multipliers
+        values, present = snapshot.cached(
+            ("metrics_weigher_table", tuple(self.setting)),
+            lambda: self._table(snapshot.obj("metrics")),
+        )
+        values, present = values[hosts.rows], present[hosts.rows]
+        overridden = hosts.ws.overridden("metrics")
+        if overridden:
+            positions = np.flatnonzero(np.isin(hosts.rows, list(overridden)))
+            patch_values, patch_present = self._table(
+                [overridden[int(hosts.rows[p])] for p in positions.tolist()]
             )
-        ]
-        return self.clamp_all(np.asarray(raw, dtype=float))
+            values[positions], present[positions] = patch_values, patch_present
+        missing = ~present
+        if self.config.metrics.required and missing.any():
+            # The first host (in the hosts' order) lacking a metric, as the per-host loop.
+            pos = int(np.flatnonzero(missing.any(axis=1))[0])
+            row = int(hosts.rows[pos])
+            name = self.setting[int(np.flatnonzero(missing[pos])[0])][0]
+            raise ComputeHostMetricNotFound(
+                snapshot.obj("host")[row], snapshot.obj("nodename")[row], name
+            )
+        multipliers = self.multipliers_all_hosts(hosts)
+        weight = np.zeros(len(hosts))
+        unavailable = np.zeros(len(hosts), dtype=bool)
+        for j, (_, ratio) in enumerate(self.setting):
+            # Summed item by item, in order, exactly like the per-host loop.
+            weight = weight + np.where(missing[:, j], 0.0, values[:, j] * ratio)
+            unavailable |= missing[:, j] & (ratio * multipliers != 0)
+        weight = np.where(unavailable, float(self.config.metrics.weight_of_unavailable), weight)
+        return self.clamp_all(weight)

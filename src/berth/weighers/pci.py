@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from berth.weighers.utils import MultiplierWeigher
+from berth.weighers.utils import MultiplierWeigher, per_host_column
 
 if TYPE_CHECKING:
     from berth.host_state import Hosts, HostState
@@ -48,10 +48,6 @@ class PCIWeigher(MultiplierWeigher):
         return MAX_DEVICES - min(free_pci_devices(host_state.pci_stats), MAX_DEVICES - 1)
 
     def weigh_all_hosts(self, hosts: Hosts, weight_properties: RequestSpec) -> np.ndarray:
-        """The raw value of every host (one device count per host with PCI stats)."""
-        free = np.fromiter(
-            (0 if stats is None else free_pci_devices(stats) for stats in hosts.objects("pci_stats")),
-            dtype=float,
-            count=len(hosts),
-        )
+        """The raw value of every host (device counts cached per snapshot row)."""
+        free = per_host_column(hosts, "pci_stats", "pci_free_devices", free_pci_devices)
         return self.clamp_all(MAX_DEVICES - np.minimum(free, MAX_DEVICES - 1))

@@ -22,7 +22,7 @@ from berth.filters.utils import numeric_override
 from berth.weighers.base import BaseHostWeigher
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Hashable, Iterable
 
     from berth.host_state import Hosts, HostState
     from berth.model.aggregate import Aggregate
@@ -106,3 +106,26 @@ class MultiplierWeigher(BaseHostWeigher):
         info["multiplier"] = self.conf_multiplier()
         info["aggregate_key"] = self.aggregate_key()
         return info
+
+
+def per_host_column(
+    hosts: Hosts, name: str, key: Hashable, compute: Callable[[Any], float]
+) -> np.ndarray:
+    """``compute(obj)`` of per-host object column ``name`` for every host in ``hosts``.
+
+    Computed once per snapshot row and cached (under ``key``) until the snapshot changes;
+    rows whose object this request replaced (virtual consumption) are computed afresh.
+    """
+    snapshot = hosts.snapshot
+
+    def build() -> np.ndarray:
+        return np.fromiter(
+            (compute(obj) for obj in snapshot.obj(name)), dtype=float, count=len(snapshot)
+        )
+
+    values = snapshot.cached(key, build)[hosts.rows]
+    overridden = hosts.ws.overridden(name)
+    if overridden:
+        for pos in np.flatnonzero(np.isin(hosts.rows, list(overridden))).tolist():
+            values[pos] = compute(overridden[int(hosts.rows[pos])])
+    return values
