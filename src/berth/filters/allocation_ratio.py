@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from berth.filters.utils import per_signature, validate_num_values, values_from_key
+from berth.filters.utils import validate_num_values, values_from_key
 
 if TYPE_CHECKING:
     from berth.host_state import Hosts
@@ -53,7 +53,12 @@ def host_ratio(host_value: float, aggregates: Iterable[Aggregate], key: str) -> 
 def ratios_all(hosts: Hosts, key: str) -> np.ndarray:
     """:func:`host_ratio` for every host: the override once per aggregate signature,
     the host's ratio column where there is none."""
-    overrides = per_signature(hosts, lambda aggs: aggregate_ratio(aggs, key))
-    has = np.fromiter((o is not None for o in overrides), dtype=bool, count=len(overrides))
-    values = np.array([o if o is not None else np.nan for o in overrides], dtype=float)
-    return np.where(has, values, hosts.col(key)) if len(hosts) else hosts.col(key)
+    unique, inverse = hosts.signatures("aggregates")
+    snapshot = hosts.snapshot
+    overrides = [aggregate_ratio(snapshot.aggregates_of_signature(int(c)), key) for c in unique]
+    has = np.array([o is not None for o in overrides], dtype=bool)
+    values = np.array([np.nan if o is None else o for o in overrides], dtype=float)
+    host_values = hosts.col(key)
+    if len(overrides) == 0:
+        return host_values
+    return np.where(has[inverse], values[inverse], host_values)
