@@ -53,13 +53,15 @@ AGG_METADATA: dict[str, list[str]] = {
 
 
 @st.composite
-def random_cloud(draw: Any) -> HostSnapshot:
-    """1-6 hosts with random services, capabilities and aggregates."""
+def random_cloud(draw: Any, agg_keys: tuple[str, ...] | None = None) -> HostSnapshot:
+    """1-6 hosts with random services, capabilities and aggregates (whose metadata keys
+    come from ``agg_keys``, default every key of :data:`AGG_METADATA`)."""
     n = draw(st.integers(1, 6))
     agg_count = draw(st.integers(0, 3))
     aggs = []
+    pool = sorted(agg_keys or AGG_METADATA)
     for i in range(agg_count):
-        keys = draw(st.lists(st.sampled_from(sorted(AGG_METADATA)), max_size=3, unique=True))
+        keys = draw(st.lists(st.sampled_from(pool), max_size=3, unique=True))
         aggs.append((f"agg{i}", {k: draw(st.sampled_from(AGG_METADATA[k])) for k in keys}))
     builders: list[HostBuilder] = []
     for i in range(n):
@@ -120,6 +122,25 @@ def random_extra_specs(draw: Any) -> dict[str, str]:
     """Up to four extra specs from :data:`EXTRA_SPECS`."""
     keys = draw(st.lists(st.sampled_from(sorted(EXTRA_SPECS)), max_size=4, unique=True))
     return {k: draw(st.sampled_from(EXTRA_SPECS[k])) for k in keys}
+
+
+#: Extra specs AggregateInstanceExtraSpecsFilter evaluates against :data:`AGG_METADATA`.
+AGGREGATE_SPECS: dict[str, list[str]] = {
+    "ssd": ["true", "<or> true <or> false", "s!= true", "= 1"],
+    "cpu": [">= 12", "= 4", "<in> 1", "8"],
+    "aggregate_instance_extra_specs:ssd": ["true", "false"],
+    "aggregate_instance_extra_specs:cpu": ["<= 8", "16"],
+    "aggregate_instance_extra_specs:a:b": ["x"],
+    "availability_zone": ["az1"],
+    "hw:cpu_policy": ["dedicated"],
+}
+
+
+@st.composite
+def random_aggregate_specs(draw: Any) -> Any:
+    """A request whose extra specs mostly name aggregate metadata keys."""
+    keys = draw(st.lists(st.sampled_from(sorted(AGGREGATE_SPECS)), max_size=2, unique=True))
+    return spec(extra_specs={k: draw(st.sampled_from(AGGREGATE_SPECS[k])) for k in keys})
 
 
 IMAGE_PROPS: dict[str, list[Any]] = {

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from host_filter_strategies import both_paths, random_cloud, random_request
+from host_filter_strategies import both_paths, random_aggregate_specs, random_cloud, random_request
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berth.errors import ExtraSpecError
 from berth.filters.aggregate_instance_extra_specs import AggregateInstanceExtraSpecsFilter
@@ -107,6 +108,7 @@ def test_class_attributes_match_nova() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(snap=random_cloud(), req=random_request())
+@given(snap=st.one_of(random_cloud(), random_cloud(agg_keys=("ssd", "cpu", "a:b"))),
+       req=st.one_of(random_request(), random_aggregate_specs()))
 def test_the_bulk_path_agrees_with_the_per_host_path(snap: HostSnapshot, req: object) -> None:
     both_paths(AggregateInstanceExtraSpecsFilter(), snap, req)
