@@ -162,3 +162,19 @@ def test_bulk_costs_equal_the_per_host_costs(snap, weight):
     per_host = [r.cost(ws.host_state(row), spec()) for row in range(len(snap))]
     assert np.allclose(-ranking.weights, per_host, rtol=0, atol=1e-9)
     assert ranking.order.tolist() == sorted(range(len(snap)), key=lambda i: per_host[i])
+
+
+def test_the_pipeline_explains_the_cost_grid():
+    conf = config(DEFAULT={"least_cost_functions": [FILL_FIRST, NOOP], "noop_cost_fn_weight": 2.0},
+                  filter_scheduler={"weighing_strategy": "least_cost"})
+    snap = cloud(host("a", free_ram_mb=2048), host("b", free_ram_mb=4096))
+    decision = Scheduler(conf, filters=[]).select_destinations(
+        spec(), snap, now=NOW, rng=random.Random(1), explain=True, return_alternates=False)
+    weighing = decision.diagnosis.instances[0].weighing
+    # b: -1.0 * 4096 + 2.0 * 1 = -4094 (the lowest cost) ; a: -2048 + 2 = -2046
+    assert [(w.host, w.weight) for w in weighing] == [("b", 4094.0), ("a", 2046.0)]
+    for w in weighing:
+        assert [(t.weigher, t.multiplier) for t in w.terms] == [
+            ("compute_fill_first_cost_fn", -1.0), ("noop_cost_fn", 2.0)]
+        # the terms are the cost grid: they add up to the cost, i.e. minus the weight
+        assert sum(t.contribution for t in w.terms) == -w.weight

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from berth.errors import ConfigError
-from berth.weighers.handler import Ranking, WeigherColumn, stable_descending
+from berth.weighers.handler import Ranking, WeigherColumn
 
 if TYPE_CHECKING:
     from berth.config import SchedulerConfig
@@ -188,5 +188,6 @@ class LeastCostRanker:
             columns.append(
                 WeigherColumn(entry.name, values, values, np.full(len(hosts), entry.weight))
             )
-        weights = -costs
-        return Ranking(weights, stable_descending(weights), columns)
+        # The order is implied: a stable descending sort of -cost is the ascending cost
+        # order with ties in input order, so the pipeline may take only the head it needs.
+        return Ranking(-costs, None, columns)
