@@ -110,3 +110,20 @@ def test_an_unset_host_ratio_fails_on_both_paths_instead_of_raising() -> None:
     per_host, per_host_limits, bulk, bulk_limits = run_both(RamFilter(), snap, spec(memory_mb=512))
     assert per_host == bulk == [False]
     assert per_host_limits == bulk_limits == [{}]
+
+
+def test_the_selection_carries_the_limits_the_legacy_filters_set() -> None:
+    import random
+
+    from berth.config import SchedulerConfig
+    from berth.pipeline import Scheduler
+    from builders import NOW
+
+    config = SchedulerConfig.from_dict({"filter_scheduler": {
+        "enabled_filters": ["RamFilter", "CoreFilter", "DiskFilter"]}})
+    snap = cloud(host("h1", total_usable_ram_mb=4096, free_ram_mb=0, ram_allocation_ratio=1.5,
+                      vcpus_total=4, cpu_allocation_ratio=16.0, total_usable_disk_gb=10,
+                      free_disk_mb=10 * 1024, disk_allocation_ratio=2.0))
+    decision = Scheduler(config).select_destinations(
+        spec(memory_mb=1024, vcpus=2, root_gb=5), snap, now=NOW, rng=random.Random(1))
+    assert decision.selections[0][0].limits == {"memory_mb": 6144.0, "vcpu": 64.0, "disk_gb": 20.0}

@@ -141,3 +141,45 @@ def test_bulk_and_per_host_paths_agree(  # type: ignore[no-untyped-def]
         rows = np.arange(len(snap))
         bulk = [bool(x) for x in f.filter_all_hosts(ws.hosts(rows), req)]
         assert bulk == [f.host_passes(ws.host_state(r), req) for r in range(len(snap))]
+
+
+def schedule(filters: list[str], group: InstanceGroup, uuids: list[str], n_hosts: int = 3):  # type: ignore[no-untyped-def]
+    import random
+
+    from berth.config import SchedulerConfig
+    from berth.pipeline import Scheduler
+
+    config = SchedulerConfig.from_dict({"filter_scheduler": {"enabled_filters": filters}})
+    snap = cloud(*(host(f"h{i}") for i in range(n_hosts)))
+    return Scheduler(config).select_destinations(
+        spec(group=group), snap, now=NOW, rng=random.Random(7), instance_uuids=uuids)
+
+
+def test_a_multi_create_spreads_an_anti_affinity_group_over_distinct_hosts() -> None:
+    uuids = ["m0", "m1", "m2"]
+    decision = schedule(["ServerGroupAntiAffinityFilter"],
+                        InstanceGroup("anti-affinity", members=list(uuids)), uuids)
+    assert len({h for h, _ in decision.hosts}) == 3
+
+
+def test_an_anti_affinity_multi_create_larger_than_the_cloud_has_no_valid_host() -> None:
+    from berth.errors import NoValidHost
+
+    uuids = ["m0", "m1", "m2", "m3"]
+    with pytest.raises(NoValidHost):
+        schedule(["ServerGroupAntiAffinityFilter"],
+                 InstanceGroup("anti-affinity", members=list(uuids)), uuids)
+
+
+def test_max_server_per_host_lets_a_multi_create_double_up() -> None:
+    uuids = ["m0", "m1", "m2", "m3"]
+    group = InstanceGroup("anti-affinity", members=list(uuids), rules={"max_server_per_host": 2})
+    decision = schedule(["ServerGroupAntiAffinityFilter"], group, uuids, n_hosts=2)
+    assert sorted(h for h, _ in decision.hosts) == ["h0", "h0", "h1", "h1"]
+
+
+def test_a_multi_create_keeps_an_affinity_group_on_the_first_members_host() -> None:
+    uuids = ["m0", "m1", "m2"]
+    decision = schedule(["ServerGroupAffinityFilter"],
+                        InstanceGroup("affinity", members=list(uuids)), uuids)
+    assert len({h for h, _ in decision.hosts}) == 1
