@@ -91,3 +91,26 @@ def test_the_aggregate_override():
 @given(st.data())
 def test_bulk_and_per_host_paths_agree(data):
     check_paths_agree([ServerGroupSoftAffinityWeigher, ServerGroupSoftAntiAffinityWeigher], data)
+
+
+@pytest.mark.parametrize(
+    ("policy", "same_host"),
+    [pytest.param("soft-anti-affinity", False, id="soft-anti-affinity spreads a multi-create"),
+     pytest.param("soft-affinity", True, id="soft-affinity packs a multi-create")],
+)
+def test_a_multi_create_sees_the_members_it_already_placed(policy, same_host):
+    import random
+
+    from berth.pipeline import Scheduler
+    from builders import NOW
+
+    # Identical hosts; only the group weigher can tell them apart once a member is placed.
+    conf = config(filter_scheduler={"weight_classes": [
+        "ServerGroupSoftAffinityWeigher", "ServerGroupSoftAntiAffinityWeigher"]})
+    uuids = ["new-1", "new-2"]
+    req = spec(group=InstanceGroup(policy=policy, members=list(uuids)), num_instances=2)
+    decision = Scheduler(conf, filters=[]).select_destinations(
+        req, cloud(host("a"), host("b"), host("c")), now=NOW, rng=random.Random(3),
+        instance_uuids=uuids, return_alternates=False)
+    first, second = decision.hosts
+    assert (first == second) is same_host
