@@ -174,3 +174,17 @@ def test_the_grammar_agrees_with_its_literal_restatement(value: str | None, req:
             match(value, req)
     else:
         assert match(value, req) is expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.integers(-10**6, 10**6).map(float), st.floats(allow_nan=True)), max_size=8),
+    op=st.sampled_from(["=", "==", "!=", ">=", "<="]),
+    operand=st.sampled_from(["0", "1.5", "-3", "1e3", "nan", "inf"]),
+)
+def test_the_vectorized_numeric_match_agrees_with_matching_each_value(
+    values: list[float], op: str, operand: str
+) -> None:
+    req = compile_requirement(f"{op} {operand}")
+    expected = [req.match(repr(v)) for v in values]
+    assert req.match_numbers(np.array(values, dtype=float)).tolist() == expected

@@ -225,3 +225,24 @@ def test_a_plugin_may_not_redefine_a_builtin_key() -> None:
     module = types.SimpleNamespace(register=lambda: [{"name": "hw:cpu_policy", "description": "Mine."}])
     with pytest.raises(ConfigError, match="'hw:cpu_policy' is registered twice"):
         registry_with(FakeEntryPoint("acme", "acme", module))
+
+
+def test_every_enum_value_and_range_bound_of_the_builtins_is_accepted() -> None:
+    for validator in builtin_validators():
+        if validator.is_template:
+            continue
+        rule = validator.value
+        samples = [str(v) for v in rule.get("enum", [])]
+        samples += [str(rule[b]) for b in ("min", "max") if b in rule]
+        samples += ["true", "No"] if validator.kind == "bool" else []
+        for sample in samples:
+            assert check_flavor({validator.name: sample}) == [], (validator.name, sample)
+
+
+def test_the_package_exports_the_validator_api_for_plugins() -> None:
+    import berth.extra_specs as extra_specs
+
+    assert extra_specs.ExtraSpecValidator is ExtraSpecValidator
+    assert extra_specs.check_flavor({"group_policy": "none"}) == []
+    with pytest.raises(AttributeError):
+        extra_specs.nonexistent  # noqa: B018
