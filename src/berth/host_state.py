@@ -94,15 +94,26 @@ class WorkingSet:
         if limits is None:
             limits = self._limits[row] = {}
             for name, col in self._limit_cols.items():
-                if not math.isnan(col[row]):
-                    limits[name] = float(col[row])
+                value = col[row]
+                if col.dtype == object:
+                    if value is not None:
+                        limits[name] = value
+                elif not math.isnan(value):
+                    limits[name] = float(value)
         return limits
 
     def set_limits(self, name: str, rows: np.ndarray, values: np.ndarray) -> None:
-        """Set ``limits[name]`` for many rows at once (vectorized filters)."""
+        """Set ``limits[name]`` for many rows at once (vectorized filters).
+
+        Numbers are kept in a float column (NaN: unset); an object array of values (such
+        as NUMA limits) in an object column (None: unset).
+        """
         col = self._limit_cols.get(name)
         if col is None:
-            col = self._limit_cols[name] = np.full(len(self.snapshot), math.nan)
+            if np.asarray(values).dtype == object:
+                col = self._limit_cols[name] = np.full(len(self.snapshot), None, dtype=object)
+            else:
+                col = self._limit_cols[name] = np.full(len(self.snapshot), math.nan)
         col[rows] = values
         for row, value in zip(rows.tolist(), np.asarray(values).tolist()):
             existing = self._limits.get(row)

@@ -29,7 +29,7 @@ from berth.hardware.numa import (
     numa_fit_instance_to_host,
     numa_topology_from_request,
 )
-from berth.hardware.pci import InstancePCIRequest, PciDeviceStats, mapping_key, requests_of
+from berth.hardware.pci import InstancePCIRequest, PciDeviceStats, mapping_keyer, requests_of
 
 if TYPE_CHECKING:
     from berth.host_state import Hosts, HostState
@@ -133,9 +133,9 @@ class NUMATopologyFilter(BaseHostFilter):
                 ok = facts.fits(host, pci_stats, limits, None)
             else:
                 kept = keep_candidates(
-                    host_state.allocation_candidates, facts.pci,
+                    host_state.allocation_candidates,
                     lambda mapping: facts.fits(host, pci_stats, limits, mapping),
-                    mapping_matters=bool(facts.pci) and pci_stats is not None,
+                    mapping_keyer(facts.pci) if facts.pci and pci_stats is not None else None,
                 )
                 host_state.allocation_candidates = kept
                 ok = bool(kept)
@@ -174,44 +174,81 @@ class NUMATopologyFilter(BaseHostFilter):
         pci_codes, pci_table = object_codes(hosts, "pci_stats")
         cpu = hosts.col("cpu_allocation_ratio")[todo]
         ram = hosts.col("ram_allocation_ratio")[todo]
-        keys = np.column_stack([codes[todo].astype(float), cpu, ram, pci_codes[todo].astype(float)])
-        groups, inverse = np.unique(keys, axis=0, return_inverse=True)
+        # One evaluation per distinct (topology, cpu ratio, ram ratio, pools): factorize
+        # each column, combine the factors into one integer key, factorize that.
+        factors = [np.unique(col, return_inverse=True)
+                   for col in (codes[todo], cpu, ram, pci_codes[todo])]
+        combined = np.zeros(len(todo), dtype=np.int64)
+        for values, inv in factors:
+            combined = combined * len(values) + inv.reshape(-1)
+        _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
-        group_limits = [facts.limits(_ratio(g[1]), _ratio(g[2])) for g in groups]
-        group_host = [table[int(g[0])] for g in groups]
-        group_pci = [None if int(g[3]) == NONE_CODE else pci_table[int(g[3])] for g in groups]
+        picks = [[values[inv.reshape(-1)[i]] for i in first.tolist()] for values, inv in factors]
+        group_host = [table[int(c)] for c in picks[0]]
+        group_limits = [facts.limits(_ratio(c), _ratio(r)) for c, r in zip(picks[1], picks[2])]
+        group_pci = [None if int(c) == NONE_CODE else pci_table[int(c)] for c in picks[3]]
         ws = hosts.ws
         rows = hosts.rows[todo].tolist()
         passed = np.zeros(len(todo), dtype=bool)
         if ws.candidates is None:
             ok = np.fromiter(
                 (facts.fits(h, p, lim, None) for h, p, lim in zip(group_host, group_pci, group_limits)),
-                dtype=bool, count=len(groups),
+                dtype=bool, count=len(group_host),
             )
             passed = ok[inverse]
         else:
-            memo: dict[tuple[int, Any], bool] = {}
-            candidates = ws.candidates
-            for i, (row, g) in enumerate(zip(rows, inverse.tolist())):
-                host, pci_stats, limits = group_host[g], group_pci[g], group_limits[g]
-
-                def fit(mapping: Any, g: int = g, host: NUMATopology = host,
-                        pci_stats: PciDeviceStats | None = pci_stats,
-                        limits: NUMATopologyLimits = limits) -> bool:
-                    key = (g, mapping_key(facts.pci, mapping) if facts.pci and pci_stats is not None else None)
-                    cached = memo.get(key)
-                    if cached is None:
-                        cached = memo[key] = facts.fits(host, pci_stats, limits, mapping)
-                    return cached
-
-                cands = candidates.get(row, [])
-                kept = keep_candidates(cands, facts.pci, fit,
-                                        mapping_matters=bool(facts.pci) and pci_stats is not None)
-                if len(kept) != len(cands):
-                    candidates[row] = kept
-                passed[i] = bool(kept)
-        for i in np.flatnonzero(passed).tolist():
-            ws.limits(rows[i])["numa_topology"] = group_limits[int(inverse[i])]
+            passed = self._candidates_bulk(facts, ws.candidates, rows, inverse,
+                                           group_host, group_pci, group_limits)
+        if passed.any():
+            limit_objects = np.empty(len(group_limits), dtype=object)
+            limit_objects[:] = group_limits
+            ws.set_limits("numa_topology", hosts.rows[todo[passed]], limit_objects[inverse[passed]])
         mask[todo] = passed
         return mask
+
+    @staticmethod
+    def _candidates_bulk(
+        facts: _Facts,
+        candidates: dict[int, list[dict[str, Any]]],
+        rows: list[int],
+        inverse: np.ndarray,
+        group_host: list[NUMATopology],
+        group_pci: list[PciDeviceStats | None],
+        group_limits: list[NUMATopologyLimits],
+    ) -> np.ndarray:
+        """Keep each row's fitting candidates; True where some remain.
+
+        Groups whose answer cannot depend on the mapping (no PCI requests, or no pools)
+        are fitted once and decided for all their rows with NumPy; the others go candidate
+        by candidate, once per (group, mapping key).
+        """
+        matters = np.fromiter((bool(facts.pci) and p is not None for p in group_pci),
+                              dtype=bool, count=len(group_pci))
+        plain_ok = np.fromiter(
+            (not m and facts.fits(h, p, lim, None)
+             for m, h, p, lim in zip(matters, group_host, group_pci, group_limits)),
+            dtype=bool, count=len(group_host),
+        )
+        has = np.fromiter((bool(candidates.get(row)) for row in rows), dtype=bool, count=len(rows))
+        passed = has & plain_ok[inverse]
+        by_mapping = matters[inverse] & has
+        for i in np.flatnonzero(~passed & ~by_mapping).tolist():
+            candidates[rows[i]] = []  # Nova's filter_candidates leaves the empty list
+        if by_mapping.any():
+            keyer = mapping_keyer(facts.pci)
+            memo: dict[tuple[int, Any], bool] = {}
+            for i in np.flatnonzero(by_mapping).tolist():
+                row, g = rows[i], int(inverse[i])
+                kept = []
+                for cand in candidates[row]:
+                    mapping = cand.get("mappings")
+                    key = (g, keyer(mapping))
+                    ok = memo.get(key)
+                    if ok is None:
+                        ok = memo[key] = facts.fits(group_host[g], group_pci[g], group_limits[g], mapping)
+                    if ok:
+                        kept.append(cand)
+                candidates[row] = kept
+                passed[i] = bool(kept)
+        return passed
 

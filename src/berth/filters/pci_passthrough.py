@@ -18,8 +18,7 @@ from berth.filters.base import BaseHostFilter, Reject
 from berth.hardware.columns import NONE_CODE, keep_candidates, object_codes
 from berth.hardware.pci import (
     InstancePCIRequest,
-    PciDeviceStats,
-    mapping_key,
+    mapping_keyer,
     pci_requests_from_flavor,
     requests_of,
 )
@@ -61,9 +60,9 @@ class PciPassthroughFilter(BaseHostFilter):
             ok = stats.support_requests(requests, None)
         else:
             kept = keep_candidates(
-                host_state.allocation_candidates, requests,
+                host_state.allocation_candidates,
                 lambda mapping: stats.support_requests(requests, mapping),
-                mapping_matters=True,
+                mapping_keyer(requests),
             )
             host_state.allocation_candidates = kept
             ok = bool(kept)
@@ -93,25 +92,25 @@ class PciPassthroughFilter(BaseHostFilter):
                              dtype=bool, count=len(unique))
             mask[todo] = ok[inverse.reshape(-1)]
             return mask
-        memo: dict[tuple[int, Any], bool] = {}
         candidates = ws.candidates
+        keyer = mapping_keyer(requests)
+        memo: dict[tuple[int, Any], bool] = {}
         rows = hosts.rows[todo].tolist()
         sub_codes = codes[todo].tolist()
+        passed = np.zeros(len(todo), dtype=bool)
         for i, (row, code) in enumerate(zip(rows, sub_codes)):
-            stats: PciDeviceStats = table[code]
-
-            def fit(mapping: Any, code: int = code, stats: PciDeviceStats = stats) -> bool:
-                key = (code, mapping_key(requests, mapping))
-                cached = memo.get(key)
-                if cached is None:
-                    cached = memo[key] = stats.support_requests(requests, mapping)
-                return cached
-
-            cands = candidates.get(row, [])
-            kept = keep_candidates(cands, requests, fit, mapping_matters=True)
-            if len(kept) != len(cands):
-                candidates[row] = kept
-            mask[todo[i]] = bool(kept)
+            kept = []
+            for cand in candidates.get(row) or ():
+                mapping = cand.get("mappings")
+                key = (code, keyer(mapping))
+                served = memo.get(key)
+                if served is None:
+                    served = memo[key] = table[code].support_requests(requests, mapping)
+                if served:
+                    kept.append(cand)
+            candidates[row] = kept
+            passed[i] = bool(kept)
+        mask[todo] = passed
         return mask
 
 

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from berth.hardware.pci import mapping_key
-
 if TYPE_CHECKING:
     from berth.host_state import Hosts
 
@@ -73,24 +71,27 @@ def object_codes(hosts: Hosts, name: str) -> tuple[np.ndarray, list[Any]]:
 
 def keep_candidates(
     candidates: Sequence[dict[str, Any]],
-    pci: Sequence[Any],
     fit: Callable[[Any], bool],
-    mapping_matters: bool,
+    key: Callable[[Any], Any] | None,
 ) -> list[dict[str, Any]]:
-    """Nova's ``filter_candidates``: the candidates whose mapping fits. When the mapping
-    cannot change the answer (no PCI requests or no pools) one evaluation serves all."""
+    """Nova's ``filter_candidates``: the candidates whose ``mappings`` fit.
+
+    ``key`` maps a candidate's mappings to what the fit reads of them, so equal keys are
+    evaluated once; None means the mapping cannot change the answer (no PCI requests or
+    no pools), and one evaluation serves every candidate.
+    """
     if not candidates:
         return []
-    if not mapping_matters:
+    if key is None:
         return list(candidates) if fit(candidates[0].get("mappings")) else []
     answers: dict[Any, bool] = {}
     kept = []
     for cand in candidates:
         mapping = cand.get("mappings")
-        key = mapping_key(pci, mapping)
-        ok = answers.get(key)
+        k = key(mapping)
+        ok = answers.get(k)
         if ok is None:
-            ok = answers[key] = fit(mapping)
+            ok = answers[k] = fit(mapping)
         if ok:
             kept.append(cand)
     return kept

@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -507,19 +507,25 @@ def _apply_request(
     return True
 
 
-def mapping_key(requests: Sequence[InstancePCIRequest], mapping: Mapping[str, Sequence[str]] | None) -> Any:
-    """The part of an allocation candidate's ``mappings`` that PCI pool selection reads.
 
-    Two candidates with equal keys give the same :meth:`PciDeviceStats.support_requests`
+def mapping_keyer(requests: Sequence[InstancePCIRequest]) -> Callable[[Any], Any]:
+    """A function giving the part of an allocation candidate's ``mappings`` that PCI pool
+    selection reads for ``requests``.
+
+    Two candidates with equal keys get the same :meth:`PciDeviceStats.support_requests`
     answer, so filters evaluate once per key. An empty mapping differs from a mapping
     without PCI groups (the former falls back to the spec's ``rp_uuids``).
     """
-    if not mapping:
-        return None
-    ids = [r.request_id for r in requests if r.request_id]
-    relevant = tuple(sorted(
-        (group, uuids[0])
-        for group, uuids in mapping.items()
-        if uuids and any(group == rid or group.startswith(rid + "-") for rid in ids)
-    ))
-    return ("mapped", relevant)
+    ids = frozenset(r.request_id for r in requests if r.request_id)
+    prefixes = tuple(rid + "-" for rid in ids)
+
+    def key(mapping: Any) -> Any:
+        if not mapping:
+            return None
+        relevant = [(group, uuids[0]) for group, uuids in mapping.items()
+                    if uuids and (group in ids or (prefixes and group.startswith(prefixes)))]
+        if len(relevant) > 1:
+            relevant.sort()
+        return tuple(relevant)
+
+    return key
