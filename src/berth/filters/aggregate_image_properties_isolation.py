@@ -12,12 +12,17 @@ starting with ``namespace + separator`` count; deprecated in 33.0.0) and
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from berth.filters.base import BaseHostFilter, Reject
+from berth.filters.image_properties import (
+    canonical_architecture,
+    canonical_hv_type,
+    canonical_vm_mode,
+)
 from berth.filters.utils import metadata_by_key
 
 if TYPE_CHECKING:
@@ -27,6 +32,14 @@ if TYPE_CHECKING:
     from berth.model.request import RequestSpec
 
 LOG = logging.getLogger(__name__)
+
+#: Image properties Nova's ImageMetaProps stores canonicalized (its enum fields coerce
+#: ``AMD64`` to ``x86_64`` on assignment), so the aggregate sees the canonical value.
+CANONICAL_PROPERTIES: dict[str, Callable[[Any], str | None]] = {
+    "hw_architecture": canonical_architecture,
+    "img_hv_type": canonical_hv_type,
+    "hw_vm_mode": canonical_vm_mode,
+}
 
 
 class AggregateImagePropertiesIsolation(BaseHostFilter):
@@ -53,10 +66,19 @@ class AggregateImagePropertiesIsolation(BaseHostFilter):
             if prefix is not None and not key.startswith(prefix):
                 continue
             prop = props.get(key) if props is not None else None
+            if prop and key in CANONICAL_PROPERTIES:
+                prop = CANONICAL_PROPERTIES[key](prop)
             if prop and str(prop) not in options:
                 return Reject.of("image property not allowed in aggregate", property=key,
                                  image_value=str(prop), allowed=",".join(sorted(options)))
         return None
+
+    def validate_request(self, spec_obj: RequestSpec) -> None:
+        """Reject an invalid architecture, hypervisor type or VM mode up front."""
+        props = self._props(spec_obj)
+        for name, canonicalize in CANONICAL_PROPERTIES.items():
+            if props is not None:
+                canonicalize(props.get(name))
 
     @staticmethod
     def _props(spec_obj: RequestSpec) -> Any:
