@@ -121,8 +121,14 @@ def test_flags_are_novas() -> None:
     snap=random_cloud(agg_keys=("instance_type",)),
     flavor_id=st.sampled_from(FLAVOR_IDS),
     name=st.sampled_from(["1", "2", "abc", "m1.small"]),
+    stubs=st.lists(st.tuples(st.integers(0, 6), st.sampled_from([*FLAVOR_IDS, None])), max_size=3),
 )
-def test_bulk_and_per_host_paths_agree(snap, flavor_id, name) -> None:  # type: ignore[no-untyped-def]
+def test_bulk_and_per_host_paths_agree(snap, flavor_id, name, stubs) -> None:  # type: ignore[no-untyped-def]
     req = spec(flavor_id=flavor_id, flavor_name=name)
+    ws = WorkingSet(snap, NOW)
+    for k, (row, type_id) in enumerate(stubs):
+        if row < len(snap):
+            ws.add_instance(row, Instance(uuid=f"stub{k}", instance_type_id=type_id))
     for f in (AggregateTypeAffinityFilter(), TypeAffinityFilter()):
-        assert passes_bulk(f, snap, req) == passes_per_host(f, snap, req)
+        bulk = [bool(x) for x in f.filter_all_hosts(ws.hosts(), req)]
+        assert bulk == [f.host_passes(ws.host_state(r), req) for r in range(len(snap))]
