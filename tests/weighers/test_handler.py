@@ -214,3 +214,18 @@ def test_the_handler_uses_the_bulk_path_once_per_weigher():
     assert _Counting.calls == 1
     assert ranking.weights.tolist() == [0.0, 0.5, 1.0]
     assert ranking.order.tolist() == [2, 1, 0]
+
+
+def test_every_built_in_weigher_documents_its_rule_and_its_lever():
+    import sys
+
+    from berth.weighers.utils import MultiplierWeigher
+
+    for cls in builtin_weigher_classes():
+        first_line = (cls.__doc__ or "").strip().splitlines()[0]
+        assert first_line and len(first_line) <= 100, cls
+        assert issubclass(cls, MultiplierWeigher)
+        module_doc = sys.modules[cls.__module__].__doc__ or ""
+        assert cls.multiplier_option in module_doc or cls.aggregate_key() in module_doc, cls
+        info = cls(config()).describe()
+        assert info["name"] == cls.__name__ and info["aggregate_key"] == cls.aggregate_key()
