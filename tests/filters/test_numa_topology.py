@@ -92,7 +92,8 @@ def test_a_topology_that_does_not_fit_names_the_request() -> None:
     reject = f.check(state(snap, "h1"), req)
     assert reject is not None
     assert reject.render() == ("NUMA topology does not fit (requested cells 1, requested cpus 6, "
-                               "requested memory 2048 MB, host cells 1)")
+                               "requested memory 2048 MB, host cells 1, free pcpus 4, "
+                               "free memory 8192 MB)")
 
 
 def test_pinning_does_not_leak_into_the_request() -> None:
@@ -156,6 +157,17 @@ def test_an_empty_candidate_list_fails_the_host() -> None:
     ws = WorkingSet(snap, NOW, {0: []})
     assert f.check(ws.host_state(0), req) is not None
     assert list(f.filter_all_hosts(WorkingSet(snap, NOW, {0: []}).hosts(), req)) == [False]
+
+
+def test_a_host_missing_from_the_candidates_fails_and_gets_an_empty_list() -> None:
+    snap = cloud(host("h1", numa_topology=numa(SMT_HOST)), host("h2", numa_topology=numa(SMT_HOST)))
+    f = NUMATopologyFilter()
+    req = request(extra_specs={"hw:numa_nodes": "1"})
+    ws = WorkingSet(snap, NOW, {0: [cand(None)]})
+    assert [f.check(ws.host_state(r), req) is None for r in (0, 1)] == [True, False]
+    ws2 = WorkingSet(snap, NOW, {0: [cand(None)]})
+    assert list(f.filter_all_hosts(ws2.hosts(), req)) == [True, False]
+    assert ws.candidates == ws2.candidates == {0: [cand(None)], 1: []}
 
 
 def test_without_candidates_in_use_the_fit_is_evaluated_once_without_a_mapping() -> None:

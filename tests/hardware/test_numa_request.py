@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berth.config import SchedulerConfig
 from berth.errors import ExtraSpecError
@@ -213,3 +215,52 @@ def test_prepare_request_without_an_image_reads_only_the_flavor() -> None:
     prepare_request(req, SchedulerConfig.default())
     assert req.numa_topology is not None and len(req.numa_topology.cells) == 2
     assert req.pci_requests is not None and req.pci_requests.requests == []
+
+
+SPEC_VALUES: dict[str, list[str]] = {
+    "hw:numa_nodes": ["1", "2", "3", "0", "x"],
+    "hw:cpu_policy": ["shared", "dedicated", "mixed", "bogus"],
+    "hw:cpu_thread_policy": ["prefer", "isolate", "require", "never"],
+    "hw:emulator_threads_policy": ["share", "isolate"],
+    "hw:mem_page_size": ["small", "large", "any", "2048", "2MB", "1GB", "huge"],
+    "hw:cpu_dedicated_mask": ["^0", "0", "1-2", "0-5", "9"],
+    "hw:numa_cpus.0": ["0-1", "0", "0-3"],
+    "hw:numa_cpus.1": ["2-3", "1-3"],
+    "hw:numa_mem.0": ["1024", "2048", "x"],
+    "hw:numa_mem.1": ["1024", "3072"],
+}
+IMAGE_VALUES: dict[str, list[Any]] = {
+    "hw_numa_nodes": [1, 2],
+    "hw_cpu_policy": ["shared", "dedicated", "mixed"],
+    "hw_cpu_thread_policy": ["prefer", "isolate", "require"],
+    "hw_mem_page_size": ["small", "2MB", "any"],
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.fixed_dictionaries({}, optional={k: st.sampled_from(v) for k, v in SPEC_VALUES.items()}),
+    st.fixed_dictionaries({}, optional={k: st.sampled_from(v) for k, v in IMAGE_VALUES.items()}),
+    st.sampled_from([2, 4]),
+)
+def test_parsing_either_raises_extra_spec_errors_or_covers_every_vcpu_and_mb_once(
+    extra: dict[str, str], image: dict[str, Any], vcpus: int
+) -> None:
+    try:
+        topo = specs(vcpus=vcpus, memory_mb=4096, extra=extra, image=image)
+    except ExtraSpecError as exc:
+        assert exc.details["key"] in str(exc)
+        return
+    if topo is None:
+        return
+    cpus = [cpu for c in topo.cells for cpu in sorted(c.cpuset | c.pcpuset)]
+    assert sorted(cpus) == list(range(vcpus))
+    assert sum(c.memory for c in topo.cells) == 4096
+    policy = topo.cells[0].cpu_policy
+    pinned = {cpu for c in topo.cells for cpu in c.pcpuset}
+    if policy == "dedicated":
+        assert pinned == set(range(vcpus))
+    elif policy == "mixed":
+        assert pinned and pinned != set(range(vcpus))
+    else:
+        assert not pinned

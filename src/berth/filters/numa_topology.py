@@ -67,13 +67,16 @@ class _Facts:
     def reject(self, host: NUMATopology) -> Reject:
         req = self.req
         assert req is not None
-        return Reject.of(
-            REASON_NO_FIT,
-            requested_cells=len(req.cells),
-            requested_cpus=sum(len(c) for c in req.cells),
-            requested_memory_mb=sum(c.memory for c in req.cells),
-            host_cells=len(host.cells),
-        )
+        numbers: dict[str, Any] = {
+            "requested_cells": len(req.cells),
+            "requested_cpus": sum(len(c) for c in req.cells),
+            "requested_memory_mb": sum(c.memory for c in req.cells),
+            "host_cells": len(host.cells),
+        }
+        if req.cpu_pinning_requested:
+            numbers["free_pcpus"] = sum(c.avail_pcpus for c in host.cells)
+        numbers["free_memory_mb"] = sum(c.avail_memory for c in host.cells)
+        return Reject(REASON_NO_FIT, numbers)
 
 
 def _ratio(value: float) -> float | None:
