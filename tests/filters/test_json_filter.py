@@ -355,3 +355,13 @@ def test_bulk_and_per_host_paths_agree_on_any_query(snap, query) -> None:  # typ
     f = JsonFilter()
     f.validate_request(req)
     assert outcome(f, passes_bulk, snap, req) == outcome(f, passes_per_host, snap, req)
+
+
+def test_nesting_is_bounded_up_front() -> None:
+    from berth.filters.json_filter import MAX_DEPTH
+
+    ok = '["and", ' * (MAX_DEPTH - 1) + "true" + "]" * (MAX_DEPTH - 1)
+    assert compile_query(ok).parsed
+    deep = '["and", ' * (MAX_DEPTH + 1) + "true" + "]" * (MAX_DEPTH + 1)
+    with pytest.raises(SchedulerHintError, match=f"nested more than {MAX_DEPTH} levels deep"):
+        JsonFilter().validate_request(spec(hints={"query": deep}))

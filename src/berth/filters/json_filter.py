@@ -14,8 +14,8 @@ query (``[]``, ``{}``, ``0``, ``null``) passes every host, as Nova's ``if not qu
 
 Where Nova raises in the middle of a request, Berth raises a
 :class:`~berth.errors.SchedulerHintError` naming the hint and value: up front (in
-``validate_request``) for malformed JSON, several ``query`` values, a non-list query and an
-unknown operator; per host, naming the query and the host, for errors that depend on the
+``validate_request``) for malformed JSON, several ``query`` values, a non-list query, an
+unknown operator and nesting deeper than ``MAX_DEPTH`` (Berth's bound); per host, naming the query and the host, for errors that depend on the
 host's values (``["<", "$free_ram_mb", "2000"]``: int < str; ``$free_ram_mb.x``).
 
 The bulk path compiles the query once (cached by query text) and, when it uses only numeric
@@ -59,6 +59,9 @@ OPERATORS: frozenset[str] = frozenset([*_COMPARISONS, "in", "not", "or", "and"])
 NUMERIC_ATTRIBUTES: frozenset[str] = frozenset(INT_COLUMNS + FLOAT_COLUMNS) - {"updated"}
 #: Berth's own HostState attributes, absent from Nova's: ``$now`` resolves to None there.
 _BERTH_ONLY_ATTRIBUTES: frozenset[str] = frozenset({"row", "working_set", "now"})
+#: Deepest nesting accepted (Berth's bound; Nova's is Python's recursion limit, which a
+#: deeper query would hit mid-request).
+MAX_DEPTH = 100
 #: Integer literals beyond this magnitude do not survive float64; such queries go per host.
 _EXACT_INT = 2**53
 
@@ -282,16 +285,18 @@ def _bad(text: str, problem: str) -> SchedulerHintError:
     return SchedulerHintError(f"scheduler hint {HINT}={text!r}: {problem}", hint=HINT, value=text)
 
 
-def _check_structure(query: list[Any], text: str) -> None:
+def _check_structure(query: list[Any], text: str, depth: int = 1) -> None:
     if not query:
         return
+    if depth > MAX_DEPTH:
+        raise _bad(text, f"nested more than {MAX_DEPTH} levels deep")
     cmd = query[0]
     if not isinstance(cmd, str) or cmd not in OPERATORS:
         raise _bad(text, f"unknown operator {cmd!r} in {json.dumps(query)}; "
                          f"operators are {', '.join(sorted(OPERATORS))}")
     for arg in query[1:]:
         if isinstance(arg, list):
-            _check_structure(arg, text)
+            _check_structure(arg, text, depth + 1)
 
 
 def _vectorize(query: list[Any], columns: set[str]) -> Node | None:
@@ -337,10 +342,7 @@ def compile_query(text: str) -> CompiledQuery:
     columns: set[str] = set()
     vector: Node | None = None
     if parsed:
-        try:
-            _check_structure(parsed, text)
-        except RecursionError as exc:
-            raise _bad(text, "nested too deeply") from exc
+        _check_structure(parsed, text)
         vector = _vectorize(parsed, columns)
     return CompiledQuery(
         text, parsed, vector, frozenset(columns) if vector is not None else frozenset(),
