@@ -56,6 +56,22 @@ STANDARD_RCS = frozenset(os_resource_classes.STANDARDS)
 CONCURRENT_MSG = "Another thread concurrently updated the data. Please retry your update"
 
 
+# Prebuilt statements for the hottest paths: building Core constructs per call costs more
+# than executing them on SQLite, and text() statements have trivial cache keys.
+_BUMP_SEQ = sa.text("UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1")
+_READ_SEQ = sa.text("SELECT change_seq FROM berth_state WHERE id = 1")
+_INSERT_ROOT_RP = sa.text(
+    "INSERT INTO resource_providers (uuid, name, generation, created_at) "
+    "VALUES (:uuid, :name, 0, :now) RETURNING id"
+)
+_SET_OWN_ROOT = sa.text("UPDATE resource_providers SET root_provider_id = id WHERE id = :id")
+_INSERT_CHILD_RP = sa.text(
+    "INSERT INTO resource_providers "
+    "(uuid, name, generation, parent_provider_id, root_provider_id, created_at) "
+    "VALUES (:uuid, :name, 0, :parent, :root, :now) RETURNING id"
+)
+
+
 class _MissingProvider(errors.BadRequest):
     """An allocation names an unknown provider; new consumers are kept (Placement quirk)."""
 
@@ -213,11 +229,7 @@ class PlacementStore:
         """A write transaction (BEGIN IMMEDIATE on SQLite) that bumps the change counter."""
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
             yield conn
-            conn.execute(
-                sa.update(berth_state)
-                .where(berth_state.c.id == 1)
-                .values(change_seq=berth_state.c.change_seq + 1)
-            )
+            conn.execute(_BUMP_SEQ)
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -228,7 +240,7 @@ class PlacementStore:
     def change_seq(self) -> int:
         """The current change counter (one cheap query)."""
         with self._read() as conn:
-            return int(conn.execute(sa.select(berth_state.c.change_seq)).scalar_one())
+            return int(conn.execute(_READ_SEQ).scalar_one())
 
     @staticmethod
     def _rc_maps(conn: Connection) -> tuple[dict[str, int], dict[int, str]]:
@@ -242,6 +254,10 @@ class PlacementStore:
 
     @staticmethod
     def _provider_select() -> sa.Select[Any]:
+        return _PROVIDER_SELECT
+
+    @staticmethod
+    def _build_provider_select() -> sa.Select[Any]:
         parent = resource_providers.alias("parent")
         root = resource_providers.alias("root")
         rp = resource_providers
@@ -419,25 +435,24 @@ class PlacementStore:
                             "UUID does not exist."
                         )
                     parent_id, root_id = prow.id, prow.root_provider_id
-                self._check_duplicate(conn, name, rp_uuid)
                 now = utcnow()
-                new_id = conn.execute(
-                    sa.insert(rp)
-                    .values(
-                        uuid=rp_uuid,
-                        name=name,
-                        generation=0,
-                        parent_provider_id=parent_id,
-                        root_provider_id=root_id,
-                        created_at=now,
-                        updated_at=None,
-                    )
-                    .returning(rp.c.id)
-                ).scalar_one()
-                if root_id is None:
-                    conn.execute(
-                        sa.update(rp).where(rp.c.id == new_id).values(root_provider_id=new_id)
-                    )
+                # Uniqueness is left to the constraints: the common case costs one INSERT.
+                if parent_id is None:
+                    new_id = conn.execute(
+                        _INSERT_ROOT_RP, {"uuid": rp_uuid, "name": name, "now": now}
+                    ).scalar_one()
+                    conn.execute(_SET_OWN_ROOT, {"id": new_id})
+                else:
+                    new_id = conn.execute(
+                        _INSERT_CHILD_RP,
+                        {
+                            "uuid": rp_uuid,
+                            "name": name,
+                            "parent": parent_id,
+                            "root": root_id,
+                            "now": now,
+                        },
+                    ).scalar_one()
                 return ProviderRecord(
                     id=new_id,
                     uuid=rp_uuid,
@@ -449,7 +464,7 @@ class PlacementStore:
                     updated_at=None,
                 )
         except sa.exc.IntegrityError:
-            # A concurrent writer (PostgreSQL) inserted the same name or uuid.
+            # The name or uuid exists (or a concurrent writer just inserted it).
             with self._read() as conn:
                 self._check_duplicate(conn, name, rp_uuid)
             raise errors.Conflict(
@@ -1951,6 +1966,9 @@ class PlacementStore:
             providers, [r.name for r in trait_rows], list(rc_by_id.values())
         )
         return graph, seq
+
+
+_PROVIDER_SELECT = PlacementStore._build_provider_select()
 
 
 def _fields(inv: InventoryRecord) -> dict[str, Any]:
