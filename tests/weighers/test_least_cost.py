@@ -178,3 +178,14 @@ def test_the_pipeline_explains_the_cost_grid():
             ("compute_fill_first_cost_fn", -1.0), ("noop_cost_fn", 2.0)]
         # the terms are the cost grid: they add up to the cost, i.e. minus the weight
         assert sum(t.contribution for t in w.terms) == -w.weight
+
+
+def test_the_scheduler_fails_at_start_up_not_at_the_first_request():
+    from berth.errors import exit_code_for
+
+    conf = config(DEFAULT={"least_cost_functions": [f"{__name__}.compute_vcpu_cost_fn"]},
+                  filter_scheduler={"weighing_strategy": "least_cost"})
+    with pytest.raises(SchedulerWeightFlagNotFound) as err:
+        Scheduler(conf, filters=[])
+    assert err.value.code == "berth.config.cost_weight_not_found"
+    assert exit_code_for(err.value) == 2
