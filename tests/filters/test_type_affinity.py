@@ -119,7 +119,7 @@ def test_flags_are_novas() -> None:
 @settings(max_examples=50, deadline=None)
 @given(
     snap=random_cloud(agg_keys=("instance_type",)),
-    flavor_id=st.sampled_from(FLAVOR_IDS),
+    flavor_id=st.sampled_from([*FLAVOR_IDS, None, "1"]),
     name=st.sampled_from(["1", "2", "abc", "m1.small"]),
     stubs=st.lists(st.tuples(st.integers(0, 6), st.sampled_from([*FLAVOR_IDS, None])), max_size=3),
 )
