@@ -215,24 +215,47 @@ class ComputeCapabilitiesFilter(BaseHostFilter):
         return passing
 
 
+def _stats_value_codes(snapshot: Any, name: str) -> np.ndarray:
+    """Per stats-table code, a code of ``stats.get(name)``: 0 when the key is absent,
+    else one code per distinct value (cached per snapshot; the table only grows, so its
+    length keys the cache).
+
+    Stats usually differ per host (instance counters), but a capability read from stats
+    depends only on that one value, so grouping by it keeps the evaluation per value.
+    """
+    table = snapshot.table("stats")
+
+    def build() -> np.ndarray:
+        index: dict[Any, int] = {}
+        codes = np.zeros(len(table), dtype=np.int64)
+        for i, stats in enumerate(table):
+            if name in stats:
+                # repr, not equality: 1, 1.0 and True are equal but str() differently.
+                codes[i] = index.setdefault(repr(stats[name]), len(index) + 1)
+        return codes
+
+    codes: np.ndarray = snapshot.cached(("capability_stats_values", name, len(table)), build)
+    return codes
+
+
 def _spec_mask(hosts: Hosts, rows: np.ndarray, spec: CapabilitySpec) -> np.ndarray:
-    """One spec's verdict for ``rows`` (see :meth:`ComputeCapabilitiesFilter.filter_all_hosts`)."""
+    """One spec's verdict for ``rows`` (see :meth:`ComputeCapabilitiesFilter.filter_all_hosts`).
+
+    Group keys: ``>= 0`` for the field's own value (a numeric value's rank, an interned
+    code, or the row for per-host objects); ``< 0`` for rows that fall back to stats,
+    keyed by the stats value (``-1 - code``).
+    """
     ws = hosts.ws
     snapshot = ws.snapshot
-    stats_codes = snapshot.codes("stats")[rows].astype(np.int64)
     name = spec.path[0]
+    stats_values = _stats_value_codes(snapshot, name)[snapshot.codes("stats")[rows]]
     result = np.ones(len(rows), dtype=bool)
-    if not spec.always:
-        # Evaluated only where the stats carry the key.
-        table = snapshot.table("stats")
-        has_key = np.array([name in table[c] for c in range(len(table))], dtype=bool)
-        todo = has_key[stats_codes]
-    else:
-        todo = np.ones(len(rows), dtype=bool)
+    # An unscoped key that is not a HostState field is evaluated only where stats carry it.
+    todo = np.ones(len(rows), dtype=bool) if spec.always else stats_values != 0
     if not todo.any():
         return result
     sub = rows[todo]
-    sub_stats = stats_codes[todo]
+    fallback = -1 - stats_values[todo]
     if spec.always and name in _NUMERIC_FIELDS:
         values = ws.col(name)[sub]
         if name in INT_COLUMNS:
@@ -242,21 +265,19 @@ def _spec_mask(hosts: Hosts, rows: np.ndarray, spec: CapabilitySpec) -> np.ndarr
             verdict = np.zeros(len(sub), dtype=bool)
             verdict[~missing] = spec.requirement.match_numbers(values[~missing])
             if missing.any():
-                verdict[missing] = _by_group(ws, sub[missing], sub_stats[missing], spec)
+                verdict[missing] = _by_group(ws, sub[missing], fallback[missing], spec)
             result[todo] = verdict
             return result
         _, value_codes = np.unique(np.where(missing, 0.0, values), return_inverse=True)
-        keys = np.where(missing, -1 - sub_stats, value_codes.reshape(-1))
+        keys = np.where(missing, fallback, value_codes.reshape(-1))
     elif spec.always and name in _INTERNED_FIELDS:
         codes = snapshot.codes(name)[sub].astype(np.int64)
-        table = snapshot.table(name)
-        absent = np.array([v is None for v in table], dtype=bool)[codes]
-        n_stats = len(snapshot.table("stats"))
-        keys = np.where(absent, -1 - sub_stats, codes * n_stats + sub_stats)
+        absent = np.array([v is None for v in snapshot.table(name)], dtype=bool)[codes]
+        keys = np.where(absent, fallback, codes)
     elif spec.always and name in HOST_STATE_FIELDS:
         keys = np.arange(len(sub), dtype=np.int64)  # per-host objects
     else:
-        keys = sub_stats  # not a field: the stats alone decide
+        keys = fallback  # not a field: the stats value alone decides
     result[todo] = _by_group(ws, sub, keys, spec)
     return result
 
