@@ -54,3 +54,46 @@ def test_provider_graph_is_cached_until_data_changes(tmp_path: Path) -> None:
     store.create_provider("cn2", None, None)
     second = store.provider_graph()
     assert second is not first and len(second.providers) == 2
+
+
+def test_incremental_graph_refresh_matches_a_full_rebuild(tmp_path: Path) -> None:
+    from berth.placement.store import ConsumerWrite
+
+    engine = db.prepare(str(tmp_path / "inc.sqlite"))
+    store = PlacementStore(engine)
+    inv = {"VCPU": InventoryRecord("VCPU", 8, 0, 1, 8, 1, 1.0)}
+    a = store.create_provider("a", None, None)
+    b = store.create_provider("b", None, None)
+    child = store.create_provider("child", None, a.uuid)
+    for rp in (a, b):
+        store.set_inventories(rp.uuid, 0, inv, (1, 39))
+    store.provider_graph()
+    # A mix of changes: claim, move a child, aggregates, delete, traits, allocation removal.
+    store.write_allocations(
+        [ConsumerWrite("c1", "p", "u", [(a.uuid, "VCPU", 3)], "INSTANCE", None)], post=False
+    )
+    store.update_provider(
+        child.uuid, "child", set_parent=True, parent_uuid=b.uuid, allow_reparent=True
+    )
+    store.set_aggregates(b.uuid, ["11111111-1111-1111-1111-111111111111"], None)
+    gone = store.create_provider("gone", None, None)
+    store.provider_graph()
+    store.delete_provider(gone.uuid)
+    store.set_provider_traits(a.uuid, ["HW_CPU_X86_AVX"], store.get_provider(a.uuid).generation)  # type: ignore[union-attr]
+    store.delete_consumer_allocations("c1")
+    incremental = store.provider_graph()
+    fresh = PlacementStore(engine).provider_graph()
+    assert incremental.providers == fresh.providers
+    by_name = {p.name: p for p in incremental.providers}
+    assert by_name["child"].root_uuid == b.uuid and "gone" not in by_name
+    assert by_name["a"].usages == {} and by_name["a"].traits == {"HW_CPU_X86_AVX"}
+    # A resource class rename forces a full rebuild and shows the new name everywhere.
+    store.create_resource_class("CUSTOM_OLD")
+    gen = store.get_provider(b.uuid).generation  # type: ignore[union-attr]
+    store.set_inventories(
+        b.uuid, gen, {"CUSTOM_OLD": InventoryRecord("CUSTOM_OLD", 1, 0, 1, 1, 1, 1.0)}, (1, 39)
+    )
+    store.provider_graph()
+    store.rename_resource_class("CUSTOM_OLD", "CUSTOM_NEW")
+    renamed = {p.name: p for p in store.provider_graph().providers}
+    assert set(renamed["b"].inventories) == {"CUSTOM_NEW"}

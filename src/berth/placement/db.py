@@ -149,6 +149,17 @@ berth_state = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("change_seq", sa.BigInteger, nullable=False),
+    # The last change that needs a full graph rebuild (e.g. a resource class rename).
+    sa.Column("full_seq", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+#: Which providers each change (``seq``) touched; pruned to the recent past.
+berth_provider_changes = sa.Table(
+    "berth_provider_changes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("seq", sa.BigInteger, nullable=False, index=True),
+    sa.Column("provider_id", sa.Integer, nullable=False),
 )
 
 
@@ -202,7 +213,7 @@ _MIGRATE_LOCK = threading.Lock()
 
 #: The newest revision in ``migrations/versions`` (a test keeps the two in step). A database
 #: already there skips loading Alembic, which keeps server start-up fast.
-HEAD_REVISION = "0001_initial"
+HEAD_REVISION = "0002_provider_changes"
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -251,7 +262,7 @@ def sync_standards(engine: Engine) -> None:
         if trows:
             conn.execute(sa.insert(traits), trows)
         if conn.execute(sa.select(berth_state.c.id)).first() is None:
-            conn.execute(sa.insert(berth_state).values(id=1, change_seq=0))
+            conn.execute(sa.insert(berth_state).values(id=1, change_seq=0, full_seq=0))
 
 
 def prepare(url: str) -> Engine:

@@ -33,7 +33,6 @@ from sqlalchemy.engine import Connection, Engine
 from berth.placement import db, errors
 from berth.placement.db import (
     allocations,
-    berth_state,
     consumer_types,
     consumers,
     inventories,
@@ -58,8 +57,22 @@ CONCURRENT_MSG = "Another thread concurrently updated the data. Please retry you
 
 # Prebuilt statements for the hottest paths: building Core constructs per call costs more
 # than executing them on SQLite, and text() statements have trivial cache keys.
-_BUMP_SEQ = sa.text("UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1")
+_BUMP_SEQ = sa.text(
+    "UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 RETURNING change_seq"
+)
 _READ_SEQ = sa.text("SELECT change_seq FROM berth_state WHERE id = 1")
+_READ_STATE = sa.text("SELECT change_seq, full_seq FROM berth_state WHERE id = 1")
+_MARK_FULL = sa.text("UPDATE berth_state SET full_seq = :seq WHERE id = 1")
+_PRUNE_CHANGES = sa.text("DELETE FROM berth_provider_changes WHERE seq < :seq")
+_CHANGED_SINCE = sa.text(
+    "SELECT DISTINCT provider_id FROM berth_provider_changes WHERE seq > :old AND seq <= :new"
+)
+#: A cached graph further behind than this is rebuilt in full; the change log keeps
+#: CHANGE_LOG_KEEP sequence numbers, comfortably more.
+INCREMENTAL_LIMIT = 2000
+CHANGE_LOG_KEEP = 5000
+_TOUCHED = "berth_touched"
+_FULL = "berth_full"
 _INSERT_ROOT_RP = sa.text(
     "INSERT INTO resource_providers (uuid, name, generation, created_at) "
     "VALUES (:uuid, :name, 0, :now) RETURNING id"
@@ -221,6 +234,7 @@ class PlacementStore:
         self._graph_lock = threading.Lock()
         self._graph: Any = None
         self._graph_seq: int | None = None
+        self._providers: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -228,8 +242,30 @@ class PlacementStore:
     def _write(self) -> Iterator[Connection]:
         """A write transaction (BEGIN IMMEDIATE on SQLite) that bumps the change counter."""
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            conn.info[_TOUCHED] = set()
+            conn.info[_FULL] = False
             yield conn
-            conn.execute(_BUMP_SEQ)
+            seq = int(conn.execute(_BUMP_SEQ).scalar_one())
+            touched = conn.info.pop(_TOUCHED, set())
+            if touched:
+                conn.execute(
+                    sa.insert(db.berth_provider_changes),
+                    [{"seq": seq, "provider_id": rp_id} for rp_id in touched],
+                )
+            if conn.info.pop(_FULL, False):
+                conn.execute(_MARK_FULL, {"seq": seq})
+            if seq % 500 == 0:
+                conn.execute(_PRUNE_CHANGES, {"seq": seq - CHANGE_LOG_KEEP})
+
+    @staticmethod
+    def _touch(conn: Connection, *rp_ids: int) -> None:
+        """Record providers whose graph view this transaction changes."""
+        conn.info.setdefault(_TOUCHED, set()).update(rp_ids)
+
+    @staticmethod
+    def _touch_all(conn: Connection) -> None:
+        """Record a change that needs a full graph rebuild."""
+        conn.info[_FULL] = True
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -296,6 +332,7 @@ class PlacementStore:
     @staticmethod
     def _bump(conn: Connection, rp_id: int, expected: int) -> bool:
         """CAS the provider generation; False when another writer got there first."""
+        conn.info.setdefault(_TOUCHED, set()).add(rp_id)
         result = conn.execute(
             sa.update(resource_providers)
             .where(resource_providers.c.id == rp_id, resource_providers.c.generation == expected)
@@ -442,6 +479,7 @@ class PlacementStore:
                         _INSERT_ROOT_RP, {"uuid": rp_uuid, "name": name, "now": now}
                     ).scalar_one()
                     conn.execute(_SET_OWN_ROOT, {"id": new_id})
+                    self._touch(conn, new_id)
                 else:
                     new_id = conn.execute(
                         _INSERT_CHILD_RP,
@@ -453,6 +491,7 @@ class PlacementStore:
                             "now": now,
                         },
                     ).scalar_one()
+                    self._touch(conn, new_id)
                 return ProviderRecord(
                     id=new_id,
                     uuid=rp_uuid,
@@ -559,6 +598,7 @@ class PlacementStore:
                             code=errors.DUPLICATE_NAME,
                         )
                 conn.execute(sa.update(rp).where(rp.c.id == cur.id).values(**values))
+                self._touch(conn, cur.id)
                 out = self._get_provider(conn, uuid)
                 assert out is not None
                 return out
@@ -589,6 +629,7 @@ class PlacementStore:
 
     def _reroot(self, conn: Connection, rp_id: int, new_root: int) -> None:
         ids = self._subtree_ids(conn, rp_id)
+        self._touch(conn, *ids)
         conn.execute(
             sa.update(resource_providers)
             .where(resource_providers.c.id.in_(ids))
@@ -633,6 +674,7 @@ class PlacementStore:
                 )
             )
             conn.execute(sa.delete(rp).where(rp.c.id == rp_id))
+            self._touch(conn, rp_id)
 
     # ------------------------------------------------------------------ inventories
 
@@ -974,6 +1016,7 @@ class PlacementStore:
                 agg_ids = [existing[a] for a in wanted]
             else:
                 agg_ids = []
+            self._touch(conn, prov.id)
             conn.execute(
                 sa.delete(resource_provider_aggregates).where(
                     resource_provider_aggregates.c.resource_provider_id == prov.id
@@ -1209,6 +1252,8 @@ class PlacementStore:
                 .where(resource_classes.c.id == row.id)
                 .values(name=new, updated_at=now)
             )
+            # Inventories show the class by name on every provider.
+            self._touch_all(conn)
             return now
 
     def delete_resource_class(self, name: str) -> None:
@@ -1580,6 +1625,8 @@ class PlacementStore:
                 allocations.c.consumer_id,
             ).where(allocations.c.consumer_id.in_(consumer_uuids))
         ).all()
+        # Every provider losing this consumer's allocations changes usage.
+        self._touch(conn, *{r.resource_provider_id for r in old_rows})
         # Providers to bump: every one in the new data, plus those whose allocations a
         # consumer clears with an empty ``allocations``.
         bump_ids: dict[int, int] = {}
@@ -1709,6 +1756,14 @@ class PlacementStore:
     def delete_consumer_allocations(self, consumer_uuid: str) -> None:
         """Delete all allocations of a consumer and the consumer itself."""
         with self._write() as conn:
+            self._touch(
+                conn,
+                *conn.execute(
+                    sa.select(allocations.c.resource_provider_id).where(
+                        allocations.c.consumer_id == consumer_uuid
+                    )
+                ).scalars(),
+            )
             result = conn.execute(
                 sa.delete(allocations).where(allocations.c.consumer_id == consumer_uuid)
             )
@@ -1881,91 +1936,154 @@ class PlacementStore:
     # ------------------------------------------------------------------ graph
 
     def provider_graph(self) -> Any:
-        """The allocation-candidate engine's ProviderGraph, rebuilt only after a change."""
-        seq = self.change_seq()
-        with self._graph_lock:
-            if self._graph is not None and self._graph_seq == seq:
-                return self._graph
-            graph, built_seq = self._build_graph()
-            self._graph, self._graph_seq = graph, built_seq
-            return graph
+        """The allocation-candidate engine's ProviderGraph, current as of this call.
 
-    def _build_graph(self) -> tuple[Any, int]:
+        One cheap query compares the DB change counter with the cached graph's. When they
+        differ, only the providers the change log names since then are reloaded (a
+        resource class rename, or a cache too far behind, forces a full reload), and the
+        graph is rebuilt from the cached Provider objects plus the fresh ones.
+        """
+        with self._graph_lock, self._snapshot() as conn:
+            seq, full_seq = (int(v) for v in conn.execute(_READ_STATE).one())
+            if self._graph is not None and seq == self._graph_seq:
+                return self._graph
+            old_seq = self._graph_seq
+            if (
+                self._graph is not None
+                and old_seq is not None
+                and full_seq <= old_seq
+                and seq - old_seq <= INCREMENTAL_LIMIT
+            ):
+                changed = sorted(
+                    int(r[0]) for r in conn.execute(_CHANGED_SINCE, {"old": old_seq, "new": seq})
+                )
+                fresh = self._load_providers(conn, changed)
+                providers = dict(self._providers)
+                for rp_id in changed:
+                    if rp_id in fresh:
+                        providers[rp_id] = fresh[rp_id]
+                    else:
+                        providers.pop(rp_id, None)
+            else:
+                providers = self._load_providers(conn, None)
+            trait_names = list(
+                conn.execute(sa.select(traits.c.name).order_by(traits.c.id)).scalars()
+            )
+            class_names = list(
+                conn.execute(
+                    sa.select(resource_classes.c.name).order_by(resource_classes.c.id)
+                ).scalars()
+            )
         from berth.placement import candidates
 
-        rp = resource_providers
+        graph = candidates.ProviderGraph(
+            [providers[i] for i in sorted(providers)], trait_names, class_names
+        )
+        self._providers = providers
+        self._graph, self._graph_seq = graph, seq
+        return graph
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[Connection]:
+        """A read transaction that sees one consistent snapshot across statements."""
         conn_ctx = self.engine.connect()
         if not self.is_sqlite:
-            # One consistent snapshot across the several SELECTs below.
             conn_ctx = conn_ctx.execution_options(isolation_level="REPEATABLE READ")
         with conn_ctx as conn, conn.begin():
-            seq = int(conn.execute(sa.select(berth_state.c.change_seq)).scalar_one())
-            _, rc_by_id = self._rc_maps(conn)
-            trait_rows = conn.execute(sa.select(traits.c.id, traits.c.name)).all()
-            trait_by_id = {r.id: r.name for r in trait_rows}
-            rows = conn.execute(
-                sa.select(
-                    rp.c.id,
-                    rp.c.uuid,
-                    rp.c.name,
-                    rp.c.generation,
-                    rp.c.parent_provider_id,
-                    rp.c.root_provider_id,
-                ).order_by(rp.c.id)
-            ).all()
-            uuid_by_id = {r.id: r.uuid for r in rows}
-            invs: dict[int, dict[str, Any]] = defaultdict(dict)
-            for r in conn.execute(sa.select(inventories)):
-                name = rc_by_id[r.resource_class_id]
-                invs[r.resource_provider_id][name] = candidates.Inventory(
-                    resource_class=name,
-                    total=r.total,
-                    reserved=r.reserved,
-                    min_unit=r.min_unit,
-                    max_unit=r.max_unit,
-                    step_size=r.step_size,
-                    allocation_ratio=float(r.allocation_ratio),
-                )
-            usages: dict[int, dict[str, int]] = defaultdict(dict)
-            for r in conn.execute(
-                sa.select(
-                    allocations.c.resource_provider_id,
-                    allocations.c.resource_class_id,
-                    sa.func.sum(allocations.c.used).label("used"),
-                ).group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
-            ):
-                usages[r.resource_provider_id][rc_by_id[r.resource_class_id]] = int(r.used)
-            rp_traits: dict[int, set[str]] = defaultdict(set)
-            for r in conn.execute(sa.select(resource_provider_traits)):
-                rp_traits[r.resource_provider_id].add(trait_by_id[r.trait_id])
-            rp_aggs: dict[int, set[str]] = defaultdict(set)
-            for r in conn.execute(
-                sa.select(
-                    resource_provider_aggregates.c.resource_provider_id, placement_aggregates.c.uuid
-                ).join(
-                    placement_aggregates,
-                    placement_aggregates.c.id == resource_provider_aggregates.c.aggregate_id,
-                )
-            ):
-                rp_aggs[r.resource_provider_id].add(r.uuid)
-        providers = [
-            candidates.Provider(
-                uuid=r.uuid,
-                name=r.name,
-                generation=r.generation,
-                parent_uuid=uuid_by_id.get(r.parent_provider_id) if r.parent_provider_id else None,
-                root_uuid=uuid_by_id.get(r.root_provider_id, r.uuid),
-                inventories=invs.get(r.id, {}),
-                usages=usages.get(r.id, {}),
-                traits=frozenset(rp_traits.get(r.id, ())),
-                aggregates=frozenset(rp_aggs.get(r.id, ())),
+            yield conn
+
+    def _load_providers(self, conn: Connection, ids: Sequence[int] | None) -> dict[int, Any]:
+        """Engine Provider objects by id: all of them (``ids`` None) or just ``ids``."""
+        from berth.placement import candidates
+
+        if ids is not None and not ids:
+            return {}
+        if ids is not None and len(ids) > 500:
+            out: dict[int, Any] = {}
+            for start in range(0, len(ids), 500):
+                out.update(self._load_providers(conn, ids[start : start + 500]))
+            return out
+        rp = resource_providers
+        _, rc_by_id = self._rc_maps(conn)
+        parent = rp.alias("parent")
+        root = rp.alias("root")
+        prov_q = sa.select(
+            rp.c.id,
+            rp.c.uuid,
+            rp.c.name,
+            rp.c.generation,
+            parent.c.uuid,
+            root.c.uuid,
+        ).select_from(
+            rp.outerjoin(parent, rp.c.parent_provider_id == parent.c.id).outerjoin(
+                root, rp.c.root_provider_id == root.c.id
             )
-            for r in rows
-        ]
-        graph = candidates.ProviderGraph(
-            providers, [r.name for r in trait_rows], list(rc_by_id.values())
         )
-        return graph, seq
+        inv_q = sa.select(
+            inventories.c.resource_provider_id,
+            inventories.c.resource_class_id,
+            inventories.c.total,
+            inventories.c.reserved,
+            inventories.c.min_unit,
+            inventories.c.max_unit,
+            inventories.c.step_size,
+            inventories.c.allocation_ratio,
+        )
+        use_q = sa.select(
+            allocations.c.resource_provider_id,
+            allocations.c.resource_class_id,
+            sa.func.sum(allocations.c.used),
+        ).group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
+        trait_q = sa.select(resource_provider_traits.c.resource_provider_id, traits.c.name).join(
+            traits, traits.c.id == resource_provider_traits.c.trait_id
+        )
+        agg_q = sa.select(
+            resource_provider_aggregates.c.resource_provider_id, placement_aggregates.c.uuid
+        ).join(
+            placement_aggregates,
+            placement_aggregates.c.id == resource_provider_aggregates.c.aggregate_id,
+        )
+        if ids is not None:
+            id_list = list(ids)
+            prov_q = prov_q.where(rp.c.id.in_(id_list))
+            inv_q = inv_q.where(inventories.c.resource_provider_id.in_(id_list))
+            use_q = use_q.where(allocations.c.resource_provider_id.in_(id_list))
+            trait_q = trait_q.where(resource_provider_traits.c.resource_provider_id.in_(id_list))
+            agg_q = agg_q.where(resource_provider_aggregates.c.resource_provider_id.in_(id_list))
+        invs: dict[int, dict[str, Any]] = defaultdict(dict)
+        inventory_cls = candidates.Inventory
+        for rp_id, rc_id, total, reserved, min_u, max_u, step, ratio in conn.execute(
+            inv_q
+        ).tuples():
+            name = rc_by_id[rc_id]
+            invs[rp_id][name] = inventory_cls(
+                name, total, reserved, min_u, max_u, step, float(ratio)
+            )
+        usages: dict[int, dict[str, int]] = defaultdict(dict)
+        for rp_id, rc_id, used in conn.execute(use_q).tuples():
+            usages[rp_id][rc_by_id[rc_id]] = int(used)
+        rp_traits: dict[int, set[str]] = defaultdict(set)
+        for rp_id, name in conn.execute(trait_q).tuples():
+            rp_traits[rp_id].add(name)
+        rp_aggs: dict[int, set[str]] = defaultdict(set)
+        for rp_id, agg in conn.execute(agg_q).tuples():
+            rp_aggs[rp_id].add(agg)
+        empty: frozenset[str] = frozenset()
+        provider_cls = candidates.Provider
+        out = {}
+        for rp_id, uuid, name, generation, parent_uuid, root_uuid in conn.execute(prov_q).tuples():
+            out[rp_id] = provider_cls(
+                uuid,
+                name,
+                generation,
+                parent_uuid,
+                root_uuid or uuid,
+                invs.get(rp_id, {}),
+                usages.get(rp_id, {}),
+                frozenset(rp_traits[rp_id]) if rp_id in rp_traits else empty,
+                frozenset(rp_aggs[rp_id]) if rp_id in rp_aggs else empty,
+            )
+        return out
 
 
 _PROVIDER_SELECT = PlacementStore._build_provider_select()
