@@ -30,6 +30,9 @@ STATS = [
     {"foo": "baz", "num": "x"},
     {"opt1": {"b": {"aa": 2}}},
     {"hypervisor_version": "7"},
+    {"foo": "bar", "other": "1"},
+    {"num": 5},
+    {"num": 5.0, "foo": True},
 ]
 SUPPORTED = [
     [],
