@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,7 @@ __all__ = [
 
 Microversion = tuple[int, int]
 ObjectArray = npt.NDArray[np.object_]
+IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,22 +112,30 @@ def allocation_candidates_json(
         return _dumps(_render(graph, query, result, microversion)).encode()
     picked = result.providers
     res = _dumps(result.resources).encode()
-    with_mappings = microversion >= (1, 34)
-    before, after = _request_fragments(graph, with_mappings)
-    # Interleave [before[p], res, after[p], ...] and join once: no per-candidate string
-    # building. Every ``after`` ends with a comma; the last one is cut off below.
-    parts = np.empty(3 * len(picked), dtype=object)
-    parts[0::3] = before[picked]
-    parts[1::3] = res
-    parts[2::3] = after[picked]
+    quoted = _quoted_uuids(graph)[picked]
+    # One join over constant pieces and cached uuid literals: no per-candidate string
+    # building in Python. Each request ends with a comma; the last one is cut off.
+    if microversion >= (1, 34):
+        pieces = [
+            b'{"allocations":{',
+            None,
+            b':{"resources":' + res + b'}},"mappings":{"":[',
+            None,
+            b"]}},",
+        ]
+    else:
+        pieces = [b'{"allocations":{', None, b':{"resources":' + res + b"}}},"]
+    parts = np.empty(len(pieces) * len(picked), dtype=object)
+    for k, piece in enumerate(pieces):
+        parts[k :: len(pieces)] = quoted if piece is None else piece
     requests = b"".join(parts.tolist())[:-1]
-    summaries = _summary_fragments(graph, microversion)[picked]
+    summaries = _summary_fragments(graph, picked, microversion)
     return b"".join(
         [
             b'{"allocation_requests":[',
             requests,
             b'],"provider_summaries":{',
-            b"".join(summaries.tolist())[:-1],
+            b"".join(summaries)[:-1],
             b"}}",
         ]
     )
@@ -135,37 +145,76 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _request_fragments(
-    graph: ProviderGraph, with_mappings: bool
-) -> tuple[ObjectArray, ObjectArray]:
-    """Per provider, the JSON text of a one-provider request before and after its resources."""
-    key = "request-1.34" if with_mappings else "request-1.12"
-    cached = graph.cached_fragments(key)
+def _quoted_uuids(graph: ProviderGraph) -> ObjectArray:
+    """Per provider, its uuid as a JSON string literal in bytes (cached on the graph)."""
+    cached = graph.cached_fragments("uuid-bytes")
     if cached is None:
-        before = np.empty(graph.size, dtype=object)
-        after = np.empty(graph.size, dtype=object)
-        for p, quoted in enumerate(graph.uuid_json):
-            before[p] = ('{"allocations":{' + quoted + ':{"resources":').encode()
-            if with_mappings:
-                after[p] = ('}},"mappings":{"":[' + quoted + "]}},").encode()
-            else:
-                after[p] = b"}}},"
-        cached = (before, after)
-        graph.store_fragments(key, cached)
-    return cached[0], cached[1]
+        quoted = np.empty(graph.size, dtype=object)
+        quoted[:] = [q.encode() for q in graph.uuid_json]
+        cached = (quoted,)
+        graph.store_fragments("uuid-bytes", cached)
+    return cached[0]
 
 
-def _summary_fragments(graph: ProviderGraph, mv: Microversion) -> ObjectArray:
-    """Per provider, ``"uuid":{summary},`` as JSON bytes (1.27+, where rows are fixed)."""
+def _summary_fragments(graph: ProviderGraph, picked: IntArray, mv: Microversion) -> list[bytes]:
+    """``"uuid":{summary},`` as JSON bytes for each picked provider (1.27+ rows are fixed).
+
+    Fragments are cached per provider on the graph and built lazily, only for providers
+    some response needed: the graph is rebuilt after every change, so building all of
+    them up front would tax the first request after each change. They are written with
+    string formatting rather than ``json.dumps`` of each row for the same reason.
+    """
     key = "summary-1.29" if mv >= (1, 29) else "summary-1.27"
     cached = graph.cached_fragments(key)
     if cached is None:
-        rows = np.empty(graph.size, dtype=object)
-        for p, quoted in enumerate(graph.uuid_json):
-            rows[p] = (quoted + ":" + _dumps(_summary_row(graph, p, mv, None)) + ",").encode()
-        cached = (rows,)
+        cached = (np.full(graph.size, None, dtype=object),)
         graph.store_fragments(key, cached)
-    return cached[0]
+    rows: ObjectArray = cached[0]
+    chosen = rows[picked]
+    missing = picked[np.fromiter((x is None for x in chosen.tolist()), dtype=np.bool_)]
+    if len(missing):
+        with_tree = mv >= (1, 29)
+        rows[missing] = [_summary_fragment(graph, p, with_tree) for p in missing.tolist()]
+        chosen = rows[picked]
+    return list(chosen.tolist())
+
+
+def _summary_fragment(graph: ProviderGraph, p: int, with_tree: bool) -> bytes:
+    prov = graph.providers[p]
+    usages = prov.usages
+    order = graph.class_id
+    quote = _quote
+    resources = ",".join(
+        [
+            f'{quote(rc)}:{{"capacity":{int((inv.total - inv.reserved) * inv.allocation_ratio)}'
+            f',"used":{int(usages.get(rc, 0))}}}'
+            for rc, inv in sorted(prov.inventories.items(), key=lambda item: order[item[0]])
+        ]
+    )
+    traits = ",".join([quote(t) for t in sorted(prov.traits)])
+    text = f'{graph.uuid_json[p]}:{{"resources":{{{resources}}},"traits":[{traits}]'
+    if with_tree:
+        parent = _dumps(prov.parent_uuid) if prov.parent_uuid else "null"
+        root = graph.root[p]
+        root_json = (
+            graph.uuid_json[root] if graph.uuids[root] == prov.root_uuid else _dumps(prov.root_uuid)
+        )
+        text += f',"parent_provider_uuid":{parent},"root_provider_uuid":{root_json}'
+    return (text + "},").encode()
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.:-]*")
+_QUOTED: dict[str, str] = {}
+
+
+def _quote(name: str) -> str:
+    """A JSON string literal for a class or trait name (memoized: the set is small)."""
+    quoted = _QUOTED.get(name)
+    if quoted is None:
+        quoted = f'"{name}"' if _PLAIN_NAME.fullmatch(name) else _dumps(name)
+        if len(_QUOTED) < 100_000:
+            _QUOTED[name] = quoted
+    return quoted
 
 
 def _cut(result: SearchResult, query: CandidateQuery, options: CandidateOptions) -> SearchResult:
