@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import exc as sa_exc
+
 from berth.placement import errors, handlers, policy
 from berth.placement.handlers import Endpoint, _always
 from berth.placement.microversion import (
@@ -283,7 +285,12 @@ class PlacementApp:
             )
         vary = True
         try:
-            resp = self._dispatch(req)
+            try:
+                resp = self._dispatch(req)
+            except sa_exc.DataError as exc:
+                # Values the database cannot store (e.g. NUL characters on PostgreSQL) are
+                # bad input, not a server fault.
+                raise errors.BadRequest(f"Invalid input: {exc.orig}") from None
         except errors.PlacementError as exc:
             vary = not exc.outside_handler
             resp = render_error(

@@ -399,6 +399,9 @@ class PlacementStore:
                             "Invalid resource class in resources parameter: No such resource "
                             f"class {rc_name}."
                         )
+                    if amount > MAX_INT:
+                        # No inventory allows more than MAX_INT per allocation (max_unit).
+                        return []
                     stmt = stmt.where(rp.c.id.in_(self._fitting(rc_id, amount)))
             rows = conn.execute(stmt.order_by(rp.c.id)).all()
         return [self._record(r) for r in rows]

@@ -163,9 +163,16 @@ class Request:
     def json_body(self) -> Any:
         """Decode the body as JSON or raise Placement's ``Malformed JSON`` 400."""
         try:
-            return json.loads(self.body.decode("utf-8"))
+            return json.loads(self.body.decode("utf-8"), parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError) as exc:
             raise errors.BadRequest(f"Malformed JSON: {exc}") from None
+        except RecursionError:
+            raise errors.BadRequest("Malformed JSON: nesting too deep") from None
+
+
+def _reject_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON; accepting them would poison capacity arithmetic."""
+    raise ValueError(f"Invalid JSON constant: {name}")
 
 
 @dataclass
