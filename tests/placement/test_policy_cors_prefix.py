@@ -99,6 +99,7 @@ def test_cors_preflight_and_simple_requests(cors_server: Server) -> None:
     simple = api.get("/", token=None, headers={"Origin": "http://valid.example.com"})
     assert simple.headers["access-control-allow-origin"] == "http://valid.example.com"
     assert "OpenStack-API-Version" in simple.headers["access-control-expose-headers"]
+    assert simple.headers["vary"] == "openstack-api-version,Origin"
 
 
 def test_without_cors_origin_gets_no_acao(api: Api) -> None:
@@ -114,3 +115,10 @@ def test_prefix_appears_in_links_and_locations(cors_server: Server) -> None:
     uuid = r.json()["uuid"]
     assert r.headers["location"].endswith(f"/placement/resource_providers/{uuid}")
     assert r.json()["links"][0]["href"] == f"/placement/resource_providers/{uuid}"
+
+
+def test_sigterm_stops_the_server_cleanly(server: Server) -> None:
+    extra = start_server(server.db)
+    assert Api(extra.url).get("/", token=None).status_code == 200
+    extra.stop()
+    assert extra.proc.returncode == 0

@@ -402,7 +402,8 @@ class PlacementApp:
             return
         if origin not in self.cors.allowed_origins and "*" not in self.cors.allowed_origins:
             return
-        resp.set_header("Vary", "Origin")
+        vary = resp.get_header("Vary")
+        resp.set_header("Vary", f"{vary},Origin" if vary else "Origin")
         resp.set_header("Access-Control-Allow-Origin", origin)
         resp.set_header("Access-Control-Allow-Credentials", "true")
         resp.set_header("Access-Control-Expose-Headers", ",".join(self.cors.expose_headers))
