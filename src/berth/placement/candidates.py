@@ -16,15 +16,19 @@ read-only (encode it, do not mutate it).
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from berth.placement.candidates_graph import (
     SHARING_TRAIT,
@@ -88,9 +92,9 @@ def allocation_candidates(
     below 1.10 (the route does not exist there; the HTTP layer answers 404 itself).
     """
     query = parse_query(params, microversion)
-    result = search(graph, query, microversion)
-    result = _cut(result, query, options)
-    return _render(graph, query, result, microversion)
+    with _gc_paused():
+        result = _cut(search(graph, query, microversion), query, options)
+        return _render(graph, query, result, microversion)
 
 
 def allocation_candidates_json(
@@ -107,9 +111,20 @@ def allocation_candidates_json(
     graph caches. ``json.loads`` of the bytes equals ``allocation_candidates``' dict.
     """
     query = parse_query(params, microversion)
+    with _gc_paused():
+        return _encode(graph, query, microversion, options)
+
+
+def _encode(
+    graph: ProviderGraph,
+    query: CandidateQuery,
+    microversion: Microversion,
+    options: CandidateOptions,
+) -> bytes:
     result = _cut(search(graph, query, microversion), query, options)
     if not isinstance(result, FlatResult) or microversion < (1, 27) or len(result.providers) == 0:
-        return _dumps(_render(graph, query, result, microversion)).encode()
+        # orjson: the C ``json`` encoder needs ~40 ns per byte here, orjson a tenth of it.
+        return orjson.dumps(_render(graph, query, result, microversion))
     picked = result.providers
     res = _dumps(result.resources).encode()
     quoted = _quoted_uuids(graph)[picked]
@@ -139,6 +154,36 @@ def allocation_candidates_json(
             b"}}",
         ]
     )
+
+
+_gc_lock = threading.Lock()
+_gc_pausers = 0
+_gc_was_enabled = False
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a response is built.
+
+    A large response is tens of thousands of small acyclic containers; with the
+    collector on, the generation-2 passes they trigger over the whole heap (graph
+    included) cost 2-4x the work itself. Reference counting frees everything as usual;
+    only cycle detection waits. Pauses nest across threads: the collector comes back
+    when the last one ends, and only if it was on before the first.
+    """
+    global _gc_pausers, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pausers == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pausers += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pausers -= 1
+            if _gc_pausers == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def _dumps(value: Any) -> str:
