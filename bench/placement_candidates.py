@@ -122,6 +122,27 @@ def bench_engine(n: int, repeat: int, table: list[tuple[str, ...]]) -> None:
         table.append((f"engine {n}", f"{label} (json bytes)", f"{p50:.2f}", f"{p99:.2f}", count))
 
 
+def bench_engine_nested(n: int, repeat: int, table: list[tuple[str, ...]]) -> None:
+    """N providers as N/3 compute roots (DISK_GB) with two NUMA children (VCPU, MEMORY_MB):
+    the general (multi-provider) path, 4 candidates per tree."""
+    b = GraphBuilder()
+    for i in range(n // 3):
+        root = b.provider(f"cn{i}", DISK_GB=inv(2000))
+        for k in range(2):
+            b.provider(
+                f"cn{i}-numa{k}",
+                parent=root,
+                used={"VCPU": k},
+                VCPU=inv(16, allocation_ratio=4.0),
+                MEMORY_MB=inv(65536),
+            )
+    graph = b.graph()
+    samples, raw = timed(lambda: allocation_candidates_json(graph, FULL, MV), max(3, repeat // 5))
+    p50, p99 = percentiles(samples)
+    count = str(raw.count(b'"allocations"'))
+    table.append((f"engine {n}", "nested full (json bytes)", f"{p50:.2f}", f"{p99:.2f}", count))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -260,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     table: list[tuple[str, ...]] = []
     for n in args.sizes:
         bench_engine(n, args.repeat, table)
+        bench_engine_nested(n, args.repeat, table)
     if not args.no_http:
         for n in args.sizes:
             bench_http(n, args.repeat, args.db, args.threads, table)
