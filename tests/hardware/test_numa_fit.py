@@ -352,3 +352,22 @@ def test_usage_refuses_to_pin_a_cpu_twice() -> None:
     busy = topo(cell(0, cpus="0-3", pcpus="4-7", siblings=["4,5", "6,7"], pinned="5"))
     with pytest.raises(NUMAUsageError, match="already pinned"):
         numa_usage_from_instance_numa(busy, fitted)
+
+
+def test_guests_without_a_page_size_use_the_smallest_pages() -> None:
+    fitted = numa_fit_instance_to_host(topo(PAGED), guest(shared(1, memory=512)), LIMITS)
+    assert fitted is not None and fitted.cells[0].pagesize is None
+    after = numa_usage_from_instance_numa(topo(PAGED), fitted)
+    assert [p.used for p in after.cells[0].mempages] == [131072, 512, 0]
+
+
+def test_a_mixed_cell_without_dedicated_vcpus_does_not_fit() -> None:
+    # Nova counts an empty pinning as a failed pinning.
+    inst = guest(InstanceNUMACell(0, cpuset={0, 1}, memory=512, cpu_policy="mixed"))
+    assert numa_fit_instance_to_host(topo(SMT), inst, LIMITS) is None
+
+
+def test_emulator_pcpu_must_be_found_beside_the_pinned_ones() -> None:
+    # Four free threads and four vCPUs: no pCPU is left for the emulator threads.
+    host = topo(cell(0, cpus="0-3", pcpus="4-8", siblings=["4,5", "6,7", "8"], pinned="8"))
+    assert numa_fit_instance_to_host(host, guest(dedicated(4), emulator="isolate"), LIMITS) is None

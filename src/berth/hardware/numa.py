@@ -833,20 +833,37 @@ def prepare_request(spec: Any, config: Any) -> None:
 
 # -------------------------------------------------------------------------- fitting
 def _get_pinning(
-    threads_no: int, sibling_sets: Sequence[set[int]], instance_cores: set[int], reserved: int
-) -> tuple[list[tuple[int, int]], set[int] | None] | None:
-    """Pin ``instance_cores`` on the first ``threads_no`` threads of each sibling set, and
-    set ``reserved`` further pCPUs aside; None if they do not fit."""
-    if threads_no * len(sibling_sets) < len(instance_cores) + reserved:
+    threads_no: int, sibling_sets: Sequence[set[int]], instance_cores: set[int]
+) -> list[tuple[int, int]] | None:
+    """Pin ``instance_cores`` (sorted) on the first ``threads_no`` threads of each
+    sibling set in turn; None if those threads are too few."""
+    if threads_no * len(sibling_sets) < len(instance_cores):
         return None
     usable = [sorted(s)[:threads_no] for s in sibling_sets]
-    pinning = list(zip(sorted(instance_cores), itertools.chain.from_iterable(usable)))
-    cpuset_reserved = None
-    if reserved:
-        used = {pcpu for _, pcpu in pinning}
-        left = [cpu for core in usable for cpu in core if cpu not in used]
-        cpuset_reserved = set(left[:reserved])
-    return pinning, cpuset_reserved
+    return list(zip(sorted(instance_cores), itertools.chain.from_iterable(usable)))
+
+
+def _get_reserved(
+    sibling_sets: Sequence[set[int]],
+    pinning: list[tuple[int, int]] | None,
+    num_reserved: int,
+    isolate: bool = False,
+) -> set[int] | None:
+    """The pCPUs set aside for emulator threads: the first free threads left once the
+    pinned ones (or, under ``isolate``, their whole cores) are taken; None if none."""
+    if not pinning or not num_reserved:
+        return None
+    usable = [sorted(s) for s in sibling_sets]
+    for _, pcpu in pinning:
+        for core in usable:
+            if pcpu in core:
+                if isolate:
+                    usable.remove(core)
+                else:
+                    core.remove(pcpu)
+                break
+    reserved = set(list(itertools.chain.from_iterable(usable))[:num_reserved])
+    return reserved or None
 
 
 def _pack_instance_onto_cores(
@@ -857,44 +874,46 @@ def _pack_instance_onto_cores(
     ``require`` only uses cores with at least two free siblings; ``isolate`` takes one
     thread per fully free core (and the whole core is consumed); ``prefer`` (the default)
     tries the cores with the most free siblings first and falls back to any free threads.
+    Emulator threads need ``num_cpu_reserved`` further free pCPUs. As in Nova, a cell
+    with no dedicated vCPU to pin does not fit (an empty pinning counts as a failure).
     """
-    free_siblings = host_cell.free_siblings
     threads_per_core = max((len(s) for s in host_cell.siblings), default=1) or 1
     # sibling_sets[k]: the sibling sets with at least k free threads, in host order.
     sibling_sets: dict[int, list[set[int]]] = {}
-    for sib in free_siblings:
+    for sib in host_cell.free_siblings:
         for k in range(1, len(sib) + 1):
             sibling_sets.setdefault(k, []).append(sib)
     wanted = instance_cell.pcpuset
     policy = instance_cell.cpu_thread_policy
-    result: tuple[list[tuple[int, int]], set[int] | None] | None = None
+    pinning: list[tuple[int, int]] | None = None
+    reserved: set[int] | None = None
 
-    if not wanted and not num_cpu_reserved:
-        result = ([], None)
-    elif policy == ISOLATE:
+    if policy == ISOLATE:
         if threads_per_core not in sibling_sets:
             return None  # no fully free core to emulate a non-SMT host with
         if threads_per_core != 1 and host_cell.pcpuset != host_cell.cpuset:
             # Nova refuses isolate on an SMT host configured with cpu_dedicated_set: only
             # the legacy vcpu_pin_set layout (cpuset == pcpuset) may reserve siblings.
             return None
-        result = _get_pinning(1, sibling_sets[threads_per_core], wanted, num_cpu_reserved)
+        pinning = _get_pinning(1, sibling_sets[threads_per_core], wanted)
+        reserved = _get_reserved(sibling_sets.get(1, []), pinning, num_cpu_reserved, isolate=True)
     else:
         if policy == REQUIRE and threads_per_core <= 1:
             return None
         for threads_no in sorted(sibling_sets, reverse=True):
             if policy == REQUIRE and threads_no <= 1:
                 continue
-            result = _get_pinning(threads_no, sibling_sets[threads_no], wanted, num_cpu_reserved)
-            if result and result[0]:
-                break
-            result = None
-        if policy != REQUIRE and not result:
+            pinning = _get_pinning(threads_no, sibling_sets[threads_no], wanted)
+            reserved = _get_reserved(sibling_sets.get(1, []), pinning, num_cpu_reserved)
+            if not pinning or (num_cpu_reserved and not reserved):
+                continue
+            break
+        if policy != REQUIRE and not pinning:
             singles = [{cpu} for sib in sibling_sets.get(1, []) for cpu in sorted(sib)]
-            result = _get_pinning(1, singles, wanted, num_cpu_reserved)
-    if result is None or (wanted and not result[0]):
+            pinning = _get_pinning(1, singles, wanted)
+            reserved = _get_reserved(singles, pinning, num_cpu_reserved)
+    if not pinning or (num_cpu_reserved and not reserved):
         return None
-    pinning, reserved = result
     fitted = instance_cell.copy()
     fitted.cpu_pinning = dict(pinning)
     fitted.cpuset_reserved = reserved
@@ -1108,11 +1127,16 @@ def _pin(cell: NUMACell, cpus: set[int], with_siblings: bool) -> frozenset[int]:
 
 
 def _pages_after(cell: NUMACell, instance_cell: InstanceNUMACell) -> tuple[NUMAPagesTopology, ...]:
-    if not instance_cell.pagesize or instance_cell.pagesize < 0:
+    """Mempages after the guest cell's memory is taken from its page size (the chosen one,
+    or the smallest when none was asked for)."""
+    if not cell.mempages:
         return cell.mempages
+    size = instance_cell.pagesize
+    if not size or size < 0:
+        size = min(p.size_kb for p in cell.mempages)
     pages = []
     for p in cell.mempages:
-        if p.size_kb == instance_cell.pagesize:
+        if p.size_kb == size:
             used = max(0, p.used + (instance_cell.memory * 1024) // p.size_kb)
             p = dataclasses.replace(p, used=used)
         pages.append(p)
