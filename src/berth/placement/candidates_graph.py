@@ -131,10 +131,44 @@ class ProviderGraph:
         self.size = n
         self.uuids: list[str] = [p.uuid for p in self.providers]
         self.index: dict[str, int] = {u: i for i, u in enumerate(self.uuids)}
-        # JSON string literals of the uuids, for the pre-encoded response path.
-        self.uuid_json: list[str] = [
-            f'"{u}"' if _PLAIN.fullmatch(u) else json.dumps(u) for u in self.uuids
-        ]
+        # JSON string literals of the uuids, for the pre-encoded response path. Store
+        # uuids never need escaping; one regex over all of them checks that at C speed.
+        if _PLAIN.fullmatch("".join(self.uuids)):
+            self.uuid_json: list[str] = [f'"{u}"' for u in self.uuids]
+        else:
+            self.uuid_json = [json.dumps(u) for u in self.uuids]
+
+        # One pass over the providers collects everything below; the graph is rebuilt
+        # after every change, so this constructor is on the scheduling path too.
+        index = self.index
+        root: list[int] = []
+        parent: list[int | None] = []
+        by_trait: dict[str, list[int]] = {}
+        by_agg: dict[str, list[int]] = {}
+        per_class: dict[str, list[tuple[float, ...]]] = {}
+        for i, p in enumerate(self.providers):
+            # A root_uuid that names no provider in the snapshot (not expected from a
+            # consistent store) makes the provider its own root.
+            root.append(index.get(p.root_uuid, i))
+            parent.append(index.get(p.parent_uuid) if p.parent_uuid else None)
+            for t in p.traits:
+                by_trait.setdefault(t, []).append(i)
+            for a in p.aggregates:
+                by_agg.setdefault(a, []).append(i)
+            usages = p.usages
+            for rc, v in p.inventories.items():
+                per_class.setdefault(rc, []).append(
+                    (
+                        i,
+                        v.total,
+                        v.reserved,
+                        v.allocation_ratio,
+                        v.min_unit,
+                        v.max_unit,
+                        v.step_size,
+                        usages.get(rc, 0),
+                    )
+                )
 
         # Resource class ids order the classes inside a combination (reference 5, step 4):
         # standard classes in the library's order, custom ones in the order given (the
@@ -142,35 +176,26 @@ class ProviderGraph:
         self.class_id: dict[str, int] = {
             name: i for i, name in enumerate(os_resource_classes.STANDARDS)
         }
-        extra = [c for p in self.providers for c in p.inventories]
-        for name in [*class_names, *extra]:
+        for name in [*class_names, *per_class]:
             if name not in self.class_id:
                 self.class_id[name] = CUSTOM_CLASS_BASE_ID + len(self.class_id)
 
-        # Tree structure. A root_uuid that names no provider in the snapshot (should not
-        # happen with a consistent store) is treated as the provider being its own root.
-        self.root: list[int] = []
-        self.parent: list[int | None] = []
-        for i, p in enumerate(self.providers):
-            self.root.append(self.index.get(p.root_uuid, i))
-            self.parent.append(self.index.get(p.parent_uuid) if p.parent_uuid else None)
-        self.root_array: IntArray = np.asarray(self.root, dtype=np.int64)
-        self.has_trees: bool = any(par is not None for par in self.parent)
+        # Tree structure.
+        self.root: list[int] = root
+        self.parent: list[int | None] = parent
+        self.root_array: IntArray = np.asarray(root, dtype=np.int64).reshape(n)
+        self.has_trees: bool = any(par is not None for par in parent)
         self.tree_members: dict[int, list[int]] = {}
-        for i, r in enumerate(self.root):
-            self.tree_members.setdefault(r, []).append(i)
+        if self.has_trees:
+            for i, r in enumerate(root):
+                self.tree_members.setdefault(r, []).append(i)
+        else:
+            self.tree_members = {i: [i] for i in range(n)}
         self.is_root_mask: BoolArray = np.asarray(
-            [par is None for par in self.parent], dtype=np.bool_
+            [par is None for par in parent], dtype=np.bool_
         ).reshape(n)
 
         # Posting sets: trait / aggregate name -> provider indexes holding it directly.
-        by_trait: dict[str, set[int]] = {}
-        by_agg: dict[str, set[int]] = {}
-        for i, p in enumerate(self.providers):
-            for t in p.traits:
-                by_trait.setdefault(t, set()).add(i)
-            for a in p.aggregates:
-                by_agg.setdefault(a, set()).add(i)
         self.by_trait: dict[str, frozenset[int]] = {k: frozenset(v) for k, v in by_trait.items()}
         self.by_agg: dict[str, frozenset[int]] = {k: frozenset(v) for k, v in by_agg.items()}
 
@@ -179,33 +204,27 @@ class ProviderGraph:
         self.sharing: frozenset[int] = self.by_trait.get(SHARING_TRAIT, frozenset())
         self.sharing_anchors: dict[int, tuple[int, ...]] = {}
         for s in sorted(self.sharing):
-            roots = {self.root[s]}
+            roots = {root[s]}
             for agg in self.providers[s].aggregates:
-                roots.update(self.root[j] for j in self.by_agg[agg])
+                roots.update(root[j] for j in self.by_agg[agg])
             self.sharing_anchors[s] = tuple(sorted(roots))
 
-        # Per-class columns over all providers.
+        # Per-class columns over all providers, from one 2-D array per class (float64
+        # holds every inventory integer exactly: they are at most 2**31 - 1).
         self.columns: dict[str, ClassColumns] = {}
-        per_class: dict[str, list[tuple[int, Inventory]]] = {}
-        for i, p in enumerate(self.providers):
-            for rc, inv in p.inventories.items():
-                per_class.setdefault(rc, []).append((i, inv))
         for rc, rows in per_class.items():
-            # Fill through one fancy-indexed assignment per column: per-element NumPy
-            # stores cost ~10x more, and the graph is rebuilt after every change.
-            idx = np.fromiter((i for i, _ in rows), dtype=np.int64, count=len(rows))
-            invs = [inv for _, inv in rows]
-            provs = self.providers
+            table = np.array(rows, dtype=np.float64).reshape(len(rows), 8)
+            idx = table[:, 0].astype(np.int64)
             cap = np.full(n, -np.inf, dtype=np.float64)
-            cap[idx] = [(v.total - v.reserved) * v.allocation_ratio for v in invs]
+            cap[idx] = (table[:, 1] - table[:, 2]) * table[:, 3]
             used = np.zeros(n, dtype=np.int64)
-            used[idx] = [provs[i].usages.get(rc, 0) for i, _ in rows]
+            used[idx] = table[:, 7]
             min_unit = np.zeros(n, dtype=np.int64)
-            min_unit[idx] = [v.min_unit for v in invs]
+            min_unit[idx] = table[:, 4]
             max_unit = np.zeros(n, dtype=np.int64)
-            max_unit[idx] = [v.max_unit for v in invs]
+            max_unit[idx] = table[:, 5]
             step = np.ones(n, dtype=np.int64)
-            step[idx] = [max(v.step_size, 1) for v in invs]
+            step[idx] = np.maximum(table[:, 6], 1)
             self.columns[rc] = ClassColumns(cap, used, min_unit, max_unit, step)
 
         self._caches = _Caches()
