@@ -57,9 +57,6 @@ CONCURRENT_MSG = "Another thread concurrently updated the data. Please retry you
 
 # Prebuilt statements for the hottest paths: building Core constructs per call costs more
 # than executing them on SQLite, and text() statements have trivial cache keys.
-_BUMP_SEQ = sa.text(
-    "UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 RETURNING change_seq"
-)
 _READ_SEQ = sa.text("SELECT change_seq FROM berth_state WHERE id = 1")
 _READ_STATE = sa.text("SELECT change_seq, full_seq FROM berth_state WHERE id = 1")
 _MARK_FULL = sa.text("UPDATE berth_state SET full_seq = :seq WHERE id = 1")
@@ -73,11 +70,17 @@ INCREMENTAL_LIMIT = 2000
 CHANGE_LOG_KEEP = 5000
 _TOUCHED = "berth_touched"
 _FULL = "berth_full"
-_INSERT_ROOT_RP = sa.text(
-    "INSERT INTO resource_providers (uuid, name, generation, created_at) "
-    "VALUES (:uuid, :name, 0, :now) RETURNING id"
+# Raw DBAPI statements (``?`` placeholders, rewritten for psycopg) for the write hot
+# path: they skip SQLAlchemy's per-execution context, which costs more than SQLite itself.
+_RAW_BUMP_SEQ = (
+    "UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 RETURNING change_seq"
 )
-_SET_OWN_ROOT = sa.text("UPDATE resource_providers SET root_provider_id = id WHERE id = :id")
+_RAW_LOG_CHANGE = "INSERT INTO berth_provider_changes (seq, provider_id) VALUES (?, ?)"
+_RAW_INSERT_ROOT_RP = (
+    "INSERT INTO resource_providers (uuid, name, generation, created_at) "
+    "VALUES (?, ?, 0, ?) RETURNING id"
+)
+_RAW_SET_OWN_ROOT = "UPDATE resource_providers SET root_provider_id = id WHERE id = ?"
 _INSERT_CHILD_RP = sa.text(
     "INSERT INTO resource_providers "
     "(uuid, name, generation, parent_provider_id, root_provider_id, created_at) "
@@ -245,17 +248,41 @@ class PlacementStore:
             conn.info[_TOUCHED] = set()
             conn.info[_FULL] = False
             yield conn
-            seq = int(conn.execute(_BUMP_SEQ).scalar_one())
+            seq = int(self._raw(conn, _RAW_BUMP_SEQ, ()).fetchone()[0])
             touched = conn.info.pop(_TOUCHED, set())
             if touched:
-                conn.execute(
-                    sa.insert(db.berth_provider_changes),
-                    [{"seq": seq, "provider_id": rp_id} for rp_id in touched],
-                )
+                self._raw_many(conn, _RAW_LOG_CHANGE, [(seq, rp_id) for rp_id in touched])
             if conn.info.pop(_FULL, False):
                 conn.execute(_MARK_FULL, {"seq": seq})
             if seq % 500 == 0:
                 conn.execute(_PRUNE_CHANGES, {"seq": seq - CHANGE_LOG_KEEP})
+
+    def _raw(self, conn: Connection, sql: str, params: Sequence[Any]) -> Any:
+        """Execute on the transaction's DBAPI connection; returns the cursor."""
+        if not self.is_sqlite:
+            sql = sql.replace("?", "%s")
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(sql, tuple(params))
+        except self.engine.dialect.loaded_dbapi.Error as exc:
+            # Wrap like SQLAlchemy does, so IntegrityError/DataError handling is uniform.
+            raise sa.exc.DBAPIError.instance(
+                sql, params, exc, self.engine.dialect.loaded_dbapi.Error
+            ) from exc
+        return cursor
+
+    def _raw_many(self, conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """executemany on the transaction's DBAPI connection."""
+        if not self.is_sqlite:
+            sql = sql.replace("?", "%s")
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(sql, [tuple(r) for r in rows])
+        except self.engine.dialect.loaded_dbapi.Error as exc:
+            raise sa.exc.DBAPIError.instance(
+                sql, rows, exc, self.engine.dialect.loaded_dbapi.Error
+            ) from exc
+        cursor.close()
 
     @staticmethod
     def _touch(conn: Connection, *rp_ids: int) -> None:
@@ -478,10 +505,10 @@ class PlacementStore:
                 now = utcnow()
                 # Uniqueness is left to the constraints: the common case costs one INSERT.
                 if parent_id is None:
-                    new_id = conn.execute(
-                        _INSERT_ROOT_RP, {"uuid": rp_uuid, "name": name, "now": now}
-                    ).scalar_one()
-                    conn.execute(_SET_OWN_ROOT, {"id": new_id})
+                    cursor = self._raw(conn, _RAW_INSERT_ROOT_RP, (rp_uuid, name, now))
+                    new_id = int(cursor.fetchone()[0])
+                    cursor.close()
+                    self._raw(conn, _RAW_SET_OWN_ROOT, (new_id,)).close()
                     self._touch(conn, new_id)
                 else:
                     new_id = conn.execute(
