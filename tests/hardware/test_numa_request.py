@@ -264,3 +264,57 @@ def test_parsing_either_raises_extra_spec_errors_or_covers_every_vcpu_and_mb_onc
         assert pinned and pinned != set(range(vcpus))
     else:
         assert not pinned
+
+
+def test_resources_pcpu_stands_for_the_dedicated_policy() -> None:
+    topo = specs(vcpus=2, extra={"resources:PCPU": "2"})
+    assert topo is not None and topo.cells[0].cpu_policy == "dedicated"
+    topo = specs(vcpus=2, extra={"resources:PCPU": "3", "hw:emulator_threads_policy": "isolate"})
+    assert topo is not None and topo.emulator_threads_isolated
+
+
+def test_resources_vcpu_stands_for_the_shared_policy() -> None:
+    assert specs(vcpus=2, extra={"resources:VCPU": "2"}) is None
+
+
+def test_the_hyperthreading_trait_stands_for_a_thread_policy() -> None:
+    topo = specs(vcpus=2, extra={"hw:cpu_policy": "dedicated", "trait:HW_CPU_HYPERTHREADING": "forbidden"})
+    assert topo is not None and topo.cells[0].cpu_thread_policy == "isolate"
+    topo = specs(vcpus=2, extra={"hw:cpu_policy": "dedicated"},
+                 image={"traits_required": ["HW_CPU_HYPERTHREADING"]})
+    assert topo is not None and topo.cells[0].cpu_thread_policy == "require"
+
+
+def test_mixed_with_a_realtime_mask_dedicates_the_realtime_vcpus() -> None:
+    topo = specs(vcpus=4, extra={"hw:cpu_policy": "mixed", "hw:cpu_realtime": "yes",
+                                 "hw:cpu_realtime_mask": "^0-1"})
+    assert topo is not None and topo.cells[0].pcpuset == {2, 3}
+
+
+@pytest.mark.parametrize(
+    ("extra", "image", "key"),
+    [
+        ({"hw:cpu_policy": "dedicated", "resources:PCPU": "4"}, {}, "hw:cpu_policy"),
+        ({"resources:PCPU": "2", "resources:VCPU": "2"}, {}, "resources:PCPU"),
+        ({"resources:PCPU": "3"}, {}, "resources:PCPU"),
+        ({"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "prefer",
+          "trait:HW_CPU_HYPERTHREADING": "required"}, {}, "trait:HW_CPU_HYPERTHREADING"),
+        ({"hw:cpu_realtime": "yes", "hw:cpu_realtime_mask": "^0"}, {}, "hw:cpu_realtime"),
+        ({"hw:cpu_policy": "dedicated", "hw:cpu_realtime": "yes"}, {}, "hw:cpu_realtime_mask"),
+        ({"hw:cpu_policy": "mixed", "hw:cpu_realtime": "yes", "hw:cpu_realtime_mask": "^0",
+          "hw:cpu_dedicated_mask": "1"}, {}, "hw:cpu_dedicated_mask"),
+        ({"hw:cpu_policy": "dedicated", "hw:cpu_realtime": "yes"}, {"hw_cpu_realtime_mask": "0-9"},
+         "hw_cpu_realtime_mask"),
+    ],
+    ids=["a CPU policy with explicit PCPU resources", "both VCPU and PCPU resources",
+         "PCPU resources that differ from the vCPUs", "a thread policy with the hyperthreading trait",
+         "realtime without pinning", "every vCPU realtime without an emulator policy",
+         "both a realtime and a dedicated mask on a mixed flavor",
+         "an image realtime mask beyond the vCPUs"],
+)
+def test_bad_cpu_resource_trait_and_realtime_combinations(
+    extra: dict[str, str], image: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(ExtraSpecError) as err:
+        specs(vcpus=4, extra=extra, image=image)
+    assert err.value.details["key"] == key

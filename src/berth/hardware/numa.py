@@ -567,15 +567,72 @@ def _thread_policy(specs: Mapping[str, str], image_props: Any) -> str | None:
     return flavor
 
 
-def _emulator_policy(specs: Mapping[str, str], image_props: Any) -> str | None:
-    flavor = _choice("hw:emulator_threads_policy", _text(specs.get("hw:emulator_threads_policy")),
-                     EMULATOR_POLICIES)
-    image = _choice("hw_emulator_threads_policy",
-                    _text(_image_get(image_props, "hw_emulator_threads_policy")), EMULATOR_POLICIES)
-    if flavor and image and flavor != image:
-        raise _bad("hw_emulator_threads_policy", image,
-                   f"conflicts with the flavor's hw:emulator_threads_policy={flavor}")
-    return flavor or image
+def _emulator_policy(specs: Mapping[str, str]) -> str | None:
+    # Nova reads the emulator threads policy from the flavor only.
+    return _choice("hw:emulator_threads_policy", _text(specs.get("hw:emulator_threads_policy")),
+                   EMULATOR_POLICIES)
+
+
+_TRUE_WORDS = frozenset({"1", "t", "true", "on", "y", "yes"})
+_RESOURCE_VCPU_RE = re.compile(r"resources([1-9][0-9]*)?:VCPU")
+_RESOURCE_PCPU_RE = re.compile(r"resources([1-9][0-9]*)?:PCPU")
+_HT_TRAIT_RE = re.compile(r"trait([1-9][0-9]*)?:HW_CPU_HYPERTHREADING")
+
+
+def _explicit_cpu_resources(specs: Mapping[str, str]) -> tuple[int, int]:
+    """``resources[N]:VCPU`` and ``resources[N]:PCPU`` totals (non-numbers are ignored
+    here, as Nova leaves them to the placement request parser)."""
+    vcpu = pcpu = 0
+    for key, value in specs.items():
+        for pattern, is_pcpu in ((_RESOURCE_VCPU_RE, False), (_RESOURCE_PCPU_RE, True)):
+            if pattern.match(key):
+                try:
+                    amount = int(value)
+                except (TypeError, ValueError):
+                    continue
+                if is_pcpu:
+                    pcpu += amount
+                else:
+                    vcpu += amount
+    return vcpu, pcpu
+
+
+def _hyperthreading_trait(specs: Mapping[str, str], image_props: Any) -> str | None:
+    for key, value in specs.items():
+        if _HT_TRAIT_RE.match(key):
+            return value
+    required = _image_get(image_props, "traits_required") or []
+    if "HW_CPU_HYPERTHREADING" in required:
+        return "required"
+    return None
+
+
+def _realtime_cpus(specs: Mapping[str, str], image_props: Any, vcpus: int,
+                   emulator_policy: str | None) -> set[int] | None:
+    if str(specs.get("hw:cpu_realtime", "")).strip().lower() not in _TRUE_WORDS:
+        return None
+    image_mask = _text(_image_get(image_props, "hw_cpu_realtime_mask"))
+    flavor_mask = _text(specs.get("hw:cpu_realtime_mask"))
+    # The image's mask is more specific and wins.
+    key, mask = ("hw_cpu_realtime_mask", image_mask) if image_mask else (
+        "hw:cpu_realtime_mask", flavor_mask)
+    everything = set(range(vcpus))
+    if mask:
+        try:
+            rt = parse_cpu_spec(f"0-{vcpus - 1},{mask}" if mask.startswith("^") else mask)
+        except ValueError as exc:
+            raise _bad(key, mask, str(exc)) from None
+    else:
+        rt = set(everything)
+    if not rt:
+        raise _bad(key, mask, "the realtime mask leaves no realtime vCPU")
+    if rt == everything and not emulator_policy:
+        raise _bad(key, mask, "every vCPU is realtime: leave one out or set "
+                   "hw:emulator_threads_policy")
+    if not rt <= everything:
+        raise _bad(key, mask, f"vCPUs {format_cpu_spec(rt - everything)} are outside the "
+                   f"flavor's {vcpus} vCPUs")
+    return rt
 
 
 def _parse_pagesize(key: str, value: str) -> int:
@@ -722,18 +779,47 @@ def numa_topology_from_request(flavor: Any, image_props: Any) -> InstanceNUMATop
     (dedicated/mixed) is requested. Without ``hw:numa_cpus.N``/``hw:numa_mem.N`` the vCPUs
     and memory are split evenly over the nodes; with them, every node must be given both
     and together they must cover every vCPU once and all the memory. The image may add
-    what the flavor leaves open but may not contradict it. Any bad value or conflict
+    what the flavor leaves open but may not contradict it. ``resources:PCPU`` /
+    ``resources:VCPU`` stand for the dedicated / shared policy, the
+    ``HW_CPU_HYPERTHREADING`` trait for the isolate (forbidden) / require (required)
+    thread policy, and a mixed flavor may take its dedicated vCPUs from a realtime mask
+    (``hw:cpu_realtime`` + ``hw:cpu_realtime_mask`` / ``hw_cpu_realtime_mask``). The
+    emulator threads policy is read from the flavor only. Any bad value or conflict
     raises :class:`~berth.errors.ExtraSpecError` naming the key and the value.
     """
     specs: Mapping[str, str] = getattr(flavor, "extra_specs", None) or {}
     vcpus = int(flavor.vcpus)
     memory_mb = int(flavor.memory_mb)
-    nodes = _numa_nodes(specs, image_props)
-    pagesize = _pagesize(specs, image_props)
+    # Same order as Nova, so that of several problems the same one is reported.
     cpu_policy = _cpu_policy(specs, image_props)
     thread_policy = _thread_policy(specs, image_props)
-    emulator_policy = _emulator_policy(specs, image_props)
+    emulator_policy = _emulator_policy(specs)
+    realtime = _realtime_cpus(specs, image_props, vcpus, emulator_policy)
     dedicated = _dedicated_mask(specs, vcpus)
+
+    # Explicit VCPU/PCPU resources and the hyperthreading trait stand in for policies.
+    requested_vcpu, requested_pcpu = _explicit_cpu_resources(specs)
+    if cpu_policy and (requested_vcpu or requested_pcpu):
+        raise _bad("hw:cpu_policy", cpu_policy, "cannot be combined with resources:VCPU or "
+                   "resources:PCPU extra specs; use one or the other")
+    if requested_vcpu and requested_pcpu:
+        raise _bad("resources:PCPU", requested_pcpu, "cannot be combined with resources:VCPU")
+    if requested_pcpu:
+        wanted = vcpus + 1 if emulator_policy == EMULATOR_ISOLATE else vcpus
+        if requested_pcpu != wanted:
+            raise _bad("resources:PCPU", requested_pcpu, f"must be exactly {wanted} (the "
+                       "flavor's vCPUs, plus one with isolated emulator threads)")
+        cpu_policy = DEDICATED
+    if requested_vcpu:
+        cpu_policy = SHARED
+    ht_trait = _hyperthreading_trait(specs, image_props)
+    if thread_policy and ht_trait:
+        raise _bad("trait:HW_CPU_HYPERTHREADING", ht_trait, "cannot be combined with a CPU "
+                   "thread policy; use one or the other")
+    if ht_trait == "forbidden":
+        thread_policy = ISOLATE
+    elif ht_trait == "required":
+        thread_policy = REQUIRE
 
     if cpu_policy in (SHARED, None):
         if thread_policy:
@@ -746,12 +832,25 @@ def numa_topology_from_request(flavor: Any, image_props: Any) -> InstanceNUMATop
         if dedicated:
             raise _bad("hw:cpu_dedicated_mask", specs.get("hw:cpu_dedicated_mask"),
                        "needs hw:cpu_policy=mixed")
+        if realtime:
+            raise _bad("hw:cpu_realtime", specs.get("hw:cpu_realtime"),
+                       "realtime vCPUs need hw:cpu_policy=dedicated or mixed")
     elif cpu_policy == DEDICATED:
         if dedicated:
             raise _bad("hw:cpu_dedicated_mask", specs.get("hw:cpu_dedicated_mask"),
                        "needs hw:cpu_policy=mixed, not dedicated")
-    elif cpu_policy == MIXED and not dedicated:
-        raise _bad("hw:cpu_policy", MIXED, "a mixed instance needs hw:cpu_dedicated_mask")
+    else:  # mixed
+        if realtime and dedicated:
+            raise _bad("hw:cpu_dedicated_mask", specs.get("hw:cpu_dedicated_mask"),
+                       "a mixed instance takes its dedicated vCPUs from hw:cpu_dedicated_mask "
+                       "or from a realtime mask, not both")
+        if not (realtime or dedicated):
+            raise _bad("hw:cpu_policy", MIXED, "a mixed instance needs hw:cpu_dedicated_mask "
+                       "(or hw:cpu_realtime with a mask)")
+        dedicated = dedicated or realtime
+
+    nodes = _numa_nodes(specs, image_props)
+    pagesize = _pagesize(specs, image_props)
 
     if not (nodes or pagesize or cpu_policy in _PINNING_POLICIES):
         # hw:numa_cpus.N / hw:numa_mem.N alone do not ask for a topology (as in Nova).
