@@ -22,7 +22,9 @@ Pool selection for one request, in order (Nova 34's ``_filter_pools``):
    a stricter set is used whenever it holds enough devices;
 3. PF pools are dropped unless ``dev_type=type-PF`` is asked, ``vdpa`` pools unless
    asked, ``remote_managed=true`` pools unless asked;
-4. when placement mapped the request to resource providers, only pools on them remain;
+4. when placement mapped the request to resource providers, only pools on them that
+   still hold what placement allocated from them remain (and consumption then takes
+   exactly that from each);
 5. ``live_migratable`` true/false in the request keeps only pools with the same value
    (a pool without the tag is not live-migratable);
 6. the request fails when the surviving pools hold fewer than ``count`` devices.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -432,18 +435,24 @@ def _filter_numa(
     return sorted(pools, key=lambda p: p.get("numa_node") not in cell_ids)
 
 
-def _rp_uuids(request: InstancePCIRequest, provider_mapping: Mapping[str, Sequence[str]] | None) -> set[str]:
+def _rp_uuids(request: InstancePCIRequest, provider_mapping: Mapping[str, Sequence[str]] | None) -> list[str]:
+    """The providers placement took the request's devices from, once per device.
+
+    Without a mapping, the spec's comma-joined ``rp_uuids`` (if any) stand in. A mapping
+    names PCI request groups ``{request_id}`` or ``{request_id}-{n}``, each served by
+    one provider.
+    """
     if not provider_mapping:
         rp_text = request.spec[0].get("rp_uuids") if request.spec else None
-        return set(str(rp_text).split(",")) if rp_text else set()
+        return str(rp_text).split(",") if rp_text else []
     rid = request.request_id
     if not rid:
-        return set()
-    return {
+        return []
+    return [
         uuids[0]
         for group, uuids in provider_mapping.items()
         if uuids and (group == rid or group.startswith(rid + "-"))
-    }
+    ]
 
 
 def filter_pools(
@@ -470,7 +479,11 @@ def filter_pools(
         chosen = [p for p in chosen if not _as_bool(p.get(REMOTE_MANAGED_TAG))]
     rp_uuids = _rp_uuids(request, provider_mapping)
     if rp_uuids:
-        chosen = [p for p in chosen if p.get("rp_uuid") in rp_uuids]
+        # Only pools placement allocated from, and able to give what it allocated.
+        per_rp = Counter(rp_uuids)
+        chosen = [p for p in chosen
+                  if p.get("rp_uuid") is not None and p["rp_uuid"] in per_rp
+                  and p["count"] >= per_rp[p["rp_uuid"]]]
     live = specs[0].get(LIVE_MIGRATABLE_TAG)
     if live is not None:
         wanted = _as_bool(live)
@@ -488,8 +501,17 @@ def _apply_request(
     host: NUMATopology | None,
 ) -> bool:
     chosen = filter_pools(pools, request, numa_cells, provider_mapping, host)
-    if chosen is None:
+    if not chosen:
         return False
+    rp_uuids = _rp_uuids(request, provider_mapping)
+    if rp_uuids:
+        # Follow placement's allocation: each pool gives what was allocated from its RP.
+        per_rp = Counter(rp_uuids)
+        for pool in chosen:
+            pool["count"] -= per_rp[pool["rp_uuid"]]
+            if pool["count"] == 0:
+                _remove(pools, pool)
+        return True
     needed = request.count
     for pool in chosen:
         if pool["count"] > needed:
@@ -497,15 +519,18 @@ def _apply_request(
             needed = 0
         else:
             needed -= pool["count"]
-            # Identity, not equality: two pools may hold equal values.
-            for i, candidate in enumerate(pools):
-                if candidate is pool:
-                    del pools[i]
-                    break
+            _remove(pools, pool)
         if not needed:
             break
     return True
 
+
+def _remove(pools: list[dict[str, Any]], pool: dict[str, Any]) -> None:
+    # Identity, not equality: two pools may hold equal values.
+    for i, candidate in enumerate(pools):
+        if candidate is pool:
+            del pools[i]
+            return
 
 
 def mapping_keyer(requests: Sequence[InstancePCIRequest]) -> Callable[[Any], Any]:
