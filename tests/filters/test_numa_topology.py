@@ -262,3 +262,22 @@ def test_bulk_and_per_host_paths_agree_on_passes_candidates_and_limits(
     assert list(bulk) == per_host
     assert ws_bulk.candidates == ws_host.candidates
     assert [ws_bulk.limits(r) for r in range(len(snap))] == [ws_host.limits(r) for r in range(len(snap))]
+
+
+def test_bulk_fits_once_per_distinct_topology_and_ratios(monkeypatch: pytest.MonkeyPatch) -> None:
+    import berth.filters.numa_topology as module
+
+    calls = []
+    real = module.numa_fit_instance_to_host
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "numa_fit_instance_to_host", counting)
+    snap = cloud(*[host(f"h{i}", numa_topology=numa(SMT_HOST if i % 2 else FLAT_HOST))
+                   for i in range(40)], host("x", numa_topology=numa(SMT_HOST), cpu_allocation_ratio=2.0))
+    req = request(extra_specs={"hw:numa_nodes": "1"})
+    candidates = {row: [cand(None), cand(None)] for row in range(len(snap))}
+    mask = NUMATopologyFilter().filter_all_hosts(WorkingSet(snap, NOW, candidates).hosts(), req)
+    assert mask.all() and len(calls) == 3
