@@ -9,8 +9,11 @@ gracefully: the listener closes and in-flight requests finish.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -47,7 +50,14 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="extra request header allowed in CORS preflights (repeatable)",
     )
     parser.add_argument("--prefix", default="", help="mount path, e.g. /placement")
-    parser.add_argument("--threads", type=int, default=8, help="worker threads (default 8)")
+    parser.add_argument("--threads", type=int, default=8, help="threads per process (default 8)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the listening socket (default 1); more processes "
+        "sidestep the GIL, the database keeps them consistent",
+    )
 
 
 def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
@@ -115,25 +125,96 @@ def make_wsgi_app(
 
 def serve_command(args: argparse.Namespace) -> int:
     """Run the server until SIGTERM/SIGINT."""
-    from waitress.server import create_server
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    if args.workers < 1 or args.threads < 1:
+        print("berth placement serve: --workers and --threads must be >= 1", file=sys.stderr)
+        return 2
     try:
-        app = make_wsgi_app(
-            args.db,
-            policy=args.policy,
-            cors_origins=args.cors_origin,
-            cors_allow_headers=args.cors_allow_header,
-            prefix=args.prefix,
-        )
+        # Migrate once, before any worker starts.
+        from berth.placement.db import prepare
+
+        prepare(args.db).dispose()
     except Exception as exc:  # start-up problems are reported, not traced
         print(f"berth placement serve: cannot open database {args.db!r}: {exc}", file=sys.stderr)
         return 2
+    try:
+        sock = _listen(args.host, args.port)
+    except OSError as exc:
+        print(
+            f"berth placement serve: cannot listen on {args.host}:{args.port}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    port = sock.getsockname()[1]
+    LOG.info(
+        "berth placement serving on http://%s:%s%s (db %s, policy %s, %d process(es))",
+        args.host,
+        port,
+        args.prefix,
+        args.db,
+        args.policy,
+        args.workers,
+    )
+    if args.workers == 1:
+        print(f"listening on http://{args.host}:{port}{args.prefix}", flush=True)
+        return _run_worker(args, sock)
+    children: list[int] = []
+    for _ in range(args.workers):
+        pid = os.fork()
+        if pid == 0:  # child: serve until told to stop
+            code = 1
+            try:
+                code = _run_worker(args, sock)
+            finally:
+                os._exit(code)
+        children.append(pid)
+    print(f"listening on http://{args.host}:{port}{args.prefix}", flush=True)
+
+    def _forward(signum: int, _frame: Any) -> None:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, _forward)
+    signal.signal(signal.SIGINT, _forward)
+    status = 0
+    for child in children:
+        while True:
+            try:
+                _pid, code = os.waitpid(child, 0)
+                break
+            except InterruptedError:
+                continue
+        status = status or os.waitstatus_to_exitcode(code)
+    sock.close()
+    return status
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (IPv4 or IPv6 by the host's form)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
+
+
+def _run_worker(args: argparse.Namespace, sock: socket.socket) -> int:
+    """Serve on ``sock`` in this process until SIGTERM/SIGINT, then drain and return 0."""
+    from waitress.server import create_server
+
+    app = make_wsgi_app(
+        args.db,
+        policy=args.policy,
+        cors_origins=args.cors_origin,
+        cors_allow_headers=args.cors_allow_header,
+        prefix=args.prefix,
+    )
     server: Any = create_server(
         app,
-        host=args.host,
-        port=args.port,
+        sockets=[sock],
         threads=args.threads,
         connection_limit=1000,
         channel_timeout=120,
@@ -147,15 +228,6 @@ def serve_command(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    LOG.info(
-        "berth placement serving on http://%s:%s%s (db %s, policy %s)",
-        args.host,
-        server.effective_port,
-        args.prefix,
-        args.db,
-        args.policy,
-    )
-    print(f"listening on http://{args.host}:{server.effective_port}{args.prefix}", flush=True)
     try:
         server.run()
     except KeyboardInterrupt:
