@@ -90,9 +90,9 @@ def test_image_may_give_the_node_layout_when_the_flavor_does_not() -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [("small", MEMPAGES_SMALL), ("large", MEMPAGES_LARGE), ("any", MEMPAGES_ANY),
-     ("2048", 2048), ("2MB", 2048), ("1GB", 1048576), ("1GiB", 1048576)],
+     ("2048", 2048), ("2MB", 2048), ("1GB", 1048576), ("1GiB", 1048576), ("16Mb", 2048)],
     ids=["small", "large", "any", "a size in KiB", "2MB with a unit", "1GB with a unit",
-         "an IEC unit"],
+         "an IEC unit", "a size in bits"],
 )
 def test_page_size_forms(value: str, expected: int) -> None:
     topo = specs(extra={"hw:mem_page_size": value})
@@ -144,6 +144,8 @@ def test_emulator_threads_policy_is_kept_on_the_topology() -> None:
         ({"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "7"}, {}, "hw:cpu_dedicated_mask"),
         ({"hw:cpu_policy": "dedicated", "hw:cpu_dedicated_mask": "0"}, {}, "hw:cpu_dedicated_mask"),
         ({"hw:mem_page_size": "huge"}, {}, "hw:mem_page_size"),
+        ({"hw:mem_page_size": "2mb"}, {}, "hw:mem_page_size"),
+        ({"hw:mem_page_size": "512B"}, {}, "hw:mem_page_size"),
         ({}, {"hw_mem_page_size": "2MB"}, "hw_mem_page_size"),
         ({"hw:mem_page_size": "small"}, {"hw_mem_page_size": "2MB"}, "hw_mem_page_size"),
         ({"hw:numa_nodes": "2", "hw:numa_cpus.0": "0-1", "hw:numa_cpus.1": "2-3"}, {},
@@ -179,6 +181,8 @@ def test_emulator_threads_policy_is_kept_on_the_topology() -> None:
         "a dedicated mask beyond the vCPUs",
         "a dedicated mask with the dedicated policy",
         "an unknown page size word",
+        "a lower-case unit",
+        "a page size below one KiB",
         "an image page size without a flavor page size",
         "an image page size against a small flavor page size",
         "node CPUs without node memory",

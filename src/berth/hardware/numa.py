@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,8 +58,9 @@ MEMPAGES_SMALL = -1
 MEMPAGES_LARGE = -2
 MEMPAGES_ANY = -3
 _PAGESIZE_WORDS = {"small": MEMPAGES_SMALL, "large": MEMPAGES_LARGE, "any": MEMPAGES_ANY}
-_UNIT_KIB = {"k": 1, "m": 1024, "g": 1024 * 1024, "t": 1024 * 1024 * 1024}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt])(i?)b\s*$", re.IGNORECASE)
+#: Byte multipliers of oslo's IEC units (``2MB`` and ``2MiB`` are both 2 * 1024**2 bytes).
+_UNIT_BYTES = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_SIZE_RE = re.compile(r"^(\d*\.?\d+)([KMGT]i?)?(b|bit|B)$")
 
 _PINNING_POLICIES = (DEDICATED, MIXED)
 
@@ -636,20 +638,24 @@ def _realtime_cpus(specs: Mapping[str, str], image_props: Any, vcpus: int,
 
 
 def _parse_pagesize(key: str, value: str) -> int:
-    lowered = value.strip().lower()
-    if lowered in _PAGESIZE_WORDS:
-        return _PAGESIZE_WORDS[lowered]
-    if lowered.isdigit():
-        size = int(lowered)
+    """Nova's page size forms: ``small``/``large``/``any``, KiB digits, or a size with an
+    IEC unit as oslo parses it (``2MB``, ``1GiB``; ``b``/``bit`` count bits)."""
+    if value in _PAGESIZE_WORDS:
+        return _PAGESIZE_WORDS[value]
+    if value.isdigit():
+        size_kb = float(int(value))
     else:
-        m = _SIZE_RE.match(lowered)
+        m = _SIZE_RE.match(value)
         if not m:
             raise _bad(key, value, "expected small, large, any, a size in KiB or a size "
-                       "with a unit such as 2MB or 1GB")
-        size = int(m.group(1)) * _UNIT_KIB[m.group(2).lower()]
-    if size <= 0:
-        raise _bad(key, value, "page size must be positive")
-    return size
+                       "with a unit such as 2MB or 1GiB")
+        size_bytes = float(m.group(1)) * _UNIT_BYTES[(m.group(2) or "")[:1]]
+        if m.group(3) != "B":
+            size_bytes /= 8
+        size_kb = float(math.ceil(size_bytes)) / 1024
+    if size_kb <= 0 or not size_kb.is_integer():
+        raise _bad(key, value, "page size must be a positive whole number of KiB")
+    return int(size_kb)
 
 
 def _pagesize(specs: Mapping[str, str], image_props: Any) -> int | None:
