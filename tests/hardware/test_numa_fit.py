@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berth.hardware.numa import (
     MEMPAGES_LARGE,
@@ -371,3 +373,52 @@ def test_emulator_pcpu_must_be_found_beside_the_pinned_ones() -> None:
     # Four free threads and four vCPUs: no pCPU is left for the emulator threads.
     host = topo(cell(0, cpus="0-3", pcpus="4-8", siblings=["4,5", "6,7", "8"], pinned="8"))
     assert numa_fit_instance_to_host(host, guest(dedicated(4), emulator="isolate"), LIMITS) is None
+
+
+HOSTS = [
+    topo(SMT, cell(1, cpus="8-11", pcpus="12-15", siblings=["12,13", "14,15"])),
+    topo(cell(0, cpus="0-7", pcpus="0-7", siblings=["0,1", "2,3", "4,5", "6,7"], memory=8192)),
+    topo(cell(0, cpus="0-3", pcpus="4-9", siblings=["4,5,6", "7,8,9"]),
+         cell(1, cpus="10-11", pcpus="12-13", memory=2048,
+              mempages=(NUMAPagesTopology(4, 524288), NUMAPagesTopology(2048, 256)))),
+]
+
+
+@st.composite
+def guest_request(draw: Any) -> InstanceNUMATopology:
+    policy = draw(st.sampled_from([None, "dedicated", "mixed"]))
+    thread = draw(st.sampled_from([None, "prefer", "require", "isolate"])) if policy else None
+    n_cells = draw(st.integers(1, 2))
+    cells = []
+    start = 0
+    for i in range(n_cells):
+        n = draw(st.integers(1, 3))
+        cpus = set(range(start, start + n))
+        start += n
+        pcpus = cpus if policy == "dedicated" else ({min(cpus)} if policy == "mixed" else set())
+        cells.append(InstanceNUMACell(
+            i, cpuset=cpus - pcpus, pcpuset=pcpus, memory=draw(st.sampled_from([256, 512, 1024])),
+            pagesize=draw(st.sampled_from([None, None, MEMPAGES_SMALL, MEMPAGES_LARGE, 2048])),
+            cpu_policy=policy, cpu_thread_policy=thread))
+    emulator = draw(st.sampled_from([None, "isolate"])) if policy else None
+    return guest(*cells, emulator=emulator)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(HOSTS), st.lists(guest_request(), min_size=1, max_size=6))
+def test_whatever_fits_can_be_consumed_and_pins_only_free_dedicated_cpus(
+    host: NUMATopology, guests: list[InstanceNUMATopology]
+) -> None:
+    for inst in guests:
+        before = host
+        fitted, host = consume(host, inst, LIMITS)
+        if fitted is None:
+            assert host is before
+            continue
+        for new, old in zip(host.cells, before.cells):
+            assert old.pinned_cpus <= new.pinned_cpus <= new.pcpuset
+            placed = [c for c in fitted.cells if c.id == new.id]
+            assert new.memory_usage == old.memory_usage + sum(c.memory for c in placed)
+            newly = set().union(*(set(c.cpu_pinning.values()) | (c.cpuset_reserved or set())
+                                  for c in placed)) if placed else set()
+            assert newly <= new.pinned_cpus - old.pinned_cpus
