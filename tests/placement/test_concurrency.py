@@ -45,21 +45,12 @@ def race(
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def two_servers(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[Server]]:
-    """Two server processes sharing one database."""
-    if request.param == "sqlite":
-        db = str(tmp_path_factory.mktemp("race") / "race.sqlite")
-        first = start_server(db)
-    else:
-        first = request.getfixturevalue("pg_server")
-        db = first.db
-    second = start_server(db)
+def two_servers(request: pytest.FixtureRequest) -> Iterator[list[Server]]:
+    """The session server of each database plus a 2-process server on the same data."""
+    first = request.getfixturevalue("server" if request.param == "sqlite" else "pg_server")
+    second = start_server(first.db, "--workers", "2")
     yield [first, second]
     second.stop()
-    if request.param == "sqlite":
-        first.stop()
 
 
 def test_exactly_one_inventory_writer_wins(two_servers: list[Server]) -> None:
