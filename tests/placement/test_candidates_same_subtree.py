@@ -381,3 +381,101 @@ def test_same_subtree_errors(fx: Any, qs: str, text: str, code: str) -> None:
         get(fx, qs)
     assert text in info.value.message
     assert info.value.code == code
+
+
+BASE3 = "resources=VCPU:1,MEMORY_MB:1024,DISK_GB:100"
+
+
+@pytest.mark.parametrize(
+    ("qs", "n_requests"),
+    [
+        ("resources=VCPU:1&root_required=HW_NUMA_ROOT", 0),
+        (BASE3 + "&root_required=MISC_SHARES_VIA_AGGREGATE", 0),
+        (BASE3 + "&root_required=HW_NUMA_ROOT", 0),
+        (BASE3 + "&root_required=HW_CPU_X86_AVX2", 0),
+        ("resources=VCPU:1,MEMORY_MB:1024&root_required=COMPUTE_VOLUME_MULTI_ATTACH", 4),
+        (
+            "resources1=VCPU:1&resources2=MEMORY_MB:1024&group_policy=none"
+            "&root_required=COMPUTE_VOLUME_MULTI_ATTACH",
+            4,
+        ),
+        (
+            "resources1=VCPU:1&resources2=MEMORY_MB:1024&group_policy=isolate"
+            "&root_required=COMPUTE_VOLUME_MULTI_ATTACH",
+            2,
+        ),
+        (BASE3 + "&root_required=COMPUTE_VOLUME_MULTI_ATTACH", 4),
+        (
+            "resources1=VCPU:1,MEMORY_MB:1024&resources2=DISK_GB:100&group_policy=none"
+            "&root_required=COMPUTE_VOLUME_MULTI_ATTACH",
+            2,
+        ),
+        ("resources=VCPU:1,DISK_GB:100&required=CUSTOM_FOO", 3),
+        ("resources=VCPU:1,DISK_GB:100&root_required=CUSTOM_FOO", 2),
+        (
+            "resources1=VCPU:1&required1=CUSTOM_FOO&resources2=DISK_GB:100&group_policy=none",
+            3,
+        ),
+        (
+            "resources1=VCPU:1&resources2=DISK_GB:100&group_policy=none&root_required=CUSTOM_FOO",
+            2,
+        ),
+        ("resources=VCPU:3&root_required=!HW_NUMA_ROOT", 2),
+        (BASE3 + "&root_required=!MISC_SHARES_VIA_AGGREGATE", 6),
+        (BASE3 + "&root_required=CUSTOM_FOO,!HW_NUMA_ROOT", 2),
+        (BASE3 + "&root_required=CUSTOM_FOO,!COMPUTE_VOLUME_MULTI_ATTACH", 2),
+        (BASE3 + "&root_required=!CUSTOM_FOO,!COMPUTE_VOLUME_MULTI_ATTACH", 0),
+        (
+            "resources1=VCPU:1,MEMORY_MB:1024&resources2=DISK_GB:100&group_policy=none"
+            "&root_required=!CUSTOM_FOO",
+            2,
+        ),
+        ("resources=VCPU:1&required=CUSTOM_FOO&root_required=CUSTOM_FOO", 1),
+        ("resources1=VCPU:1&required1=CUSTOM_FOO&root_required=CUSTOM_FOO", 1),
+        ("resources1=VCPU:1&required1=CUSTOM_FOO&root_required=!CUSTOM_FOO", 1),
+        ("resources1=VCPU:1&required1=!CUSTOM_FOO&root_required=CUSTOM_FOO", 0),
+    ],
+    ids=[
+        "a root trait only children have",
+        "a root trait only the sharing root has",
+        "a root trait on children with sharing",
+        "a root trait nobody has",
+        "multiattach roots, unsuffixed, no sharing",
+        "multiattach roots, granular not isolated",
+        "multiattach roots, granular isolated",
+        "multiattach roots, unsuffixed with sharing",
+        "multiattach roots, granular with sharing",
+        "unsuffixed required trait on a root and on a child",
+        "unsuffixed root_required trait on one root",
+        "granular required trait on a root and on a child",
+        "granular root_required trait on one root",
+        "a forbidden root trait only children have",
+        "a forbidden root trait only the sharing root has",
+        "required root trait with an irrelevant forbidden one",
+        "redundant required and forbidden root traits",
+        "forbidden root traits cancel each other",
+        "forbidden root trait with granular sharing",
+        "unsuffixed required and root_required of one trait",
+        "granular required and root_required of one trait",
+        "required trait forbidden on the root",
+        "forbidden trait required on the root",
+    ],
+)
+def test_root_required_counts(fx: Any, qs: str, n_requests: int) -> None:
+    assert len(get(fx, qs, (1, 35))["allocation_requests"]) == n_requests
+
+
+def test_root_required_keeps_the_sharing_disk_and_summaries(fx: Any) -> None:
+    _, u = fx
+    body = get(fx, BASE3 + "&root_required=!MISC_SHARES_VIA_AGGREGATE", (1, 35))
+    assert amounts(body, u["ss1"], "DISK_GB") == [100] * 5
+    body = get(fx, BASE3 + "&root_required=COMPUTE_VOLUME_MULTI_ATTACH", (1, 35))
+    assert body["provider_summaries"][u["numa1"]]["traits"] == ["CUSTOM_FOO", "HW_NUMA_ROOT"]
+    body = get(
+        fx,
+        "resources1=VCPU:1&resources2=MEMORY_MB:1024&group_policy=none"
+        "&root_required=COMPUTE_VOLUME_MULTI_ATTACH",
+        (1, 35),
+    )
+    assert body["provider_summaries"][u["numa0"]]["resources"]["VCPU"]["capacity"] == 4
+    assert body["provider_summaries"][u["numa1"]]["resources"]["MEMORY_MB"]["capacity"] == 2048
