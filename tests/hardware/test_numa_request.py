@@ -49,6 +49,12 @@ def test_a_plain_flavor_asks_for_no_topology() -> None:
     assert specs(extra={"hw:cpu_policy": "shared"}) is None
 
 
+def test_persistent_memory_asks_for_a_single_cell_topology() -> None:
+    topo = specs(vcpus=2, memory_mb=1024, extra={"hw:pmem": "4GB,4GB"})
+    assert topo is not None and len(topo.cells) == 1 and topo.cells[0].cpuset == {0, 1}
+    assert specs(extra={"hw:pmem": " , "}) is None
+
+
 def test_numa_nodes_split_cpus_and_memory_evenly() -> None:
     topo = specs(vcpus=4, memory_mb=4096, extra={"hw:numa_nodes": "2"})
     assert topo is not None

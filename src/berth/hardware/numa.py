@@ -781,8 +781,8 @@ def numa_topology_from_request(flavor: Any, image_props: Any) -> InstanceNUMATop
     """The guest NUMA topology a flavor and image ask for, or None (Nova's
     ``numa_get_constraints``).
 
-    A topology is built when ``hw:numa_nodes``, a page size or a pinned CPU policy
-    (dedicated/mixed) is requested. Without ``hw:numa_cpus.N``/``hw:numa_mem.N`` the vCPUs
+    A topology is built when ``hw:numa_nodes``, a page size, virtual persistent memory
+    (``hw:pmem``) or a pinned CPU policy (dedicated/mixed) is requested. Without ``hw:numa_cpus.N``/``hw:numa_mem.N`` the vCPUs
     and memory are split evenly over the nodes; with them, every node must be given both
     and together they must cover every vCPU once and all the memory. The image may add
     what the flavor leaves open but may not contradict it. ``resources:PCPU`` /
@@ -857,8 +857,10 @@ def numa_topology_from_request(flavor: Any, image_props: Any) -> InstanceNUMATop
 
     nodes = _numa_nodes(specs, image_props)
     pagesize = _pagesize(specs, image_props)
+    # Virtual persistent memory (hw:pmem labels) also gives the guest a NUMA topology.
+    vpmems = [label.strip() for label in str(specs.get("hw:pmem") or "").split(",") if label.strip()]
 
-    if not (nodes or pagesize or cpu_policy in _PINNING_POLICIES):
+    if not (nodes or pagesize or vpmems or cpu_policy in _PINNING_POLICIES):
         # hw:numa_cpus.N / hw:numa_mem.N alone do not ask for a topology (as in Nova).
         return None
 
