@@ -573,3 +573,40 @@ def test_general_path_renders_every_microversion_shape() -> None:
     assert sorted(sorted(r["mappings"][""]) for r in new["allocation_requests"]) == sorted(
         [sorted([t["root"], t["n0"]]), sorted([t["root"], t["n1"]])]
     )
+
+
+@pytest.mark.parametrize(
+    ("member_of", "expected"),
+    [
+        (["in:{A},{B}"], {"cn1", "cn2"}),
+        (["{C}"], {"cn1"}),
+        (["{A}", "{B}"], {"cn2"}),
+        (["!{C}"], {"cn2", "cn3"}),
+        (["!in:{B},{C}"], {"cn3"}),
+        (["!{B}", "{C}"], {"cn1"}),
+        (["!in:{B},{C}", "{A}"], set()),
+        (["!{B}", "in:{B},{C}"], {"cn1"}),
+        (["!{B}", "{B}"], set()),
+    ],
+    ids=[
+        "any of two aggregates",
+        "one aggregate",
+        "both aggregates",
+        "not in an aggregate",
+        "in neither of two aggregates",
+        "not in one but in another",
+        "excluded everywhere the required one applies",
+        "forbidden beats an any-of that includes it",
+        "forbidden and required the same aggregate",
+    ],
+)
+def test_reference_member_of_cases(member_of: list[str], expected: set[str]) -> None:
+    aggs = {name: agg_uuid(name) for name in "ABC"}
+    b = GraphBuilder()
+    for name, member in (("cn1", {"A", "C"}), ("cn2", {"A", "B"}), ("cn3", set())):
+        compute(b, name, aggregates={aggs[m] for m in member})
+    qs = "resources=VCPU:1" + "".join(f"&member_of={m.format(**aggs)}" for m in member_of)
+    body = ac(b.graph(), qs, (1, 32))
+    names = {b.uuid(n): n for n in ("cn1", "cn2", "cn3")}
+    assert {names[u] for r in body["allocation_requests"] for u in r["allocations"]} == expected
+    assert {names[u] for u in body["provider_summaries"]} == expected

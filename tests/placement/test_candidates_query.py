@@ -404,3 +404,21 @@ def test_limit_and_group_policy_take_the_first_value(graph: ProviderGraph) -> No
 def test_microversion_below_1_10_is_a_programming_error(graph: ProviderGraph) -> None:
     with pytest.raises(ValueError):
         allocation_candidates(graph, params("resources=VCPU:1"), (1, 9))
+
+
+@pytest.mark.parametrize(
+    "member_of",
+    ["INVALID_UUID", "in:", f"in:{AGG},INVALID_UUID", f"in:{AGG},!{AGG}", "!(^o^)"],
+    ids=[
+        "a word",
+        "an empty in: list",
+        "one bad uuid in an in: list",
+        "a forbidden uuid inside in:",
+        "a forbidden non-uuid",
+    ],
+)
+def test_member_of_values_must_be_uuids(graph: ProviderGraph, member_of: str) -> None:
+    exc = error(graph, f"resources=VCPU:1&member_of={member_of}", (1, 32))
+    assert exc.message.startswith(
+        "Invalid query string parameters: Expected 'member_of' parameter to contain valid UUID(s)."
+    )
