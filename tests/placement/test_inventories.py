@@ -15,7 +15,8 @@ def inv_url(rp: str, rc: str | None = None) -> str:
     return f"/resource_providers/{rp}/inventories" + (f"/{rc}" if rc else "")
 
 
-def test_post_inventory_applies_defaults_and_bumps_generation(api: Api) -> None:
+def test_post_inventory_applies_defaults_and_bumps_generation(any_api: Api) -> None:
+    api = any_api
     rp = api.provider()
     r = api.post(inv_url(rp), mv="1.39", json={"resource_class": "VCPU", "total": 8})
     assert r.status_code == 201
@@ -105,7 +106,8 @@ def test_get_inventories_and_one_inventory(api: Api) -> None:
     assert r.status_code == 404 and f"No resource provider with uuid {missing} found : " in r.text
 
 
-def test_put_inventories_replaces_all_and_checks_generation_first(api: Api) -> None:
+def test_put_inventories_replaces_all_and_checks_generation_first(any_api: Api) -> None:
+    api = any_api
     rp = api.provider(VCPU=8)
     r = api.put(
         inv_url(rp),
@@ -142,7 +144,8 @@ def test_put_inventories_replaces_all_and_checks_generation_first(api: Api) -> N
     assert "'resource_provider_generation' is a required property" in r.text
 
 
-def test_put_one_inventory(api: Api) -> None:
+def test_put_one_inventory(any_api: Api) -> None:
+    api = any_api
     rp = api.provider(VCPU=8)
     r = api.put(inv_url(rp, "VCPU"), json={"resource_provider_generation": 1, "total": 16})
     assert r.status_code == 200
@@ -165,7 +168,8 @@ def test_put_one_inventory(api: Api) -> None:
     assert "'resource_provider_generation' is a required property" in r.text
 
 
-def test_delete_one_inventory(api: Api) -> None:
+def test_delete_one_inventory(any_api: Api) -> None:
+    api = any_api
     rp = api.provider(VCPU=8, DISK_GB=10)
     assert api.delete(inv_url(rp, "VCPU")).status_code == 204
     assert api.generation(rp) == 2
@@ -190,7 +194,8 @@ def _allocate(api: Api, rp: str, **resources: int) -> str:
     return consumer
 
 
-def test_in_use_inventory_cannot_be_removed(api: Api) -> None:
+def test_in_use_inventory_cannot_be_removed(any_api: Api) -> None:
+    api = any_api
     rp = api.provider(VCPU=8, DISK_GB=100, MEMORY_MB=1024)
     _allocate(api, rp, VCPU=2, DISK_GB=10)
     gen = api.generation(rp)
