@@ -610,3 +610,119 @@ def test_reference_member_of_cases(member_of: list[str], expected: set[str]) -> 
     names = {b.uuid(n): n for n in ("cn1", "cn2", "cn3")}
     assert {names[u] for r in body["allocation_requests"] for u in r["allocations"]} == expected
     assert {names[u] for u in body["provider_summaries"]} == expected
+
+
+@pytest.mark.parametrize(
+    ("qs", "expected"),
+    [
+        ("resources=VCPU:1", [["n11"], ["n12"], ["n21"], ["n22"]]),
+        ("resources=VCPU:1&member_of={A}", [["n11"], ["n12"], ["n21"], ["n22"]]),
+        ("resources=VCPU:1&member_of={B}", [["n21"], ["n22"]]),
+        ("resources=VCPU:1&member_of={C}", [["n11"]]),
+        (
+            "resources=VCPU:1,DISK_GB:1000",
+            [
+                ["n11", "ss1"],
+                ["n11", "ss2"],
+                ["n12", "ss1"],
+                ["n12", "ss2"],
+                ["n21", "ss1"],
+                ["n22", "ss1"],
+            ],
+        ),
+        (
+            "resources=VCPU:1,DISK_GB:1000&member_of={A}",
+            [["n11", "ss1"], ["n12", "ss1"], ["n21", "ss1"], ["n22", "ss1"]],
+        ),
+        ("resources=VCPU:1,DISK_GB:1000&member_of={B}", []),
+        ("resources=VCPU:1,DISK_GB:1000&member_of={C}", [["n11", "ss2"]]),
+        ("resources=VCPU:1,DISK_GB:1000&member_of=!{A}", []),
+        (
+            "resources=VCPU:1,DISK_GB:1000&member_of=!{B}",
+            [["n11", "ss1"], ["n11", "ss2"], ["n12", "ss1"], ["n12", "ss2"]],
+        ),
+        (
+            "resources=VCPU:1,DISK_GB:1000&member_of=!{C}",
+            [["n12", "ss1"], ["n21", "ss1"], ["n22", "ss1"]],
+        ),
+        (
+            "resources=VCPU:1,DISK_GB:1000&member_of=in:{A},{B}&member_of=!{C}",
+            [["n12", "ss1"], ["n21", "ss1"], ["n22", "ss1"]],
+        ),
+        (
+            "resources=VCPU:1,DISK_GB:1000&member_of={A}&member_of=!in:{B},{C}",
+            [["n12", "ss1"]],
+        ),
+    ],
+    ids=[
+        "no aggregate",
+        "an aggregate on both roots covers both trees",
+        "an aggregate on one root covers its tree",
+        "an aggregate on a child covers only that child",
+        "sharing disks serve the trees of their aggregates",
+        "sharing disk in the requested root aggregate",
+        "no sharing disk in the requested aggregate",
+        "sharing disk with a child's aggregate serves only that child",
+        "forbidden aggregate on both roots",
+        "forbidden aggregate on one root",
+        "forbidden aggregate on a child and a sharing disk",
+        "any-of aggregates with a forbidden one",
+        "required aggregate with forbidden any-of",
+    ],
+)
+def test_reference_aggregates_on_nested_and_sharing_providers(
+    qs: str, expected: list[list[str]]
+) -> None:
+    aggs = {name: agg_uuid(name) for name in "ABC"}
+    b = GraphBuilder()
+    cn1 = b.provider("cn1", aggregates={aggs["A"]})
+    cn2 = b.provider("cn2", aggregates={aggs["A"], aggs["B"]})
+    shares = {"MISC_SHARES_VIA_AGGREGATE"}
+    b.provider("ss1", aggregates={aggs["A"]}, traits=shares, DISK_GB=inv(2000, reserved=100))
+    b.provider("ss2", aggregates={aggs["C"]}, traits=shares, DISK_GB=inv(2000, reserved=100))
+    vcpu = inv(24, allocation_ratio=16.0)
+    b.provider("n11", parent=cn1, aggregates={aggs["C"]}, VCPU=vcpu)
+    b.provider("n12", parent=cn1, VCPU=vcpu)
+    b.provider("n21", parent=cn2, VCPU=vcpu)
+    b.provider("n22", parent=cn2, VCPU=vcpu)
+    body = ac(b.graph(), qs.format(**aggs), (1, 32))
+    names = {b.uuid(n): n for n in ("ss1", "ss2", "n11", "n12", "n21", "n22")}
+    got = sorted(sorted(names[u] for u in r["allocations"]) for r in body["allocation_requests"])
+    assert got == expected
+
+
+def test_reference_mappings_with_sharing_providers() -> None:
+    aggs = {name: agg_uuid(name) for name in "AB"}
+    b = GraphBuilder()
+    middle = b.provider(
+        "cn_middle",
+        aggregates={aggs["A"], aggs["B"]},
+        traits={"HW_CPU_X86_SSE"},
+        VCPU=inv(8),
+        MEMORY_MB=inv(4096),
+    )
+    b.provider("cn_left", aggregates={aggs["A"]}, VCPU=inv(8), DISK_GB=inv(500))
+    shares = {"MISC_SHARES_VIA_AGGREGATE"}
+    d1 = b.provider("shr_disk_1", aggregates={aggs["A"]}, traits=shares, DISK_GB=inv(1000))
+    d2 = b.provider(
+        "shr_disk_2", aggregates={aggs["A"], aggs["B"]}, traits=shares, DISK_GB=inv(1000)
+    )
+    g = b.graph()
+    body = ac(g, "resources=VCPU:1&required=HW_CPU_X86_SSE", (1, 34))
+    assert [r["mappings"] for r in body["allocation_requests"]] == [{"": [middle]}]
+    body = ac(g, "resources=VCPU:1,DISK_GB:1&required=HW_CPU_X86_SSE", (1, 34))
+    assert len(body["provider_summaries"]) == 3
+    assert sorted(sorted(r["mappings"][""]) for r in body["allocation_requests"]) == sorted(
+        [sorted([middle, d1]), sorted([middle, d2])]
+    )
+    body = ac(
+        g,
+        "resources=VCPU:1&resources_DISK_A=DISK_GB:1&resources_DISK_B=DISK_GB:1"
+        "&required=HW_CPU_X86_SSE&group_policy=isolate",
+        (1, 34),
+    )
+    assert len(body["allocation_requests"]) == 2
+    assert len(body["provider_summaries"]) == 3
+    for r in body["allocation_requests"]:
+        assert r["mappings"][""] == [middle]
+        assert {r["mappings"]["_DISK_A"][0], r["mappings"]["_DISK_B"][0]} == {d1, d2}
