@@ -726,3 +726,32 @@ def test_reference_mappings_with_sharing_providers() -> None:
     for r in body["allocation_requests"]:
         assert r["mappings"][""] == [middle]
         assert {r["mappings"]["_DISK_A"][0], r["mappings"]["_DISK_B"][0]} == {d1, d2}
+
+
+def test_with_updates_reflects_a_claim_without_rebuilding_indexes() -> None:
+    b = GraphBuilder()
+    cn1 = compute(b, "cn1", VCPU=inv(2))
+    cn2 = compute(b, "cn2", VCPU=inv(2))
+    g = b.graph()
+    assert len(ac(g, "resources=VCPU:2")["allocation_requests"]) == 2
+    old = g.providers[g.index[cn1]]
+    claimed = type(old)(
+        old.uuid,
+        old.name,
+        2,
+        None,
+        old.uuid,
+        old.inventories,
+        {"VCPU": 1},
+        old.traits,
+        old.aggregates,
+    )
+    g2 = g.with_updates([claimed])
+    assert g2.by_trait is g.by_trait  # indexes shared, not rebuilt
+    assert alloc_sets(ac(g2, "resources=VCPU:2")) == expect({cn2: {"VCPU": 2}})
+    assert ac(g2, "resources=VCPU:1")["provider_summaries"][cn1]["resources"]["VCPU"] == {
+        "capacity": 2,
+        "used": 1,
+    }
+    # The original snapshot is unchanged.
+    assert len(ac(g, "resources=VCPU:2")["allocation_requests"]) == 2

@@ -9,13 +9,15 @@ directly. It shares no code with the engine except the query parser.
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
+from berth.placement.candidates import allocation_candidates, allocation_candidates_json
 from berth.placement.candidates_builders import GraphBuilder, agg_uuid, inv
-from berth.placement.candidates_graph import Provider, ProviderGraph
+from berth.placement.candidates_graph import Inventory, Provider, ProviderGraph
 from berth.placement.candidates_query import CandidateQuery, parse_query
 from berth.placement.candidates_search import FlatResult, search
 
@@ -287,3 +289,66 @@ def test_flat_fast_path_equals_the_oracle_on_flat_graphs_without_sharing(
     query = parse_query(params, request[1])
     assert isinstance(search(flat_graph, query, request[1]), FlatResult)
     assert engine_keys(flat_graph, query, request[1]) == oracle_keys(flat, query, request[1])
+
+
+@st.composite
+def updates(draw: Any, graph: ProviderGraph) -> list[Provider]:
+    """New versions of some providers: usages and inventory numbers, sometimes a trait."""
+    changed = []
+    for p in graph.providers:
+        if not draw(st.booleans()):
+            continue
+        invs = {
+            rc: Inventory(
+                rc,
+                v.total + draw(st.integers(0, 2)),
+                v.reserved,
+                v.min_unit,
+                v.max_unit,
+                v.step_size,
+                v.allocation_ratio,
+            )
+            for rc, v in p.inventories.items()
+        }
+        used = {rc: draw(st.integers(0, v.total)) for rc, v in invs.items()}
+        traits = p.traits
+        if draw(st.integers(0, 5)) == 0:
+            traits = traits ^ {TRAITS[0]}  # structural: forces a full rebuild
+        changed.append(
+            Provider(
+                p.uuid,
+                p.name,
+                p.generation + 1,
+                p.parent_uuid,
+                p.root_uuid,
+                invs,
+                used,
+                traits,
+                p.aggregates,
+            )
+        )
+    return changed
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), graph=graphs(), request=queries())
+def test_updated_graph_answers_like_a_rebuilt_one(
+    data: Any, graph: ProviderGraph, request: tuple[dict[str, list[str]], tuple[int, int]]
+) -> None:
+    params, mv = request
+    flat_params = {"resources": ["VCPU:1"]}
+    for p, v in ((params, mv), (flat_params, (1, 39)), (flat_params, (1, 29))):
+        allocation_candidates_json(graph, p, v)  # warm the per-provider caches
+    changed = data.draw(updates(graph))
+    updated = graph.with_updates(changed)
+    by_uuid = {p.uuid: p for p in changed}
+    fresh = ProviderGraph(
+        [by_uuid.get(p.uuid, p) for p in graph.providers],
+        graph.known_traits,
+        sorted(graph.known_classes),
+    )
+    for p, v in ((params, mv), (flat_params, (1, 39)), (flat_params, (1, 29))):
+        assert json.loads(allocation_candidates_json(updated, p, v)) == json.loads(
+            allocation_candidates_json(fresh, p, v)
+        )
+        assert allocation_candidates(updated, p, v) == allocation_candidates(fresh, p, v)

@@ -209,7 +209,8 @@ def _summary_fragments(graph: ProviderGraph, picked: IntArray, mv: Microversion)
     them up front would tax the first request after each change. They are written with
     string formatting rather than ``json.dumps`` of each row for the same reason.
     """
-    key = "summary-1.29" if mv >= (1, 29) else "summary-1.27"
+    # "provider:" keys hold one entry per provider; with_updates() resets changed ones.
+    key = "provider:summary-1.29" if mv >= (1, 29) else "provider:summary-1.27"
     cached = graph.cached_fragments(key)
     if cached is None:
         cached = (np.full(graph.size, None, dtype=object),)

@@ -126,6 +126,7 @@ class ProviderGraph:
         self.providers: tuple[Provider, ...] = tuple(providers)
         self.known_traits: frozenset[str] = frozenset(traits)
         class_names = list(resource_classes)
+        self._class_names = class_names
         self.known_classes: frozenset[str] = frozenset(class_names)
         n = len(self.providers)
         self.size = n
@@ -292,6 +293,84 @@ class ProviderGraph:
         """Cache per-provider summary dicts under ``key``; they are never mutated later."""
         with self._lock:
             self._caches.summaries[key] = rows
+
+    def with_updates(self, changed: Iterable[Provider]) -> ProviderGraph:
+        """A new graph with ``changed`` providers replaced (by uuid) or added.
+
+        The scheduling loop changes usages far more often than anything else. When the
+        changed providers keep their tree position, traits, aggregates and set of
+        inventory classes, the new graph shares every index with this one and only
+        patches the capacity columns and the per-provider caches of those providers:
+        O(changed) work plus a copy of the touched columns. Anything else (a new
+        provider, a moved one, a trait, aggregate or class added or removed) rebuilds
+        the whole graph. This graph is left untouched either way.
+        """
+        providers = list(self.providers)
+        structural = False
+        positions: list[int] = []
+        for p in changed:
+            i = self.index.get(p.uuid)
+            if i is None:
+                providers.append(p)
+                structural = True
+                continue
+            old = providers[i]
+            if (
+                old.parent_uuid != p.parent_uuid
+                or old.root_uuid != p.root_uuid
+                or old.traits != p.traits
+                or old.aggregates != p.aggregates
+                or old.inventories.keys() != p.inventories.keys()
+            ):
+                structural = True
+            providers[i] = p
+            positions.append(i)
+        if structural:
+            return ProviderGraph(providers, self.known_traits, self._class_names)
+
+        new = object.__new__(ProviderGraph)
+        new.__dict__.update(self.__dict__)
+        new.providers = tuple(providers)
+        new.columns = dict(self.columns)
+        touched = {rc for i in positions for rc in providers[i].inventories}
+        for rc in touched:
+            old_cols = self.columns[rc]
+            cols = ClassColumns(
+                old_cols.cap.copy(),
+                old_cols.used.copy(),
+                old_cols.min_unit.copy(),
+                old_cols.max_unit.copy(),
+                old_cols.step.copy(),
+            )
+            for i in positions:
+                v = providers[i].inventories.get(rc)
+                if v is None:
+                    continue
+                cols.cap[i] = (v.total - v.reserved) * v.allocation_ratio
+                cols.used[i] = providers[i].usages.get(rc, 0)
+                cols.min_unit[i] = v.min_unit
+                cols.max_unit[i] = v.max_unit
+                cols.step[i] = max(v.step_size, 1)
+            new.columns[rc] = cols
+        # Trait and aggregate masks are unchanged (and so shareable); per-provider
+        # fragments ("provider:" keys) are reset for the changed providers only; whole
+        # summary rows are dropped and rebuilt lazily.
+        fragments: dict[str, tuple[Any, ...]] = {}
+        for key, value in self._caches.fragments.items():
+            if key.startswith("provider:"):
+                arrays = tuple(a.copy() for a in value)
+                for a in arrays:
+                    a[positions] = None
+                fragments[key] = arrays
+            else:
+                fragments[key] = value
+        new._caches = _Caches(
+            trait_masks=self._caches.trait_masks,
+            agg_masks=self._caches.agg_masks,
+            fragments=fragments,
+        )
+        new._lock = threading.Lock()
+        return new
 
     def cached_fragments(self, key: str) -> tuple[Any, ...] | None:
         """Per-provider pre-encoded JSON summaries cached under ``key`` (None if absent)."""
