@@ -291,6 +291,16 @@ class PlacementApp:
                 # Values the database cannot store (e.g. NUL characters on PostgreSQL) are
                 # bad input, not a server fault.
                 raise errors.BadRequest(f"Invalid input: {exc.orig}") from None
+            except sa_exc.OperationalError as exc:
+                if not _transient(exc):
+                    raise
+                # A deadlock victim, a serialization failure or a lock wait that timed
+                # out: the client's retry with fresh generations is the remedy.
+                raise errors.Conflict(
+                    "update conflict: Another thread concurrently updated the data. "
+                    "Please retry your update",
+                    code=errors.CONCURRENT_UPDATE,
+                ) from None
         except errors.PlacementError as exc:
             vary = not exc.outside_handler
             resp = render_error(
@@ -407,6 +417,14 @@ class PlacementApp:
         resp.set_header("Access-Control-Allow-Origin", origin)
         resp.set_header("Access-Control-Allow-Credentials", "true")
         resp.set_header("Access-Control-Expose-Headers", ",".join(self.cors.expose_headers))
+
+
+def _transient(exc: sa_exc.OperationalError) -> bool:
+    """Whether a database error is a lost race rather than a broken database."""
+    pgcode = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    if pgcode in ("40P01", "40001", "55P03"):
+        return True
+    return "database is locked" in str(exc.orig)
 
 
 def _reason(status: int) -> str:

@@ -1767,7 +1767,8 @@ class PlacementStore:
         for rp_id in sorted(bump_ids):
             if not self._bump(conn, rp_id, bump_ids[rp_id]):
                 raise _Retry()
-        for w in writes:
+        # Consumers in a fixed order, like providers, so concurrent writers cannot deadlock.
+        for w in sorted(writes, key=lambda w: w.consumer_uuid):
             state = states[w.consumer_uuid]
             result = conn.execute(
                 sa.update(consumers)
@@ -1914,7 +1915,9 @@ class PlacementStore:
         # Step 1: interim inventory = old union new (new wins) for non-empty new lists.
         interim: dict[int, dict[str, InventoryRecord]] = {}
         gens: dict[str, int] = {u: p.generation for u, p in provs.items()}
-        for rp_uuid, (_gen, invs) in new_inventories.items():
+        for rp_uuid, (_gen, invs) in sorted(
+            new_inventories.items(), key=lambda item: provs[item[0]].id
+        ):
             prov = provs[rp_uuid]
             for rc, inv in invs.items():
                 if not _capacity_ok(inv, version):
@@ -1941,7 +1944,9 @@ class PlacementStore:
                     ).scalar_one()
                 )
         # Step 3: final inventory exactly as given.
-        for rp_uuid, (_gen, invs) in new_inventories.items():
+        for rp_uuid, (_gen, invs) in sorted(
+            new_inventories.items(), key=lambda item: provs[item[0]].id
+        ):
             prov = provs[rp_uuid]
             self._replace_inventory(conn, prov, invs, by_name, by_id, version, reshaper=True)
             if not self._bump(conn, prov.id, gens[rp_uuid]):
