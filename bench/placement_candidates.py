@@ -37,7 +37,7 @@ import httpx
 
 from berth.placement.candidates import allocation_candidates, allocation_candidates_json
 from berth.placement.candidates_builders import GraphBuilder, inv
-from berth.placement.candidates_graph import ProviderGraph
+from berth.placement.candidates_graph import Provider, ProviderGraph
 from berth.placement.client import PlacementClient
 
 AGG = "5e1d3c3a-1b7c-4a8e-9a57-3f1f0c8e2b11"
@@ -112,6 +112,30 @@ def bench_engine(n: int, repeat: int, table: list[tuple[str, ...]]) -> None:
     )
     p50, p99 = percentiles(samples)
     table.append((f"engine {n}", "ProviderGraph build", f"{p50:.1f}", f"{p99:.1f}", ""))
+    # A claim on one provider: patch the graph instead of rebuilding it, then query.
+    first = graph.providers[0]
+    claimed = Provider(
+        first.uuid,
+        first.name,
+        first.generation + 1,
+        first.parent_uuid,
+        first.root_uuid,
+        first.inventories,
+        {"VCPU": 8, "MEMORY_MB": 4096, "DISK_GB": 20},
+        first.traits,
+        first.aggregates,
+    )
+    allocation_candidates_json(graph, FULL, MV)
+    samples, _ = timed(lambda: graph.with_updates([claimed]), repeat)
+    p50, p99 = percentiles(samples)
+    table.append((f"engine {n}", "with_updates (1 claim)", f"{p50:.2f}", f"{p99:.2f}", ""))
+    samples, _ = timed(
+        lambda: allocation_candidates_json(graph.with_updates([claimed]), FULL, MV), repeat
+    )
+    p50, p99 = percentiles(samples)
+    table.append(
+        (f"engine {n}", "with_updates + full (json bytes)", f"{p50:.2f}", f"{p99:.2f}", "")
+    )
     for label, query in (("full", FULL), ("filtered", FILTERED)):
         samples, body = timed(lambda q=query: allocation_candidates(graph, q, MV), repeat)
         p50, p99 = percentiles(samples)
