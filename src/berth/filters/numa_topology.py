@@ -243,7 +243,8 @@ class NUMATopologyFilter(BaseHostFilter):
             for i in np.flatnonzero(by_mapping).tolist():
                 row, g = rows[i], int(inverse[i])
                 kept = []
-                for cand in candidates[row]:
+                cands = candidates[row]
+                for cand in cands:
                     mapping = cand.get("mappings")
                     key = (g, keyer(mapping))
                     ok = memo.get(key)
@@ -251,7 +252,8 @@ class NUMATopologyFilter(BaseHostFilter):
                         ok = memo[key] = facts.fits(group_host[g], group_pci[g], group_limits[g], mapping)
                     if ok:
                         kept.append(cand)
-                candidates[row] = kept
+                if len(kept) != len(cands):
+                    candidates[row] = kept
                 passed[i] = bool(kept)
         return passed
 

@@ -100,7 +100,8 @@ class PciPassthroughFilter(BaseHostFilter):
         passed = np.zeros(len(todo), dtype=bool)
         for i, (row, code) in enumerate(zip(rows, sub_codes)):
             kept = []
-            for cand in candidates.get(row) or ():
+            cands = candidates.get(row)
+            for cand in cands or ():
                 mapping = cand.get("mappings")
                 key = (code, keyer(mapping))
                 served = memo.get(key)
@@ -108,7 +109,8 @@ class PciPassthroughFilter(BaseHostFilter):
                     served = memo[key] = table[code].support_requests(requests, mapping)
                 if served:
                     kept.append(cand)
-            candidates[row] = kept
+            if cands is None or len(kept) != len(cands):
+                candidates[row] = kept  # an unchanged list need not be rewritten
             passed[i] = bool(kept)
         mask[todo] = passed
         return mask
