@@ -241,3 +241,28 @@ def test_never_a_500_for_unicode_paths(api: Api) -> None:
     r = api.get("/resource_providers/%C3%A9", mv="1.39")
     assert r.status_code == 404
     assert isinstance(httpx.Response, type)
+
+
+def test_wsgiref_invented_content_type_counts_as_missing(tmp_path: object) -> None:
+    import threading
+    from pathlib import Path
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from berth.placement.cli import make_wsgi_app
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    app = make_wsgi_app(str(Path(str(tmp_path)) / "wsgiref.sqlite"))
+    httpd = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_port}"
+        r = httpx.post(f"{url}/resource_providers", headers={"X-Auth-Token": "admin"})
+        assert r.status_code == 415
+        assert "The media type None is not supported, use application/json" in r.text
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -99,6 +99,14 @@ class Request:
         key = name.upper().replace("-", "_")
         if key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
             value = self.environ.get(key)
+            if (
+                key == "CONTENT_TYPE"
+                and value == "text/plain"
+                and str(self.environ.get("SERVER_SOFTWARE", "")).startswith("WSGIServer/")
+            ):
+                # wsgiref invents text/plain when the client sent no Content-Type; Placement
+                # must see that as missing (reference 1.5 quirk).
+                return None
             return None if value in (None, "") else str(value)
         value = self.environ.get("HTTP_" + key)
         return None if value is None else str(value)
