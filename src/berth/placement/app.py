@@ -436,7 +436,7 @@ def _reason(status: int) -> str:
 def _unauthorized() -> Response:
     """noauth2's 401: WebOb's plain JSON body, no version header."""
     body = {
-        "message": EXPLANATIONS[401] + "<br /><br />\n\n\n",
+        "message": EXPLANATIONS[401] + "<br /><br />\n\n",
         "code": "401 Unauthorized",
         "title": "Unauthorized",
     }
