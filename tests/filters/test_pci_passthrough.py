@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from berth.config import SchedulerConfig
-from berth.errors import ExtraSpecError
+from berth.errors import ConfigError, ExtraSpecError
 from berth.filters.pci_passthrough import PciPassthroughFilter
 from berth.hardware.numa import prepare_request
 from berth.hardware.pci import InstancePCIRequest, InstancePCIRequests, PciDeviceStats
@@ -83,6 +83,11 @@ def test_candidates_mapped_to_providers_without_devices_are_dropped() -> None:
     assert list(f.filter_all_hosts(ws2.hosts(), req)) == [True] and ws2.candidates == ws.candidates
     ws3 = WorkingSet(snap, NOW, {0: [cands[0]]})
     assert list(f.filter_all_hosts(ws3.hosts(), req)) == [False] and ws3.candidates == {0: []}
+
+
+def test_a_bad_alias_definition_fails_when_the_filter_is_built() -> None:
+    with pytest.raises(ConfigError, match=r"\[pci\] alias #1"):
+        PciPassthroughFilter(SchedulerConfig.from_dict({"pci": {"alias": ["{nope"]}}))
 
 
 def test_an_unknown_alias_fails_validation_up_front() -> None:

@@ -19,11 +19,13 @@ from berth.hardware.columns import NONE_CODE, keep_candidates, object_codes
 from berth.hardware.pci import (
     InstancePCIRequest,
     mapping_keyer,
+    parse_aliases,
     pci_requests_from_flavor,
     requests_of,
 )
 
 if TYPE_CHECKING:
+    from berth.config import SchedulerConfig
     from berth.host_state import Hosts, HostState
     from berth.model.request import RequestSpec
 
@@ -42,6 +44,11 @@ class PciPassthroughFilter(BaseHostFilter):
 
     run_filter_once_per_request: ClassVar[bool] = False
     RUN_ON_REBUILD: ClassVar[bool] = False
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        super().__init__(config)
+        # A bad [pci] alias is a start-up error, not a failure of the first PCI request.
+        parse_aliases(getattr(getattr(self.config, "pci", None), "alias", None) or ())
 
     def validate_request(self, spec_obj: RequestSpec) -> None:
         """Check the flavor's ``pci_passthrough:alias`` against ``[pci] alias`` up front."""
