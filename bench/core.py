@@ -166,7 +166,7 @@ def bench_size(
             candidates = placement.candidates(spec)
             cands = CandidateSet(candidates.by_row, candidates.version)
             timings: dict[str, float] = {}
-            for path in ("columnar", "per-host"):
+            for path in args.paths:
                 per_host = path == "per-host"
                 if per_host and n >= 100_000 and num > 1 and not args.perhost_multi:
                     rows.append(Row(n, set_name, num, path, float("nan"), float("nan"),
@@ -193,6 +193,59 @@ def bench_size(
                 for row in rows[-2:]:
                     row.ratio = timings["per-host"] / timings["columnar"]
     return rows
+
+
+def breakdown(
+    cloud: SyntheticCloud,
+    snapshot: HostSnapshot,
+    config: SchedulerConfig,
+    weighers: list[BaseHostWeigher],
+    repeat: int,
+) -> list[tuple[str, str, float, float]]:
+    """CPU ms of each plugin alone on every host of the heavy request:
+    ``(kind, name, bulk ms, per-host ms)``; the per-host figure is measured on at most
+    2,000 hosts and scaled."""
+    from berth.host_state import WorkingSet
+
+    spec = request(cloud, "medium", heavy=True)
+    filters, _ = available_filters(SETS["heavy"], config)
+    n = len(snapshot)
+    sample = np.arange(min(n, 2000), dtype=np.int64)
+    out: list[tuple[str, str, float, float]] = []
+
+    def cpu_ms(fn: Callable[[], Any], reps: int) -> float:
+        fn()
+        c0 = time.process_time()
+        for _ in range(reps):
+            fn()
+        return (time.process_time() - c0) / reps * 1000
+
+    for f in filters:
+        f.validate_request(spec)
+        ws = WorkingSet(snapshot, NOW)
+        rows = np.arange(n, dtype=np.int64)
+        bulk = cpu_ms(lambda f=f, ws=ws, rows=rows: f.filter_all_hosts(ws.hosts(rows), spec),
+                      repeat)
+        per = cpu_ms(lambda f=f, ws=ws: BaseHostFilter.filter_all_hosts(f, ws.hosts(sample), spec),
+                     1) * n / len(sample)
+        out.append(("filter", type(f).__name__, bulk, per))
+    for w in weighers:
+        ws = WorkingSet(snapshot, NOW)
+        rows = np.arange(n, dtype=np.int64)
+
+        def bulk_w(w: BaseHostWeigher = w, ws: WorkingSet = ws, rows: np.ndarray = rows) -> None:
+            hosts = ws.hosts(rows)
+            w.weigh_all_hosts(hosts, spec)
+            w.multipliers_all_hosts(hosts)
+
+        def per_w(w: BaseHostWeigher = w, ws: WorkingSet = ws) -> None:
+            for h in ws.hosts(sample).states():
+                w._weigh_object(h, spec)
+                w.weight_multiplier(h)
+
+        out.append(("weigher", type(w).__name__, cpu_ms(bulk_w, repeat),
+                    cpu_ms(per_w, 1) * n / len(sample)))
+    return out
 
 
 def perhost_repeat(args: argparse.Namespace, n: int, num: int) -> int:
@@ -239,7 +292,8 @@ def bench_build(cloud: SyntheticCloud, repeat: int) -> dict[str, float]:
 
 
 def render(rows: list[Row], builds: dict[int, dict[str, float]], notes: list[str],
-           args: argparse.Namespace) -> str:
+           args: argparse.Namespace,
+           plugin_costs: tuple[int, list[tuple[str, str, float, float]]] | None = None) -> str:
     """The Markdown report."""
     lines = [
         "# Core benchmark: columnar engine vs per-host path",
@@ -300,6 +354,16 @@ def render(rows: list[Row], builds: dict[int, dict[str, float]], notes: list[str
         "Reference: Nova 34's own filters and weighers (default set) take ~1,000-1,170 ms "
         "per request at 10,000 hosts and ~95-100 ms at 1,000.",
     ]
+    if plugin_costs:
+        lines += [
+            "",
+            f"## Per-plugin cost at {plugin_costs[0]:,} hosts (heavy request, every host, CPU ms)",
+            "",
+            "| kind | name | bulk (columnar) | per-host path |",
+            "|---|---|---:|---:|",
+        ]
+        for kind, name, bulk, per in sorted(plugin_costs[1], key=lambda x: -x[2]):
+            lines.append(f"| {kind} | {name} | {bulk:.2f} | {per:,.0f} |")
     if notes:
         lines += ["", "## Notes", ""] + [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"
@@ -321,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-perhost-multi", dest="perhost_multi", action="store_false",
                         help="skip the per-host num_instances=10 run at 100,000 hosts")
     parser.add_argument("--build-repeat", type=int, default=3)
+    parser.add_argument("--paths", nargs="+", default=["columnar", "per-host"],
+                        choices=["columnar", "per-host"])
+    parser.add_argument("--breakdown", type=int, default=5, metavar="N",
+                        help="time each plugin alone N times at the largest size (0: off)")
+    parser.add_argument("--only-breakdown", action="store_true",
+                        help="skip the select_destinations table (profiling aid)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     args.load = os.getloadavg()[0]
@@ -331,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"weighers skipped (not present yet): {', '.join(missing_w)}")
     rows: list[Row] = []
     builds: dict[int, dict[str, float]] = {}
+    plugin_costs: tuple[int, list[tuple[str, str, float, float]]] | None = None
     for n in args.sizes:
         print(f"building a cloud of {n:,} hosts", file=sys.stderr, flush=True)
         cloud = make_cloud(n, seed=1)
@@ -343,11 +414,14 @@ def main(argv: list[str] | None = None) -> int:
         # the cyclic GC's generations, as a service would after loading it.
         gc.collect()
         gc.freeze()
-        rows += bench_size(cloud, snapshot, config, weighers, args, notes)
+        if n == max(args.sizes) and args.breakdown:
+            plugin_costs = (n, breakdown(cloud, snapshot, config, weighers, args.breakdown))
+        if not args.only_breakdown:
+            rows += bench_size(cloud, snapshot, config, weighers, args, notes)
         del snapshot, cloud
         gc.unfreeze()
         gc.collect()
-    text = render(rows, builds, notes, args)
+    text = render(rows, builds, notes, args, plugin_costs)
     args.output.write_text(text)
     print(text)
     return 0

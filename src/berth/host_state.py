@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,6 +30,83 @@ LOG = logging.getLogger(__name__)
 
 #: Columns a request may change (virtual consumption).
 CONSUMED_COLUMNS = ("free_ram_mb", "free_disk_mb", "vcpus_used", "num_instances", "num_io_ops")
+
+
+class CandidateOverlay(dict):  # type: ignore[type-arg]
+    """The request's allocation candidates by row: writes stay in the request, reads fall
+    back to the adapter's mapping (so a request does not copy 100,000 entries up front).
+
+    Behaves as a dict for ``get``, ``[]``, ``in``, assignment, ``len`` and iteration;
+    deleting a row the request did not write hides the base entry.
+    """
+
+    __slots__ = ("_base", "_hidden")
+
+    def __init__(self, base: dict[int, list[dict[str, Any]]]) -> None:
+        super().__init__()
+        self._base = base
+        self._hidden: set[int] = set()
+
+    def __missing__(self, row: int) -> list[dict[str, Any]]:
+        if row in self._hidden:
+            raise KeyError(row)
+        return self._base[row]
+
+    def get(self, row: int, default: Any = None) -> Any:  # type: ignore[override]
+        """The row's candidates, or ``default``."""
+        if dict.__contains__(self, row):
+            return dict.__getitem__(self, row)
+        if row in self._hidden:
+            return default
+        return self._base.get(row, default)
+
+    def __contains__(self, row: object) -> bool:
+        return dict.__contains__(self, row) or (row in self._base and row not in self._hidden)
+
+    def __setitem__(self, row: int, value: list[dict[str, Any]]) -> None:
+        self._hidden.discard(row)
+        dict.__setitem__(self, row, value)
+
+    def __delitem__(self, row: int) -> None:
+        if row not in self:
+            raise KeyError(row)
+        if dict.__contains__(self, row):
+            dict.__delitem__(self, row)
+        if row in self._base:
+            self._hidden.add(row)
+
+    def _merged(self) -> dict[int, list[dict[str, Any]]]:
+        merged = {r: v for r, v in self._base.items() if r not in self._hidden}
+        merged.update(dict.items(self))
+        return merged
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._merged())
+
+    def __len__(self) -> int:
+        return len(self._merged())
+
+    def keys(self) -> Any:
+        """Rows with candidates."""
+        return self._merged().keys()
+
+    def values(self) -> Any:
+        """Candidate lists."""
+        return self._merged().values()
+
+    def items(self) -> Any:
+        """``(row, candidates)`` pairs."""
+        return self._merged().items()
+
+    def copy(self) -> dict[int, list[dict[str, Any]]]:
+        """A plain dict of the merged view."""
+        return self._merged()
+
+    def __eq__(self, other: object) -> bool:
+        return self._merged() == (other._merged() if isinstance(other, CandidateOverlay) else other)
+
+    def __repr__(self) -> str:
+        return f"CandidateOverlay({self._merged()!r})"
 
 
 class WorkingSet:
@@ -50,6 +127,11 @@ class WorkingSet:
         self.snapshot = snapshot
         self.now = now
         self.candidates = candidates
+        #: Every row this request changed, in order (set_num, set_obj, add_instance,
+        #: set_updated, attrs): lets request-scoped caches refresh only those rows.
+        self.touched: list[int] = []
+        #: Request-scoped caches of the core (e.g. raw weights between instances).
+        self.memo: dict[Hashable, Any] = {}
         self._cols: dict[str, np.ndarray] = {}
         self._limits: dict[int, dict[str, Any]] = {}
         self._limit_cols: dict[str, np.ndarray] = {}
@@ -70,6 +152,7 @@ class WorkingSet:
         if col is None:
             col = self._cols[name] = self.snapshot.num(name).copy()
         col[row] = value
+        self.touched.append(row)
 
     def obj(self, name: str, row: int) -> Any:
         """A per-host object as this request sees it."""
@@ -81,6 +164,7 @@ class WorkingSet:
     def set_obj(self, name: str, row: int, value: Any) -> None:
         """Override a per-host object for this request only."""
         self._objects.setdefault(name, {})[row] = value
+        self.touched.append(row)
 
     def overridden(self, name: str) -> dict[int, Any]:
         """Rows whose per-host object ``name`` this request replaced, with the new values
@@ -115,10 +199,14 @@ class WorkingSet:
             else:
                 col = self._limit_cols[name] = np.full(len(self.snapshot), math.nan)
         col[rows] = values
-        for row, value in zip(rows.tolist(), np.asarray(values).tolist()):
-            existing = self._limits.get(row)
-            if existing is not None:
-                existing[name] = value
+        if self._limits:
+            # Only rows whose limits dict already exists need the value copied in.
+            rows = np.asarray(rows)
+            known = np.fromiter(self._limits, dtype=np.int64, count=len(self._limits))
+            hit = np.isin(rows, known)
+            if hit.any():
+                for row, value in zip(rows[hit].tolist(), np.asarray(values)[hit].tolist()):
+                    self._limits[row][name] = value
 
     # ----------------------------------------------------------------- instances
     def instances(self, row: int) -> dict[str, Instance]:
@@ -134,6 +222,7 @@ class WorkingSet:
     def add_instance(self, row: int, instance: Instance) -> None:
         """Record a stub instance on a row (server-group bookkeeping of a multi-create)."""
         self._extra_instances.setdefault(row, {})[instance.uuid] = instance
+        self.touched.append(row)
 
     def extra_instances(self) -> dict[int, dict[str, Instance]]:
         """Stubs added by this request, by row."""
@@ -142,6 +231,7 @@ class WorkingSet:
     # ----------------------------------------------------------------- attributes
     def attrs(self, row: int) -> dict[str, Any]:
         """Arbitrary attributes a plugin set on a HostState."""
+        self.touched.append(row)
         return self._attrs.setdefault(row, {})
 
     def updated(self, row: int) -> float | None:
@@ -154,6 +244,7 @@ class WorkingSet:
     def set_updated(self, row: int, value: float | None) -> None:
         """Set ``updated`` for a row (consumption sets it; a rollback clears it)."""
         self._updated[row] = value
+        self.touched.append(row)
 
     # ----------------------------------------------------------------- views
     def host_state(self, row: int) -> HostState:
@@ -387,6 +478,17 @@ for _name in ("cell_uuid", "hypervisor_type", "cpu_info", "stats"):
     setattr(HostState, _name, _interned_property(_name))
 
 
+def _unique_codes(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(codes, return_inverse=True)`` for codes in ``[0, size)``, in O(n):
+    a presence table instead of a sort (the same arrays, dtypes included)."""
+    present = np.zeros(size, dtype=bool)
+    present[codes] = True
+    unique = np.flatnonzero(present)
+    position = np.zeros(size, dtype=np.intp)
+    position[unique] = np.arange(len(unique), dtype=np.intp)
+    return unique.astype(codes.dtype), position[codes]
+
+
 class Hosts:
     """The hosts in play for one filter or weigher call: a working set and its rows.
 
@@ -394,11 +496,15 @@ class Hosts:
     interned columns once per distinct value through :meth:`signatures`.
     """
 
-    __slots__ = ("ws", "rows")
+    __slots__ = ("ws", "rows", "_codes", "_signatures")
 
     def __init__(self, ws: WorkingSet, rows: np.ndarray) -> None:
         self.ws = ws
         self.rows = rows
+        # Interned codes never change during a request; weighers ask for the same ones
+        # many times (every aggregate-overridable multiplier reads "aggregates").
+        self._codes: dict[str, np.ndarray] = {}
+        self._signatures: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -413,15 +519,24 @@ class Hosts:
         return self.ws.col(name)[self.rows]
 
     def codes(self, name: str) -> np.ndarray:
-        """An interned column's codes restricted to these rows."""
-        return self.ws.snapshot.codes(name)[self.rows]
+        """An interned column's codes restricted to these rows (do not write to it)."""
+        codes = self._codes.get(name)
+        if codes is None:
+            codes = self._codes[name] = self.ws.snapshot.codes(name)[self.rows]
+            codes.flags.writeable = False  # shared by every caller: fail loudly on writes
+        return codes
 
     def signatures(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Distinct codes of an interned column among these rows, and each row's position
         in that list (``unique, inverse``): evaluate once per unique code, then
         ``result[inverse]`` spreads it back to the rows."""
-        unique, inverse = np.unique(self.codes(name), return_inverse=True)
-        return unique, inverse.reshape(-1)
+        cached = self._signatures.get(name)
+        if cached is None:
+            cached = self._signatures[name] = _unique_codes(
+                self.codes(name), len(self.ws.snapshot.table(name)))
+            for array in cached:
+                array.flags.writeable = False
+        return cached
 
     def objects(self, name: str) -> list[Any]:
         """A per-host object column for these rows (request overrides applied)."""

@@ -56,7 +56,7 @@ from berth.explain import (
     WeigherTerm,
 )
 from berth.filters.base import BaseHostFilter, Reject
-from berth.host_state import Hosts, HostState, WorkingSet
+from berth.host_state import CandidateOverlay, Hosts, HostState, WorkingSet
 from berth.model.compute import Instance
 from berth.model.request import RequestSpec
 from berth.model.selection import Selection
@@ -194,6 +194,8 @@ def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndar
     m = min(m, len(rows))
     if m <= 0:
         return rows[:0]
+    if len(rows) == 1:
+        return rows
     if level < 0:
         return np.sort(rows)[:m] if m < len(rows) else np.sort(rows)
     lvl = levels[level]
@@ -212,10 +214,14 @@ def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndar
             # and every host tied with the threshold (their order is decided below).
             keep = neg <= threshold
             rest, neg = rest[keep], neg[keep]
-    # Order the candidates by the previous level, then stable-sort by weight.
-    rest = _head(levels, level - 1, rest, len(rest))
-    neg = -lvl.weights[rest]
-    ordered = rest[np.argsort(neg, kind="stable")]
+    by_weight = np.argsort(neg, kind="stable")
+    ranked = neg[by_weight]
+    if bool(np.any(ranked[1:] == ranked[:-1])) or np.count_nonzero(np.isnan(neg)) > 1:
+        # Ties: order the candidates by the previous level, then stable-sort by weight.
+        rest = _head(levels, level - 1, rest, len(rest))
+        neg = -lvl.weights[rest]
+        by_weight = np.argsort(neg, kind="stable")
+    ordered = rest[by_weight]
     return np.concatenate([head, ordered[:need]])
 
 
@@ -348,7 +354,10 @@ class Scheduler:
         ]
         rebuild = spec.is_rebuild()
         claiming = candidates is not None and not rebuild
-        ws = WorkingSet(snapshot, now, dict(candidates.by_row) if claiming and candidates else None)
+        # The overlay keeps this request's candidate edits (NUMA/PCI filters) out of the
+        # caller's mapping without copying it.
+        ws = WorkingSet(snapshot, now,
+                        CandidateOverlay(candidates.by_row) if claiming and candidates else None)
         req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None)
         req.version = candidates.version if claiming and candidates else None
 
@@ -438,7 +447,8 @@ class Scheduler:
         if candidates is None:
             keep[:] = True
         else:
-            keep[list(candidates.by_row)] = True
+            by_row = candidates.by_row
+            keep[np.fromiter(by_row, dtype=np.int64, count=len(by_row))] = True
         cell_codes = snapshot.codes("cell_uuid")
         cell_table = snapshot.table("cell_uuid")
         disabled: frozenset[str] = snapshot.disabled_cells
