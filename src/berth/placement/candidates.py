@@ -10,6 +10,11 @@ Modules: ``candidates_query`` (parsing and validation), ``candidates_search`` (t
 algorithm of the reference's section 5), ``candidates_graph`` (snapshot and indexes);
 this module renders the response (section 4.12).
 
+``allocation_candidates_json`` returns the same body already encoded (the HTTP layer's
+hot path). After a change, the store can call ``graph.with_updates(changed_providers)``
+instead of building a new ``ProviderGraph``: usages and inventory numbers are patched in
+O(changed) and every index is shared.
+
 The returned body shares provider-summary dicts with the graph's cache: treat it as
 read-only (encode it, do not mutate it).
 """
