@@ -154,6 +154,20 @@ def test_availability_zone_goes_through_placement_aggregates(stack: Stack) -> No
     assert decision.selections[0][0].availability_zone == "az2"
 
 
+def test_a_claim_for_an_existing_consumer_merges_its_allocations(stack: Stack) -> None:
+    agents = stack.register_hosts(_hosts(2))
+    claimer = stack.scheduler().claimer
+    consumer = "0b8f9c3e-0000-4000-8000-00000000abcd"
+    a, b = agents[0].uuid, agents[1].uuid
+    assert claimer.claim(consumer, {"allocations": {a: {"resources": {"VCPU": 1}}}}, _spec(), "1.36")
+    # A move: the new host's request is merged with what the consumer holds.
+    assert claimer.claim(consumer, {"allocations": {b: {"resources": {"VCPU": 2}}}}, _spec(), "1.36")
+    assert stack.client.get_allocations(consumer).allocations == {a: {"VCPU": 1}, b: {"VCPU": 2}}
+    assert claimer.stats.conflict_retries == 0 and claimer.stats.successes == 2
+    claimer.rollback([consumer])
+    assert stack.client.get_allocations(consumer).allocations == {}
+
+
 def test_a_rebuild_claims_nothing(stack: Stack) -> None:
     stack.register_hosts(_hosts(2))
     service = stack.scheduler(seed=1)

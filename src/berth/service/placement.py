@@ -8,8 +8,7 @@
   allocation requests are every request that allocates from that uuid (Nova's
   ``alloc_reqs_by_rp_uuid``).
 * :class:`PlacementClaimer` writes ``PUT /allocations/{consumer}`` with the project and
-  user and the consumer generation read just before (a move merges the consumer's
-  existing allocations). Generation conflicts are retried a bounded number of times and
+  user and the consumer generation (a move merges the consumer's existing allocations). Generation conflicts are retried a bounded number of times and
   counted; a refusal (capacity) answers False. ``rollback`` deletes allocations.
 """
 
@@ -157,24 +156,35 @@ class PlacementClaimer:
         spec: RequestSpec,
         version: str | None,
     ) -> bool:
-        """PUT the allocation; True on 204, False when placement refuses it."""
+        """PUT the allocation; True on 204, False when placement refuses it.
+
+        The first attempt assumes a new consumer (generation None), which saves a round
+        trip for every fresh instance; if the consumer already exists (a move), placement
+        answers a consumer-generation conflict and the next attempt reads the consumer,
+        merges its allocations and sends its generation — the payload Nova sends.
+        """
         self._count("claims")
         wanted = allocation_request.get("allocations", {})
+        fresh = {rp: dict(body.get("resources", {})) for rp, body in wanted.items()}
         for attempt in range(self.attempts):
             try:
-                current = self.client.get_allocations(consumer_uuid)
-                allocations = (merge_allocations(current.allocations, wanted)
-                               if current.allocations else
-                               {rp: dict(body.get("resources", {})) for rp, body in wanted.items()})
+                if attempt == 0:
+                    allocations, generation = fresh, None
+                else:
+                    current = self.client.get_allocations(consumer_uuid)
+                    allocations = (merge_allocations(current.allocations, wanted)
+                                   if current.allocations else fresh)
+                    generation = current.consumer_generation
                 self.client.put_allocations(
                     consumer_uuid, allocations,
                     project_id=spec.project_id or "unknown",
                     user_id=spec.user_id or "unknown",
-                    consumer_generation=current.consumer_generation,
+                    consumer_generation=generation,
                 )
             except ConflictError as exc:
                 if exc.is_generation_conflict and attempt + 1 < self.attempts:
-                    self._count("conflict_retries")
+                    if "consumer generation conflict" not in exc.detail or attempt > 0:
+                        self._count("conflict_retries")
                     continue
                 if exc.is_generation_conflict:
                     self._count("exhausted")

@@ -64,6 +64,7 @@ class ServiceStats:
     no_valid_host: int = 0
     candidate_queries: int = 0
     fallback_queries: int = 0
+    candidate_errors: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
 
 
@@ -126,6 +127,8 @@ class SchedulerService:
         resources = resources_from_request_spec(spec, self.config, self._find_nodes(snapshot))
         self.stats.candidate_queries += 1
         answer: CandidatesAnswer = self.candidates.get(resources.to_queryparams())
+        if answer.error:
+            self.stats.candidate_errors.append(answer.error)
         if resources.cpu_pinning_requested and not self.config.workarounds.disable_fallback_pcpu_query:
             fallback = resources_from_request_spec(spec, self.config, self._find_nodes(snapshot),
                                                    enable_pinning_translate=False)

@@ -1,0 +1,148 @@
+"""Several scheduler processes against one PostgreSQL resource store never overcommit.
+
+Four processes each open their own stack on a fresh database, then fire requests at a
+cloud that fills up before the last request. Afterwards every provider's usage is within
+its capacity, every placed instance holds exactly one allocation of the flavor's size,
+nothing else holds allocations, and generation-conflict retries stayed within bounds.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+PG_ADMIN_URL = os.environ.get("BERTH_TEST_PG_URL",
+                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+HOSTS = 200
+PROCESSES = 4
+REQUESTS = 2000
+SLOTS_PER_HOST = 8  # 1,600 slots for 2,000 requests: the cloud ends full
+FLAVOR = {"vcpus": 1, "memory_mb": 1024, "root_gb": 10}
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database, dropped afterwards (skip if PostgreSQL is down)."""
+    import sqlalchemy as sa
+
+    try:
+        admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception as exc:  # noqa: BLE001 - any connection failure means "skip"
+        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
+    name = f"berth_sched_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                 "WHERE datname = :n AND pid <> pg_backend_pid()"), {"n": name})
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+def _worker(url: str, index: int, count: int, queue: Any) -> None:
+    """One scheduler process: ``count`` single-instance requests, then its tallies."""
+    from berth.errors import NoValidHost
+    from berth.model.request import Flavor, RequestSpec
+    from berth.placement.db import create_db_engine
+    from berth.service.stack import open_stack
+
+    from .conftest import TEST_CONFIG
+
+    stack = open_stack(url, TEST_CONFIG, engine=create_db_engine(url))
+    service = stack.scheduler(seed=index)
+    flavor = Flavor(name="unit", id=1, **FLAVOR)  # type: ignore[arg-type]
+    placed: list[tuple[str, str]] = []
+    failed = 0
+    for _ in range(count):
+        spec = RequestSpec(flavor=flavor, project_id="p", user_id="u")
+        try:
+            decision = service.select_destinations(spec, return_alternates=False)
+        except NoValidHost:
+            failed += 1
+            continue
+        placed.append((decision.instance_uuids[0], str(decision.selections[0][0].compute_node_uuid)))
+    queue.put({"placed": placed, "failed": failed, "claims": service.claimer.stats.as_dict(),
+               "candidate_errors": service.stats.candidate_errors[:5]})
+    stack.close()
+
+
+def test_four_schedulers_fill_a_cloud_without_overcommitting(pg_database: str) -> None:
+    import sqlalchemy as sa
+
+    from berth.placement import db as pdb
+    from berth.service.compute import ComputeNodeSpec
+    from berth.service.placement import CLAIM_ATTEMPTS
+    from berth.service.stack import open_stack
+
+    from .conftest import TEST_CONFIG
+
+    stack = open_stack(pg_database, TEST_CONFIG)
+    reserved = TEST_CONFIG.reserved_host_memory_mb
+    stack.register_hosts([
+        ComputeNodeSpec(host=f"cn{i:03d}", vcpus=SLOTS_PER_HOST, cpu_allocation_ratio=1.0,
+                        memory_mb=SLOTS_PER_HOST * FLAVOR["memory_mb"] + reserved,
+                        local_gb=SLOTS_PER_HOST * FLAVOR["root_gb"])
+        for i in range(HOSTS)])
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    share = REQUESTS // PROCESSES
+    procs = [ctx.Process(target=_worker, args=(pg_database, i, share, queue))
+             for i in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+
+    placed = [item for r in results for item in r["placed"]]
+    failed = sum(r["failed"] for r in results)
+    assert len(placed) + failed == REQUESTS
+    # The cloud has exactly HOSTS * SLOTS_PER_HOST slots and every one of them is taken.
+    assert len(placed) == HOSTS * SLOTS_PER_HOST
+
+    with stack.engine.connect() as conn:
+        rc_names = dict(conn.execute(sa.select(pdb.resource_classes.c.id,
+                                               pdb.resource_classes.c.name)).all())
+        capacity = {(r.resource_provider_id, r.resource_class_id):
+                    (r.total - r.reserved) * r.allocation_ratio
+                    for r in conn.execute(sa.select(pdb.inventories))}
+        used = conn.execute(sa.select(pdb.allocations.c.resource_provider_id,
+                                      pdb.allocations.c.resource_class_id,
+                                      sa.func.sum(pdb.allocations.c.used))
+                            .group_by(pdb.allocations.c.resource_provider_id,
+                                      pdb.allocations.c.resource_class_id)).all()
+        per_consumer = dict(conn.execute(
+            sa.select(pdb.allocations.c.consumer_id,
+                      sa.func.count(sa.distinct(pdb.allocations.c.resource_provider_id)))
+            .group_by(pdb.allocations.c.consumer_id)).all())
+    for rp_id, rc_id, amount in used:
+        assert amount <= capacity[(rp_id, rc_id)], (rp_id, rc_names[rc_id], amount)
+    assert set(per_consumer) == {u for u, _ in placed}
+    assert all(n == 1 for n in per_consumer.values())
+    for instance, rp_uuid in placed[:: max(1, len(placed) // 50)]:
+        held = stack.client.get_allocations(instance).allocations
+        assert held == {rp_uuid: {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 10}}
+
+    claims = [r["claims"] for r in results]
+    total_claims = sum(c["claims"] for c in claims)
+    retries = sum(c["conflict_retries"] for c in claims)
+    assert retries <= total_claims * (CLAIM_ATTEMPTS - 1)
+    assert sum(c["successes"] for c in claims) == len(placed)
+    print(f"\n{len(placed)} placed, {failed} NoValidHost, {total_claims} claims, "
+          f"{retries} conflict retries, {sum(c['exhausted'] for c in claims)} out of retries, "
+          f"{sum(c['refusals'] for c in claims)} refusals")
+    stack.close()
