@@ -118,6 +118,41 @@ def _fast_key(value: Any) -> Hashable | None:
     return None
 
 
+def _intern_batch(
+    col: Interned, values: list[Any], copy: Callable[[Any], Any] | None = None
+) -> np.ndarray:
+    """Codes of many values: each distinct cheap key is interned once per batch.
+
+    ``copy`` makes the stored value (only for values not seen in this batch).
+    """
+    seen: dict[Hashable, int] = {}
+    codes = np.empty(len(values), dtype=np.int32)
+    intern = col.intern
+    for i, value in enumerate(values):
+        kind = type(value)
+        key: Hashable
+        try:
+            if kind is str or value is None:
+                key = value
+            elif kind is tuple:
+                key = (tuple, value)
+            elif kind is dict:
+                key = (dict, frozenset(value.items()))
+            elif kind is list:
+                key = (list, tuple(tuple(v) if type(v) is list else v for v in value))
+            else:
+                codes[i] = intern(copy(value) if copy else value)
+                continue
+            code = seen.get(key)
+        except TypeError:  # unhashable parts: the general path decides
+            codes[i] = intern(copy(value) if copy else value)
+            continue
+        if code is None:
+            code = seen[key] = intern(copy(value) if copy else value)
+        codes[i] = code
+    return codes
+
+
 class Interned:
     """A column of interned values: ``codes[row]`` indexes ``values``.
 
@@ -351,14 +386,14 @@ class HostSnapshot:
             ("hypervisor_type", [r.hypervisor_type for r in records]),
             ("cpu_info", [r.cpu_info if r.cpu_info is not None else "{}" for r in records]),
             ("stats", stats_list),
-            ("supported_instances",
-             [[list(s) for s in r.supported_instances or []] for r in records]),
             ("aggregates", [aggs_by_host.get(r.host, ()) for r in records]),
         ):
             col = interned[name]
-            intern = col.intern
-            col.codes[start:end] = np.fromiter(
-                (intern(v) for v in values), dtype=np.int32, count=n)
+            col.codes[start:end] = _intern_batch(col, values)
+        col = interned["supported_instances"]
+        col.codes[start:end] = _intern_batch(
+            col, [r.supported_instances or [] for r in records],
+            copy=lambda triples: [list(t) for t in triples])
 
         obj = self._obj
         object_columns: tuple[tuple[str, list[Any]], ...] = (
