@@ -369,3 +369,22 @@ def _record_of(snap: HostSnapshot, ws: WorkingSet, row: int) -> Any:
         metrics=hs.metrics, cpu_allocation_ratio=hs.cpu_allocation_ratio,
         service=snap.obj("service")[row], instances=dict(hs.instances), updated=hs.updated,
     )
+
+
+def test_hosts_consumed_by_earlier_instances_are_weighed_again() -> None:
+    # RAM spread: a (10 GiB free) takes the first instance, then has 8 GiB and loses to
+    # b (9 GiB); the memoized raw weights must see the consumption.
+    names = dict(WEIGHERS)
+    if "RAMWeigher" not in names:
+        pytest.skip("RAMWeigher is not present")
+    snap = cloud(host("a", free_ram_mb=10240, total_usable_ram_mb=16384),
+                 host("b", free_ram_mb=9216, total_usable_ram_mb=16384),
+                 host("c", free_ram_mb=4096, total_usable_ram_mb=16384))
+    config = SchedulerConfig.default()
+    req = spec(memory_mb=2048, num_instances=3)
+    got = [_decide(Scheduler(config, filters=[], weighers=[names["RAMWeigher"](config)],
+                             per_host=per_host), snap, req, 0, True)
+           for per_host in (False, True)]
+    assert got[0] == got[1]
+    # a (10) -> b (9) -> a (8 vs b 7).
+    assert [sels[0][0] for sels in got[0]] == ["a", "b", "a"]
