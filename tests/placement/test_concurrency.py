@@ -6,6 +6,7 @@ generation exactly one wins, and concurrent claims never push usage past capacit
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import uuid
 from collections.abc import Iterator
@@ -133,3 +134,42 @@ def test_one_new_consumer_claimed_by_many_writers_once(two_servers: list[Server]
     got = api.get(f"/allocations/{consumer}", mv="1.39").json()
     assert got["consumer_generation"] == 1
     assert api.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 1}
+
+
+def _claim_and_compare(args: tuple[str, list[str], int, Any]) -> bool:
+    """Claim on random providers, refreshing the cached graph as we go; after every
+    process is done, the cache must equal a graph built from scratch."""
+    import random
+
+    from berth.placement import db, errors
+    from berth.placement.store import ConsumerWrite, PlacementStore
+
+    url, uuids, seed, barrier = args
+    store = PlacementStore(db.create_db_engine(url))
+    rnd = random.Random(seed)
+    store.provider_graph()
+    for step in range(40):
+        rp = rnd.choice(uuids)
+        write = ConsumerWrite(str(uuid.uuid4()), "p", "u", [(rp, "VCPU", 1)], "X", None)
+        with contextlib.suppress(errors.PlacementError):
+            store.write_allocations([write], post=False)
+        if step % 3 == 0:
+            store.provider_graph()
+    barrier.wait()
+    same = bool(
+        store.provider_graph().providers == PlacementStore(store.engine).provider_graph().providers
+    )
+    store.engine.dispose()
+    return same
+
+
+def test_cached_graphs_in_several_processes_stay_exact(two_servers: list[Server]) -> None:
+    api = Api(two_servers[0].url)
+    uuids = [api.provider(VCPU=100) for _ in range(5)]
+    db_url = two_servers[0].db
+    ctx = mp.get_context("fork")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(3)
+        with ctx.Pool(3) as pool:
+            results = pool.map(_claim_and_compare, [(db_url, uuids, i, barrier) for i in range(3)])
+    assert results == [True, True, True]
