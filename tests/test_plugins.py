@@ -99,3 +99,11 @@ def test_nova_paths_of_built_ins_are_aliases():
     }})
     assert plugins.names(plugins.load_filters(config)) == ["ComputeFilter"]
     assert plugins.names(plugins.load_weighers(config)) == ["RAMWeigher"]
+
+
+def test_the_old_name_compute_capability_filter_is_an_alias(caplog):
+    config = SchedulerConfig.from_dict(
+        {"filter_scheduler": {"enabled_filters": ["ComputeCapabilityFilter"]}}
+    )
+    assert plugins.names(plugins.load_filters(config)) == ["ComputeCapabilitiesFilter"]
+    assert "old name" in caplog.text

@@ -459,7 +459,7 @@ def _host(
         from berth.hardware.pci import PciDeviceStats
 
         try:
-            pci = PciDeviceStats.from_pools(r.seq("pci_pools"))
+            pci = PciDeviceStats.from_pools(r.seq("pci_pools"), numa_topology=numa)
         except (KeyError, TypeError, ValueError) as exc:
             raise CloudFileError(f"{r.at('pci_pools')}: {exc}") from exc
 

@@ -32,6 +32,11 @@ ALL_FILTERS_NAMES = {"berth.filters.all_filters", "nova.scheduler.filters.all_fi
 DEPRECATED_FILTER_LISTS = {"nova.scheduler.filters.standard_filters"}
 ALL_WEIGHERS_NAMES = {"berth.weighers.all_weighers", "nova.scheduler.weights.all_weighers"}
 NOVA_FILTER_PREFIX = "nova.scheduler.filters."
+#: Names older documents use for a built-in filter (seed 002 says ComputeCapabilityFilter).
+DEPRECATED_FILTER_NAMES = {
+    "ComputeCapabilityFilter": "ComputeCapabilitiesFilter",
+    "ComputeCapabilitesFilter": "ComputeCapabilitiesFilter",
+}
 NOVA_WEIGHER_PREFIX = "nova.scheduler.weights."
 
 
@@ -116,6 +121,10 @@ def load_filters(config: SchedulerConfig) -> list[BaseHostFilter]:
     available = available_filter_classes(config)
     filters: list[BaseHostFilter] = []
     for name in config.filter_scheduler.enabled_filters:
+        if name not in available and name in DEPRECATED_FILTER_NAMES:
+            LOG.warning("[filter_scheduler] enabled_filters: %s is an old name of %s",
+                        name, DEPRECATED_FILTER_NAMES[name])
+            name = DEPRECATED_FILTER_NAMES[name]
         cls = available.get(name)
         if cls is None:
             raise PluginNotFound(
