@@ -107,3 +107,11 @@ def test_the_old_name_compute_capability_filter_is_an_alias(caplog):
     )
     assert plugins.names(plugins.load_filters(config)) == ["ComputeCapabilitiesFilter"]
     assert "old name" in caplog.text
+
+
+def test_the_plugins_extra_spec_validators_are_registered_by_entry_point(installed_acme):
+    from berth.extra_specs.validators import check_flavor
+
+    assert check_flavor({"acme:foo": "bar"}) == []
+    problems = check_flavor({"acme:foo": "qux"})
+    assert len(problems) == 1 and "acme:foo" in problems[0]

@@ -13,5 +13,8 @@ setup(
         'berth.filters': [
             'acme = acmefilter:AcmeFilter',
         ],
+        'berth.extra_spec_validators': [
+            'acme = acmefilter.validators',
+        ],
     },
 )
