@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from berth.config import SchedulerConfig
 from berth.errors import MaxRetriesExceeded
-from berth.model.request import Flavor, RequestSpec
+from berth.model.request import RequestSpec
 from berth.model.selection import Selection
 from berth.service.compute import ComputeAgent
 from berth.service.placement import PlacementClaimer
@@ -148,18 +148,3 @@ class Conductor:
             f"Exceeded maximum number of retries. Exhausted all hosts available for retrying "
             f"build failures for instance {instance_uuid}.",
             instance_uuid=instance_uuid, tried=tried)
-
-
-def fake_flavor(vcpus: int, memory_mb: int, disk_gb: int, name: str | None = None) -> Flavor:
-    """A flavor for simulations."""
-    return Flavor(name=name or f"{vcpus}c{memory_mb}m{disk_gb}g", vcpus=vcpus,
-                  memory_mb=memory_mb, root_gb=disk_gb)
-
-
-def agents_by_host(agents: Iterable[ComputeAgent]) -> dict[str, ComputeAgent]:
-    """Index agents by their service host name."""
-    return {a.node.host: a for a in agents}
-
-
-#: A builder of specs from simple parameters, for simulations.
-SpecFactory = Callable[[int], RequestSpec]
