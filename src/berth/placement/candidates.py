@@ -132,22 +132,13 @@ def _encode(
         return orjson.dumps(_render(graph, query, result, microversion))
     picked = result.providers
     res = _dumps(result.resources).encode()
-    quoted = _quoted_uuids(graph)[picked]
-    # One join over constant pieces and cached uuid literals: no per-candidate string
-    # building in Python. Each request ends with a comma; the last one is cut off.
-    if microversion >= (1, 34):
-        pieces = [
-            b'{"allocations":{',
-            None,
-            b':{"resources":' + res + b'}},"mappings":{"":[',
-            None,
-            b"]}},",
-        ]
-    else:
-        pieces = [b'{"allocations":{', None, b':{"resources":' + res + b"}}},"]
-    parts = np.empty(len(pieces) * len(picked), dtype=object)
-    for k, piece in enumerate(pieces):
-        parts[k :: len(pieces)] = quoted if piece is None else piece
+    before, after = _request_fragments(graph, microversion >= (1, 34))
+    # One join over [before[p], res, after[p], ...]: no per-candidate string building in
+    # Python. Each ``after`` ends with a comma; the last one is cut off.
+    parts = np.empty(3 * len(picked), dtype=object)
+    parts[0::3] = before[picked]
+    parts[1::3] = res
+    parts[2::3] = after[picked]
     requests = b"".join(parts.tolist())[:-1]
     summaries = _summary_fragments(graph, picked, microversion)
     return b"".join(
@@ -195,15 +186,26 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _quoted_uuids(graph: ProviderGraph) -> ObjectArray:
-    """Per provider, its uuid as a JSON string literal in bytes (cached on the graph)."""
-    cached = graph.cached_fragments("uuid-bytes")
+def _request_fragments(
+    graph: ProviderGraph, with_mappings: bool
+) -> tuple[ObjectArray, ObjectArray]:
+    """Per provider, a one-provider request's JSON bytes before and after its resources.
+
+    They depend on the uuid only, so ``with_updates`` keeps them (cached on the graph).
+    """
+    key = "request-1.34" if with_mappings else "request-1.12"
+    cached = graph.cached_fragments(key)
     if cached is None:
-        quoted = np.empty(graph.size, dtype=object)
-        quoted[:] = [q.encode() for q in graph.uuid_json]
-        cached = (quoted,)
-        graph.store_fragments("uuid-bytes", cached)
-    return cached[0]
+        before = np.empty(graph.size, dtype=object)
+        after = np.empty(graph.size, dtype=object)
+        before[:] = [b'{"allocations":{' + q.encode() + b':{"resources":' for q in graph.uuid_json]
+        if with_mappings:
+            after[:] = [b'}},"mappings":{"":[' + q.encode() + b"]}}," for q in graph.uuid_json]
+        else:
+            after[:] = [b"}}},"] * graph.size
+        cached = (before, after)
+        graph.store_fragments(key, cached)
+    return cached[0], cached[1]
 
 
 def _summary_fragments(graph: ProviderGraph, picked: IntArray, mv: Microversion) -> list[bytes]:
@@ -218,16 +220,15 @@ def _summary_fragments(graph: ProviderGraph, picked: IntArray, mv: Microversion)
     key = "provider:summary-1.29" if mv >= (1, 29) else "provider:summary-1.27"
     cached = graph.cached_fragments(key)
     if cached is None:
-        cached = (np.full(graph.size, None, dtype=object),)
+        cached = (np.full(graph.size, None, dtype=object), np.zeros(graph.size, dtype=np.bool_))
         graph.store_fragments(key, cached)
-    rows: ObjectArray = cached[0]
-    chosen = rows[picked]
-    missing = picked[np.fromiter((x is None for x in chosen.tolist()), dtype=np.bool_)]
+    rows, built = cached
+    missing = picked[~built[picked]]
     if len(missing):
         with_tree = mv >= (1, 29)
         rows[missing] = [_summary_fragment(graph, p, with_tree) for p in missing.tolist()]
-        chosen = rows[picked]
-    return list(chosen.tolist())
+        built[missing] = True
+    return list(rows[picked].tolist())
 
 
 def _summary_fragment(graph: ProviderGraph, p: int, with_tree: bool) -> bytes:

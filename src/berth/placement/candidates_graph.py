@@ -360,7 +360,8 @@ class ProviderGraph:
             if key.startswith("provider:"):
                 arrays = tuple(a.copy() for a in value)
                 for a in arrays:
-                    a[positions] = None
+                    # Object arrays hold the fragments, boolean ones say "built".
+                    a[positions] = False if a.dtype == np.bool_ else None
                 fragments[key] = arrays
             else:
                 fragments[key] = value
