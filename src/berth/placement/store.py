@@ -16,6 +16,7 @@ with the reference's verbatim messages. Concurrency contract:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 import uuid as uuid_mod
@@ -81,6 +82,73 @@ _RAW_INSERT_ROOT_RP = (
     "VALUES (?, ?, 0, ?) RETURNING id"
 )
 _RAW_SET_OWN_ROOT = "UPDATE resource_providers SET root_provider_id = id WHERE id = ?"
+
+# Prebuilt Core statements: SQLAlchemy memoizes a statement's cache key on the object, so
+# reusing one object per statement shape skips construction and key generation per call.
+_rp = resource_providers
+_SEL_RC_MAP = sa.select(resource_classes.c.id, resource_classes.c.name).order_by(
+    resource_classes.c.id
+)
+_BUMP_RP = (
+    sa.update(_rp)
+    .where(_rp.c.id == sa.bindparam("rp_id"), _rp.c.generation == sa.bindparam("expected"))
+    .values(generation=sa.bindparam("new_gen"), updated_at=sa.bindparam("now"))
+)
+_SEL_RPS_BY_UUID = sa.select(_rp.c.id, _rp.c.uuid, _rp.c.generation).where(
+    _rp.c.uuid.in_(sa.bindparam("uuids", expanding=True))
+)
+_SEL_RPS_BY_ID = sa.select(_rp.c.id, _rp.c.uuid, _rp.c.generation).where(
+    _rp.c.id.in_(sa.bindparam("ids", expanding=True))
+)
+_SEL_OLD_ALLOCS = sa.select(
+    allocations.c.resource_provider_id,
+    allocations.c.resource_class_id,
+    allocations.c.used,
+    allocations.c.consumer_id,
+).where(allocations.c.consumer_id.in_(sa.bindparam("consumers", expanding=True)))
+_SEL_USAGE_BY_RPS = (
+    sa.select(
+        allocations.c.resource_provider_id,
+        allocations.c.resource_class_id,
+        sa.func.sum(allocations.c.used).label("used"),
+    )
+    .where(allocations.c.resource_provider_id.in_(sa.bindparam("ids", expanding=True)))
+    .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
+)
+_DEL_ALLOCS = sa.delete(allocations).where(
+    allocations.c.consumer_id.in_(sa.bindparam("consumers", expanding=True))
+)
+_SEL_INVS_BY_RPS = sa.select(inventories).where(
+    inventories.c.resource_provider_id.in_(sa.bindparam("ids", expanding=True))
+)
+_INS_ALLOC = sa.insert(allocations)
+_SEL_CONSUMER = sa.select(
+    consumers.c.id,
+    consumers.c.generation,
+    consumers.c.project_id,
+    consumers.c.user_id,
+    consumers.c.consumer_type_id,
+).where(consumers.c.uuid == sa.bindparam("uuid"))
+_INS_CONSUMER = (
+    sa.insert(consumers)
+    .values(
+        uuid=sa.bindparam("uuid"),
+        project_id=sa.bindparam("project"),
+        user_id=sa.bindparam("user"),
+        generation=0,
+        consumer_type_id=sa.bindparam("ctype"),
+        created_at=sa.bindparam("now"),
+    )
+    .returning(consumers.c.id)
+)
+_BUMP_CONSUMER = (
+    sa.update(consumers)
+    .where(
+        consumers.c.id == sa.bindparam("cid"), consumers.c.generation == sa.bindparam("expected")
+    )
+    .values(generation=sa.bindparam("new_gen"), updated_at=sa.bindparam("now"))
+)
+_DEL_CONSUMER = sa.delete(consumers).where(consumers.c.id == sa.bindparam("cid"))
 _INSERT_CHILD_RP = sa.text(
     "INSERT INTO resource_providers "
     "(uuid, name, generation, parent_provider_id, root_provider_id, created_at) "
@@ -238,6 +306,7 @@ class PlacementStore:
         self._graph: Any = None
         self._graph_seq: int | None = None
         self._providers: dict[int, Any] = {}
+        self._id_cache: dict[tuple[str, str], int] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -307,11 +376,7 @@ class PlacementStore:
 
     @staticmethod
     def _rc_maps(conn: Connection) -> tuple[dict[str, int], dict[int, str]]:
-        rows = conn.execute(
-            sa.select(resource_classes.c.id, resource_classes.c.name).order_by(
-                resource_classes.c.id
-            )
-        ).all()
+        rows = conn.execute(_SEL_RC_MAP).all()
         by_name = {r.name: r.id for r in rows}
         return by_name, {v: k for k, v in by_name.items()}
 
@@ -361,9 +426,8 @@ class PlacementStore:
         """CAS the provider generation; False when another writer got there first."""
         conn.info.setdefault(_TOUCHED, set()).add(rp_id)
         result = conn.execute(
-            sa.update(resource_providers)
-            .where(resource_providers.c.id == rp_id, resource_providers.c.generation == expected)
-            .values(generation=expected + 1, updated_at=utcnow())
+            _BUMP_RP,
+            {"rp_id": rp_id, "expected": expected, "new_gen": expected + 1, "now": utcnow()},
         )
         return result.rowcount == 1
 
@@ -1474,109 +1538,79 @@ class PlacementStore:
             return result
 
     def _external_id(self, conn: Connection, table: sa.Table, external: str) -> int:
+        """Id of a project, user or consumer type, created on first use.
+
+        Those rows are never deleted, so ids seen committed are cached per process;
+        ids inserted by this transaction are not (a rollback would orphan them).
+        """
+        key_ = (table.name, external)
+        cached = self._id_cache.get(key_)
+        if cached is not None:
+            return cached
         col = table.c.external_id if "external_id" in table.c else table.c.name
         found = conn.execute(sa.select(table.c.id).where(col == external)).scalar()
         if found is not None:
+            if len(self._id_cache) < 100_000:
+                self._id_cache[key_] = int(found)
             return int(found)
         key = "external_id" if "external_id" in table.c else "name"
         self._insert_ignore(conn, table, [{key: external}])
         return int(conn.execute(sa.select(table.c.id).where(col == external)).scalar_one())
 
-    def _inspect_consumers(self, writes: Sequence[ConsumerWrite]) -> dict[str, _ConsumerState]:
-        """Check consumer generations and create missing consumers (own transaction).
-
-        Like Placement, new consumers are committed before the allocations are written;
-        a later failure removes them again, except when a provider was missing.
-        """
+    def _inspect_consumers(
+        self, conn: Connection, writes: Sequence[ConsumerWrite]
+    ) -> dict[str, _ConsumerState]:
+        """Check consumer generations, create missing consumers, update project/user/type."""
         states: dict[str, _ConsumerState] = {}
-        try:
-            with self._write() as conn:
-                for w in writes:
-                    project = self._external_id(conn, projects, w.project_id)
-                    user = self._external_id(conn, users, w.user_id)
-                    ctype_id = (
-                        self._external_id(conn, consumer_types, w.consumer_type)
-                        if w.consumer_type is not None
-                        else None
+        for w in writes:
+            project = self._external_id(conn, projects, w.project_id)
+            user = self._external_id(conn, users, w.user_id)
+            ctype_id = (
+                self._external_id(conn, consumer_types, w.consumer_type)
+                if w.consumer_type is not None
+                else None
+            )
+            row = conn.execute(_SEL_CONSUMER, {"uuid": w.consumer_uuid}).first()
+            if row is not None:
+                if not isinstance(w.generation, _Unset) and w.generation != row.generation:
+                    raise errors.Conflict(
+                        f"consumer generation conflict - expected {row.generation} but "
+                        f"got {w.generation}",
+                        code=errors.CONCURRENT_UPDATE,
                     )
-                    row = conn.execute(
-                        sa.select(
-                            consumers.c.id,
-                            consumers.c.generation,
-                            consumers.c.project_id,
-                            consumers.c.user_id,
-                            consumers.c.consumer_type_id,
-                        ).where(consumers.c.uuid == w.consumer_uuid)
-                    ).first()
-                    if row is not None:
-                        if not isinstance(w.generation, _Unset) and w.generation != row.generation:
-                            raise errors.Conflict(
-                                f"consumer generation conflict - expected {row.generation} but "
-                                f"got {w.generation}",
-                                code=errors.CONCURRENT_UPDATE,
-                            )
-                        changes: dict[str, Any] = {}
-                        if row.project_id != project:
-                            changes["project_id"] = project
-                        if row.user_id != user:
-                            changes["user_id"] = user
-                        if ctype_id is not None and row.consumer_type_id != ctype_id:
-                            changes["consumer_type_id"] = ctype_id
-                        if changes:
-                            changes["updated_at"] = utcnow()
-                            conn.execute(
-                                sa.update(consumers)
-                                .where(consumers.c.id == row.id)
-                                .values(**changes)
-                            )
-                        states[w.consumer_uuid] = _ConsumerState(
-                            row.id, w.consumer_uuid, row.generation, False
-                        )
-                    else:
-                        if not isinstance(w.generation, _Unset) and w.generation is not None:
-                            raise errors.Conflict(
-                                "consumer generation conflict - expected null but got "
-                                f"{w.generation}",
-                                code=errors.CONCURRENT_UPDATE,
-                            )
-                        new_id = conn.execute(
-                            sa.insert(consumers)
-                            .values(
-                                uuid=w.consumer_uuid,
-                                project_id=project,
-                                user_id=user,
-                                generation=0,
-                                consumer_type_id=ctype_id,
-                                created_at=utcnow(),
-                            )
-                            .returning(consumers.c.id)
-                        ).scalar_one()
-                        states[w.consumer_uuid] = _ConsumerState(new_id, w.consumer_uuid, 0, True)
-        except sa.exc.IntegrityError:
-            # Another request created the same consumer between our read and insert.
-            raise errors.Conflict(
-                "Inventory and/or allocations changed while attempting to allocate: "
-                f"{CONCURRENT_MSG}",
-                code=errors.CONCURRENT_UPDATE,
-            ) from None
+                changes: dict[str, Any] = {}
+                if row.project_id != project:
+                    changes["project_id"] = project
+                if row.user_id != user:
+                    changes["user_id"] = user
+                if ctype_id is not None and row.consumer_type_id != ctype_id:
+                    changes["consumer_type_id"] = ctype_id
+                if changes:
+                    changes["updated_at"] = utcnow()
+                    conn.execute(
+                        sa.update(consumers).where(consumers.c.id == row.id).values(**changes)
+                    )
+                states[w.consumer_uuid] = _ConsumerState(
+                    row.id, w.consumer_uuid, row.generation, False
+                )
+            else:
+                if not isinstance(w.generation, _Unset) and w.generation is not None:
+                    raise errors.Conflict(
+                        f"consumer generation conflict - expected null but got {w.generation}",
+                        code=errors.CONCURRENT_UPDATE,
+                    )
+                new_id = conn.execute(
+                    _INS_CONSUMER,
+                    {
+                        "uuid": w.consumer_uuid,
+                        "project": project,
+                        "user": user,
+                        "ctype": ctype_id,
+                        "now": utcnow(),
+                    },
+                ).scalar_one()
+                states[w.consumer_uuid] = _ConsumerState(new_id, w.consumer_uuid, 0, True)
         return states
-
-    def _remove_new_consumers(self, states: Mapping[str, _ConsumerState]) -> None:
-        created = [s.id for s in states.values() if s.created]
-        if not created:
-            return
-        with self._write() as conn:
-            for cid in created:
-                uuid = conn.execute(
-                    sa.select(consumers.c.uuid).where(consumers.c.id == cid)
-                ).scalar()
-                if uuid is None:
-                    continue
-                if conn.execute(
-                    sa.select(allocations.c.id).where(allocations.c.consumer_id == uuid).limit(1)
-                ).first():
-                    continue
-                conn.execute(sa.delete(consumers).where(consumers.c.id == cid))
 
     def write_allocations(
         self,
@@ -1584,25 +1618,38 @@ class PlacementStore:
         *,
         post: bool,
     ) -> None:
-        """Replace the allocations of every consumer in ``writes`` atomically."""
-        states = self._inspect_consumers(writes)
-        try:
-            for _attempt in range(RETRY_COUNT):
-                try:
-                    with self._write() as conn:
-                        self._replace_allocations(conn, writes, states, post=post)
-                    return
-                except _Retry:
-                    continue
-            raise errors.Conflict(
-                f"Inventory and/or allocations changed while attempting to allocate: "
-                f"{CONCURRENT_MSG}",
-                code=errors.CONCURRENT_UPDATE,
-            )
-        except errors.PlacementError as exc:
-            if not isinstance(exc, _MissingProvider):
-                self._remove_new_consumers(states)
-            raise
+        """Replace the allocations of every consumer in ``writes`` in one transaction.
+
+        A lost provider CAS retries the whole transaction. Quirk kept from Placement: it
+        commits new consumers before looking the providers up, so when a provider is
+        missing the new consumers stay (the next write must send generation 0).
+        """
+        for _attempt in range(RETRY_COUNT):
+            try:
+                with self._write() as conn:
+                    states = self._inspect_consumers(conn, writes)
+                    self._replace_allocations(conn, writes, states, post=post)
+                return
+            except _Retry:
+                continue
+            except _MissingProvider:
+                with (
+                    contextlib.suppress(errors.PlacementError, sa.exc.IntegrityError),
+                    self._write() as conn,
+                ):
+                    self._inspect_consumers(conn, writes)
+                raise
+            except sa.exc.IntegrityError:
+                # Another request created the same consumer between our read and insert.
+                raise errors.Conflict(
+                    "Inventory and/or allocations changed while attempting to allocate: "
+                    f"{CONCURRENT_MSG}",
+                    code=errors.CONCURRENT_UPDATE,
+                ) from None
+        raise errors.Conflict(
+            f"Inventory and/or allocations changed while attempting to allocate: {CONCURRENT_MSG}",
+            code=errors.CONCURRENT_UPDATE,
+        )
 
     def _replace_allocations(
         self,
@@ -1614,17 +1661,9 @@ class PlacementStore:
         interim: Mapping[int, Mapping[str, InventoryRecord]] | None = None,
     ) -> None:
         """Delete old rows, check capacity, insert new rows, CAS providers and consumers."""
-        rp = resource_providers
         wanted_uuids = sorted({a[0] for w in writes for a in w.allocations})
         prov_rows = (
-            {
-                r.uuid: r
-                for r in conn.execute(
-                    sa.select(rp.c.id, rp.c.uuid, rp.c.generation).where(
-                        rp.c.uuid.in_(wanted_uuids)
-                    )
-                )
-            }
+            {r.uuid: r for r in conn.execute(_SEL_RPS_BY_UUID, {"uuids": wanted_uuids})}
             if wanted_uuids
             else {}
         )
@@ -1647,14 +1686,7 @@ class PlacementStore:
                         f"resource class {rc}."
                     )
         consumer_uuids = [w.consumer_uuid for w in writes]
-        old_rows = conn.execute(
-            sa.select(
-                allocations.c.resource_provider_id,
-                allocations.c.resource_class_id,
-                allocations.c.used,
-                allocations.c.consumer_id,
-            ).where(allocations.c.consumer_id.in_(consumer_uuids))
-        ).all()
+        old_rows = conn.execute(_SEL_OLD_ALLOCS, {"consumers": consumer_uuids}).all()
         # Every provider losing this consumer's allocations changes usage.
         self._touch(conn, *{r.resource_provider_id for r in old_rows})
         # Providers to bump: every one in the new data, plus those whose allocations a
@@ -1667,11 +1699,7 @@ class PlacementStore:
         clearing = {w.consumer_uuid for w in writes if not w.allocations}
         clear_ids = {r.resource_provider_id for r in old_rows if r.consumer_id in clearing}
         for row in (
-            conn.execute(
-                sa.select(rp.c.id, rp.c.uuid, rp.c.generation).where(
-                    rp.c.id.in_(clear_ids - set(bump_ids))
-                )
-            )
+            conn.execute(_SEL_RPS_BY_ID, {"ids": sorted(clear_ids - set(bump_ids))})
             if clear_ids - set(bump_ids)
             else []
         ):
@@ -1689,26 +1717,17 @@ class PlacementStore:
         before: dict[tuple[int, int], int] = {}
         if requested:
             rp_ids = {k[0] for k in requested}
-            for r in conn.execute(
-                sa.select(
-                    allocations.c.resource_provider_id,
-                    allocations.c.resource_class_id,
-                    sa.func.sum(allocations.c.used).label("used"),
-                )
-                .where(allocations.c.resource_provider_id.in_(rp_ids))
-                .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
-            ):
+            for r in conn.execute(_SEL_USAGE_BY_RPS, {"ids": sorted(rp_ids)}):
                 before[(r.resource_provider_id, r.resource_class_id)] = int(r.used)
-        conn.execute(sa.delete(allocations).where(allocations.c.consumer_id.in_(consumer_uuids)))
+        if old_rows:
+            conn.execute(_DEL_ALLOCS, {"consumers": consumer_uuids})
         if requested:
             mine: dict[tuple[int, int], int] = defaultdict(int)
             for r in old_rows:
                 mine[(r.resource_provider_id, r.resource_class_id)] += r.used
             inv_map: dict[tuple[int, int], InventoryRecord] = {}
             rp_ids = {k[0] for k in requested}
-            for r in conn.execute(
-                sa.select(inventories).where(inventories.c.resource_provider_id.in_(rp_ids))
-            ):
+            for r in conn.execute(_SEL_INVS_BY_RPS, {"ids": sorted(rp_ids)}):
                 inv_map[(r.resource_provider_id, r.resource_class_id)] = InventoryRecord(
                     resource_class=by_id[r.resource_class_id],
                     total=r.total,
@@ -1751,7 +1770,7 @@ class PlacementStore:
             for consumer, rp_id, rc_id, used in items:
                 merged[(consumer, rp_id, rc_id)] += used
             conn.execute(
-                sa.insert(allocations),
+                _INS_ALLOC,
                 [
                     {
                         "resource_provider_id": rp_id,
@@ -1771,9 +1790,13 @@ class PlacementStore:
         for w in sorted(writes, key=lambda w: w.consumer_uuid):
             state = states[w.consumer_uuid]
             result = conn.execute(
-                sa.update(consumers)
-                .where(consumers.c.id == state.id, consumers.c.generation == state.generation)
-                .values(generation=state.generation + 1, updated_at=utcnow())
+                _BUMP_CONSUMER,
+                {
+                    "cid": state.id,
+                    "expected": state.generation,
+                    "new_gen": state.generation + 1,
+                    "now": utcnow(),
+                },
             )
             if result.rowcount != 1:
                 raise errors.Conflict(
@@ -1782,7 +1805,7 @@ class PlacementStore:
                     code=errors.CONCURRENT_UPDATE,
                 )
             if not w.allocations:
-                conn.execute(sa.delete(consumers).where(consumers.c.id == state.id))
+                conn.execute(_DEL_CONSUMER, {"cid": state.id})
 
     def delete_consumer_allocations(self, consumer_uuid: str) -> None:
         """Delete all allocations of a consumer and the consumer itself."""
