@@ -352,3 +352,39 @@ def test_updated_graph_answers_like_a_rebuilt_one(
             allocation_candidates_json(fresh, p, v)
         )
         assert allocation_candidates(updated, p, v) == allocation_candidates(fresh, p, v)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), graph=graphs())
+def test_search_equals_the_oracle_on_queries_built_from_the_graph(
+    data: Any, graph: ProviderGraph
+) -> None:
+    """Queries drawn from what the graph offers, so most examples have candidates."""
+    classes = sorted({rc for p in graph.providers for rc in p.inventories}) or ["VCPU"]
+    traits = sorted({t for p in graph.providers for t in p.traits if t != SHARING})
+    params: dict[str, list[str]] = {}
+
+    def resources(max_size: int) -> str:
+        chosen = data.draw(
+            st.lists(st.sampled_from(classes), min_size=1, max_size=max_size, unique=True)
+        )
+        return ",".join(f"{rc}:1" for rc in chosen)
+
+    n_granular = data.draw(st.integers(0, 2))
+    if n_granular == 0 or data.draw(st.booleans()):
+        params["resources"] = [resources(3)]
+        if traits and data.draw(st.booleans()):
+            params["required"] = [data.draw(st.sampled_from(traits + [f"!{t}" for t in traits]))]
+    for k in range(1, n_granular + 1):
+        params[f"resources{k}"] = [resources(2)]
+        if traits and data.draw(st.booleans()):
+            params[f"required{k}"] = [data.draw(st.sampled_from(traits))]
+    if n_granular == 2:
+        params["group_policy"] = [data.draw(st.sampled_from(["none", "isolate"]))]
+        if data.draw(st.booleans()):
+            params["same_subtree"] = ["1,2"]
+    mv = data.draw(st.sampled_from([(1, 39), (1, 28)]))
+    if mv < (1, 36):
+        params.pop("same_subtree", None)
+    query = parse_query(params, mv)
+    assert engine_keys(graph, query, mv) == oracle_keys(list(graph.providers), query, mv)
