@@ -207,8 +207,10 @@ class SchedulerApp:
 
     def hosts(self) -> dict[str, Any]:
         """Every node's capacity and usage from the scheduler's snapshot."""
-        snap = self.service.feed.refresh()
+        snap = self.service.refresh()
         rows = []
+        # Rows change only under the service's lock, which a concurrent /boot may hold
+        # meanwhile; a row read twice is at worst one report apart.
         for row in range(len(snap)):
             rows.append({
                 "host": snap.obj("host")[row], "nodename": snap.obj("nodename")[row],

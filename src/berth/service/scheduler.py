@@ -138,6 +138,11 @@ class SchedulerService:
             raise NoValidHost()
         return candidate_set(snapshot, answer, self.feed.uuid_rows)
 
+    def refresh(self) -> HostSnapshot:
+        """The snapshot, brought up to date, read under the request lock."""
+        with self._lock:
+            return self.feed.refresh()
+
     # ----------------------------------------------------------------- entry point
     def select_destinations(
         self,
