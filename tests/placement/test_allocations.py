@@ -124,7 +124,8 @@ def test_empty_allocations_delete_the_consumer_from_1_28(any_api: Api) -> None:
     assert r.status_code == 400 and "JSON does not validate" in r.text
 
 
-def test_consumer_type_from_1_38(api: Api) -> None:
+def test_consumer_type_from_1_38(any_api: Api) -> None:
+    api = any_api
     rp = api.provider(VCPU=8)
     consumer = new_uuid()
     b = body_138(rp, None, VCPU=1)
@@ -188,7 +189,8 @@ def test_capacity_and_constraints(any_api: Api) -> None:
     assert api.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 3}
 
 
-def test_over_capacity_write_that_does_not_increase_usage_is_allowed(api: Api) -> None:
+def test_over_capacity_write_that_does_not_increase_usage_is_allowed(any_api: Api) -> None:
+    api = any_api
     rp = api.provider(VCPU=8)
     consumer = new_uuid()
     assert (
@@ -209,7 +211,8 @@ def test_over_capacity_write_that_does_not_increase_usage_is_allowed(api: Api) -
     assert r.status_code == 409 and "exceed the capacity" in r.text
 
 
-def test_missing_provider_keeps_the_new_consumer(api: Api) -> None:
+def test_missing_provider_keeps_the_new_consumer(any_api: Api) -> None:
+    api = any_api
     consumer, ghost = new_uuid(), new_uuid()
     r = api.put(f"/allocations/{consumer}", mv="1.39", json=body_138(ghost, None, VCPU=1))
     assert r.status_code == 400
@@ -330,7 +333,8 @@ def test_post_allocations_for_several_consumers(any_api: Api) -> None:
     assert "does not match any of the regexes" in detail(r)
 
 
-def test_usages_by_project_user_and_consumer_type(api: Api) -> None:
+def test_usages_by_project_user_and_consumer_type(any_api: Api) -> None:
+    api = any_api
     rp = api.provider(VCPU=64, MEMORY_MB=65536)
     project = f"proj-{new_uuid()}"
     for ctype, user in (("INSTANCE", "u1"), ("INSTANCE", "u2"), ("MIGRATION", "u1")):
