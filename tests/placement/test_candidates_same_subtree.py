@@ -479,3 +479,76 @@ def test_root_required_keeps_the_sharing_disk_and_summaries(fx: Any) -> None:
     )
     assert body["provider_summaries"][u["numa0"]]["resources"]["VCPU"]["capacity"] == 4
     assert body["provider_summaries"][u["numa1"]]["resources"]["MEMORY_MB"]["capacity"] == 2048
+
+
+@pytest.mark.parametrize(
+    ("qs", "mv", "n_requests", "n_summaries", "mapping_sizes"),
+    [
+        ("resources=VCPU:1", (1, 34), 3, 23, {"": 1}),
+        ("resources=VCPU:1", (1, 33), 3, 23, None),
+        (
+            "resources_LEFT=VCPU:1&resources_RIGHT=VCPU:1&group_policy=isolate",
+            (1, 34),
+            2,
+            12,
+            {"_LEFT": 1, "_RIGHT": 1},
+        ),
+        (
+            "required_NET1=CUSTOM_PHYSNET1&resources_NET1=NET_BW_EGR_KILOBIT_PER_SEC:10"
+            "&required_NET2=CUSTOM_PHYSNET2&resources_NET2=NET_BW_EGR_KILOBIT_PER_SEC:20"
+            "&resources=VCPU:1&group_policy=isolate",
+            (1, 34),
+            2,
+            12,
+            {"": 1, "_NET1": 1, "_NET2": 1},
+        ),
+        (
+            "resources_BWA=NET_BW_EGR_KILOBIT_PER_SEC:10&required_BWA=CUSTOM_PHYSNET1"
+            "&resources_BWB=NET_BW_EGR_KILOBIT_PER_SEC:20&required_BWB=CUSTOM_PHYSNET1"
+            "&group_policy=none",
+            (1, 34),
+            1,
+            12,
+            {"_BWA": 1, "_BWB": 1},
+        ),
+        (
+            "required_NET1=CUSTOM_PHYSNET1&resources_NET1=NET_BW_EGR_KILOBIT_PER_SEC:10"
+            "&required_NET2=CUSTOM_PHYSNET2&resources_NET2=NET_BW_EGR_KILOBIT_PER_SEC:20"
+            "&resources_COMPUTE=VCPU:1,MEMORY_MB:1024&group_policy=isolate",
+            (1, 34),
+            2,
+            12,
+            {"_COMPUTE": 1, "_NET1": 1, "_NET2": 1},
+        ),
+    ],
+    ids=[
+        "simple mapping of the unsuffixed group",
+        "no mappings at 1.33",
+        "isolated granular mappings",
+        "granular plus unsuffixed mappings",
+        "two groups consolidated on one provider both map to it",
+        "a provider giving two classes to one group is mapped once",
+    ],
+)
+def test_reference_mappings_on_nested_providers(
+    fx: Any,
+    qs: str,
+    mv: tuple[int, int],
+    n_requests: int,
+    n_summaries: int,
+    mapping_sizes: dict[str, int] | None,
+) -> None:
+    _, u = fx
+    body = get(fx, qs, mv)
+    assert len(body["allocation_requests"]) == n_requests
+    assert len(body["provider_summaries"]) == n_summaries
+    for req in body["allocation_requests"]:
+        if mapping_sizes is None:
+            assert set(req) == {"allocations"}
+        else:
+            assert {s: len(ps) for s, ps in req["mappings"].items()} == mapping_sizes
+            for suffix in ("_NET1", "_BWA", "_BWB"):
+                if suffix in req["mappings"]:
+                    assert req["mappings"][suffix] == [u["esn1"]]
+            if "_NET2" in req["mappings"]:
+                assert req["mappings"]["_NET2"] == [u["esn2"]]
