@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 
 from berth.placement import errors, handlers, policy
-from berth.placement.handlers import Endpoint, _always
+from berth.placement.handlers import Endpoint, always
 from berth.placement.microversion import (
     MAX_VERSION,
     MIN_VERSION,
@@ -64,24 +64,24 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
     "/": {"GET": Endpoint(handlers.root, None, json_get=True)},
     "/resource_providers": {
         "GET": Endpoint(handlers.list_providers, _RP + "list", json_get=True),
-        "POST": Endpoint(handlers.create_provider, _RP + "create", needs_body=_always),
+        "POST": Endpoint(handlers.create_provider, _RP + "create", needs_body=always),
     },
     "/resource_providers/{uuid}": {
         "GET": Endpoint(handlers.show_provider, _RP + "show", json_get=True),
-        "PUT": Endpoint(handlers.update_provider, _RP + "update", needs_body=_always),
+        "PUT": Endpoint(handlers.update_provider, _RP + "update", needs_body=always),
         "DELETE": Endpoint(handlers.delete_provider, _RP + "delete"),
     },
     "/resource_providers/{uuid}/inventories": {
         "GET": Endpoint(handlers.list_inventories, _INV + "list", json_get=True),
-        "POST": Endpoint(handlers.create_inventory, _INV + "create", needs_body=_always),
-        "PUT": Endpoint(handlers.set_inventories, _INV + "update", needs_body=_always),
+        "POST": Endpoint(handlers.create_inventory, _INV + "create", needs_body=always),
+        "PUT": Endpoint(handlers.set_inventories, _INV + "update", needs_body=always),
         "DELETE": Endpoint(
             handlers.delete_inventories, _INV + "delete", min_version=(1, 5), below_min_status=405
         ),
     },
     "/resource_providers/{uuid}/inventories/{resource_class}": {
         "GET": Endpoint(handlers.show_inventory, _INV + "show", json_get=True),
-        "PUT": Endpoint(handlers.update_inventory, _INV + "update", needs_body=_always),
+        "PUT": Endpoint(handlers.update_inventory, _INV + "update", needs_body=always),
         "DELETE": Endpoint(handlers.delete_inventory, _INV + "delete"),
     },
     "/resource_providers/{uuid}/aggregates": {
@@ -92,7 +92,7 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
             handlers.set_aggregates,
             _RP + "aggregates:update",
             min_version=(1, 1),
-            needs_body=_always,
+            needs_body=always,
         ),
     },
     "/resource_providers/{uuid}/usages": {
@@ -109,7 +109,7 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
             handlers.set_provider_traits,
             _RP + "traits:update",
             min_version=(1, 6),
-            needs_body=_always,
+            needs_body=always,
         ),
         "DELETE": Endpoint(
             handlers.delete_provider_traits, _RP + "traits:delete", min_version=(1, 6)
@@ -120,7 +120,7 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
             handlers.list_resource_classes, _RC + "list", min_version=(1, 2), json_get=True
         ),
         "POST": Endpoint(
-            handlers.create_resource_class, _RC + "create", min_version=(1, 2), needs_body=_always
+            handlers.create_resource_class, _RC + "create", min_version=(1, 2), needs_body=always
         ),
     },
     "/resource_classes/{name}": {
@@ -150,12 +150,12 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
             handlers.post_allocations,
             _P + "allocations:manage",
             min_version=(1, 13),
-            needs_body=_always,
+            needs_body=always,
         ),
     },
     "/allocations/{consumer_uuid}": {
         "GET": Endpoint(handlers.show_allocations, _P + "allocations:list", json_get=True),
-        "PUT": Endpoint(handlers.set_allocations, _P + "allocations:update", needs_body=_always),
+        "PUT": Endpoint(handlers.set_allocations, _P + "allocations:update", needs_body=always),
         "DELETE": Endpoint(handlers.delete_allocations, _P + "allocations:delete"),
     },
     "/allocation_candidates": {
@@ -170,7 +170,7 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
         "GET": Endpoint(handlers.project_usages, policy.USAGES, min_version=(1, 9), json_get=True),
     },
     "/reshaper": {
-        "POST": Endpoint(handlers.reshape, policy.RESHAPE, min_version=(1, 30), needs_body=_always),
+        "POST": Endpoint(handlers.reshape, policy.RESHAPE, min_version=(1, 30), needs_body=always),
     },
 }
 

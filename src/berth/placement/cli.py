@@ -220,6 +220,8 @@ def _run_worker(args: argparse.Namespace, sock: socket.socket) -> int:
         channel_timeout=120,
         ident="berth-placement",
         clear_untrusted_proxy_headers=True,
+        # Reshaper and multi-consumer bodies are the largest; 64 MiB is ample.
+        max_request_body_size=64 * 1024 * 1024,
     )
 
     def _stop(signum: int, _frame: Any) -> None:

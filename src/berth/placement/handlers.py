@@ -53,7 +53,8 @@ class Endpoint:
     below_min_status: int = 404
 
 
-def _always(_v: tuple[int, int]) -> bool:
+def always(_v: tuple[int, int]) -> bool:
+    """``needs_body`` for endpoints that take a JSON body at every microversion."""
     return True
 
 
