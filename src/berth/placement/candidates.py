@@ -330,15 +330,17 @@ def _render(
 
 
 def _render_candidate(uuids: list[str], cand: Candidate, mv: Microversion) -> dict[str, Any]:
+    # The per-class amount dicts are the candidate's own (built for this request), so
+    # the body takes them over instead of copying them.
     if mv < (1, 12):
         return {
             "allocations": [
-                {"resource_provider": {"uuid": uuids[p]}, "resources": dict(per_rc)}
+                {"resource_provider": {"uuid": uuids[p]}, "resources": per_rc}
                 for p, per_rc in cand.amounts.items()
             ]
         }
     body: dict[str, Any] = {
-        "allocations": {uuids[p]: {"resources": dict(per_rc)} for p, per_rc in cand.amounts.items()}
+        "allocations": {uuids[p]: {"resources": per_rc} for p, per_rc in cand.amounts.items()}
     }
     if mv >= (1, 34):
         body["mappings"] = {s: [uuids[p] for p in ps] for s, ps in cand.mappings.items()}
