@@ -210,6 +210,8 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 _MIGRATE_LOCK = threading.Lock()
+#: Advisory lock key serializing migrations across processes on PostgreSQL ("berth").
+_PG_LOCK_KEY = 0x6265727468
 
 #: The newest revision in ``migrations/versions`` (a test keeps the two in step). A database
 #: already there skips loading Alembic, which keeps server start-up fast.
@@ -236,6 +238,10 @@ def run_migrations(engine: Engine) -> None:
         cfg = Config()
         cfg.set_main_option("script_location", str(script_dir))
         with engine.connect().execution_options(immediate=True) as conn:
+            if conn.dialect.name == "postgresql":
+                # Servers starting together on one database take turns; the transaction-
+                # scoped lock is released when the migration transaction commits.
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
             conn.commit()
