@@ -388,3 +388,84 @@ def test_hosts_consumed_by_earlier_instances_are_weighed_again() -> None:
     assert got[0] == got[1]
     # a (10) -> b (9) -> a (8 vs b 7).
     assert [sels[0][0] for sels in got[0]] == ["a", "b", "a"]
+
+
+@settings(FAST, max_examples=25)
+@given(
+    free=st.lists(st.sampled_from([2048, 4096, 6144, 8192, 16384]), min_size=12, max_size=30),
+    io=st.lists(st.integers(0, 3), min_size=30, max_size=30),
+    policy=st.sampled_from([None, "anti-affinity", "soft-affinity"]),
+    subset_size=st.integers(1, 3),
+    seed=st.integers(0, 1000),
+)
+def test_multi_creates_on_bigger_clouds_match_instance_by_instance(
+    free: list[int], io: list[int], policy: str | None, subset_size: int, seed: int,
+) -> None:
+    # Many near-equal hosts and eight instances: consumption keeps moving the extremes
+    # of the RAM/CPU/IO ranges, and anti-affinity removes each chosen host.
+    snap = cloud(*(host(f"h{i:02d}", free_ram_mb=f, total_usable_ram_mb=16384,
+                        vcpus_used=i % 5, stats={"io_workload": str(io[i])},
+                        instances=[f"i{i}"] if i % 4 == 0 else [])
+                   for i, f in enumerate(free)))
+    config = SchedulerConfig.default().replace("filter_scheduler", host_subset_size=subset_size)
+    group = None
+    if policy is not None:
+        group = InstanceGroup(policy=policy, uuid="g", members=["i0", "i4"])
+    names = dict(FILTERS)
+    wanted = [n for n in ("ComputeFilter", "RamFilter", "ServerGroupAntiAffinityFilter")
+              if n in names]
+    assume(policy != "anti-affinity" or "ServerGroupAntiAffinityFilter" in names)
+    req = spec(memory_mb=2048, num_instances=8 if policy != "anti-affinity" else 5, group=group)
+    got = [_decide(Scheduler(config, filters=[names[n](config) for n in wanted],
+                             weighers=[cls(config) for _, cls in WEIGHERS], per_host=per_host),
+                   snap, req, seed, True)
+           for per_host in (False, True)]
+    assert got[0] == got[1]
+
+
+@settings(FAST, max_examples=30)
+@given(
+    case=cloud_and_request(min_hosts=3),
+    steps=st.lists(st.tuples(st.integers(0, 7), st.lists(st.integers(0, 7), max_size=2)),
+                   min_size=1, max_size=5),
+    memory=st.sampled_from([512, 2048, 8192]),
+)
+def test_memoized_weights_equal_a_fresh_weighing_after_consumption_and_removals(
+    case: tuple[HostSnapshot, RequestSpec], steps: list[tuple[int, list[int]]], memory: int,
+) -> None:
+    # The memo's incremental ranges and terms must give exactly what weighing every
+    # host from scratch gives, whichever rows were consumed from or dropped.
+    snap, req = case
+    req.flavor.memory_mb = memory
+    weighers = [cls(SchedulerConfig.default()) for _, cls in WEIGHERS]
+    ranker = WeigherRanker(weighers)
+    ws = WorkingSet(snap, NOW)
+    ws.memo["instances"] = 5
+    rows = np.arange(len(snap), dtype=np.int64)
+    for consumed, dropped in steps:
+        memoized = ranker.rank(ws.hosts(rows), req).weights
+        ws.memo["instances"] = 1  # the plain path: weigh every host now
+        fresh = WeigherRanker(weighers).rank(ws.hosts(rows), req).weights
+        ws.memo["instances"] = 5
+        np.testing.assert_allclose(memoized, fresh, rtol=0, atol=1e-12)
+        if len(rows) > 1:
+            ws.consume(int(rows[consumed % len(rows)]), req)
+            keep = ~np.isin(np.arange(len(rows)), [d % len(rows) for d in dropped])
+            if keep.any():
+                rows = rows[keep]
+
+
+def test_removing_the_host_with_the_most_free_ram_renormalizes_the_memoized_weights() -> None:
+    names = dict(WEIGHERS)
+    if "RAMWeigher" not in names:
+        pytest.skip("RAMWeigher is not present")
+    snap = cloud(host("a", free_ram_mb=1000), host("b", free_ram_mb=5000),
+                 host("c", free_ram_mb=3000))
+    ranker = WeigherRanker([names["RAMWeigher"](SchedulerConfig.default())])
+    ws = WorkingSet(snap, NOW)
+    ws.memo["instances"] = 5
+    req = spec()
+    ranker.rank(ws.hosts(np.array([0, 1, 2])), req)
+    # b leaves: RAM normalizes by 3000 now (minval 0): 1000/3000 and 3000/3000.
+    weights = ranker.rank(ws.hosts(np.array([0, 2])), req).weights
+    np.testing.assert_allclose(weights, [1 / 3, 1.0], rtol=0, atol=1e-12)

@@ -358,6 +358,7 @@ class Scheduler:
         # caller's mapping without copying it.
         ws = WorkingSet(snapshot, now,
                         CandidateOverlay(candidates.by_row) if claiming and candidates else None)
+        ws.memo["instances"] = num_instances  # rankers memoize only for multi-creates
         req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None)
         req.version = candidates.version if claiming and candidates else None
 

@@ -7,6 +7,7 @@ sort by descending weight, so ties keep the order the hosts came in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -100,163 +101,228 @@ def _is_row_local(weigher: BaseHostWeigher) -> bool:
     return f"{cls.__module__}:{cls.__name__}" in ROW_LOCAL_WEIGHERS
 
 
-class _WeigherMemo:
-    """Raw weights and multipliers of one row-local weigher, by snapshot row, kept for
-    the duration of one request."""
+class _Term:
+    """One built-in weigher's state during a request, by snapshot row: raw weights,
+    multipliers, the normalization range over the hosts in play and its weighted,
+    normalized term ``multiplier * (raw - low) / (high - low)``."""
 
-    __slots__ = ("raw", "mult", "mult_const", "raw_const")
+    __slots__ = ("raw", "mult", "mult_const", "mult_finite", "low", "high", "skip", "term")
 
-    def __init__(self, size: int) -> None:
-        # Arrays by snapshot row, allocated only for non-constant columns (most weighers
-        # are constant on a cloud without, say, metrics or server groups).
+    def __init__(self) -> None:
         self.raw = np.empty(0)
         self.mult = np.empty(0)
-        #: The multiplier / raw weight when it is the same on every known row.
         self.mult_const: float | None = None
-        self.raw_const: float | None = None
+        self.mult_finite = True
+        self.low = math.nan
+        self.high = math.nan
+        self.skip = False
+        self.term: np.ndarray | None = None
 
+    def multiplier_of(self, rows: np.ndarray) -> np.ndarray | float:
+        """The multipliers of ``rows`` (a float when every host has the same)."""
+        return self.mult_const if self.mult_const is not None else self.mult[rows]
 
-    def materialize(self, size: int) -> None:
-        """Give constant columns their arrays back (before a row gets its own value)."""
-        if self.raw_const is not None:
-            self.raw = np.full(size, self.raw_const)
-        if self.mult_const is not None:
-            self.mult = np.full(size, self.mult_const)
+    def set_range(self, weigher: BaseHostWeigher, low: float, high: float) -> None:
+        """Apply the class's fixed ``minval``/``maxval`` over the hosts' extremes."""
+        self.low = low if weigher.minval is None else float(weigher.minval)
+        self.high = high if weigher.maxval is None else float(weigher.maxval)
 
+    def decide_skip(self) -> bool:
+        """True when the term is (signed) zero on every host: a constant column with
+        finite multipliers, or zero multipliers over a finite range."""
+        if self.low == self.high:
+            return self.mult_finite
+        return (self.mult_const == 0.0 and math.isfinite(self.low)
+                and math.isfinite(self.high))
 
-def _constant(values: np.ndarray) -> float | None:
-    """The common value of a non-empty array, or None (NaN is never constant)."""
-    first = values[0]
-    return float(first) if bool(np.all(values == first)) else None
+    def full_term(self, size: int) -> None:
+        """Recompute the term on every row (values off the hosts in play are unused)."""
+        with np.errstate(all="ignore"):
+            term = self.raw - self.low
+            term /= self.high - self.low
+            term *= self.mult_const if self.mult_const is not None else self.mult
+        self.term = term
+
+    def rows_term(self, rows: np.ndarray) -> None:
+        """Recompute the term on ``rows`` only."""
+        assert self.term is not None
+        with np.errstate(all="ignore"):
+            term = self.raw[rows] - self.low
+            term /= self.high - self.low
+            term *= self.multiplier_of(rows)
+        self.term[rows] = term
 
 
 class _RankerMemo:
-    """A WeigherRanker's request-scoped state: per-weigher memos, which rows they hold,
-    and the position in the touched-row log they are current with."""
+    """A WeigherRanker's request-scoped state: per-weigher terms, the total weight by
+    row, which rows are weighed (``known``) and in play (``alive``), and the position in
+    the working set's touched-row log everything is current with."""
 
-    __slots__ = ("spec", "weighers", "known", "seen")
+    __slots__ = ("spec", "terms", "known", "alive", "seen", "total")
 
     def __init__(self, spec: RequestSpec, size: int, count: int) -> None:
         self.spec = spec
-        self.weighers = [_WeigherMemo(size) for _ in range(count)]
+        self.terms = [_Term() for _ in range(count)]
         self.known = np.zeros(size, dtype=bool)
+        self.alive = np.zeros(size, dtype=bool)
         self.seen = 0
+        self.total = np.zeros(size)
+
+
+def _changed(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Where ``new`` differs from ``old`` (NaN counts as a change)."""
+    return ~(old == new) | np.isnan(old) | np.isnan(new)
 
 
 class WeigherRanker:
     """Nova's weighing with a list of weighers.
 
-    Within one request (one :class:`~berth.host_state.WorkingSet`), built-in weighers are
-    weighed in full once; later rankings of the same request re-weigh only the rows the
-    request changed (see :data:`ROW_LOCAL_WEIGHERS`), then normalize and sum exactly as
-    Nova does over the hosts in play. A weigher whose values are the same on every host
-    normalizes to 0 and adds nothing, so its arithmetic is skipped.
+    The first ranking of a request weighs every host. When the request ranks again (the
+    next instance of a multi-create, the alternates), built-in weighers are not weighed
+    again: their raw values change only on the rows the request touched (consumption,
+    server-group stubs; see :data:`ROW_LOCAL_WEIGHERS`), so only those are re-weighed;
+    a weigher's normalization range is kept up to date from the changed and removed
+    values, and its term is recomputed on every host only when the range moves. The
+    weights are bit-for-bit the ones a full weighing gives (same operations, same order).
+    A weigher whose term is zero on every host (a constant column, a zero multiplier)
+    is skipped.
     """
 
     def __init__(self, weighers: Sequence[BaseHostWeigher]) -> None:
         self.weighers = list(weighers)
-        self._row_local = [_is_row_local(w) for w in self.weighers]
-
-    def _refresh(self, hosts: Hosts, spec: RequestSpec) -> _RankerMemo:
-        """The request's memo, with every row of ``hosts`` weighed and current."""
-        ws = hosts.ws
-        key = ("WeigherRanker", id(self))
-        memo = ws.memo.get(key)
-        if not isinstance(memo, _RankerMemo) or memo.spec is not spec:
-            memo = ws.memo[key] = _RankerMemo(spec, len(ws.snapshot), len(self.weighers))
-            memo.seen = len(ws.touched)
-        rows = hosts.rows
-        missing = rows[~memo.known[rows]]
-        again = np.empty(0, dtype=np.int64)
-        touched = ws.touched
-        if len(touched) > memo.seen:
-            dirty = np.unique(np.asarray(touched[memo.seen:], dtype=np.int64))
-            again = dirty[memo.known[dirty]]
-        memo.seen = len(touched)
-        if len(missing):
-            sub = hosts if len(missing) == len(rows) else ws.hosts(missing)
-            first = not memo.known.any()
-            memo.known[missing] = True
-            for index, weigher in enumerate(self.weighers):
-                if not self._row_local[index]:
-                    continue
-                wm = memo.weighers[index]
-                raw = np.asarray(weigher.weigh_all_hosts(sub, spec), dtype=float)
-                mult = np.asarray(weigher.multipliers_all_hosts(sub), dtype=float)
-                size = len(ws.snapshot)
-                if first:
-                    wm.raw_const, wm.mult_const = _constant(raw), _constant(mult)
-                    if wm.raw_const is None:
-                        wm.raw = np.empty(size)
-                        wm.raw[missing] = raw
-                    if wm.mult_const is None:
-                        wm.mult = np.empty(size)
-                        wm.mult[missing] = mult
-                else:
-                    wm.materialize(size)
-                    wm.raw[missing] = raw
-                    wm.mult[missing] = mult
-                    wm.raw_const = _constant(wm.raw[memo.known])
-                    wm.mult_const = _constant(wm.mult[memo.known])
-        if len(again):
-            sub = ws.hosts(again)
-            for index, weigher in enumerate(self.weighers):
-                if not self._row_local[index]:
-                    continue
-                wm = memo.weighers[index]
-                raw = np.asarray(weigher.weigh_all_hosts(sub, spec), dtype=float)
-                if wm.raw_const is not None and bool(np.all(raw == wm.raw_const)):
-                    continue
-                wm.materialize(len(ws.snapshot))
-                wm.raw[again] = raw
-                wm.raw_const = None
-        return memo
+        self._memoizable = bool(self.weighers) and all(_is_row_local(w) for w in self.weighers)
 
     def rank(self, hosts: Hosts, spec: RequestSpec) -> Ranking:
         """Weigh, normalize, multiply and sum; the order is derived when asked."""
         n = len(hosts)
-        weights = np.zeros(n)
         if n <= 1:
-            return Ranking(weights, None, [])
-        memo = self._refresh(hosts, spec) if any(self._row_local) else None
-        rows = hosts.rows
-        values: list[tuple[np.ndarray | float, np.ndarray | float]] = []
-        for index, weigher in enumerate(self.weighers):
-            raw: np.ndarray | float
-            multiplier: np.ndarray | float
-            if memo is not None and self._row_local[index]:
-                wm = memo.weighers[index]
-                raw = wm.raw_const if wm.raw_const is not None else wm.raw[rows]
-                multiplier = wm.mult_const if wm.mult_const is not None else wm.mult[rows]
-            else:
-                raw = np.asarray(weigher.weigh_all_hosts(hosts, spec), dtype=float)
-                multiplier = np.asarray(weigher.multipliers_all_hosts(hosts), dtype=float)
+            return Ranking(np.zeros(n), None, [])
+        # The memo pays off only when the request ranks again (a multi-create); the
+        # pipeline records how many instances the request has.
+        if self._memoizable and hosts.ws.memo.get("instances", 2) > 1:
+            return self._rank_memo(hosts, spec)
+        weights = np.zeros(n)
+        values: list[tuple[np.ndarray, np.ndarray]] = []
+        for weigher in self.weighers:
+            raw = np.asarray(weigher.weigh_all_hosts(hosts, spec), dtype=float)
+            multiplier = np.asarray(weigher.multipliers_all_hosts(hosts), dtype=float)
             values.append((raw, multiplier))
-            if isinstance(raw, float):
-                low = raw if weigher.minval is None else float(weigher.minval)
-                high = raw if weigher.maxval is None else float(weigher.maxval)
-            else:
-                low = float(raw.min()) if weigher.minval is None else float(weigher.minval)
-                high = float(raw.max()) if weigher.maxval is None else float(weigher.maxval)
+            low = float(raw.min()) if weigher.minval is None else float(weigher.minval)
+            high = float(raw.max()) if weigher.maxval is None else float(weigher.maxval)
             if low == high and bool(np.all(np.isfinite(multiplier))):
-                # normalize() gives zeros; multiplier * 0 adds (signed) zero: skip.
-                continue
+                continue  # normalize() gives zeros; multiplier * 0 adds (signed) zero
             # Nova's arithmetic, in place: weight += multiplier * ((raw - low) / span).
-            term = np.subtract(raw, low, dtype=float) if isinstance(raw, float) else raw - low
-            term = np.broadcast_to(term, (n,)).copy() if term.shape != (n,) else term
+            term = raw - low
             term /= high - low
             term *= multiplier
             weights += term
 
         def columns() -> list[WeigherColumn]:
+            return [
+                WeigherColumn(type(w).__name__, raw, normalize(raw, w.minval, w.maxval), mult)
+                for w, (raw, mult) in zip(self.weighers, values)
+            ]
+
+        return Ranking(weights, None, columns_fn=columns)
+
+    def _rank_memo(self, hosts: Hosts, spec: RequestSpec) -> Ranking:
+        ws = hosts.ws
+        rows = hosts.rows
+        size = len(ws.snapshot)
+        key = ("WeigherRanker", id(self))
+        memo = ws.memo.get(key)
+        if not isinstance(memo, _RankerMemo) or memo.spec is not spec:
+            memo = ws.memo[key] = _RankerMemo(spec, size, len(self.weighers))
+            memo.seen = len(ws.touched)
+        missing = rows[~memo.known[rows]]
+        dirty = np.empty(0, dtype=np.int64)
+        if len(ws.touched) > memo.seen:
+            dirty = np.unique(np.asarray(ws.touched[memo.seen:], dtype=np.int64))
+            dirty = dirty[memo.known[dirty]]
+        memo.seen = len(ws.touched)
+        alive = np.zeros(size, dtype=bool)
+        alive[rows] = True
+        removed = np.flatnonzero(memo.alive & ~alive)
+        memo.alive = alive
+        memo.known[missing] = True
+        refill = len(missing) > 0
+        recompute_total = refill
+        changed_rows: list[np.ndarray] = []
+        sub = (hosts if len(missing) == len(rows) else ws.hosts(missing)) if refill else None
+        for index, weigher in enumerate(self.weighers):
+            t = memo.terms[index]
+            if sub is not None:
+                if len(t.raw) != size:
+                    t.raw, t.mult = np.empty(size), np.empty(size)
+                t.raw[missing] = np.asarray(weigher.weigh_all_hosts(sub, spec), dtype=float)
+                t.mult[missing] = np.asarray(weigher.multipliers_all_hosts(sub), dtype=float)
+                known_mult = t.mult[memo.known]
+                first = known_mult[0]
+                t.mult_const = float(first) if bool(np.all(known_mult == first)) else None
+                t.mult_finite = bool(np.all(np.isfinite(known_mult)))
+            old_low, old_high, old_skip = t.low, t.high, t.skip
+            olds = news = np.empty(0)
+            moved = np.empty(0, dtype=np.int64)
+            if len(dirty):
+                new = np.asarray(weigher.weigh_all_hosts(ws.hosts(dirty), spec), dtype=float)
+                old = t.raw[dirty]
+                diff = _changed(old, new)
+                if diff.any():
+                    moved, olds, news = dirty[diff], old[diff], new[diff]
+                    t.raw[moved] = news
+                    news = news[alive[moved]]
+            gone = t.raw[removed]
+            if refill or not (math.isfinite(t.low) and math.isfinite(t.high)):
+                current = t.raw[rows]
+                t.set_range(weigher, float(current.min()), float(current.max()))
+            else:
+                low, high = t.low, t.high
+                if weigher.minval is None:
+                    if bool(np.any(olds == low)) or bool(np.any(gone == low)):
+                        low = float(t.raw[rows].min())
+                    elif len(news):
+                        low = min(low, float(news.min()))
+                if weigher.maxval is None:
+                    if bool(np.any(olds == high)) or bool(np.any(gone == high)):
+                        high = float(t.raw[rows].max())
+                    elif len(news):
+                        high = max(high, float(news.max()))
+                t.set_range(weigher, low, high)
+            t.skip = t.decide_skip()
+            range_moved = not (t.low == old_low and t.high == old_high)
+            if t.skip:
+                recompute_total = recompute_total or not old_skip
+                continue
+            if refill or old_skip or range_moved or t.term is None:
+                t.full_term(size)
+                recompute_total = True
+            elif len(moved):
+                t.rows_term(moved)
+                changed_rows.append(moved)
+        active = [t.term for t in memo.terms if not t.skip and t.term is not None]
+        if recompute_total:
+            total = np.zeros(size)
+            for term in active:
+                total += term
+            memo.total = total
+        elif changed_rows:
+            where = np.unique(np.concatenate(changed_rows))
+            partial = np.zeros(len(where))
+            for term in active:
+                partial += term[where]
+            memo.total[where] = partial
+        weights = memo.total[rows]
+        terms = list(memo.terms)
+
+        def columns() -> list[WeigherColumn]:
+            # Read right after ranking (explanations): the memo still holds these values.
             out = []
-            for weigher, (raw, multiplier) in zip(self.weighers, values):
-                raw_arr = np.full(n, raw) if isinstance(raw, float) else raw
-                out.append(WeigherColumn(
-                    type(weigher).__name__, raw_arr,
-                    normalize(raw_arr, weigher.minval, weigher.maxval),
-                    np.broadcast_to(np.asarray(multiplier, dtype=float), (n,)).copy(),
-                ))
+            for w, t in zip(self.weighers, terms):
+                raw = t.raw[rows]
+                mult = np.broadcast_to(np.asarray(t.multiplier_of(rows), dtype=float),
+                                       raw.shape).copy()
+                out.append(WeigherColumn(type(w).__name__, raw,
+                                         normalize(raw, w.minval, w.maxval), mult))
             return out
 
         return Ranking(weights, None, columns_fn=columns)
