@@ -97,3 +97,14 @@ def test_incremental_graph_refresh_matches_a_full_rebuild(tmp_path: Path) -> Non
     store.rename_resource_class("CUSTOM_OLD", "CUSTOM_NEW")
     renamed = {p.name: p for p in store.provider_graph().providers}
     assert set(renamed["b"].inventories) == {"CUSTOM_NEW"}
+
+
+def test_graph_is_kept_when_a_write_changes_nothing_it_holds(tmp_path: Path) -> None:
+    store = PlacementStore(db.prepare(str(tmp_path / "keep.sqlite")))
+    rp = store.create_provider("keep", None, None)
+    first = store.provider_graph()
+    store.set_provider_traits(rp.uuid, [], 0)  # same (empty) set: no provider change
+    assert store.provider_graph() is first
+    store.ensure_trait("CUSTOM_NEW_NAME")  # a new known trait name needs a new graph
+    second = store.provider_graph()
+    assert second is not first and "CUSTOM_NEW_NAME" in second.known_traits

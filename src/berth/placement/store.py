@@ -306,6 +306,7 @@ class PlacementStore:
         self._graph: Any = None
         self._graph_seq: int | None = None
         self._providers: dict[int, Any] = {}
+        self._names: tuple[list[str], list[str]] = ([], [])
         self._id_cache: dict[tuple[str, str], int] = {}
 
     # ------------------------------------------------------------------ plumbing
@@ -2032,12 +2033,22 @@ class PlacementStore:
                     sa.select(resource_classes.c.name).order_by(resource_classes.c.id)
                 ).scalars()
             )
+        if (
+            self._graph is not None
+            and providers == self._providers
+            and (trait_names, class_names) == self._names
+        ):
+            # The changes since the cached graph touched nothing it holds (e.g. a consumer
+            # or project row, or a rewrite to the same values): keep it.
+            self._graph_seq = seq
+            return self._graph
         from berth.placement import candidates
 
         graph = candidates.ProviderGraph(
             [providers[i] for i in sorted(providers)], trait_names, class_names
         )
         self._providers = providers
+        self._names = (trait_names, class_names)
         self._graph, self._graph_seq = graph, seq
         return graph
 
