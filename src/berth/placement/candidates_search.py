@@ -71,7 +71,6 @@ class GeneralResult:
 
 
 SearchResult = FlatResult | GeneralResult
-EMPTY = GeneralResult([])
 
 
 def check_group_names(graph: ProviderGraph, group: RequestGroup) -> None:
@@ -116,13 +115,13 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
     for group in groups:
         check_group_names(graph, group)
         if allowed is not None and not allowed.any():
-            return EMPTY
+            return GeneralResult([])
         if group.use_same_provider or (not graph.has_trees and not graph.sharing):
             found = _single_provider_path(graph, group, allowed, sharing)
         else:
             found = _multi_provider_path(graph, group, allowed, sharing)
         if not found:
-            return EMPTY
+            return GeneralResult([])
         per_group.append(found)
 
     candidates = _merge(graph, query, per_group)
