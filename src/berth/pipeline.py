@@ -176,6 +176,13 @@ class _Level:
         """Position of each of ``rows`` in ``prefix``, or -1."""
         if len(self.prefix) == 0 or len(rows) == 0:
             return np.full(len(rows), -1, dtype=np.int64)
+        if len(rows) > 8 * len(self.prefix) and bool(np.all(rows[1:] > rows[:-1])):
+            # Many ascending rows, a short prefix: look the prefix up in the rows.
+            at = np.minimum(np.searchsorted(rows, self.prefix), len(rows) - 1)
+            present = rows[at] == self.prefix
+            positions = np.full(len(rows), -1, dtype=np.int64)
+            positions[at[present]] = np.flatnonzero(present)
+            return positions
         by_row = np.argsort(self.prefix, kind="stable")
         sorted_prefix = self.prefix[by_row]
         at = np.searchsorted(sorted_prefix, rows)
@@ -199,16 +206,20 @@ def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndar
     if level < 0:
         return np.sort(rows)[:m] if m < len(rows) else np.sort(rows)
     lvl = levels[level]
-    pos = lvl.prefix_positions(rows)
-    in_prefix = pos >= 0
-    head = rows[in_prefix][np.argsort(pos[in_prefix], kind="stable")]
+    if len(lvl.prefix):
+        pos = lvl.prefix_positions(rows)
+        in_prefix = pos >= 0
+        head = rows[in_prefix][np.argsort(pos[in_prefix], kind="stable")]
+        rest = rows[~in_prefix] if len(head) else rows
+    else:
+        head, rest = rows[:0], rows
     need = m - len(head)
     if need <= 0 or lvl.weights is None:
         return head[:m]
-    rest = rows[~in_prefix]
     neg = -lvl.weights[rest]
     if need < len(rest):
-        threshold = np.partition(neg, need - 1)[need - 1]
+        # The need-th smallest of -weight (NaN sorts last in both forms).
+        threshold = neg.min() if need == 1 else np.partition(neg, need - 1)[need - 1]
         if not np.isnan(threshold):
             # Everything that could be among the first ``need``: strictly better hosts
             # and every host tied with the threshold (their order is decided below).
@@ -271,8 +282,10 @@ class HostOrder:
         return self._known[:m]
 
     def __iter__(self) -> Iterator[int]:
-        done = 0
-        chunk = max(16, len(self._known))
+        # The known prefix first: a claim almost always stops at the first host.
+        yield from self._known.tolist()
+        done = len(self._known)
+        chunk = max(16, 2 * done)
         total = len(self)
         while done < total:
             part = self.head(chunk)
@@ -596,7 +609,9 @@ class Scheduler:
         self, req: _Request, name: str, rows: np.ndarray, mask: np.ndarray,
         why: BaseHostFilter | Reject,
     ) -> np.ndarray:
-        kept = rows[mask]
+        # The same array when every host passes: later rankings of the request recognize
+        # an unchanged host list by identity.
+        kept = rows if bool(mask.all()) else rows[mask]
         if req.current is not None:
             step = FilterStep(name, len(rows), len(kept))
             snapshot = req.ws.snapshot

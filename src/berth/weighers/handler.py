@@ -158,7 +158,7 @@ class _RankerMemo:
     row, which rows are weighed (``known``) and in play (``alive``), and the position in
     the working set's touched-row log everything is current with."""
 
-    __slots__ = ("spec", "terms", "known", "alive", "seen", "total")
+    __slots__ = ("spec", "terms", "known", "alive", "seen", "total", "rows")
 
     def __init__(self, spec: RequestSpec, size: int, count: int) -> None:
         self.spec = spec
@@ -167,6 +167,9 @@ class _RankerMemo:
         self.alive = np.zeros(size, dtype=bool)
         self.seen = 0
         self.total = np.zeros(size)
+        #: The rows of the last ranking (the pipeline passes the same array when no
+        #: host was filtered out since).
+        self.rows: np.ndarray | None = None
 
 
 def _changed(old: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -234,16 +237,21 @@ class WeigherRanker:
         if not isinstance(memo, _RankerMemo) or memo.spec is not spec:
             memo = ws.memo[key] = _RankerMemo(spec, size, len(self.weighers))
             memo.seen = len(ws.touched)
-        missing = rows[~memo.known[rows]]
+        same_rows = memo.rows is rows
+        missing = rows[:0] if same_rows else rows[~memo.known[rows]]
         dirty = np.empty(0, dtype=np.int64)
         if len(ws.touched) > memo.seen:
             dirty = np.unique(np.asarray(ws.touched[memo.seen:], dtype=np.int64))
             dirty = dirty[memo.known[dirty]]
         memo.seen = len(ws.touched)
-        alive = np.zeros(size, dtype=bool)
-        alive[rows] = True
-        removed = np.flatnonzero(memo.alive & ~alive)
-        memo.alive = alive
+        if same_rows:
+            alive, removed = memo.alive, rows[:0]
+        else:
+            alive = np.zeros(size, dtype=bool)
+            alive[rows] = True
+            removed = np.flatnonzero(memo.alive & ~alive)
+            memo.alive = alive
+            memo.rows = rows
         memo.known[missing] = True
         refill = len(missing) > 0
         recompute_total = refill
