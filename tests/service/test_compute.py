@@ -105,3 +105,24 @@ def test_a_report_round_trips_through_json() -> None:
     record = agent.host_record(now=100.0)
     again = report_to_record(record_to_report(record))
     assert again == record
+
+
+def test_agents_report_periodically_until_stopped(stack: Stack) -> None:
+    import threading
+
+    (agent,) = stack.register_hosts([ComputeNodeSpec(host="h1", vcpus=1, memory_mb=1024,
+                                                     local_gb=1)])
+    reported = threading.Event()
+    publish = stack.records.publish
+
+    def spy(*args: object, **kw: object) -> int:
+        reported.set()
+        return publish(*args, **kw)  # type: ignore[arg-type]
+
+    stack.records.publish = spy  # type: ignore[method-assign]
+    agent.start(interval=0.01)
+    try:
+        assert reported.wait(timeout=10)
+    finally:
+        agent.stop()
+    assert agent._thread is not None and not agent._thread.is_alive()

@@ -1,0 +1,76 @@
+"""``berth serve`` as a real process, and ``berth boot`` against it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from berth.cli import main
+
+CLOUD = """
+flavors:
+  - {name: web, vcpus: 2, memory_mb: 2048, root_gb: 10}
+hosts:
+  - {host: "n{index}", count: 3, vcpus: 8, memory_mb: 8704, local_gb: 100}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(CLOUD)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "berth.cli", "serve", "--db", f"sqlite:///{tmp_path}/b.sqlite",
+         "--port", str(port), "--cloud", str(cloud)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_boot_prints_the_placements(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["boot", "--flavor", "web", "--num", "2", "--url", server]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["#", "instance", "host", "node", "tried", "alternates"]
+    assert len(out) == 3 and {line.split()[2] for line in out[1:]} <= {"n1", "n2", "n3"}
+    assert main(["boot", "--flavor", "1,512,1", "--json", "--url", server]) == 0
+    assert '"instances"' in capsys.readouterr().out
+
+
+def test_boot_reports_scheduling_and_input_errors(server: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["boot", "--flavor", "64,1,1", "--url", server]) == 4
+    assert "No valid host was found" in capsys.readouterr().err
+    assert main(["boot", "--flavor", "nosuch", "--url", server]) == 3
+    assert "no flavor named 'nosuch'" in capsys.readouterr().err
+
+
+def test_boot_without_a_server_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["boot", "--flavor", "m1.tiny", "--url", f"http://127.0.0.1:{_free_port()}"]) == 7
+    assert "cannot reach" in capsys.readouterr().err
