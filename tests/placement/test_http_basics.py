@@ -193,7 +193,7 @@ def test_non_integer_content_length_is_400(server: object, api: Api) -> None:
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
-    # waitress itself rejects a non-numeric Content-Length before the app sees it.
+    # The HTTP server itself rejects a non-numeric Content-Length before the app sees it.
     assert data.startswith(b"HTTP/1.1 400")
 
 

@@ -1,4 +1,4 @@
-"""``berth placement serve``: run the Placement-compatible API on a multi-threaded server.
+"""``berth placement serve``: run the Placement-compatible API on a multi-threaded cheroot server.
 
 With no options it serves 127.0.0.1:8778 over ``./berth-placement.sqlite`` (created and
 migrated on start-up). ``--db`` takes any SQLAlchemy URL, e.g.
@@ -138,15 +138,19 @@ def serve_command(args: argparse.Namespace) -> int:
     except Exception as exc:  # start-up problems are reported, not traced
         print(f"berth placement serve: cannot open database {args.db!r}: {exc}", file=sys.stderr)
         return 2
-    try:
-        sock = _listen(args.host, args.port)
-    except OSError as exc:
-        print(
-            f"berth placement serve: cannot listen on {args.host}:{args.port}: {exc}",
-            file=sys.stderr,
-        )
-        return 2
-    port = sock.getsockname()[1]
+    if args.workers == 1:
+        try:
+            server = _make_server(args, args.port, reuse_port=False)
+            server.prepare()
+        except OSError as exc:
+            print(f"berth placement serve: cannot listen: {exc}", file=sys.stderr)
+            return 2
+        _announce(args, server.bind_addr[1])
+        return _run(server)
+    return _serve_prefork(args)
+
+
+def _announce(args: argparse.Namespace, port: int) -> None:
     LOG.info(
         "berth placement serving on http://%s:%s%s (db %s, policy %s, %d process(es))",
         args.host,
@@ -156,54 +160,12 @@ def serve_command(args: argparse.Namespace) -> int:
         args.policy,
         args.workers,
     )
-    if args.workers == 1:
-        print(f"listening on http://{args.host}:{port}{args.prefix}", flush=True)
-        return _run_worker(args, sock)
-    children: list[int] = []
-    for _ in range(args.workers):
-        pid = os.fork()
-        if pid == 0:  # child: serve until told to stop
-            code = 1
-            try:
-                code = _run_worker(args, sock)
-            finally:
-                os._exit(code)
-        children.append(pid)
     print(f"listening on http://{args.host}:{port}{args.prefix}", flush=True)
 
-    def _forward(signum: int, _frame: Any) -> None:
-        for child in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, _forward)
-    signal.signal(signal.SIGINT, _forward)
-    status = 0
-    for child in children:
-        while True:
-            try:
-                _pid, code = os.waitpid(child, 0)
-                break
-            except InterruptedError:
-                continue
-        status = status or os.waitstatus_to_exitcode(code)
-    sock.close()
-    return status
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (IPv4 or IPv6 by the host's form)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
-    return sock
-
-
-def _run_worker(args: argparse.Namespace, sock: socket.socket) -> int:
-    """Serve on ``sock`` in this process until SIGTERM/SIGINT, then drain and return 0."""
-    from waitress.server import create_server
+def _make_server(args: argparse.Namespace, port: int, *, reuse_port: bool) -> Any:
+    """A cheroot WSGI server for this process (the app is built here, after any fork)."""
+    from cheroot import wsgi
 
     app = make_wsgi_app(
         args.db,
@@ -212,17 +174,23 @@ def _run_worker(args: argparse.Namespace, sock: socket.socket) -> int:
         cors_allow_headers=args.cors_allow_header,
         prefix=args.prefix,
     )
-    server: Any = create_server(
+    server = wsgi.Server(
+        (args.host, port),
         app,
-        sockets=[sock],
-        threads=args.threads,
-        connection_limit=1000,
-        channel_timeout=120,
-        ident="berth-placement",
-        clear_untrusted_proxy_headers=True,
-        # Reshaper and multi-consumer bodies are the largest; 64 MiB is ample.
-        max_request_body_size=64 * 1024 * 1024,
+        numthreads=args.threads,
+        server_name="berth-placement",
+        request_queue_size=1024,
+        timeout=60,
+        shutdown_timeout=10,
+        reuse_port=reuse_port,
     )
+    # Reshaper and multi-consumer bodies are the largest; 64 MiB is ample.
+    server.max_request_body_size = 64 * 1024 * 1024
+    return server
+
+
+def _run(server: Any) -> int:
+    """Serve until SIGTERM/SIGINT, then stop accepting and let running requests finish."""
 
     def _stop(signum: int, _frame: Any) -> None:
         LOG.info("signal %s: shutting down", signum)
@@ -231,11 +199,66 @@ def _run_worker(args: argparse.Namespace, sock: socket.socket) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        server.run()
+        server.serve()
     except KeyboardInterrupt:
         pass
     finally:
-        server.close()
-        # Let worker threads finish the requests they hold.
-        server.task_dispatcher.shutdown(cancel_pending=False, timeout=10)
+        server.stop()
     return 0
+
+
+def _serve_prefork(args: argparse.Namespace) -> int:
+    """N processes, each with its own SO_REUSEPORT listener on one port (the kernel spreads
+    connections); the parent only reserves the port, waits and forwards signals."""
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    reserve = socket.socket(family, socket.SOCK_STREAM)
+    reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        reserve.bind((args.host, args.port))  # bound, never listening: takes no connections
+    except OSError as exc:
+        print(f"berth placement serve: cannot listen: {exc}", file=sys.stderr)
+        return 2
+    port = reserve.getsockname()[1]
+    ready_r, ready_w = os.pipe()
+    children: list[int] = []
+    for _ in range(args.workers):
+        pid = os.fork()
+        if pid == 0:  # child: serve until told to stop
+            code = 1
+            try:
+                os.close(ready_r)
+                server = _make_server(args, port, reuse_port=True)
+                server.prepare()
+                os.write(ready_w, b"1")
+                os.close(ready_w)
+                code = _run(server)
+            finally:
+                os._exit(code)
+        children.append(pid)
+    os.close(ready_w)
+    started = 0
+    while started < args.workers:
+        chunk = os.read(ready_r, args.workers)
+        if not chunk:
+            break  # a child died before listening
+        started += len(chunk)
+    os.close(ready_r)
+
+    def _forward(signum: int, _frame: Any) -> None:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, _forward)
+    signal.signal(signal.SIGINT, _forward)
+    if started < args.workers:
+        print("berth placement serve: a worker failed to start", file=sys.stderr)
+        _forward(signal.SIGTERM, None)
+    else:
+        _announce(args, port)
+    status = 0
+    for child in children:
+        _pid, code = os.waitpid(child, 0)
+        status = status or os.waitstatus_to_exitcode(code)
+    reserve.close()
+    return status if started == args.workers else 2
