@@ -92,6 +92,8 @@ hosts:
      instances: [{uuid: 0b8f9c3e-0000-4000-8000-000000000001, flavor: web}]}
   - {host: a2, vcpus: 4, memory_mb: 8704, local_gb: 100, vcpus_used: 10}
   - {host: a3, vcpus: 8, memory_mb: 8704, local_gb: 100, service: {disabled: true}}
+  - {host: a4, vcpus: 8, memory_mb: 8704, local_gb: 100, service: {up: false}}
+  - {host: a5, vcpus: 8, memory_mb: 8704, local_gb: 100, service: {forced_down: true}}
 """
 
 
@@ -109,6 +111,10 @@ def test_a_cloud_file_is_seeded_through_the_agents(stack: Stack, tmp_path: Path)
     snap = stack.scheduler().feed.refresh()
     row = snap.row_of("a2")
     assert row is not None and snap.num("vcpus_used")[row] == 10
+    down, forced = snap.row_of("a4"), snap.row_of("a5")
+    assert stack.agents["a4"].silent and not stack.agents["a5"].silent
+    assert snap.num("service_heartbeat")[down] < snap.num("service_heartbeat")[row] - 60
+    assert bool(snap.num("service_forced_down")[forced])
     # Seeding twice does not double the allocations.
     seed_from_cloud(stack, str(path))
     assert stack.client.provider_usages(a1.uuid)["VCPU"] == 2

@@ -193,7 +193,14 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
                 _allocate(stack, stable_uuid("preexisting", agent.uuid, str(i)), agent.uuid,
                           share, "seed")
             agent.baseline = extra
-        agent.report()
+        down_since = None
+        if service is not None:
+            agent.forced_down = service.forced_down
+            seen = service.last_seen_up
+            if seen is not None and time.time() - seen > config.service_down_time:
+                # A host the file says is down keeps its old heartbeat and stays silent.
+                agent.silent, down_since = True, seen
+        agent.report(now=down_since)
     return dict(cloud.flavors), dict(cloud.images)
 
 

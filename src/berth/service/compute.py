@@ -338,6 +338,8 @@ class ComputeAgent:
         self.disabled = False
         self.disabled_reason: str | None = None
         self.forced_down = False
+        #: A silent agent does not report periodically (a host that is down).
+        self.silent = False
         self.failed_builds = 0
         self.created_at = clock()
         self._placed: dict[str, _Placed] = {}
@@ -484,6 +486,8 @@ class ComputeAgent:
     # ----------------------------------------------------------------- periodic
     def start(self, interval: float | None = None) -> None:
         """Report every ``interval`` seconds (``[DEFAULT] report_interval``) in a thread."""
+        if self.silent:
+            return
         period = float(interval if interval is not None else self.config.report_interval)
 
         def loop() -> None:
