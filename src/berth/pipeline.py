@@ -236,6 +236,14 @@ def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndar
     return np.concatenate([head, ordered[:need]])
 
 
+def _zone_of(aggregates: list[Any]) -> str | None:
+    """The first ``availability_zone`` among a host's aggregates (Selection's AZ)."""
+    for agg in aggregates:
+        if "availability_zone" in agg.metadata:
+            return str(agg.metadata["availability_zone"])
+    return None
+
+
 class HostOrder:
     """The hosts of one ranking, best first, produced lazily (see the notes above).
 
@@ -725,11 +733,10 @@ class Scheduler:
     ) -> Selection:
         """``Selection.from_host_state`` (reference §8.4)."""
         host = HostState(ws, row)
-        zone = None
-        for agg in host.aggregates:
-            if "availability_zone" in agg.metadata:
-                zone = agg.metadata["availability_zone"]
-                break
+        snapshot = ws.snapshot
+        code = int(snapshot.codes("aggregates")[row])
+        zone = snapshot.cached(("selection_zone", code), lambda: _zone_of(
+            snapshot.aggregates_of_signature(code)))
         return Selection(
             compute_node_uuid=host.uuid,
             service_host=host.host,

@@ -254,6 +254,8 @@ class WeigherRanker:
             memo.rows = rows
         memo.known[missing] = True
         refill = len(missing) > 0
+        if not refill and not len(dirty) and not len(removed):
+            return self._memo_ranking(memo, rows)  # nothing changed since the last ranking
         recompute_total = refill
         changed_rows: list[np.ndarray] = []
         sub = (hosts if len(missing) == len(rows) else ws.hosts(missing)) if refill else None
@@ -279,8 +281,10 @@ class WeigherRanker:
                     moved, olds, news = dirty[diff], old[diff], new[diff]
                     t.raw[moved] = news
                     news = news[alive[moved]]
-            gone = t.raw[removed]
-            if refill or not (math.isfinite(t.low) and math.isfinite(t.high)):
+            gone = t.raw[removed] if len(removed) else np.empty(0)
+            if not refill and not len(olds) and not len(gone) and not len(news):
+                pass  # this weigher's values did not change: nor did its range
+            elif refill or not (math.isfinite(t.low) and math.isfinite(t.high)):
                 current = t.raw[rows]
                 t.set_range(weigher, float(current.min()), float(current.max()))
             else:
@@ -319,6 +323,9 @@ class WeigherRanker:
             for term in active:
                 partial += term[where]
             memo.total[where] = partial
+        return self._memo_ranking(memo, rows)
+
+    def _memo_ranking(self, memo: _RankerMemo, rows: np.ndarray) -> Ranking:
         weights = memo.total[rows]
         terms = list(memo.terms)
 
