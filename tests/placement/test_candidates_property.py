@@ -388,3 +388,15 @@ def test_search_equals_the_oracle_on_queries_built_from_the_graph(
         params.pop("same_subtree", None)
     query = parse_query(params, mv)
     assert engine_keys(graph, query, mv) == oracle_keys(list(graph.providers), query, mv)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=graphs(), request=queries())
+def test_encoded_response_equals_the_dict_response(
+    graph: ProviderGraph, request: tuple[dict[str, list[str]], tuple[int, int]]
+) -> None:
+    params, mv = request
+    # Versions at or above the one the query was built for accept the same parameters.
+    for version in {mv} | {v for v in [(1, 29), (1, 34), (1, 39)] if v >= mv}:
+        encoded = json.loads(allocation_candidates_json(graph, params, version))
+        assert encoded == allocation_candidates(graph, params, version)
