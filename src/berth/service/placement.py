@@ -111,6 +111,7 @@ class ClaimStats:
     refusals: int = 0
     conflict_retries: int = 0
     exhausted: int = 0
+    consumer_conflicts: int = 0
     errors: int = 0
     rollbacks: int = 0
 
@@ -158,22 +159,28 @@ class PlacementClaimer:
     ) -> bool:
         """PUT the allocation; True on 204, False when placement refuses it.
 
-        The first attempt assumes a new consumer (generation None), which saves a round
-        trip for every fresh instance; if the consumer already exists (a move), placement
-        answers a consumer-generation conflict and the next attempt reads the consumer,
-        merges its allocations and sends its generation — the payload Nova sends.
+        The first PUT assumes a new consumer (generation None), which saves a round trip
+        for every fresh instance. If the consumer already exists (a move), placement
+        answers a consumer-generation conflict; the consumer is then read, its
+        allocations merged with the new ones and its generation sent — Nova's payload.
+        A provider-generation race (placement's "Inventory and/or allocations changed")
+        is retried up to ``attempts`` times in all and counted; a second
+        consumer-generation conflict means someone else is changing the consumer, which
+        Nova reports as AllocationUpdateFailed and Berth as a refused claim.
         """
         self._count("claims")
         wanted = allocation_request.get("allocations", {})
-        fresh = {rp: dict(body.get("resources", {})) for rp, body in wanted.items()}
-        for attempt in range(self.attempts):
+        allocations: dict[str, dict[str, int]] = {
+            rp: dict(body.get("resources", {})) for rp, body in wanted.items()}
+        generation: int | None = None
+        read_consumer = False
+        attempt = 0
+        while True:
             try:
-                if attempt == 0:
-                    allocations, generation = fresh, None
-                else:
+                if read_consumer:
                     current = self.client.get_allocations(consumer_uuid)
-                    allocations = (merge_allocations(current.allocations, wanted)
-                                   if current.allocations else fresh)
+                    if current.allocations:
+                        allocations = merge_allocations(current.allocations, wanted)
                     generation = current.consumer_generation
                 self.client.put_allocations(
                     consumer_uuid, allocations,
@@ -182,17 +189,25 @@ class PlacementClaimer:
                     consumer_generation=generation,
                 )
             except ConflictError as exc:
-                if exc.is_generation_conflict and attempt + 1 < self.attempts:
-                    if "consumer generation conflict" not in exc.detail or attempt > 0:
-                        self._count("conflict_retries")
-                    continue
-                if exc.is_generation_conflict:
-                    self._count("exhausted")
-                    LOG.warning("claim for %s: out of retries: %s", consumer_uuid, exc.detail)
-                else:
+                if not exc.is_generation_conflict:
                     self._count("refusals")
                     LOG.debug("claim for %s refused: %s", consumer_uuid, exc.detail)
-                return False
+                    return False
+                if "consumer generation conflict" in exc.detail:
+                    if not read_consumer:
+                        read_consumer = True
+                        continue
+                    self._count("consumer_conflicts")
+                    LOG.warning("claim for %s: the consumer changed meanwhile: %s",
+                                consumer_uuid, exc.detail)
+                    return False
+                attempt += 1
+                if attempt >= self.attempts:
+                    self._count("exhausted")
+                    LOG.warning("claim for %s: out of retries: %s", consumer_uuid, exc.detail)
+                    return False
+                self._count("conflict_retries")
+                continue
             except PlacementAPIError as exc:
                 self._count("errors")
                 LOG.warning("unable to submit allocation for %s: %s", consumer_uuid, exc)
@@ -203,7 +218,6 @@ class PlacementClaimer:
                 return False
             self._count("successes")
             return True
-        return False
 
     def rollback(self, consumer_uuids: Sequence[str]) -> None:
         """DELETE every consumer's allocations (missing ones are fine)."""

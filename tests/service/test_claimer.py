@@ -1,0 +1,84 @@
+"""PlacementClaimer: retries on placement races, refusals, consumer generations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from berth.model.request import Flavor, RequestSpec
+from berth.placement.client import ConflictError, ConsumerAllocations
+from berth.service.placement import CLAIM_ATTEMPTS, PlacementClaimer
+
+SPEC = RequestSpec(flavor=Flavor(name="f", vcpus=1, memory_mb=1), project_id="p", user_id="u")
+REQ = {"allocations": {"rp": {"resources": {"VCPU": 1}}}}
+RACE = ConflictError(409, "placement.concurrent_update",
+                     "Inventory and/or allocations changed while attempting to allocate", None)
+FULL = ConflictError(409, "placement.undefined_code", "Unable to allocate inventory", None)
+CONSUMER = ConflictError(409, "placement.concurrent_update",
+                         "consumer generation conflict - expected 3 but got None", None)
+
+
+class FakeClient:
+    """Answers PUTs from a script of errors (None = success)."""
+
+    def __init__(self, script: list[Exception | None], held: dict[str, dict[str, int]] | None = None):
+        self.script = list(script)
+        self.held = held or {}
+        self.puts: list[tuple[dict[str, Any], int | None]] = []
+
+    def get_allocations(self, consumer: str) -> ConsumerAllocations:
+        return ConsumerAllocations(self.held, 3 if self.held else None, "p", "u", "INSTANCE")
+
+    def put_allocations(self, consumer: str, allocations: dict[str, Any], *,
+                        consumer_generation: int | None, **_: Any) -> None:
+        self.puts.append((allocations, consumer_generation))
+        outcome = self.script.pop(0) if self.script else None
+        if outcome is not None:
+            raise outcome
+
+
+def test_placement_races_are_retried_and_counted() -> None:
+    client = FakeClient([RACE, RACE, None])
+    claimer = PlacementClaimer(client)  # type: ignore[arg-type]
+    assert claimer.claim("c", REQ, SPEC, "1.36")
+    assert claimer.stats.conflict_retries == 2 and claimer.stats.successes == 1
+
+
+def test_retries_are_bounded() -> None:
+    client = FakeClient([RACE] * 10)
+    claimer = PlacementClaimer(client)  # type: ignore[arg-type]
+    assert not claimer.claim("c", REQ, SPEC, "1.36")
+    assert len(client.puts) == CLAIM_ATTEMPTS
+    assert claimer.stats.exhausted == 1 and claimer.stats.conflict_retries == CLAIM_ATTEMPTS - 1
+
+
+def test_a_capacity_refusal_is_false_without_retry() -> None:
+    client = FakeClient([FULL])
+    claimer = PlacementClaimer(client)  # type: ignore[arg-type]
+    assert not claimer.claim("c", REQ, SPEC, "1.36")
+    assert len(client.puts) == 1 and claimer.stats.refusals == 1
+
+
+def test_an_existing_consumer_is_read_merged_and_sent_with_its_generation() -> None:
+    client = FakeClient([CONSUMER, None], held={"old": {"VCPU": 2}})
+    claimer = PlacementClaimer(client)  # type: ignore[arg-type]
+    assert claimer.claim("c", REQ, SPEC, "1.36")
+    assert client.puts[-1] == ({"old": {"VCPU": 2}, "rp": {"VCPU": 1}}, 3)
+    assert claimer.stats.conflict_retries == 0
+
+
+def test_a_consumer_changing_under_the_claim_is_a_refusal() -> None:
+    client = FakeClient([CONSUMER, CONSUMER], held={"old": {"VCPU": 2}})
+    claimer = PlacementClaimer(client)  # type: ignore[arg-type]
+    assert not claimer.claim("c", REQ, SPEC, "1.36")
+    assert claimer.stats.consumer_conflicts == 1
+
+
+def test_an_unreachable_placement_is_a_failed_claim() -> None:
+    class Down(FakeClient):
+        def put_allocations(self, *a: Any, **k: Any) -> None:
+            raise httpx.ConnectError("refused")
+
+    claimer = PlacementClaimer(Down([]))  # type: ignore[arg-type]
+    assert not claimer.claim("c", REQ, SPEC, "1.36") and claimer.stats.errors == 1
