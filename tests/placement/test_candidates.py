@@ -755,3 +755,13 @@ def test_with_updates_reflects_a_claim_without_rebuilding_indexes() -> None:
     }
     # The original snapshot is unchanged.
     assert len(ac(g, "resources=VCPU:2")["allocation_requests"]) == 2
+
+
+def test_an_amount_beyond_any_inventory_integer_matches_nothing() -> None:
+    b = GraphBuilder()
+    b.provider("cn", VCPU=inv(8))
+    b.provider("child", parent=b.uuid("cn"), MEMORY_MB=inv(8))
+    g = b.graph()
+    huge = "9" * 30
+    assert ac(g, f"resources=VCPU:{huge}")["allocation_requests"] == []
+    assert ac(g, f"resources1=VCPU:{huge}")["allocation_requests"] == []

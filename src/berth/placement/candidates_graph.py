@@ -30,6 +30,9 @@ import os_resource_classes
 SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
 """A provider with this trait shares its inventory with the trees of its aggregates."""
 
+MAX_UNIT = 2147483647
+"""The API's largest inventory integer; no larger amount can ever fit."""
+
 CUSTOM_CLASS_BASE_ID = 10000
 """Custom resource classes get ids from here on, standard ones 0..20 (reference section 3)."""
 
@@ -90,6 +93,9 @@ class ClassColumns:
 
     def fit_mask(self, amount: int) -> BoolArray:
         """Providers where ``amount`` of this class fits (capacity, min/max unit, step)."""
+        if amount > MAX_UNIT:
+            # No max_unit is above MAX_INT, and larger numbers would overflow int64.
+            return np.zeros(len(self.cap), dtype=np.bool_)
         mask: BoolArray = (
             (self.used + amount <= self.cap)
             & (self.min_unit <= amount)
