@@ -285,7 +285,10 @@ class ProviderGraph:
     def is_ancestor_or_self(self, ancestor: int, node: int) -> bool:
         """True when ``ancestor`` is ``node`` or one of its parents, transitively."""
         cur: int | None = node
-        while cur is not None:
+        # Bounded walk: a (never expected) parent cycle in the snapshot must not hang us.
+        for _ in range(self.size + 1):
+            if cur is None:
+                return False
             if cur == ancestor:
                 return True
             cur = self.parent[cur]
