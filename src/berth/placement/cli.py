@@ -112,6 +112,7 @@ def make_wsgi_app(
         return app
 
     def mounted(environ: dict[str, Any], start_response: Any) -> Any:
+        """Serve the app under ``prefix`` (moved from PATH_INFO to SCRIPT_NAME); 404 elsewhere."""
         path = environ.get("PATH_INFO", "")
         if path == prefix or path.startswith(prefix + "/"):
             environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + prefix
