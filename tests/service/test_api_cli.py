@@ -57,6 +57,18 @@ def test_bad_boot_requests_get_clear_errors(stack: Stack, body: dict[str, object
         assert message in resp.json()["error"]["message"]
 
 
+def test_explain_returns_the_diagnosis_also_for_no_valid_host(stack: Stack) -> None:
+    agents = stack.register_hosts([ComputeNodeSpec(host=f"h{i}", vcpus=8, memory_mb=8704,
+                                                   local_gb=100) for i in range(2)])
+    agents[0].report(now=agents[0].clock() - 3600)  # h0 is down: ComputeFilter rejects it
+    with _client(stack) as http:
+        answer = http.post("/boot", json={"flavor": "m1.tiny", "explain": True}).json()
+        assert answer["instances"][0]["host"] == "h1" and answer["diagnosis"]["instances"]
+        resp = http.post("/boot", json={"flavor": "m1.tiny", "explain": True,
+                                        "ignore_hosts": ["h1"]})
+        assert resp.status_code == 409 and resp.json()["diagnosis"] is not None
+
+
 def test_invalid_json_and_unknown_routes(stack: Stack) -> None:
     with _client(stack) as http:
         resp = http.post("/boot", content=b"{not json", headers={"Content-Type": "application/json"})

@@ -14,7 +14,11 @@ Routes (JSON in, JSON out)::
      "image": null | "cirros" | {"disk_format": "qcow2", "properties": {...}},
      "hints": {"key": "value" | ["v1", "v2"]},
      "num": 1, "project_id": "demo", "user_id": "demo", "availability_zone": null,
-     "force_hosts": [], "ignore_hosts": []}
+     "force_hosts": [], "ignore_hosts": [], "explain": false}
+
+With ``"explain": true`` the answer (and a NoValidHost error body) carries
+``"diagnosis"``: per instance, each filter's hosts in/out with the rejection reasons and
+the weighing of the best hosts.
 
 Answer 200::
 
@@ -127,7 +131,7 @@ def parse_boot(body: Any, flavors: Mapping[str, Flavor], images: Mapping[str, Im
     if not isinstance(body, Mapping):
         raise InputError("body: expected a JSON object")
     unknown = set(body) - {"flavor", "image", "hints", "num", "project_id", "user_id",
-                           "availability_zone", "force_hosts", "ignore_hosts"}
+                           "availability_zone", "force_hosts", "ignore_hosts", "explain"}
     if unknown:
         raise InputError(f"body: unknown field(s) {', '.join(sorted(unknown))}")
     if "flavor" not in body:
@@ -184,7 +188,11 @@ class SchedulerApp:
         except InputError as exc:
             return _reply(start_response, 400, _error(exc))
         except SchedulingError as exc:
-            return _reply(start_response, 409, _error(exc))
+            body = _error(exc)
+            diagnosis = getattr(exc, "diagnosis", None)
+            if diagnosis is not None:
+                body["diagnosis"] = diagnosis.to_dict()
+            return _reply(start_response, 409, body)
         except BerthError as exc:
             return _reply(start_response, 400, _error(exc))
         except Exception:  # a bug must not kill the server; it is logged with its trace
@@ -195,7 +203,8 @@ class SchedulerApp:
     def boot(self, body: Any) -> dict[str, Any]:
         """Schedule and build; the placements per instance."""
         spec = parse_boot(body, self.flavors, self.images)
-        decision = self.service.select_destinations(spec)
+        explain = bool(body.get("explain", False))
+        decision = self.service.select_destinations(spec, explain=explain)
         out = []
         for uuid, hosts in zip(decision.instance_uuids, decision.selections):
             result = self.conductor.build_one(uuid, hosts, spec)
@@ -203,7 +212,10 @@ class SchedulerApp:
             entry = {"instance_uuid": uuid, "tried": result.tried, **selection_dict(built)}
             entry["alternates"] = [selection_dict(s) for s in hosts[1:]]
             out.append(entry)
-        return {"instances": out}
+        answer: dict[str, Any] = {"instances": out}
+        if decision.diagnosis is not None:
+            answer["diagnosis"] = decision.diagnosis.to_dict()
+        return answer
 
     def hosts(self) -> dict[str, Any]:
         """Every node's capacity and usage from the scheduler's snapshot."""
