@@ -318,7 +318,9 @@ class PlacementStore:
             conn.info[_TOUCHED] = set()
             conn.info[_FULL] = False
             yield conn
-            seq = int(self._raw(conn, _RAW_BUMP_SEQ, ()).fetchone()[0])
+            cursor = self._raw(conn, _RAW_BUMP_SEQ, ())
+            seq = int(cursor.fetchone()[0])
+            cursor.close()
             touched = conn.info.pop(_TOUCHED, set())
             if touched:
                 self._raw_many(conn, _RAW_LOG_CHANGE, [(seq, rp_id) for rp_id in touched])
