@@ -61,6 +61,8 @@ def test_boot_prints_the_placements(server: str, capsys: pytest.CaptureFixture[s
     assert len(out) == 3 and {line.split()[2] for line in out[1:]} <= {"n1", "n2", "n3"}
     assert main(["boot", "--flavor", "1,512,1", "--json", "--url", server]) == 0
     assert '"instances"' in capsys.readouterr().out
+    assert main(["boot", "--flavor", "web", "--explain", "--url", server]) == 0
+    assert '"ComputeFilter"' in capsys.readouterr().out
 
 
 def test_boot_reports_scheduling_and_input_errors(server: str,

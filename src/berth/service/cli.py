@@ -1,7 +1,8 @@
 """``berth serve`` and ``berth boot``: the resource store and scheduler as a service.
 
     berth serve [--db URL] [--host H] [--port N] [--cloud FILE] [--config-file nova.conf]
-    berth boot --flavor F [--num N] [--hint k=v ...] [--image NAME] [--url URL] [--json]
+    berth boot --flavor F [--num N] [--hint k=v ...] [--image NAME] [--url URL] [--explain]
+               [--json]
 
 ``serve`` opens (and migrates) the database — the embedded SQLite file
 ``./berth.sqlite`` by default, or any SQLAlchemy URL such as
@@ -59,6 +60,8 @@ def add_commands(subparsers: Any) -> None:
     b.add_argument("--project", default="demo")
     b.add_argument("--user", default="demo")
     b.add_argument("--url", default=DEFAULT_URL, help=f"server URL (default {DEFAULT_URL})")
+    b.add_argument("--explain", action="store_true",
+                   help="ask for the diagnosis (filters, rejections, weights) and print it")
     b.add_argument("--json", action="store_true", help="print the JSON answer")
     b.set_defaults(func=cmd_boot)
 
@@ -96,6 +99,8 @@ def cmd_boot(args: argparse.Namespace) -> int:
         body["image"] = args.image
     if args.availability_zone:
         body["availability_zone"] = args.availability_zone
+    if args.explain:
+        body["explain"] = True
     try:
         resp = httpx.post(args.url.rstrip("/") + "/boot", json=body, timeout=60)
     except httpx.HTTPError as exc:
@@ -110,6 +115,8 @@ def cmd_boot(args: argparse.Namespace) -> int:
         err = data.get("error", {}) if isinstance(data, dict) else {}
         print(f"error: {err.get('message', resp.text)} ({err.get('code', resp.status_code)})",
               file=sys.stderr)
+        if isinstance(data, dict) and data.get("diagnosis"):
+            print(json.dumps(data["diagnosis"], indent=2))
         return 3 if resp.status_code == 400 else 4
     if args.json:
         print(json.dumps(data, indent=2))
@@ -122,6 +129,8 @@ def cmd_boot(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if data.get("diagnosis"):
+        print(json.dumps(data["diagnosis"], indent=2))
     return 0
 
 
