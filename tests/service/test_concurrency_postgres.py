@@ -18,10 +18,10 @@ import pytest
 
 PG_ADMIN_URL = os.environ.get("BERTH_TEST_PG_URL",
                               "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-HOSTS = 100
+HOSTS = 50
 PROCESSES = 4
 REQUESTS = 2000
-SLOTS_PER_HOST = 16  # 1,600 slots for 2,000 requests: the cloud ends full
+SLOTS_PER_HOST = 32  # 1,600 slots for 2,000 requests: the cloud ends full
 FLAVOR = {"vcpus": 1, "memory_mb": 1024, "root_gb": 10}
 
 pytestmark = pytest.mark.postgres
