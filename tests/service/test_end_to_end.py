@@ -268,3 +268,28 @@ def test_stacks_on_separate_databases_do_not_share_state(template_db: Path, tmp_
     finally:
         a.close()
         b.close()
+
+
+def test_every_query_feature_is_accepted_by_the_store(stack: Stack) -> None:
+    from berth.model.aggregate import Aggregate
+    from berth.resource_request import RequestGroup, RequestLevelParams
+
+    agg = Aggregate(1, "a", uuid="11111111-2222-3333-4444-555555555555", hosts=("h0", "h1"))
+    stack.register_hosts(
+        [ComputeNodeSpec(host=f"h{i}", vcpus=8, memory_mb=8704, local_gb=100,
+                         traits=["HW_CPU_X86_AVX2", "CUSTOM_GOLD"]) for i in range(3)], [agg])
+    service = stack.scheduler(seed=1)
+    flavor = Flavor(name="rich", vcpus=2, memory_mb=1024, root_gb=5, swap=1500, extra_specs={
+        "trait:HW_CPU_X86_AVX2": "required", "trait:HW_GPU_API_VULKAN": "forbidden",
+        "resources_extra:MEMORY_MB": "256", "trait_extra:CUSTOM_GOLD": "required",
+        "group_policy": "none"})
+    spec = _spec(flavor, requested_destination=Destination(
+        aggregates=[agg.uuid], forbidden_aggregates={"99999999-2222-3333-4444-555555555555"}),
+        request_level_params=RequestLevelParams(root_required={"CUSTOM_GOLD"}),
+        requested_resources=[RequestGroup(requester_id="port1", resources={"VCPU": 1})],
+        scheduler_hints={"different_host": "x"})
+    decision = service.select_destinations(spec)
+    assert service.stats.candidate_errors == []
+    assert {s.service_host for s in decision.selections[0]} == {"h0", "h1"}
+    alloc = decision.selections[0][0].allocation_request_dict
+    assert alloc is not None and set(alloc["mappings"]) == {"", "_extra", "port1"}
