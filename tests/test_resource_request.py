@@ -5,6 +5,8 @@ from __future__ import annotations
 import urllib.parse
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berth.config import SchedulerConfig
 from berth.errors import ExtraSpecError, NoValidHost
@@ -237,3 +239,32 @@ def test_node_lookup_matches_host_and_node_exactly() -> None:
     assert NODES("host2", None) == [NodeRef("u2", "host2", "node2a"), NodeRef("u3", "host2", "node2b")]
     assert NODES(None, "node1") == [NodeRef("u1", "host1", "node1")]
     assert NODES("HOST1", None) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(vcpus=st.integers(1, 16), memory=st.integers(1, 65536), root=st.integers(0, 100),
+       ephemeral=st.integers(0, 50), swap=st.integers(0, 5000), bfv=st.booleans(),
+       policy=st.sampled_from([None, "shared", "dedicated"]),
+       emulator=st.sampled_from([None, "share", "isolate"]), pin=st.booleans())
+def test_cpu_amounts_and_querystring_invariants(vcpus: int, memory: int, root: int, ephemeral: int,
+                                               swap: int, bfv: bool, policy: str | None,
+                                               emulator: str | None, pin: bool) -> None:
+    extra = {}
+    if policy:
+        extra["hw:cpu_policy"] = policy
+    if emulator:
+        extra["hw:emulator_threads_policy"] = emulator
+    spec = _spec(vcpus=vcpus, memory_mb=memory, root_gb=root, ephemeral_gb=ephemeral, swap=swap,
+                 extra_specs=extra, is_bfv=bfv)
+    req = from_request_spec(spec, enable_pinning_translate=pin)
+    res = req.groups[""].resources
+    assert all(n > 0 for n in res.values())
+    if pin and policy == "dedicated":
+        assert "VCPU" not in res and res["PCPU"] == vcpus + (emulator == "isolate")
+    else:
+        assert "PCPU" not in res and res["VCPU"] == vcpus
+    disk = ephemeral + -(-swap // 1024) + (0 if bfv else root)
+    assert res.get("DISK_GB", 0) == disk
+    params = req.to_queryparams()
+    assert params == sorted(params)
+    assert urllib.parse.parse_qsl(req.to_querystring()) == params
