@@ -29,7 +29,7 @@ from berth.filters.base import BaseHostFilter
 from berth.filters.registry import BUILTIN_FILTERS
 from berth.filters.registry import load_builtin as load_filter
 from berth.host_state import WorkingSet
-from berth.model import InstanceGroup, MetricItem, RequestSpec, ServiceRecord
+from berth.model import Instance, InstanceGroup, MetricItem, RequestSpec, ServiceRecord
 from berth.pipeline import Scheduler
 from berth.snapshot import HostSnapshot
 from berth.weighers.base import BaseHostWeigher, WeighedHost
@@ -449,7 +449,12 @@ def test_memoized_weights_equal_a_fresh_weighing_after_consumption_and_removals(
         ws.memo["instances"] = 5
         np.testing.assert_allclose(memoized, fresh, rtol=0, atol=1e-12)
         if len(rows) > 1:
-            ws.consume(int(rows[consumed % len(rows)]), req)
+            row = int(rows[consumed % len(rows)])
+            ws.consume(row, req)
+            group = req.instance_group
+            if group is not None:
+                # A multi-create's stub; a group member when there is one (affinity weighers).
+                ws.add_instance(row, Instance(uuid=group.members[0] if group.members else "new"))
             keep = ~np.isin(np.arange(len(rows)), [d % len(rows) for d in dropped])
             if keep.any():
                 rows = rows[keep]

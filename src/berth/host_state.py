@@ -130,6 +130,9 @@ class WorkingSet:
         #: Every row this request changed, in order (set_num, set_obj, add_instance,
         #: set_updated, attrs): lets request-scoped caches refresh only those rows.
         self.touched: list[int] = []
+        #: The field each ``touched`` entry changed: a numeric column or object name,
+        #: ``instances``, ``updated``, or ``*attrs`` (a plugin's own attribute).
+        self.touched_fields: list[str] = []
         #: Request-scoped caches of the core (e.g. raw weights between instances).
         self.memo: dict[Hashable, Any] = {}
         self._cols: dict[str, np.ndarray] = {}
@@ -153,6 +156,7 @@ class WorkingSet:
             col = self._cols[name] = self.snapshot.num(name).copy()
         col[row] = value
         self.touched.append(row)
+        self.touched_fields.append(name)
 
     def obj(self, name: str, row: int) -> Any:
         """A per-host object as this request sees it."""
@@ -165,6 +169,7 @@ class WorkingSet:
         """Override a per-host object for this request only."""
         self._objects.setdefault(name, {})[row] = value
         self.touched.append(row)
+        self.touched_fields.append(name)
 
     def overridden(self, name: str) -> dict[int, Any]:
         """Rows whose per-host object ``name`` this request replaced, with the new values
@@ -223,6 +228,7 @@ class WorkingSet:
         """Record a stub instance on a row (server-group bookkeeping of a multi-create)."""
         self._extra_instances.setdefault(row, {})[instance.uuid] = instance
         self.touched.append(row)
+        self.touched_fields.append("instances")
 
     def extra_instances(self) -> dict[int, dict[str, Instance]]:
         """Stubs added by this request, by row."""
@@ -232,6 +238,7 @@ class WorkingSet:
     def attrs(self, row: int) -> dict[str, Any]:
         """Arbitrary attributes a plugin set on a HostState."""
         self.touched.append(row)
+        self.touched_fields.append("*attrs")
         return self._attrs.setdefault(row, {})
 
     def updated(self, row: int) -> float | None:
@@ -245,6 +252,7 @@ class WorkingSet:
         """Set ``updated`` for a row (consumption sets it; a rollback clears it)."""
         self._updated[row] = value
         self.touched.append(row)
+        self.touched_fields.append("updated")
 
     # ----------------------------------------------------------------- views
     def host_state(self, row: int) -> HostState:

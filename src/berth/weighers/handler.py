@@ -96,6 +96,33 @@ def stable_descending(weights: np.ndarray) -> np.ndarray:
 ROW_LOCAL_WEIGHERS: frozenset[str] = frozenset(BUILTIN_WEIGHERS.values())
 
 
+#: What each row-local built-in reads of a row that a request can change (WorkingSet
+#: field names, see ``WorkingSet.touched_fields``): a touched row is re-weighed only by
+#: the weighers that read the touched field. Missing from this table: every field.
+_WEIGHER_INPUTS: dict[str, frozenset[str]] = {
+    "RAMWeigher": frozenset({"free_ram_mb"}),
+    "CPUWeigher": frozenset({"vcpus_total", "vcpus_used", "cpu_allocation_ratio"}),
+    "DiskWeigher": frozenset({"free_disk_mb"}),
+    "IoOpsWeigher": frozenset({"num_io_ops"}),
+    "NumInstancesWeigher": frozenset({"num_instances"}),
+    "HypervisorVersionWeigher": frozenset({"hypervisor_version"}),
+    "BuildFailureWeigher": frozenset({"failed_builds"}),
+    "CrossCellWeigher": frozenset(),
+    "PCIWeigher": frozenset({"pci_stats"}),
+    "MetricsWeigher": frozenset({"metrics"}),
+    "ServerGroupSoftAffinityWeigher": frozenset({"instances"}),
+    "ServerGroupSoftAntiAffinityWeigher": frozenset({"instances"}),
+    "ImagePropertiesWeigher": frozenset({"instances"}),
+}
+
+
+def _inputs(weigher: BaseHostWeigher) -> frozenset[str] | None:
+    """The fields a built-in weigher reads, or None (any field)."""
+    if not _is_row_local(weigher):
+        return None
+    return _WEIGHER_INPUTS.get(type(weigher).__name__)
+
+
 def _is_row_local(weigher: BaseHostWeigher) -> bool:
     cls = type(weigher)
     return f"{cls.__module__}:{cls.__name__}" in ROW_LOCAL_WEIGHERS
@@ -194,6 +221,7 @@ class WeigherRanker:
     def __init__(self, weighers: Sequence[BaseHostWeigher]) -> None:
         self.weighers = list(weighers)
         self._memoizable = bool(self.weighers) and all(_is_row_local(w) for w in self.weighers)
+        self._inputs = [_inputs(w) for w in self.weighers]
 
     def rank(self, hosts: Hosts, spec: RequestSpec) -> Ranking:
         """Weigh, normalize, multiply and sum; the order is derived when asked."""
@@ -240,7 +268,10 @@ class WeigherRanker:
         same_rows = memo.rows is rows
         missing = rows[:0] if same_rows else rows[~memo.known[rows]]
         dirty = np.empty(0, dtype=np.int64)
+        by_field: dict[str, set[int]] = {}
         if len(ws.touched) > memo.seen:
+            for row, name in zip(ws.touched[memo.seen:], ws.touched_fields[memo.seen:]):
+                by_field.setdefault(name, set()).add(row)
             dirty = np.unique(np.asarray(ws.touched[memo.seen:], dtype=np.int64))
             dirty = dirty[memo.known[dirty]]
         memo.seen = len(ws.touched)
@@ -273,12 +304,21 @@ class WeigherRanker:
             old_low, old_high, old_skip = t.low, t.high, t.skip
             olds = news = np.empty(0)
             moved = np.empty(0, dtype=np.int64)
-            if len(dirty):
-                new = np.asarray(weigher.weigh_all_hosts(ws.hosts(dirty), spec), dtype=float)
-                old = t.raw[dirty]
+            mine = dirty
+            inputs = self._inputs[index]
+            if len(dirty) and inputs is not None:
+                # Only the rows where a field this weigher reads changed.
+                picked = set(by_field.get("*attrs", ()))
+                for name in inputs:
+                    picked.update(by_field.get(name, ()))
+                mine = dirty[np.isin(dirty, np.fromiter(picked, dtype=np.int64,
+                                                        count=len(picked)))] if picked else dirty[:0]
+            if len(mine):
+                new = np.asarray(weigher.weigh_all_hosts(ws.hosts(mine), spec), dtype=float)
+                old = t.raw[mine]
                 diff = _changed(old, new)
                 if diff.any():
-                    moved, olds, news = dirty[diff], old[diff], new[diff]
+                    moved, olds, news = mine[diff], old[diff], new[diff]
                     t.raw[moved] = news
                     news = news[alive[moved]]
             gone = t.raw[removed] if len(removed) else np.empty(0)
