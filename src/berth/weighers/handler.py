@@ -199,6 +199,10 @@ class _RankerMemo:
         self.rows: np.ndarray | None = None
 
 
+_NO_VALUES = np.empty(0)
+_NO_ROWS = np.empty(0, dtype=np.int64)
+
+
 def _changed(old: np.ndarray, new: np.ndarray) -> np.ndarray:
     """Where ``new`` differs from ``old`` (NaN counts as a change)."""
     return ~(old == new) | np.isnan(old) | np.isnan(new)
@@ -274,6 +278,7 @@ class WeigherRanker:
                 by_field.setdefault(name, set()).add(row)
             dirty = np.unique(np.asarray(ws.touched[memo.seen:], dtype=np.int64))
             dirty = dirty[memo.known[dirty]]
+        dirty_rows = dirty.tolist()
         memo.seen = len(ws.touched)
         if same_rows:
             alive, removed = memo.alive, rows[:0]
@@ -302,8 +307,8 @@ class WeigherRanker:
                 t.mult_const = float(first) if bool(np.all(known_mult == first)) else None
                 t.mult_finite = bool(np.all(np.isfinite(known_mult)))
             old_low, old_high, old_skip = t.low, t.high, t.skip
-            olds = news = np.empty(0)
-            moved = np.empty(0, dtype=np.int64)
+            olds = news = gone = _NO_VALUES
+            moved = _NO_ROWS
             mine = dirty
             inputs = self._inputs[index]
             if len(dirty) and inputs is not None:
@@ -311,8 +316,7 @@ class WeigherRanker:
                 picked = set(by_field.get("*attrs", ()))
                 for name in inputs:
                     picked.update(by_field.get(name, ()))
-                mine = dirty[np.isin(dirty, np.fromiter(picked, dtype=np.int64,
-                                                        count=len(picked)))] if picked else dirty[:0]
+                mine = np.array(sorted(picked.intersection(dirty_rows)), dtype=np.int64)
             if len(mine):
                 new = np.asarray(weigher.weigh_all_hosts(ws.hosts(mine), spec), dtype=float)
                 old = t.raw[mine]
@@ -321,7 +325,8 @@ class WeigherRanker:
                     moved, olds, news = mine[diff], old[diff], new[diff]
                     t.raw[moved] = news
                     news = news[alive[moved]]
-            gone = t.raw[removed] if len(removed) else np.empty(0)
+            if len(removed):
+                gone = t.raw[removed]
             if not refill and not len(olds) and not len(gone) and not len(news):
                 pass  # this weigher's values did not change: nor did its range
             elif refill or not (math.isfinite(t.low) and math.isfinite(t.high)):
