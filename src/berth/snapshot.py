@@ -125,9 +125,19 @@ def _intern_batch(
 
     ``copy`` makes the stored value (only for values not seen in this batch).
     """
+    intern = col.intern
+    if copy is None and all(v is None or type(v) is str or type(v) is tuple for v in values):
+        # Strings and tuples of scalars: the values are their own keys (their equality
+        # is freeze()'s), so one dict pass finds the distinct ones in first-seen order.
+        try:
+            lookup = {v: intern(v) for v in dict.fromkeys(values)}
+        except TypeError:
+            pass
+        else:
+            return np.fromiter(map(lookup.__getitem__, values), dtype=np.int32,
+                               count=len(values))
     seen: dict[Hashable, int] = {}
     codes = np.empty(len(values), dtype=np.int32)
-    intern = col.intern
     for i, value in enumerate(values):
         kind = type(value)
         key: Hashable
@@ -242,6 +252,13 @@ class HostRecord:
 
 def _stat_int(stats: Mapping[str, Any], key: str) -> int:
     return int(stats.get(key, 0) or 0)
+
+
+def _stat_int_or_nan(stats: Mapping[str, Any], key: str) -> float:
+    try:
+        return float(_stat_int(stats, key))
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _num(value: Any) -> float:
@@ -367,12 +384,25 @@ class HostSnapshot:
             table = np.array(list(map(attrgetter(*direct), records)), dtype=float)
             for k, name in enumerate(direct):
                 num[name][start:end] = table[:, k]
-        for name, stat in (("num_instances", "num_instances"), ("num_io_ops", "io_workload"),
-                           ("failed_builds", "failed_builds")):
-            put(name, [
-                value if (value := getattr(r, name)) is not None else _stat_int(stats, stat)
-                for r, stats in zip(records, stats_list)
-            ])
+        # Counters from stats: evaluated once per distinct stats dict, then explicit
+        # record values win where given.
+        stats_col = self._interned["stats"]
+        stats_codes = _intern_batch(stats_col, stats_list)
+        stats_col.codes[start:end] = stats_codes
+        explicit_counts = list(map(attrgetter("num_instances", "num_io_ops", "failed_builds"),
+                                   records))
+        for k, (name, stat) in enumerate((("num_instances", "num_instances"),
+                                          ("num_io_ops", "io_workload"),
+                                          ("failed_builds", "failed_builds"))):
+            per_code = np.array([_stat_int_or_nan(v, stat) for v in stats_col.values],
+                                dtype=float)
+            column = per_code[stats_codes] if n else np.empty(0)
+            for i, counts in enumerate(explicit_counts):
+                if counts[k] is not None:
+                    column[i] = counts[k]
+                elif math.isnan(column[i]):
+                    column[i] = _stat_int(stats_list[i], stat)  # raises as _write does
+            num[name][start:end] = column
         put("service_disabled", [bool(s.disabled) for s in services])
         put("service_forced_down", [bool(s.forced_down) for s in services])
         put("service_heartbeat", [
@@ -385,7 +415,6 @@ class HostSnapshot:
             ("cell_uuid", [r.cell_uuid for r in records]),
             ("hypervisor_type", [r.hypervisor_type for r in records]),
             ("cpu_info", [r.cpu_info if r.cpu_info is not None else "{}" for r in records]),
-            ("stats", stats_list),
             ("aggregates", [aggs_by_host.get(r.host, ()) for r in records]),
         ):
             col = interned[name]
