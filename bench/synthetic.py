@@ -257,8 +257,9 @@ def request(
     """A request of one flavor shape; ``heavy`` adds what the heavy filter set reads.
 
     The heavy request has an ``hw_class`` extra spec (AggregateInstanceExtraSpecsFilter),
-    ``different_host``/``same_host`` hints (only ``different_host`` excludes anything, so
-    the host list stays large), a JsonFilter query and a project id (tenant isolation).
+    a ``different_host`` hint naming two existing instances (SameHostFilter has no hint
+    and passes every host), a JsonFilter query, a project id (tenant isolation) and an
+    anti-affinity server group.
     """
     flavor = flavors()[shape]
     extra_specs: dict[str, str] = {}

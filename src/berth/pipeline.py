@@ -19,7 +19,8 @@ Per request::
       │     ├ destination / ignore / force pre-filters (forced hosts skip the filters)
       │     ├ enabled filters in order; once-per-request ones only for k = 0;
       │     │ on a rebuild only RUN_ON_REBUILD ones; stop when no host is left
-      │     ├ rank (weighers, or least-cost functions), stable, best first
+      │     ├ rank (weighers, or least-cost functions), stable, best first; only the
+      │     │ head of the order is materialized (HostOrder), exactly as a full sort
       │     ├ shuffle the hosts tied for best (shuffle_best_same_weighed_hosts)
       │     └ pick at random among the best host_subset_size; it goes first
       ├ claim the first candidate of the first host that accepts (the rest keep order)
