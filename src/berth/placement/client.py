@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 
 DEFAULT_MICROVERSION = "1.39"
 
@@ -244,7 +245,8 @@ class PlacementClient:
     def allocation_candidates(self, params: Mapping[str, str | Sequence[str]]) -> dict[str, Any]:
         """GET /allocation_candidates; the raw body."""
         resp = self._call("GET", "/allocation_candidates", params=_params(params))
-        return dict(resp.json())
+        # At 10,000 providers the body is megabytes; orjson decodes it several times faster.
+        return dict(orjson.loads(resp.content))
 
     def get_allocations(self, consumer: str) -> ConsumerAllocations:
         """GET /allocations/{consumer}."""

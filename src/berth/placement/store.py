@@ -2046,9 +2046,19 @@ class PlacementStore:
             return self._graph
         from berth.placement import candidates
 
-        graph = candidates.ProviderGraph(
-            [providers[i] for i in sorted(providers)], trait_names, class_names
-        )
+        updated = [p for i, p in providers.items() if self._providers.get(i) is not p]
+        if (
+            self._graph is not None
+            and providers.keys() == self._providers.keys()
+            and (trait_names, class_names) == self._names
+        ):
+            # The common case while scheduling: usages of a few providers changed. The
+            # engine patches its columns for those instead of rebuilding every index.
+            graph = self._graph.with_updates(updated)
+        else:
+            graph = candidates.ProviderGraph(
+                [providers[i] for i in sorted(providers)], trait_names, class_names
+            )
         self._providers = providers
         self._names = (trait_names, class_names)
         self._graph, self._graph_seq = graph, seq
