@@ -266,6 +266,8 @@ def bench_build(cloud: SyntheticCloud, repeat: int) -> dict[str, float]:
     cpus = []
     snap = cloud.snapshot()
     for _ in range(repeat):
+        del snap  # freeing the previous snapshot is not part of a build
+        gc.collect()
         t0, c0 = time.perf_counter(), time.process_time()
         snap = cloud.snapshot()
         builds.append(time.perf_counter() - t0)

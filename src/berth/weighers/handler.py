@@ -317,6 +317,8 @@ class WeigherRanker:
                 for name in inputs:
                     picked.update(by_field.get(name, ()))
                 mine = np.array(sorted(picked.intersection(dirty_rows)), dtype=np.int64)
+            if not refill and not len(mine) and not len(removed):
+                continue  # nothing this weigher reads changed: same range, same term
             if len(mine):
                 new = np.asarray(weigher.weigh_all_hosts(ws.hosts(mine), spec), dtype=float)
                 old = t.raw[mine]
