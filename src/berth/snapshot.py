@@ -360,11 +360,16 @@ class HostSnapshot:
         start = self._n
         n = len(records)
         rows = self._rows
-        for offset, record in enumerate(records):
-            key = record.key
-            if key in rows:
-                raise ValueError(f"duplicate compute node {key[0]}/{key[1]}")
-            rows[key] = start + offset
+        hosts = [r.host for r in records]
+        nodenames = [r.nodename or r.host for r in records]
+        new_rows = dict(zip(zip(hosts, nodenames), range(start, start + n)))
+        if len(new_rows) != n or (rows and not rows.keys().isdisjoint(new_rows)):
+            seen: set[tuple[str, str]] = set(rows)
+            for key in zip(hosts, nodenames):
+                if key in seen:
+                    raise ValueError(f"duplicate compute node {key[0]}/{key[1]}")
+                seen.add(key)
+        rows.update(new_rows)
         self._grow(start + n)
         self._n = start + n
         end = start + n
@@ -391,16 +396,19 @@ class HostSnapshot:
         stats_col.codes[start:end] = stats_codes
         explicit_counts = list(map(attrgetter("num_instances", "num_io_ops", "failed_builds"),
                                    records))
+        unset = (None, None, None)
+        explicit = [i for i, counts in enumerate(explicit_counts) if counts != unset]
         for k, (name, stat) in enumerate((("num_instances", "num_instances"),
                                           ("num_io_ops", "io_workload"),
                                           ("failed_builds", "failed_builds"))):
             per_code = np.array([_stat_int_or_nan(v, stat) for v in stats_col.values],
                                 dtype=float)
             column = per_code[stats_codes] if n else np.empty(0)
-            for i, counts in enumerate(explicit_counts):
-                if counts[k] is not None:
-                    column[i] = counts[k]
-                elif math.isnan(column[i]):
+            for i in explicit:
+                if explicit_counts[i][k] is not None:
+                    column[i] = explicit_counts[i][k]
+            for i in np.flatnonzero(np.isnan(column)).tolist():
+                if explicit_counts[i][k] is None:
                     column[i] = _stat_int(stats_list[i], stat)  # raises as _write does
             num[name][start:end] = column
         put("service_disabled", [bool(s.disabled) for s in services])
@@ -426,8 +434,8 @@ class HostSnapshot:
 
         obj = self._obj
         object_columns: tuple[tuple[str, list[Any]], ...] = (
-            ("host", [r.host for r in records]),
-            ("nodename", [r.nodename or r.host for r in records]),
+            ("host", hosts),
+            ("nodename", nodenames),
             ("uuid", [r.uuid for r in records]),
             ("host_ip", [r.host_ip for r in records]),
             ("hypervisor_hostname",
