@@ -14,10 +14,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job: schedule a request against the example cloud on the embedded default
-# and print an explained decision.
+# The main job: schedule a request against the example cloud (offline) and print an
+# explained decision; then run the whole system on the embedded SQLite default and boot
+# instances against it.
 run: $(STAMP)
 	$(BIN)/berth schedule examples/cloud.yaml --config-file examples/nova.conf --flavor m1.large --image ubuntu --num 3 --seed 7 --explain
+	BIN=$(BIN) ./scripts/demo-serve.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -113,3 +113,8 @@ def test_unknown_flavor_lists_the_known_ones():
     cloud = load_cloud(str(EXAMPLE))
     with pytest.raises(CloudFileError, match="m1.tiny"):
         cloud.flavor("m9.giant")
+
+
+def test_start_sets_the_first_index_of_a_stamped_group():
+    doc = {"hosts": [{"host": "r{index}", "count": 2}, {"host": "r{index}", "count": 2, "start": 3}]}
+    assert list(parse_cloud(doc, CONFIG, 0.0).snapshot.obj("host")) == ["r1", "r2", "r3", "r4"]

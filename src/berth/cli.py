@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import random
 import sys
 import time
@@ -126,13 +127,18 @@ def _print_diagnosis(diagnosis: Any, verbose: bool = False) -> None:
         if inst.claim_failures:
             print("  claims refused on: " + ", ".join(h for h, _ in inst.claim_failures))
         if inst.weighing:
-            print("  top hosts by weight:")
+            # Only weighers that change something for the hosts shown get a column.
             names = [t.weigher for t in inst.weighing[0].terms]
-            header = ("host", "weight") + tuple(n.replace("Weigher", "") for n in names)
+            shown = [i for i, _ in enumerate(names)
+                     if any(w.terms[i].contribution != 0 for w in inst.weighing)]
+            quiet = len(names) - len(shown)
+            print("  top hosts by weight" + (f" ({quiet} weighers add 0 here):" if quiet else ":"))
+            header = ("host", "weight") + tuple(
+                names[i].replace("Weigher", "").replace("ServerGroup", "") for i in shown)
             rows = [header]
             for w in inst.weighing:
                 rows.append((w.host, f"{w.weight:.4f}") + tuple(
-                    f"{t.contribution:+.3f}" for t in w.terms))
+                    f"{w.terms[i].contribution:+.3f}" for i in shown))
             _table(rows, indent="    ")
             if verbose:
                 for w in inst.weighing:
@@ -321,6 +327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_code_for(exc)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Output piped into `head` and the like: stop quietly, as Unix tools do.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the interpreter's flush
+        return 0
 
 
 if __name__ == "__main__":

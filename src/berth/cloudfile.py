@@ -17,7 +17,8 @@ optional ``vcpus_used`` / ``memory_mb_used`` / ``local_gb_used`` / ``disk_availa
 ``supported_instances``, ``stats``, ``metrics``, ``host_ip``, ``service`` (``disabled``,
 ``disabled_reason``, ``forced_down``, ``up``, ``last_seen_up``), ``numa_topology``,
 ``pci_pools`` and ``instances`` ([{uuid, flavor?, image?, project_id?}]). ``count: N`` with a
-``{index}`` placeholder in ``host`` stamps out N similar hosts.
+``{index}`` placeholder in ``host`` stamps out N similar hosts (``start: K`` makes the
+index run from K instead of 1).
 
 Every error names the field path and the bad value, e.g.
 ``hosts[3].memory_mb: expected an integer >= 0, got 'lots'``.
@@ -54,7 +55,7 @@ from berth.snapshot import HostRecord, HostSnapshot
 _NAMESPACE = uuidlib.UUID("6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11")
 
 HOST_FIELDS = {
-    "host", "nodename", "cell", "uuid", "count", "host_ip", "vcpus", "vcpus_used", "memory_mb",
+    "host", "nodename", "cell", "uuid", "count", "start", "host_ip", "vcpus", "vcpus_used", "memory_mb",
     "memory_mb_used", "local_gb", "local_gb_used", "disk_available_least",
     "cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio",
     "hypervisor_type", "hypervisor_version", "hypervisor_hostname", "cpu_info",
@@ -286,7 +287,7 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
     flavors = _flavors(top)
     images = _images(top)
     defaults = top.mapping("host_defaults")
-    _Reader(defaults, "host_defaults").unknown(HOST_FIELDS - {"host", "count", "uuid"})
+    _Reader(defaults, "host_defaults").unknown(HOST_FIELDS - {"host", "count", "start", "uuid"})
 
     records: list[HostRecord] = []
     seen: set[tuple[str, str]] = set()
@@ -294,8 +295,12 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
         if not isinstance(item, Mapping):
             raise CloudFileError(f"hosts[{i}]: expected a mapping, got {_show(item)}")
         merged = {**defaults, **item}
-        count = _Reader(merged, f"hosts[{i}]").integer("count", default=None, minimum=1)
-        for index in range(1, (count or 1) + 1):
+        reader = _Reader(merged, f"hosts[{i}]")
+        count = reader.integer("count", default=None, minimum=1)
+        start = reader.integer("start", default=1, minimum=0) or 0
+        if reader.has("start") and count is None:
+            raise CloudFileError(f"hosts[{i}].start: only meaningful with count")
+        for index in range(start, start + (count or 1)):
             entry = dict(merged)
             if count is not None:
                 entry = _stamp(entry, index, f"hosts[{i}]")
@@ -337,6 +342,7 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
 def _stamp(entry: dict[str, Any], index: int, path: str) -> dict[str, Any]:
     stamped = dict(entry)
     stamped.pop("count", None)
+    stamped.pop("start", None)
     for key in ("host", "nodename", "host_ip", "hypervisor_hostname"):
         value = stamped.get(key)
         if isinstance(value, str):

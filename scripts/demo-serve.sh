@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs the whole system on the embedded SQLite default: the resource store and the
+# scheduler API (`berth serve`) with the example cloud's hosts registered through their
+# compute agents, then boots instances against it (`berth boot`) and stops the server.
+set -euo pipefail
+BIN=${BIN:-.venv/bin}
+work=$(mktemp -d)
+port=${BERTH_DEMO_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+url="http://127.0.0.1:${port}"
+
+"$BIN/berth" serve --db "sqlite:///${work}/berth.sqlite" --port "$port" \
+    --cloud examples/cloud.yaml --config-file examples/nova.conf >"${work}/serve.log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$work"' EXIT
+
+for _ in $(seq 1 120); do
+    if curl -sf "${url}/healthz" >/dev/null 2>&1; then break; fi
+    if ! kill -0 "$server" 2>/dev/null; then cat "${work}/serve.log"; exit 1; fi
+    sleep 0.5
+done
+
+echo "== berth serve is up at ${url}; booting 3 x m1.large (ubuntu) through placement claims"
+"$BIN/berth" boot --url "$url" --flavor m1.large --image ubuntu --num 3
+echo "== booting 2 x ssd.large"
+"$BIN/berth" boot --url "$url" --flavor ssd.large --num 2
