@@ -229,6 +229,17 @@ def breakdown(
         per = cpu_ms(lambda f=f, ws=ws: BaseHostFilter.filter_all_hosts(f, ws.hosts(sample), spec),
                      1) * n / len(sample)
         out.append(("filter", type(f).__name__, bulk, per))
+    numa_spec = _numa_request(cloud, config)
+    if numa_spec is not None:
+        for f in filters:
+            if type(f).__name__ != "NUMATopologyFilter":
+                continue
+            rows = np.arange(n, dtype=np.int64)
+            bulk = cpu_ms(lambda f=f, rows=rows: f.filter_all_hosts(
+                WorkingSet(snapshot, NOW).hosts(rows), numa_spec), repeat)
+            per = cpu_ms(lambda f=f: BaseHostFilter.filter_all_hosts(
+                f, WorkingSet(snapshot, NOW).hosts(sample), numa_spec), 1) * n / len(sample)
+            out.append(("filter", "NUMATopologyFilter (hw:numa_nodes=2 request)", bulk, per))
     for w in weighers:
         ws = WorkingSet(snapshot, NOW)
         rows = np.arange(n, dtype=np.int64)
@@ -246,6 +257,19 @@ def breakdown(
         out.append(("weigher", type(w).__name__, cpu_ms(bulk_w, repeat),
                     cpu_ms(per_w, 1) * n / len(sample)))
     return out
+
+
+def _numa_request(cloud: SyntheticCloud, config: SchedulerConfig) -> Any:
+    """The heavy request with ``hw:numa_nodes=2``, prepared as Nova's API would, or None
+    when berth.hardware cannot prepare it."""
+    try:
+        from berth.hardware.numa import prepare_request
+    except ImportError:
+        return None
+    spec = request(cloud, "medium", heavy=True)
+    spec.flavor.extra_specs["hw:numa_nodes"] = "2"
+    prepare_request(spec, config)
+    return spec
 
 
 def perhost_repeat(args: argparse.Namespace, n: int, num: int) -> int:
