@@ -266,3 +266,25 @@ def test_a_hard_group_policy_without_its_filter_is_unsupported():
     s = Scheduler(filters=[], weighers=[])
     with pytest.raises(UnsupportedPolicy, match="ServerGroupAntiAffinityFilter"):
         run(s, snap, spec(group=InstanceGroup(policy="anti-affinity")))
+
+
+def test_a_multi_create_in_an_anti_affinity_group_lands_on_distinct_hosts():
+    from berth.filters.server_group import ServerGroupAntiAffinityFilter
+
+    snap = cloud(host("a"), host("b"), host("c"))
+    group = InstanceGroup(policy="anti-affinity")
+    s = Scheduler(filters=[ServerGroupAntiAffinityFilter()], weighers=[FreeRam()])
+    decision, _ = run(s, snap, spec(num_instances=3, group=group))
+    assert sorted(h for h, _ in decision.hosts) == ["a", "b", "c"]
+    with pytest.raises(NoValidHost):
+        run(s, snap, spec(num_instances=4, group=InstanceGroup(policy="anti-affinity")))
+
+
+def test_soft_anti_affinity_spreads_a_multi_create_when_it_is_the_only_preference():
+    from berth.weighers.affinity import ServerGroupSoftAntiAffinityWeigher
+
+    snap = cloud(host("a"), host("b"))
+    group = InstanceGroup(policy="soft-anti-affinity")
+    s = Scheduler(filters=[], weighers=[ServerGroupSoftAntiAffinityWeigher()])
+    decision, _ = run(s, snap, spec(num_instances=2, group=group))
+    assert sorted(h for h, _ in decision.hosts) == ["a", "b"]

@@ -374,6 +374,11 @@ class Scheduler:
         uuids = list(instance_uuids) if instance_uuids else [
             str(uuidlib.UUID(int=rng.getrandbits(128), version=4)) for _ in range(num_instances)
         ]
+        if spec.instance_group is not None:
+            # Nova's API adds the new instances to the group before scheduling, so the
+            # (soft) anti-affinity rules count the earlier instances of a multi-create.
+            members = spec.instance_group.members
+            members.extend(u for u in uuids if u not in members)
         rebuild = spec.is_rebuild()
         claiming = candidates is not None and not rebuild
         # The overlay keeps this request's candidate edits (NUMA/PCI filters) out of the
@@ -688,7 +693,9 @@ class Scheduler:
         if group is not None:
             group.hosts.append(ws.snapshot.obj("host")[row])
             if instance_uuid not in ws.instances(row):
-                ws.add_instance(row, Instance(uuid=instance_uuid))
+                # The stub carries the flavor so TypeAffinityFilter sees its own kind.
+                ws.add_instance(row, Instance(uuid=instance_uuid,
+                                              instance_type_id=spec.flavor.id))
 
     def _alternates(
         self,
