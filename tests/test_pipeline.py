@@ -232,8 +232,7 @@ def test_virtual_consumption_and_the_server_group_are_visible_to_the_next_instan
     snap = cloud(host("a", free_ram_mb=4096))
     s = Scheduler(filters=[Spy()], weighers=[])
     group = InstanceGroup(policy="soft-affinity")
-    s2 = Scheduler(filters=[Spy()], weighers=[], ranker=s.ranker)
-    s2.select_destinations(spec(memory_mb=1024, num_instances=2, group=group), snap, now=NOW,
+    s.select_destinations(spec(memory_mb=1024, num_instances=2, group=group), snap, now=NOW,
                            rng=random.Random(0), return_alternates=False)
     assert seen == [(4096, []), (3072, ["a"])]
 

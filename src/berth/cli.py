@@ -22,7 +22,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from berth.errors import BerthError, CloudFileError, ConfigError, InputError, exit_code_for
+from berth.errors import (
+    BerthError,
+    CloudFileError,
+    ConfigError,
+    InputError,
+    NoValidHost,
+    exit_code_for,
+)
 
 
 def _hints(pairs: Sequence[str]) -> dict[str, list[str]]:
@@ -68,8 +75,6 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     prepare_request(spec, config)
     placement = InMemoryPlacement(cloud.snapshot)
     rng = random.Random(args.seed)
-    from berth.errors import NoValidHost
-
     try:
         decision = scheduler.select_destinations(
             spec, cloud.snapshot, now=now, rng=rng,
