@@ -40,18 +40,23 @@ def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def fresh_stack(template: Path, directory: Path, config: SchedulerConfig = TEST_CONFIG) -> Stack:
+def fresh_stack(
+    template: Path, directory: Path, config: SchedulerConfig = TEST_CONFIG,
+    *, through_api: bool = False,
+) -> Stack:
     """A stack over a private copy of the template database."""
     from berth.placement.db import create_db_engine
 
     path = directory / "berth.sqlite"
     shutil.copy(template, path)
-    return open_stack(f"sqlite:///{path}", config, engine=create_db_engine(f"sqlite:///{path}"))
+    return open_stack(f"sqlite:///{path}", config, engine=create_db_engine(f"sqlite:///{path}"),
+                      through_api=through_api)
 
 
-@pytest.fixture
-def stack(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
-    """A stack on a fresh SQLite database."""
-    st = fresh_stack(template_db, tmp_path)
+@pytest.fixture(params=["in-process", "through-api"])
+def stack(request: pytest.FixtureRequest, template_db: Path, tmp_path: Path) -> Iterator[Stack]:
+    """A stack on a fresh SQLite database; schedulers call the store directly, or go
+    through the Placement API (every test runs both ways)."""
+    st = fresh_stack(template_db, tmp_path, through_api=request.param == "through-api")
     yield st
     st.close()

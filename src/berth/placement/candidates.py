@@ -59,6 +59,8 @@ __all__ = [
     "ProviderGraph",
     "allocation_candidates",
     "allocation_candidates_json",
+    "render_result",
+    "search_candidates",
 ]
 
 Microversion = tuple[int, int]
@@ -99,6 +101,31 @@ def allocation_candidates(
     query = parse_query(params, microversion)
     with _gc_paused():
         result = _cut(search(graph, query, microversion), query, options)
+        return _render(graph, query, result, microversion)
+
+
+def search_candidates(
+    graph: ProviderGraph,
+    params: Mapping[str, list[str]],
+    microversion: tuple[int, int],
+    options: CandidateOptions = DEFAULT_OPTIONS,
+) -> tuple[CandidateQuery, SearchResult]:
+    """The parsed query and the engine's result (limits applied), not rendered.
+
+    For a caller in the same process: a ``FlatResult`` names the chosen providers by
+    graph index, so nothing is built per candidate until someone asks.
+    ``render_result`` turns it into the response body.
+    """
+    query = parse_query(params, microversion)
+    with _gc_paused():
+        return query, _cut(search(graph, query, microversion), query, options)
+
+
+def render_result(
+    graph: ProviderGraph, query: CandidateQuery, result: SearchResult, microversion: Microversion
+) -> dict[str, Any]:
+    """The response body of a ``search_candidates`` result (what the API would send)."""
+    with _gc_paused():
         return _render(graph, query, result, microversion)
 
 

@@ -64,6 +64,11 @@ _BY_STATUS: dict[int, type[PlacementAPIError]] = {
 }
 
 
+def error_class(status: int) -> type[PlacementAPIError]:
+    """The exception class the client raises for an HTTP ``status``."""
+    return _BY_STATUS.get(status, PlacementAPIError)
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceProvider:
     """A provider as the API returns it."""

@@ -200,6 +200,18 @@ class ComputeRecordStore:
         return [json.loads(r.report) for r in rows], top, bool(agg_changed)
 
 
+class RowIndex(dict[str, int]):
+    """Compute node uuid -> snapshot row; ``version`` counts the entries that changed
+    (so a mapping derived from it knows when to rebuild)."""
+
+    version = 0
+
+    def __setitem__(self, uuid: str, row: int) -> None:
+        if self.get(uuid) != row:
+            self.version += 1
+            super().__setitem__(uuid, row)
+
+
 class SnapshotFeed:
     """A scheduler's :class:`HostSnapshot`, kept current from the record store.
 
@@ -212,7 +224,7 @@ class SnapshotFeed:
         self.store = store
         self.snapshot = HostSnapshot()
         self.seq = 0
-        self.uuid_rows: dict[str, int] = {}
+        self.uuid_rows = RowIndex()
         self._lock = threading.Lock()
 
     def refresh(self) -> HostSnapshot:

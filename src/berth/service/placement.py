@@ -1,12 +1,17 @@
 """The scheduler's side of Placement: fetch candidates, map them to rows, claim.
 
 * :class:`PlacementCandidates` runs ``GET /allocation_candidates`` at microversion 1.36
-  through the typed client. An HTTP error or a connection failure gives *no candidates*
-  (Nova logs and answers ``(None, None, None)``, which becomes NoValidHost).
+  through the typed client, or straight on the store when it runs in this process
+  (:class:`~berth.placement.local.LocalPlacement`). An HTTP error or a connection failure
+  gives *no candidates* (Nova logs and answers ``(None, None, None)``, which becomes
+  NoValidHost).
 * :func:`candidate_set` maps the answer to snapshot rows: a row is considered only if its
   compute node uuid (= the root provider uuid) is in ``provider_summaries``; its
   allocation requests are every request that allocates from that uuid (Nova's
-  ``alloc_reqs_by_rp_uuid``).
+  ``alloc_reqs_by_rp_uuid``). An in-process answer of the engine's flat fast path (each
+  candidate one provider) stays as provider indexes: rows come from one array lookup and
+  an allocation request is built only for the rows the scheduler reads (the chosen host
+  and its alternates) — the same dicts the API would have sent.
 * :class:`PlacementClaimer` writes ``PUT /allocations/{consumer}`` with the project and
   user and the consumer generation (a move merges the consumer's existing allocations). Generation conflicts are retried a bounded number of times and
   counted; a refusal (capacity) answers False. ``rollback`` deletes allocations.
@@ -17,15 +22,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
+import numpy as np
 
 from berth.claims import CANDIDATES_MICROVERSION, CandidateSet
 from berth.model.request import RequestSpec
-from berth.placement.client import ConflictError, PlacementAPIError, PlacementClient
+from berth.placement import candidates as engine
+from berth.placement.client import (
+    ConflictError,
+    ConsumerAllocations,
+    PlacementAPIError,
+    PlacementClient,
+)
+from berth.placement.local import LocalPlacement
 from berth.snapshot import HostSnapshot
 
 LOG = logging.getLogger(__name__)
@@ -35,25 +48,99 @@ CLAIM_ATTEMPTS = 4
 
 
 @dataclass
+class FlatAnswer:
+    """An in-process answer of the engine's flat path: every candidate is one provider
+    (a graph index in ``providers``, in answer order) asking for ``resources``."""
+
+    graph: engine.ProviderGraph
+    query: Any
+    result: engine.FlatResult
+    version: tuple[int, int]
+
+    @property
+    def providers(self) -> np.ndarray:
+        """Graph indexes of the candidates."""
+        return self.result.providers
+
+    def request(self, provider: int) -> dict[str, Any]:
+        """The allocation request of one candidate, as the API renders it (1.34+)."""
+        uuid = self.graph.uuids[provider]
+        return {"allocations": {uuid: {"resources": dict(self.result.resources)}},
+                "mappings": {"": [uuid]}}
+
+    def render(self) -> dict[str, Any]:
+        """The whole response body."""
+        return engine.render_result(self.graph, self.query, self.result, self.version)
+
+
+@dataclass
 class CandidatesAnswer:
-    """What ``GET /allocation_candidates`` answered (empty on any failure)."""
+    """What ``GET /allocation_candidates`` answered (empty on any failure).
+
+    ``flat`` holds an in-process flat answer unrendered; :meth:`materialize` renders it
+    into ``allocation_requests`` and ``provider_summaries``.
+    """
 
     allocation_requests: list[dict[str, Any]] = field(default_factory=list)
     provider_summaries: dict[str, Any] = field(default_factory=dict)
     version: str | None = CANDIDATES_MICROVERSION
     error: str | None = None
+    flat: FlatAnswer | None = None
+
+    @property
+    def empty(self) -> bool:
+        """No allocation request at all."""
+        if self.flat is not None:
+            return len(self.flat.providers) == 0
+        return not self.allocation_requests
+
+    def materialize(self) -> None:
+        """Render a flat answer into the API's lists (no-op otherwise)."""
+        if self.flat is not None:
+            body = self.flat.render()
+            self.allocation_requests = list(body["allocation_requests"])
+            self.provider_summaries = dict(body["provider_summaries"])
+            self.flat = None
 
     def merge(self, other: CandidatesAnswer) -> None:
         """Append another answer's requests and merge its summaries (PCPU fallback)."""
+        self.materialize()
+        other.materialize()
         self.allocation_requests.extend(other.allocation_requests)
         self.provider_summaries.update(other.provider_summaries)
 
 
-class PlacementCandidates:
-    """Allocation candidates through a :class:`PlacementClient` pinned at 1.36."""
+class PlacementAccess(Protocol):
+    """The calls the scheduler makes: :class:`PlacementClient` or :class:`LocalPlacement`."""
 
-    def __init__(self, client: PlacementClient) -> None:
+    def allocation_candidates(self, params: Mapping[str, str | Sequence[str]]) -> dict[str, Any]:
+        """GET /allocation_candidates."""
+        ...
+
+    def get_allocations(self, consumer: str) -> ConsumerAllocations:
+        """GET /allocations/{consumer}."""
+        ...
+
+    def put_allocations(
+        self, consumer: str, allocations: Mapping[str, Mapping[str, int]], *, project_id: str,
+        user_id: str, consumer_generation: int | None, consumer_type: str = "INSTANCE",
+    ) -> None:
+        """PUT /allocations/{consumer}."""
+        ...
+
+    def delete_allocations(self, consumer: str) -> None:
+        """DELETE /allocations/{consumer}."""
+        ...
+
+
+class PlacementCandidates:
+    """Allocation candidates at microversion 1.36, through the API or in process."""
+
+    def __init__(self, client: PlacementClient | LocalPlacement) -> None:
         self.client = client
+        if isinstance(client, LocalPlacement) and client.version != (1, 36):
+            raise ValueError(f"candidates are read at microversion {CANDIDATES_MICROVERSION}, "
+                             f"not {client.version[0]}.{client.version[1]}")
 
     def get(self, params: Sequence[tuple[str, str]]) -> CandidatesAnswer:
         """Run the query; errors are logged and give an empty answer, as in Nova."""
@@ -61,7 +148,14 @@ class PlacementCandidates:
         for key, value in params:
             grouped[key].append(value)
         try:
-            body = self.client.allocation_candidates(grouped)
+            if isinstance(self.client, LocalPlacement):
+                graph, query, result = self.client.search(grouped)
+                if isinstance(result, engine.FlatResult):
+                    return CandidatesAnswer(flat=FlatAnswer(graph, query, result,
+                                                            self.client.version))
+                body = engine.render_result(graph, query, result, self.client.version)
+            else:
+                body = self.client.allocation_candidates(grouped)
         except PlacementAPIError as exc:
             LOG.warning("GET /allocation_candidates failed: %s", exc)
             return CandidatesAnswer(version=None, error=str(exc))
@@ -70,6 +164,35 @@ class PlacementCandidates:
             return CandidatesAnswer(version=None, error=f"placement unreachable: {exc}")
         return CandidatesAnswer(list(body.get("allocation_requests") or []),
                                 dict(body.get("provider_summaries") or {}))
+
+
+class FlatRequests(Mapping[int, list[dict[str, Any]]]):
+    """Rows -> allocation requests of a flat answer, each request built on first read.
+
+    ``rows`` (snapshot rows, answer order) and ``providers`` (their graph indexes) are
+    parallel arrays.
+    """
+
+    def __init__(self, answer: FlatAnswer, rows: np.ndarray, providers: np.ndarray) -> None:
+        self.answer = answer
+        self.rows = rows
+        self._provider = dict(zip(rows.tolist(), providers.tolist(), strict=True))
+        self._built: dict[int, list[dict[str, Any]]] = {}
+
+    def __getitem__(self, row: int) -> list[dict[str, Any]]:
+        built = self._built.get(row)
+        if built is None:
+            built = self._built[row] = [self.answer.request(self._provider[row])]
+        return built
+
+    def __contains__(self, row: object) -> bool:
+        return row in self._provider
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._provider)
+
+    def __len__(self) -> int:
+        return len(self._provider)
 
 
 def rows_by_uuid(snapshot: HostSnapshot) -> dict[str, int]:
@@ -88,18 +211,51 @@ def candidate_set(
 
     ``index`` maps compute node uuids to rows (default: built from the snapshot).
     """
+    if index is None:
+        index = rows_by_uuid(snapshot)
+    if answer.flat is not None:
+        flat = answer.flat
+        rows = graph_rows(flat.graph, index)[flat.providers]
+        known = rows >= 0
+        return CandidateSet(
+            by_row=FlatRequests(flat, rows[known], flat.providers[known]),  # type: ignore[arg-type]
+            version=answer.version or CANDIDATES_MICROVERSION)
     by_rp: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for alloc_req in answer.allocation_requests:
         for rp_uuid in alloc_req.get("allocations", {}):
             by_rp[rp_uuid].append(alloc_req)
-    if index is None:
-        index = rows_by_uuid(snapshot)
     by_row: dict[int, list[dict[str, Any]]] = {}
     for rp_uuid in answer.provider_summaries:
         row = index.get(rp_uuid)
         if row is not None:
             by_row[row] = by_rp.get(rp_uuid, [])
     return CandidateSet(by_row=by_row, version=answer.version or CANDIDATES_MICROVERSION)
+
+
+class _GraphRows:
+    """One graph's provider uuids mapped to snapshot rows, kept while neither changes."""
+
+    __slots__ = ("uuids", "index", "key", "rows")
+
+    def __init__(self, uuids: Sequence[str], index: Mapping[str, int], key: object) -> None:
+        self.uuids, self.index, self.key = uuids, index, key
+        get = index.get
+        self.rows = np.fromiter((get(u, -1) for u in uuids), dtype=np.int64, count=len(uuids))
+
+
+def graph_rows(graph: engine.ProviderGraph, index: Mapping[str, int]) -> np.ndarray:
+    """Snapshot row (-1: none) of every provider of ``graph``, by graph index.
+
+    Remembered with the graph (a graph patched after a claim keeps it) and rebuilt when
+    the index changes: a :class:`~berth.service.compute.RowIndex` says so with its
+    ``version``; any other mapping is re-read every time.
+    """
+    version = getattr(index, "version", None)
+    memo: _GraphRows | None = graph.cached_fragments("berth.graph_rows")  # type: ignore[assignment]
+    if version is None or memo is None or memo.index is not index or memo.key != version:
+        memo = _GraphRows(graph.uuids, index, version)
+        graph.store_fragments("berth.graph_rows", memo)  # type: ignore[arg-type]
+    return memo.rows
 
 
 @dataclass
@@ -140,7 +296,7 @@ class PlacementClaimer:
     1.39 client is fine. Thread-safe: counters are guarded by a lock.
     """
 
-    def __init__(self, client: PlacementClient, attempts: int = CLAIM_ATTEMPTS) -> None:
+    def __init__(self, client: PlacementAccess, attempts: int = CLAIM_ATTEMPTS) -> None:
         self.client = client
         self.attempts = attempts
         self.stats = ClaimStats()

@@ -26,6 +26,7 @@ the clock.
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 import threading
@@ -53,6 +54,11 @@ from berth.service.placement import (
 from berth.snapshot import HostSnapshot
 
 LOG = logging.getLogger(__name__)
+
+
+#: Reports (row rewrites) after which the long-lived heap counts as renewed; see
+#: :meth:`SchedulerService._freeze_long_lived`.
+REFREEZE_MIN_CHANGES = 1000
 
 
 @dataclass
@@ -102,8 +108,27 @@ class SchedulerService:
         # The snapshot is shared and its local consumption is written in place, so one
         # request at a time per service (run several services to go parallel).
         self._lock = threading.Lock()
+        self._frozen_at: int | None = None
 
     # ----------------------------------------------------------------- helpers
+    def _freeze_long_lived(self, snapshot: HostSnapshot) -> None:
+        """Move the heap as it is into the collector's permanent generation
+        (``gc.freeze``) after the first request, and again once the snapshot has been
+        largely rewritten.
+
+        The snapshot and the store's candidate graph are a few hundred objects per host
+        and live for the process's life; every full collection walks them all, which at
+        10,000 hosts took a third of a request's time. Frozen objects are still freed by
+        reference counting when dropped; only cycle detection skips them. Objects made
+        later are collected as usual.
+        """
+        changed = snapshot.structure_generation
+        if self._frozen_at is None or changed - self._frozen_at >= max(
+            REFREEZE_MIN_CHANGES, len(snapshot) // 2
+        ):
+            gc.freeze()
+            self._frozen_at = changed
+
     def _find_nodes(self, snapshot: HostSnapshot) -> Callable[[str | None, str | None], list[NodeRef]]:
         def find(host: str | None, node: str | None) -> list[NodeRef]:
             hosts, nodes, uuids = snapshot.obj("host"), snapshot.obj("nodename"), snapshot.obj("uuid")
@@ -134,7 +159,7 @@ class SchedulerService:
                                                    enable_pinning_translate=False)
             self.stats.fallback_queries += 1
             answer.merge(self.candidates.get(fallback.to_queryparams()))
-        if not answer.allocation_requests:
+        if answer.empty:
             raise NoValidHost()
         return candidate_set(snapshot, answer, self.feed.uuid_rows)
 
@@ -163,6 +188,7 @@ class SchedulerService:
                 raise
             finally:
                 self.stats.latencies.append(time.perf_counter() - started)
+                self._freeze_long_lived(self.feed.snapshot)
             self.stats.placed += len(decision.selections)
         return decision
 

@@ -2,9 +2,12 @@
 
 :func:`open_stack` opens (and migrates) the database, builds the Placement WSGI app over
 it and typed clients that call it in process (``httpx.WSGITransport``) — or over HTTP
-when ``placement_url`` is given — plus the compute-record store. From a :class:`Stack`
-come scheduler services, compute agents and conductors; several processes may each open
-their own stack on the same PostgreSQL database.
+when ``placement_url`` is given — plus the compute-record store. Schedulers of an
+in-process stack skip the API and call the store directly
+(:class:`~berth.placement.local.LocalPlacement`: same semantics, no JSON); compute agents
+always go through the client. From a :class:`Stack` come scheduler services, compute
+agents and conductors; several processes may each open their own stack on the same
+PostgreSQL database.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from berth.claims import CANDIDATES_MICROVERSION
 from berth.config import SchedulerConfig
 from berth.model.aggregate import Aggregate
 from berth.placement.client import PlacementClient
+from berth.placement.local import LocalPlacement
 from berth.request_filters import NetworkLookup
 from berth.service.compute import ComputeAgent, ComputeNodeSpec, ComputeRecordStore, SnapshotFeed
 from berth.service.conductor import ComputeDriver, Conductor, FakeDriver
@@ -34,8 +38,10 @@ class Stack:
     engine: Any
     placement_app: Any
     client: PlacementClient
-    candidates_client: PlacementClient
+    candidates_client: PlacementClient | LocalPlacement
     records: ComputeRecordStore
+    #: The claimer's side: the store in process, or ``client`` when placement is remote.
+    claims_client: PlacementClient | LocalPlacement | None = None
     agents: dict[str, ComputeAgent] = field(default_factory=dict)
 
     def scheduler(
@@ -48,7 +54,7 @@ class Stack:
         """A scheduler service with its own snapshot feed and claimer."""
         return SchedulerService(
             self.config, SnapshotFeed(self.records), PlacementCandidates(self.candidates_client),
-            PlacementClaimer(self.client), network_lookup=network_lookup,
+            PlacementClaimer(self.claims_client or self.client), network_lookup=network_lookup,
             min_compute_version=min_compute_version, seed=seed)
 
     def agent(self, node: ComputeNodeSpec) -> ComputeAgent:
@@ -87,10 +93,13 @@ def open_stack(
     *,
     placement_url: str | None = None,
     engine: Any = None,
+    through_api: bool = False,
 ) -> Stack:
     """Open ``db_url`` (migrated on the way) and wire a :class:`Stack` over it.
 
     ``engine`` (an already prepared SQLAlchemy engine) skips opening and migrating.
+    ``through_api`` makes in-process schedulers use the WSGI app too (HTTP semantics
+    end to end, for tests of that path).
     """
     from berth.placement.app import make_app
     from berth.placement.db import prepare
@@ -98,13 +107,20 @@ def open_stack(
 
     config = config or SchedulerConfig.default()
     engine = engine if engine is not None else prepare(db_url)
-    app = make_app(PlacementStore(engine))
+    store = PlacementStore(engine)
+    app = make_app(store)
+    claims: PlacementClient | LocalPlacement | None = None
+    cand: PlacementClient | LocalPlacement
     if placement_url is None:
         base = "http://placement.local"
         client = PlacementClient(base, transport=httpx.WSGITransport(app=app))
-        cand = PlacementClient(base, microversion=CANDIDATES_MICROVERSION,
-                               transport=httpx.WSGITransport(app=app))
+        if through_api:
+            cand = PlacementClient(base, microversion=CANDIDATES_MICROVERSION,
+                                   transport=httpx.WSGITransport(app=app))
+        else:
+            cand = LocalPlacement(store, microversion=CANDIDATES_MICROVERSION)
+            claims = LocalPlacement(store)
     else:
         client = PlacementClient(placement_url)
         cand = PlacementClient(placement_url, microversion=CANDIDATES_MICROVERSION)
-    return Stack(config, engine, app, client, cand, ComputeRecordStore(engine))
+    return Stack(config, engine, app, client, cand, ComputeRecordStore(engine), claims_client=claims)

@@ -1,0 +1,134 @@
+"""The store in the same process, behind the client's interface: no HTTP, no JSON.
+
+``berth serve`` runs the resource store and the scheduler in one process. Going through
+the WSGI app for every request would render allocation candidates to JSON only to parse
+them again, and validate a PUT body the scheduler built itself. :class:`LocalPlacement`
+offers the calls the scheduler makes (:meth:`allocation_candidates`,
+:meth:`get_allocations`, :meth:`put_allocations`, :meth:`delete_allocations`) with the
+same arguments, results and exceptions as :class:`~berth.placement.client.PlacementClient`,
+straight on a :class:`~berth.placement.store.PlacementStore`, plus :meth:`search`, which
+keeps a candidates answer as engine objects.
+
+The semantics are the API's: the same store methods, the same microversion rules (the
+candidates microversion is fixed per instance), the same error texts and ``placement.*``
+codes, raised as the client's ``PlacementAPIError`` subclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from berth.placement import candidates as engine
+from berth.placement import errors, schemas
+from berth.placement.client import ConsumerAllocations, error_class
+from berth.placement.store import ConsumerWrite, PlacementStore
+from berth.placement.web import error_detail
+
+
+@contextmanager
+def _as_client_errors() -> Iterator[None]:
+    """Store errors as the client raises them for the same HTTP answer."""
+    try:
+        yield
+    except errors.PlacementError as exc:
+        raise error_class(exc.status)(
+            exc.status, exc.code, error_detail(exc.status, exc.message), None) from exc
+
+
+class LocalPlacement:
+    """A :class:`PlacementStore` with the scheduler's slice of the client's interface.
+
+    ``microversion`` is what the calls speak (the allocation calls need >= 1.28 for
+    consumer generations; candidates are rendered at this version too).
+    ``options`` are the engine's ``[placement]`` candidate knobs.
+    """
+
+    def __init__(
+        self,
+        store: PlacementStore,
+        *,
+        microversion: str = "1.39",
+        options: engine.CandidateOptions = engine.DEFAULT_OPTIONS,
+    ) -> None:
+        self.store = store
+        major, minor = microversion.split(".")
+        self.version: tuple[int, int] = (int(major), int(minor))
+        self.options = options
+
+    def close(self) -> None:
+        """Nothing to release (the store's engine belongs to the caller)."""
+
+    # -- candidates --------------------------------------------------------------------
+
+    def search(
+        self, params: Mapping[str, str | Sequence[str]]
+    ) -> tuple[engine.ProviderGraph, Any, engine.SearchResult]:
+        """``(graph, query, result)``: the candidates answer before rendering."""
+        graph = self.store.provider_graph()
+        with _as_client_errors():
+            query, result = engine.search_candidates(graph, _multi(params), self.version,
+                                                     self.options)
+        return graph, query, result
+
+    def allocation_candidates(self, params: Mapping[str, str | Sequence[str]]) -> dict[str, Any]:
+        """GET /allocation_candidates; the body as the API would send it."""
+        graph, query, result = self.search(params)
+        return engine.render_result(graph, query, result, self.version)
+
+    # -- allocations -------------------------------------------------------------------
+
+    def get_allocations(self, consumer: str) -> ConsumerAllocations:
+        """GET /allocations/{consumer}."""
+        with _as_client_errors():
+            data = self.store.consumer_allocations(consumer)
+        found = bool(data.allocations)
+        return ConsumerAllocations(
+            allocations={rp: dict(res) for rp, res in data.allocations.items()},
+            consumer_generation=data.consumer_generation if found else None,
+            project_id=data.project_id if found else None,
+            user_id=data.user_id if found else None,
+            consumer_type=(data.consumer_type or "unknown") if found else None,
+        )
+
+    def put_allocations(
+        self,
+        consumer: str,
+        allocations: Mapping[str, Mapping[str, int]],
+        *,
+        project_id: str,
+        user_id: str,
+        consumer_generation: int | None,
+        consumer_type: str = "INSTANCE",
+    ) -> None:
+        """PUT /allocations/{consumer}: claim (replace) the consumer's allocations."""
+        uuid = schemas.normalize_uuid(consumer)
+        if uuid is None:
+            raise error_class(400)(400, errors.UNDEFINED_CODE,
+                                  error_detail(400, f"Malformed consumer_uuid: {consumer}"), None)
+        items = [
+            (schemas.normalize_uuid(rp) or rp.lower(), rc, int(used))
+            for rp, resources in allocations.items()
+            for rc, used in resources.items()
+        ]
+        write = ConsumerWrite(
+            consumer_uuid=uuid,
+            project_id=project_id,
+            user_id=user_id,
+            allocations=items,
+            consumer_type=consumer_type if self.version >= (1, 38) else None,
+            generation=consumer_generation,
+        )
+        with _as_client_errors():
+            self.store.write_allocations([write], post=False)
+
+    def delete_allocations(self, consumer: str) -> None:
+        """DELETE /allocations/{consumer} (NotFoundError when it has none)."""
+        uuid = schemas.normalize_uuid(consumer) or consumer
+        with _as_client_errors():
+            self.store.delete_consumer_allocations(uuid)
+
+
+def _multi(params: Mapping[str, str | Sequence[str]]) -> dict[str, list[str]]:
+    return {k: [v] if isinstance(v, str) else list(v) for k, v in params.items()}
