@@ -60,6 +60,19 @@ def test_derived_indexes_are_rebuilt_after_a_change():
     assert snap.instance_rows() == {"i1": 0, "i2": 1}
 
 
+def test_numeric_updates_keep_derived_indexes_and_reports_drop_them():
+    snap = cloud(host("a"), host("b"))
+    built = []
+    index = snap.cached("probe", lambda: built.append(1) or object())
+    before = (snap.generation, snap.structure_generation)
+    snap.update_host(0, free_ram_mb=1.0)  # a claim: numbers only
+    assert snap.cached("probe", lambda: built.append(1) or object()) is index
+    assert snap.generation == before[0] + 1 and snap.structure_generation == before[1]
+    snap.upsert(HostRecord("b"))
+    assert snap.cached("probe", lambda: built.append(1) or object()) is not index
+    assert len(built) == 2 and snap.structure_generation == before[1] + 1
+
+
 def test_consumption_stays_in_the_working_set_and_follows_nova():
     snap = cloud(host("a", free_ram_mb=4096, free_disk_mb=10240, vcpus_used=1))
     ws = WorkingSet(snap, NOW)

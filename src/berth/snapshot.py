@@ -291,8 +291,11 @@ class HostSnapshot:
         self._aggs_by_host: dict[str, tuple[int, ...]] = {}
         self._index_aggregates()
         self._cache: dict[Hashable, Any] = {}
-        #: Bumped on every change; caches keyed on it are dropped automatically.
+        #: Bumped on every change.
         self.generation = 0
+        #: Bumped when anything but a numeric column changes (a report, a new row, the
+        #: aggregates); :meth:`cached` indexes live exactly as long as it stays put.
+        self.structure_generation = 0
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -517,9 +520,11 @@ class HostSnapshot:
         obj["service"][row] = service
 
     # ----------------------------------------------------------------- updates
-    def _changed(self) -> None:
+    def _changed(self, structure: bool = True) -> None:
         self.generation += 1
-        self._cache.clear()
+        if structure:
+            self.structure_generation += 1
+            self._cache.clear()
 
     def upsert(self, record: HostRecord) -> int:
         """Replace a node's row with a fresh report (or append a new node); O(1) amortized."""
@@ -532,12 +537,15 @@ class HostSnapshot:
         return row
 
     def update_host(self, row: int, **fields: Any) -> None:
-        """Set numeric fields of one row in place (a claim or a partial host report)."""
+        """Set numeric fields of one row in place (a claim or a partial host report).
+
+        Only numbers change, so the :meth:`cached` indexes stay.
+        """
         for name, value in fields.items():
             if name not in self._num:
                 raise KeyError(f"{name} is not a numeric host column")
             self._num[name][row] = value
-        self._changed()
+        self._changed(structure=False)
 
     def set_aggregates(self, aggregates: Sequence[Aggregate]) -> None:
         """Replace the aggregate list and recompute every row's membership."""
@@ -582,7 +590,11 @@ class HostSnapshot:
         return [self.aggregates[i] for i in self._interned["aggregates"].values[code]]
 
     def cached(self, key: Hashable, build: Callable[[], T]) -> T:
-        """A derived index, built once per snapshot generation."""
+        """A derived index, built once per :attr:`structure_generation`.
+
+        Only for indexes derived from the object and interned columns and the
+        aggregates: numeric columns change in place (claims) without dropping them.
+        """
         try:
             return self._cache[key]  # type: ignore[no-any-return]
         except KeyError:

@@ -111,6 +111,25 @@ def query_schema(microversion: Microversion) -> dict[str, Any]:
     return dict(_validator_for(microversion).schema)
 
 
+#: Query strings (flattened, with their validator) known to pass the schema. A scheduler
+#: sends few distinct queries; this skips jsonschema for the repeats. Bounded.
+_VALID_QUERIES: set[tuple[int, tuple[tuple[str, str], ...]]] = set()
+_VALID_QUERIES_MAX = 4096
+
+
+def _schema_error(validator: Any, flat: dict[str, str]) -> Any:
+    """The best schema error of ``flat``, or None; passes are remembered."""
+    key = (id(validator), tuple(sorted(flat.items())))
+    if key in _VALID_QUERIES:
+        return None
+    error = best_match(validator.iter_errors(flat))
+    if error is None:
+        if len(_VALID_QUERIES) >= _VALID_QUERIES_MAX:
+            _VALID_QUERIES.clear()
+        _VALID_QUERIES.add(key)
+    return error
+
+
 def _validator_for(microversion: Microversion) -> Any:
     for version, validator in _VALIDATORS:
         if microversion >= version:
@@ -171,7 +190,7 @@ def parse_query(params: Mapping[str, list[str]], microversion: Microversion) -> 
     validator = _validator_for(microversion)
     # The schema sees a plain dict in which the last value of a repeated key wins.
     flat = {key: values[-1] for key, values in params.items() if values}
-    error = best_match(validator.iter_errors(flat))
+    error = _schema_error(validator, flat)
     if error is not None:
         raise BadRequest(f"Invalid query string parameters: {error}")
 
