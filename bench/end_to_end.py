@@ -9,7 +9,10 @@ is dropped afterwards), seeds N compute nodes (32 vCPU, 128 GiB, 2 TB, no cells 
 aggregates), then fires single-instance requests of
 three flavors through :class:`~berth.service.scheduler.SchedulerService` with the default
 filters and weighers: request filters -> GET /allocation_candidates (1.36, limit 1000) ->
-CandidateSet -> filters -> weighers -> claim (PUT /allocations) -> alternates.
+CandidateSet -> filters -> weighers -> claim (PUT /allocations) -> alternates. As in
+``berth serve``, the scheduler calls the store in its own process (LocalPlacement: the
+API's semantics without JSON); runs named ``...-api`` go through the Placement API's WSGI
+app instead, for comparison.
 
 Seeding writes the providers, inventories and compute records in bulk with SQL (the
 agent path — one provider and several API calls per host — would dominate the run at
@@ -89,7 +92,7 @@ def seed(url: str, hosts: int) -> None:
     engine.dispose()
 
 
-def worker(url: str, index: int, count: int, queue: Any) -> None:
+def worker(url: str, index: int, count: int, queue: Any, through_api: bool = False) -> None:
     """Open a stack on ``url`` and run ``count`` requests; report latencies."""
     from berth.config import SchedulerConfig
     from berth.errors import NoValidHost
@@ -99,7 +102,7 @@ def worker(url: str, index: int, count: int, queue: Any) -> None:
 
     # Hosts do not report during the run; keep them "up" however long it lasts.
     config = SchedulerConfig.default().replace("DEFAULT", service_down_time=86400)
-    stack = open_stack(url, config, engine=create_db_engine(url))
+    stack = open_stack(url, config, engine=create_db_engine(url), through_api=through_api)
     service = stack.scheduler(seed=index)
     flavors = [Flavor(name=n, vcpus=v, memory_mb=m, root_gb=d, id=i)
                for i, (n, v, m, d) in enumerate(FLAVORS)]
@@ -122,7 +125,9 @@ def worker(url: str, index: int, count: int, queue: Any) -> None:
     stack.close()
 
 
-def run(name: str, url: str, hosts: int, requests: int, processes: int) -> dict[str, Any]:
+def run(
+    name: str, url: str, hosts: int, requests: int, processes: int, through_api: bool = False
+) -> dict[str, Any]:
     """Seed a fresh database and time ``requests`` requests over ``processes`` workers."""
     t0 = time.perf_counter()
     seed(url, hosts)
@@ -131,7 +136,8 @@ def run(name: str, url: str, hosts: int, requests: int, processes: int) -> dict[
     queue = ctx.Queue()
     share = [requests // processes + (1 if i < requests % processes else 0)
              for i in range(processes)]
-    procs = [ctx.Process(target=worker, args=(url, i, share[i], queue)) for i in range(processes)]
+    procs = [ctx.Process(target=worker, args=(url, i, share[i], queue, through_api))
+             for i in range(processes)]
     for p in procs:
         p.start()
     ready = 0
@@ -181,20 +187,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=10000)
     parser.add_argument("--requests", type=int, default=10000)
     parser.add_argument("--runs", default="sqlite,pg1,pg4",
-                        help="comma list of sqlite, pg1, pg4 (default all)")
+                        help="comma list of sqlite, pg1, pg4 (default), and the same with "
+                             "-api (sqlite-api, pg1-api, pg4-api): schedulers go through the "
+                             "Placement API's WSGI app instead of calling the store")
     parser.add_argument("--pg-url", default=os.environ.get("BERTH_TEST_PG_URL", PG_ADMIN_URL))
     args = parser.parse_args(argv)
     rows = []
     for name in args.runs.split(","):
         name = name.strip()
-        if name == "sqlite":
+        kind, _, api = name.partition("-")
+        if api not in ("", "api"):
+            parser.error(f"--runs: unknown run {name!r}")
+        if kind == "sqlite":
             with tempfile.TemporaryDirectory() as tmp:
                 rows.append(run(name, f"sqlite:///{tmp}/bench.sqlite", args.hosts,
-                                args.requests, 1))
-        elif name in ("pg1", "pg4"):
+                                args.requests, 1, through_api=bool(api)))
+        elif kind in ("pg1", "pg4"):
             url, drop = _pg_database(args.pg_url)
             try:
-                rows.append(run(name, url, args.hosts, args.requests, int(name[2:])))
+                rows.append(run(name, url, args.hosts, args.requests, int(kind[2:]),
+                                through_api=bool(api)))
             finally:
                 drop()
         else:
