@@ -119,9 +119,16 @@ def per_host_column(
     snapshot = hosts.snapshot
 
     def build() -> np.ndarray:
-        return np.fromiter(
-            (compute(obj) for obj in snapshot.obj(name)), dtype=float, count=len(snapshot)
-        )
+        # Most hosts usually have nothing in such a column (no PCI devices, say): the
+        # value of None is computed once and only the other rows one by one.
+        column = snapshot.obj(name)
+        present = np.flatnonzero(column != None)  # noqa: E711 - element-wise on objects
+        values = np.full(len(column), float(compute(None)))
+        if len(present):
+            values[present] = np.fromiter(
+                (compute(obj) for obj in column[present]), dtype=float, count=len(present)
+            )
+        return values
 
     values = snapshot.cached(key, build)[hosts.rows]
     overridden = hosts.ws.overridden(name)
