@@ -161,6 +161,8 @@ class ExtraSpecValidator:
             return f"{key}={value!r}: must be one of {', '.join(map(str, rule['enum']))}"
         regex: re.Pattern[str] | None = self.__dict__["_value_regex"]
         if regex is not None and regex.fullmatch(text) is None:
+            if "description" in rule:
+                return f"{key}={value!r}: must be {rule['description']}"
             return f"{key}={value!r}: must match {regex.pattern!r}"
         if rule.get("grammar"):
             return grammar_problem(key, text)
@@ -200,6 +202,98 @@ def _int(low: int | None = None, high: int | None = None) -> dict[str, Any]:
     if high is not None:
         rule["max"] = high
     return rule
+
+
+def _quota_validators() -> list[ExtraSpecValidator]:
+    """``quota:*``: hypervisor resource limits Nova's API accepts (no scheduler reads them).
+
+    The VMware driver takes a limit, a reservation, a shares level (any string) and a
+    shares count per resource; the libvirt driver takes non-negative CPU tuning, disk I/O
+    throttling and VIF bandwidth numbers.
+    """
+    v = ExtraSpecValidator
+    out: list[ExtraSpecValidator] = []
+    for resource in ("cpu", "memory", "disk_io", "vif"):
+        what = resource.replace("_", " ")
+        out += [
+            v(f"quota:{resource}_limit", f"Upper limit of {what} for the guest (VMware).",
+              _int()),
+            v(f"quota:{resource}_reservation", f"Guaranteed {what} for the guest (VMware).",
+              _int()),
+            v(f"quota:{resource}_shares_level", f"Shares level of {what} under contention, "
+              "such as low, normal, high or custom (VMware).", {"type": str}),
+            v(f"quota:{resource}_shares_share", f"Number of {what} shares when the shares "
+              "level is custom (VMware).", _int()),
+        ]
+    out += [v(f"quota:cpu_{key}", f"CPU {text} (libvirt).", _int(0)) for key, text in (
+        ("shares", "time share weight relative to other guests"),
+        ("period", "enforcement interval in microseconds"),
+        ("quota", "bandwidth per period in microseconds"),
+    )]
+    out += [v(f"quota:disk_{stat}_{metric}_sec", f"Disk {stat} throttle in {metric} per "
+              "second (libvirt).", _int(0))
+            for stat in ("read", "write", "total") for metric in ("bytes", "iops")]
+    out += [v(f"quota:vif_{direction}_{metric}", f"{direction.capitalize()} VIF bandwidth "
+              f"{metric} (libvirt).", _int(0))
+            for direction in ("inbound", "outbound") for metric in ("average", "peak", "burst")]
+    return out
+
+
+def _vmware_validators() -> list[ExtraSpecValidator]:
+    """``vmware:*``: free-form strings the VMware driver reads."""
+    v = ExtraSpecValidator
+    return [
+        v("vmware:hw_version", "VMware virtual hardware version of the guest (places it on "
+          "hosts that support that version).", {"type": str}),
+        v("vmware:storage_policy", "Storage policy of new instances (ignored unless "
+          "storage policy based management is enabled).", {"type": str}),
+    ]
+
+
+#: A decimal number of processing units as PowerVM takes it (``0.5``, ``1.25``).
+_PROC_UNITS: dict[str, Any] = {"type": str, "pattern": r"\d+\.\d+",
+                               "description": "a decimal such as 0.5 (a multiple of 0.05 "
+                               "or 0.1, depending on the firmware)"}
+
+
+def _powervm_validators() -> list[ExtraSpecValidator]:
+    """``powervm:*``: LPAR settings of the (removed) PowerVM driver, still accepted by the
+    API, with its value rules."""
+    v = ExtraSpecValidator
+    return [
+        v("powervm:min_mem", "Minimum memory of the LPAR in MB (default: the flavor's "
+          "memory).", _int(256)),
+        v("powervm:max_mem", "Maximum memory of the LPAR in MB (default: the flavor's "
+          "memory).", _int(256)),
+        v("powervm:min_vcpu", "Minimum virtual processors of the LPAR (default: the flavor's "
+          "vCPUs).", _int(1)),
+        v("powervm:max_vcpu", "Maximum virtual processors of the LPAR (default: the flavor's "
+          "vCPUs).", _int(1)),
+        v("powervm:proc_units", "Desired processing units (default: half the vCPUs).",
+          _PROC_UNITS),
+        v("powervm:min_proc_units", "Minimum processing units (default: "
+          "powervm:proc_units).", _PROC_UNITS),
+        v("powervm:max_proc_units", "Maximum processing units (default: "
+          "powervm:proc_units).", _PROC_UNITS),
+        v("powervm:dedicated_proc", "Give the LPAR dedicated processors (default false).",
+          _BOOL),
+        v("powervm:shared_weight", "Weight of the LPAR in a shared processor pool.",
+          _int(0, 255)),
+        v("powervm:availability_priority", "Priority of the LPAR when a processor fails "
+          "(default 128).", _int(0, 255)),
+        v("powervm:uncapped", "Let a shared-processor LPAR use idle cycles beyond its "
+          "entitlement.", _BOOL),
+        v("powervm:dedicated_sharing_mode", "Whether dedicated processors lend idle cycles.",
+          _enum("share_idle_procs", "keep_idle_procs", "share_idle_procs_active",
+                "share_idle_procs_always")),
+        v("powervm:processor_compatibility", "Processor compatibility mode of the LPAR.",
+          _enum("default", "POWER6", "POWER6+", "POWER6_Enhanced", "POWER6+_Enhanced",
+                "POWER7", "POWER8")),
+        v("powervm:shared_proc_pool_name", "Shared processor pool to deploy into.",
+          {"type": str}),
+        v("powervm:srr_capability", "Allow simplified remote restart of the LPAR "
+          "(default false).", _BOOL),
+    ]
 
 
 def builtin_validators() -> list[ExtraSpecValidator]:
@@ -265,6 +359,9 @@ def builtin_validators() -> list[ExtraSpecValidator]:
         v("hw_rng:rate_period", "RNG rate period (ms).", _int(0)),
         v("hw_video:ram_max_mb", "Maximum video RAM (MB).", _int(0)),
         v("os:secure_boot", "UEFI secure boot.", _enum("required", "disabled", "optional")),
+        *_quota_validators(),
+        *_vmware_validators(),
+        *_powervm_validators(),
         # PciPassthroughFilter.
         v("pci_passthrough:alias", "PCI devices by alias: name:count[,name:count...].",
           {"type": str, "pattern": r"\s*[^:,\s]+\s*:\s*\d+\s*(?:,\s*[^:,\s]+\s*:\s*\d+\s*)*"}),
