@@ -151,6 +151,9 @@ berth_state = sa.Table(
     sa.Column("change_seq", sa.BigInteger, nullable=False),
     # The last change that needs a full graph rebuild (e.g. a resource class rename).
     sa.Column("full_seq", sa.BigInteger, nullable=False, server_default="0"),
+    # Bumped whenever a trait or resource class name is created, deleted or renamed, so a
+    # cached graph re-reads the (thousands of) names only when they may have changed.
+    sa.Column("names_seq", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 #: Which providers each change (``seq``) touched; pruned to the recent past.
@@ -215,7 +218,7 @@ _PG_LOCK_KEY = 0x6265727468
 
 #: The newest revision in ``migrations/versions`` (a test keeps the two in step). A database
 #: already there skips loading Alembic, which keeps server start-up fast.
-HEAD_REVISION = "0002_provider_changes"
+HEAD_REVISION = "0003_names_seq"
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -268,7 +271,14 @@ def sync_standards(engine: Engine) -> None:
         if trows:
             conn.execute(sa.insert(traits), trows)
         if conn.execute(sa.select(berth_state.c.id)).first() is None:
-            conn.execute(sa.insert(berth_state).values(id=1, change_seq=0, full_seq=0))
+            conn.execute(sa.insert(berth_state).values(id=1, change_seq=0, full_seq=0, names_seq=0))
+        elif rows or trows:
+            # Running stores cache the names; tell them these changed.
+            conn.execute(
+                sa.update(berth_state)
+                .where(berth_state.c.id == 1)
+                .values(names_seq=berth_state.c.names_seq + 1)
+            )
 
 
 def prepare(url: str) -> Engine:
