@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import threading
 import uuid as uuid_mod
+import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -59,18 +61,17 @@ CONCURRENT_MSG = "Another thread concurrently updated the data. Please retry you
 # Prebuilt statements for the hottest paths: building Core constructs per call costs more
 # than executing them on SQLite, and text() statements have trivial cache keys.
 _READ_SEQ = sa.text("SELECT change_seq FROM berth_state WHERE id = 1")
-_READ_STATE = sa.text("SELECT change_seq, full_seq FROM berth_state WHERE id = 1")
 _MARK_FULL = sa.text("UPDATE berth_state SET full_seq = :seq WHERE id = 1")
 _PRUNE_CHANGES = sa.text("DELETE FROM berth_provider_changes WHERE seq < :seq")
-_CHANGED_SINCE = sa.text(
-    "SELECT DISTINCT provider_id FROM berth_provider_changes WHERE seq > :old AND seq <= :new"
-)
 #: A cached graph further behind than this is rebuilt in full; the change log keeps
 #: CHANGE_LOG_KEEP sequence numbers, comfortably more.
 INCREMENTAL_LIMIT = 2000
 CHANGE_LOG_KEEP = 5000
 _TOUCHED = "berth_touched"
 _FULL = "berth_full"
+_NAMES = "berth_names"
+_NEW_IDS = "berth_new_ids"
+_BUMP_NAMES = sa.text("UPDATE berth_state SET names_seq = names_seq + 1 WHERE id = 1")
 # Raw DBAPI statements (``?`` placeholders, rewritten for psycopg) for the write hot
 # path: they skip SQLAlchemy's per-execution context, which costs more than SQLite itself.
 _RAW_BUMP_SEQ = (
@@ -303,11 +304,27 @@ class PlacementStore:
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
         self._graph_lock = threading.Lock()
+        # The cached graph state, guarded by _graph_lock. ``_providers`` (engine Provider
+        # by provider id) is the database as of change ``_seq`` and names ``_names_seq``;
+        # ``_graph`` was built from it, minus ``_dirty`` (providers patched since) or a
+        # ``_structural`` change that needs a full rebuild.
         self._graph: Any = None
         self._graph_seq: int | None = None
+        self._seq = -1
+        self._names_seq = -1
         self._providers: dict[int, Any] = {}
-        self._names: tuple[list[str], list[str]] = ([], [])
+        self._dirty: dict[int, Any] = {}
+        self._structural = False
+        self._trait_names: list[str] = []
+        self._class_names: list[str] = []
+        self._rc_by_id: dict[int, str] = {}
+        #: (names_seq, class name -> id) for the allocation fast path.
+        self._write_rcs: tuple[int, dict[str, int]] | None = None
         self._id_cache: dict[tuple[str, str], int] = {}
+        self._spare: list[_RawConn] = []
+        weakref.finalize(self, _close_all, self._spare)
+        #: Statements run on the hot-path raw connections (BEGIN/COMMIT included).
+        self.raw_statements = 0
 
     # ------------------------------------------------------------------ plumbing
 
@@ -317,6 +334,8 @@ class PlacementStore:
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
             conn.info[_TOUCHED] = set()
             conn.info[_FULL] = False
+            conn.info[_NAMES] = False
+            conn.info[_NEW_IDS] = {}
             yield conn
             cursor = self._raw(conn, _RAW_BUMP_SEQ, ())
             seq = int(cursor.fetchone()[0])
@@ -326,6 +345,8 @@ class PlacementStore:
                 self._raw_many(conn, _RAW_LOG_CHANGE, [(seq, rp_id) for rp_id in touched])
             if conn.info.pop(_FULL, False):
                 conn.execute(_MARK_FULL, {"seq": seq})
+            if conn.info.pop(_NAMES, False):
+                conn.execute(_BUMP_NAMES)
             if seq % 500 == 0:
                 conn.execute(_PRUNE_CHANGES, {"seq": seq - CHANGE_LOG_KEEP})
 
@@ -365,6 +386,11 @@ class PlacementStore:
     def _touch_all(conn: Connection) -> None:
         """Record a change that needs a full graph rebuild."""
         conn.info[_FULL] = True
+
+    @staticmethod
+    def _touch_names(conn: Connection) -> None:
+        """Record that a trait or resource class name was created, deleted or renamed."""
+        conn.info[_NAMES] = True
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -1256,6 +1282,7 @@ class PlacementStore:
                 return False, row.created_at or utcnow()
             now = utcnow()
             self._insert_ignore(conn, traits, [{"name": name, "created_at": now}])
+            self._touch_names(conn)
             return True, now
 
     def delete_trait(self, name: str) -> None:
@@ -1273,6 +1300,7 @@ class PlacementStore:
             ).first():
                 raise errors.Conflict(f"The trait {name} is in use by a resource provider.")
             conn.execute(sa.delete(traits).where(traits.c.id == row.id))
+            self._touch_names(conn)
 
     # ------------------------------------------------------------------ resource classes
 
@@ -1324,6 +1352,7 @@ class PlacementStore:
                             id=next_id, name=name, created_at=utcnow(), updated_at=None
                         )
                     )
+                    self._touch_names(conn)
                     return True
             except sa.exc.IntegrityError:
                 continue
@@ -1351,6 +1380,7 @@ class PlacementStore:
             )
             # Inventories show the class by name on every provider.
             self._touch_all(conn)
+            self._touch_names(conn)
             return now
 
     def delete_resource_class(self, name: str) -> None:
@@ -1375,6 +1405,7 @@ class PlacementStore:
                     "is in use in inventory."
                 )
             conn.execute(sa.delete(resource_classes).where(resource_classes.c.id == row.id))
+            self._touch_names(conn)
 
     # ------------------------------------------------------------------ usages
 
@@ -1558,7 +1589,15 @@ class PlacementStore:
             return int(found)
         key = "external_id" if "external_id" in table.c else "name"
         self._insert_ignore(conn, table, [{key: external}])
-        return int(conn.execute(sa.select(table.c.id).where(col == external)).scalar_one())
+        new_id = int(conn.execute(sa.select(table.c.id).where(col == external)).scalar_one())
+        # Cached once the transaction commits (see _remember_new_ids).
+        conn.info.setdefault(_NEW_IDS, {})[key_] = new_id
+        return new_id
+
+    def _remember_new_ids(self, new_ids: Mapping[tuple[str, str], int]) -> None:
+        """Cache the ids a committed transaction created."""
+        if new_ids and len(self._id_cache) < 100_000:
+            self._id_cache.update(new_ids)
 
     def _inspect_consumers(
         self, conn: Connection, writes: Sequence[ConsumerWrite]
@@ -1626,12 +1665,20 @@ class PlacementStore:
         A lost provider CAS retries the whole transaction. Quirk kept from Placement: it
         commits new consumers before looking the providers up, so when a provider is
         missing the new consumers stay (the next write must send generation 0).
+
+        The common case (one consumer, see :meth:`_fast_write`) first tries a raw-SQL
+        path of three round trips that patches the cached graph on success; whatever it
+        does not handle falls through to the general path below.
         """
+        if len(writes) == 1 and self._fast_write(writes[0]):
+            return
         for _attempt in range(RETRY_COUNT):
             try:
                 with self._write() as conn:
+                    new_ids = conn.info[_NEW_IDS]
                     states = self._inspect_consumers(conn, writes)
                     self._replace_allocations(conn, writes, states, post=post)
+                self._remember_new_ids(new_ids)
                 return
             except _Retry:
                 continue
@@ -1809,6 +1856,255 @@ class PlacementStore:
                 )
             if not w.allocations:
                 conn.execute(_DEL_CONSUMER, {"cid": state.id})
+
+    def _fast_write(self, w: ConsumerWrite) -> bool:
+        """The common allocation write in three round trips; False: use the general path.
+
+        Handles one consumer that is new (generation None) or at a known generation with
+        the same project, user and type, whose project/user/type ids are cached, with a
+        non-empty allocation set in known classes. Any other case, and anything the
+        general path would refuse (a missing provider or inventory, a unit or capacity
+        violation, a lost compare-and-swap, a consumer that exists after all), rolls back
+        and answers False: the general path then gives the exact Placement answer.
+        """
+        gen = w.generation
+        if not w.allocations or not (gen is None or type(gen) is int):
+            return False
+        ids = self._id_cache
+        project = ids.get(("projects", w.project_id))
+        user = ids.get(("users", w.user_id))
+        ctype = None
+        if w.consumer_type is not None:
+            ctype = ids.get(("consumer_types", w.consumer_type))
+            if ctype is None:
+                return False
+        if project is None or user is None:
+            return False
+        try:
+            raw = self._take_raw()
+        except sa.exc.DBAPIError:
+            return False
+        ok = False
+        try:
+            done = self._fast_write_on(raw, w, gen, project, user, ctype)
+            ok = True
+            return done
+        finally:
+            self._give_raw(raw, ok)
+
+    def _fast_write_on(
+        self,
+        raw: _RawConn,
+        w: ConsumerWrite,
+        gen: int | None,
+        project: int,
+        user: int,
+        ctype: int | None,
+    ) -> bool:
+        rcs = self._write_rcs
+        if rcs is None:
+            try:
+                names_seq_rows, class_rows = self._run(
+                    raw, [(_RAW_NAMES_SEQ, ()), (_RAW_CLASS_NAMES, ())]
+                )
+            except sa.exc.DBAPIError:
+                return False
+            rcs = (int(names_seq_rows[0][0]), {r[1]: int(r[0]) for r in class_rows})
+            self._write_rcs = rcs
+        names_seq, by_name = rcs
+        # Requested amounts per (provider uuid, class id), in first-seen order (the
+        # order the rows are inserted in, as the general path does).
+        requested: dict[tuple[str, int], int] = {}
+        for rp_uuid, rc, used in w.allocations:
+            rc_id = by_name.get(rc)
+            if rc_id is None or type(used) is not int:
+                return False
+            key = (rp_uuid, rc_id)
+            requested[key] = requested.get(key, 0) + used
+        uuids = sorted({k[0] for k in requested})
+        rc_ids = sorted({k[1] for k in requested})
+        consumer = w.consumer_uuid
+        now = utcnow()
+        stamp: Any = now.strftime(_SQLITE_STAMP) if self.is_sqlite else now
+        first: tuple[str, Sequence[Any]] = (
+            (_RAW_NEW_CONSUMER, (consumer, project, user, ctype, stamp, stamp))
+            if gen is None
+            else (_RAW_CONSUMER, (consumer,))
+        )
+        try:
+            res = self._run(
+                raw,
+                [
+                    ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
+                    first,
+                    (_RAW_TAKE_ALLOCS, (consumer,)),
+                    (
+                        _RAW_ALLOC_TARGETS.format(_marks(len(rc_ids)), _marks(len(uuids))),
+                        (*rc_ids, *uuids),
+                    ),
+                ],
+            )
+        except sa.exc.DBAPIError:
+            return False  # e.g. the consumer exists after all: rolled back by the caller
+        _begin, consumer_rows, old_rows, target_rows = res
+        if gen is None:
+            cid = consumer_rows[0][0]
+        else:
+            row = consumer_rows[0] if consumer_rows else None
+            if (
+                row is None
+                or row[1] != gen
+                or row[2] != project
+                or row[3] != user
+                or (ctype is not None and row[4] != ctype)
+            ):
+                return self._abandon(raw)
+            cid = row[0]
+        if not target_rows or target_rows[0][11] != names_seq:
+            if target_rows:
+                self._write_rcs = None  # a class was created, deleted or renamed
+            return self._abandon(raw)
+        rp_ids: dict[str, int] = {}
+        gens: dict[int, int] = {}
+        invs: dict[tuple[int, int], tuple[Any, ...]] = {}
+        for rp_id, rp_uuid, rp_gen, rc_id, *inv in target_rows:
+            rp_ids[rp_uuid] = rp_id
+            gens[rp_id] = rp_gen
+            if rc_id is not None:
+                invs[(rp_id, rc_id)] = tuple(inv)
+        if len(rp_ids) != len(uuids):
+            return self._abandon(raw)  # a provider does not exist
+        mine: dict[tuple[int, int], int] = {}
+        for rp_id, rc_id, used in old_rows:
+            mine[(rp_id, rc_id)] = mine.get((rp_id, rc_id), 0) + used
+        for rp_uuid, rc, used in w.allocations:
+            found = invs.get((rp_ids[rp_uuid], by_name[rc]))
+            if found is None:
+                return self._abandon(raw)
+            _total, _reserved, min_unit, max_unit, step, _ratio, _used, _seq = found
+            if step < 1 or used < min_unit or used > max_unit or used % step != 0:
+                return self._abandon(raw)
+        added: dict[tuple[int, int], int] = {}
+        others: dict[tuple[int, int], int] = {}
+        for (rp_uuid, rc_id), amount in requested.items():
+            target = (rp_ids[rp_uuid], rc_id)
+            total, reserved, _min, _max, _step, ratio, used_now, _seq = invs[target]
+            other = int(used_now or 0)  # this consumer's old rows are already deleted
+            new_total = other + amount
+            if (
+                new_total > (total - reserved) * ratio
+                and new_total > other + mine.get(target, 0)
+            ):
+                return self._abandon(raw)  # would exceed the capacity
+            added[target] = amount
+            others[target] = other
+        bumps = sorted(gens.items())
+        stmts: list[tuple[str, Sequence[Any]]] = [
+            (
+                _RAW_INSERT_ALLOCS + _marks(len(added), "(?, ?, ?, ?, ?, NULL)"),
+                [v for (rp_id, rc_id), used in added.items()
+                 for v in (rp_id, consumer, rc_id, used, stamp)],
+            )
+        ]
+        stmts += [(_RAW_CAS_RP, (g + 1, stamp, rp_id, g)) for rp_id, g in bumps]
+        if gen is not None:
+            stmts.append((_RAW_CAS_CONSUMER, (gen + 1, stamp, cid, gen)))
+        try:
+            res = self._run(raw, stmts)
+        except sa.exc.DBAPIError:
+            return False
+        if any(count != 1 for count in res[1:]):
+            return self._abandon(raw)  # another writer won a compare-and-swap
+        touched = sorted(set(gens) | {k[0] for k in mine})
+        # Past this point the write commits or fails like the general path would.
+        res = self._run(
+            raw,
+            [
+                (_RAW_BUMP_SEQ, ()),
+                (_RAW_LOG_CHANGES.format(_marks(len(touched), "(?)")), touched),
+                ("COMMIT", ()),
+            ],
+        )
+        seq = int(res[0][0][0])
+        if seq % 500 == 0:
+            with contextlib.suppress(sa.exc.DBAPIError):
+                self._run(raw, [(_RAW_PRUNE, (seq - CHANGE_LOG_KEEP,))])
+        self._write_through(seq, names_seq, touched, gens, mine, added, others)
+        return True
+
+    @staticmethod
+    def _abandon(raw: _RawConn) -> bool:
+        """Leave the fast path: the transaction is rolled back when ``raw`` is given back,
+        and the general path takes over."""
+        return False
+
+    def _write_through(
+        self,
+        seq: int,
+        names_seq: int,
+        touched: Sequence[int],
+        gens: Mapping[int, int],
+        mine: Mapping[tuple[int, int], int],
+        added: Mapping[tuple[int, int], int],
+        others: Mapping[tuple[int, int], int],
+    ) -> None:
+        """Patch the cached providers with a just committed allocation write.
+
+        Only when the write's change number directly follows the cache's (nobody else
+        committed a change in between) and the cache agrees with what the write read;
+        otherwise the next provider_graph() reloads the touched providers from the log.
+        """
+        if not self._graph_lock.acquire(blocking=False):
+            return  # a reload is running; it or the next one reads the change log
+        try:
+            if self._graph is None or seq != self._seq + 1 or names_seq != self._names_seq:
+                return
+            providers, rc_by_id = self._providers, self._rc_by_id
+            new_usages: dict[int, dict[str, int]] = {}
+            for key in {*mine, *added}:
+                rp_id, rc_id = key
+                cur = providers.get(rp_id)
+                name = rc_by_id.get(rc_id)
+                if cur is None or name is None:
+                    return
+                usages = new_usages.get(rp_id)
+                if usages is None:
+                    usages = new_usages[rp_id] = dict(cur.usages)
+                before = cur.usages.get(name, 0)
+                removed = mine.get(key, 0)
+                if key in others and before != others[key] + removed:
+                    return  # the cache disagrees with the database: reload instead
+                after = before - removed + added.get(key, 0)
+                if after > 0:
+                    usages[name] = after
+                else:
+                    usages.pop(name, None)
+            patched = {}
+            for rp_id in touched:
+                cur = providers.get(rp_id)
+                if cur is None:
+                    return
+                generation = cur.generation
+                if rp_id in gens:
+                    if gens[rp_id] != generation:
+                        return
+                    generation += 1
+                patched[rp_id] = type(cur)(
+                    cur.uuid,
+                    cur.name,
+                    generation,
+                    cur.parent_uuid,
+                    cur.root_uuid,
+                    cur.inventories,
+                    new_usages.get(rp_id, cur.usages),
+                    cur.traits,
+                    cur.aggregates,
+                )
+            providers.update(patched)
+            self._dirty.update(patched)
+            self._seq = seq
+        finally:
+            self._graph_lock.release()
 
     def delete_consumer_allocations(self, consumer_uuid: str) -> None:
         """Delete all allocations of a consumer and the consumer itself."""
@@ -1999,160 +2295,184 @@ class PlacementStore:
     def provider_graph(self) -> Any:
         """The allocation-candidate engine's ProviderGraph, current as of this call.
 
-        One cheap query compares the DB change counter with the cached graph's. When they
+        One cheap query compares the DB counters with the cached graph's. When they
         differ, only the providers the change log names since then are reloaded (a
-        resource class rename, or a cache too far behind, forces a full reload), and the
-        graph is rebuilt from the cached Provider objects plus the fresh ones.
+        resource class rename, or a cache too far behind, forces a full reload) and the
+        graph is patched for them; trait and class names are re-read only when the names
+        counter moved. This store's own allocation writes patch the cache as they commit
+        (when nobody else wrote in between), so after them the query is all it costs.
         """
-        with self._graph_lock, self._snapshot() as conn:
-            seq, full_seq = (int(v) for v in conn.execute(_READ_STATE).one())
-            if self._graph is not None and seq == self._graph_seq:
-                return self._graph
-            old_seq = self._graph_seq
-            if (
-                self._graph is not None
-                and old_seq is not None
-                and full_seq <= old_seq
-                and seq - old_seq <= INCREMENTAL_LIMIT
-            ):
-                changed = sorted(
-                    int(r[0]) for r in conn.execute(_CHANGED_SINCE, {"old": old_seq, "new": seq})
-                )
-                fresh = self._load_providers(conn, changed)
-                providers = dict(self._providers)
-                for rp_id in changed:
-                    if rp_id in fresh:
-                        providers[rp_id] = fresh[rp_id]
-                    else:
-                        providers.pop(rp_id, None)
-            else:
-                providers = self._load_providers(conn, None)
-            trait_names = list(
-                conn.execute(sa.select(traits.c.name).order_by(traits.c.id)).scalars()
-            )
-            class_names = list(
-                conn.execute(
-                    sa.select(resource_classes.c.name).order_by(resource_classes.c.id)
-                ).scalars()
-            )
+        with self._graph_lock:
+            for attempt in range(2):
+                raw = self._take_raw(fresh=attempt > 0)
+                ok = False
+                try:
+                    graph = self._refresh_graph(raw)
+                    ok = True
+                    return graph
+                except (sa.exc.OperationalError, sa.exc.InterfaceError):
+                    # A kept connection the server dropped: once more on a new one.
+                    if attempt:
+                        raise
+                finally:
+                    self._give_raw(raw, ok)
+        raise AssertionError("unreachable")
+
+    def _refresh_graph(self, raw: _RawConn) -> Any:
+        ((seq, full_seq, names_seq),) = self._run(raw, [(_RAW_STATE, ())])[0]
+        if self._graph is not None and seq == self._seq and names_seq == self._names_seq:
+            return self._current_graph()
         if (
             self._graph is not None
-            and providers == self._providers
-            and (trait_names, class_names) == self._names
+            and full_seq <= self._seq <= seq
+            and seq - self._seq <= INCREMENTAL_LIMIT
+            and self._load_changes(raw, names=names_seq != self._names_seq)
         ):
-            # The changes since the cached graph touched nothing it holds (e.g. a consumer
-            # or project row, or a rewrite to the same values): keep it.
-            self._graph_seq = seq
-            return self._graph
+            return self._current_graph()
+        self._load_all(raw)
+        return self._current_graph()
+
+    def _current_graph(self) -> Any:
+        """The graph of the cached providers, patched or rebuilt for what changed."""
         from berth.placement import candidates
 
-        updated = [p for i, p in providers.items() if self._providers.get(i) is not p]
-        if (
-            self._graph is not None
-            and providers.keys() == self._providers.keys()
-            and (trait_names, class_names) == self._names
-        ):
+        if self._structural or self._graph is None:
+            providers = self._providers
+            self._graph = candidates.ProviderGraph(
+                [providers[i] for i in sorted(providers)], self._trait_names, self._class_names
+            )
+        elif self._dirty:
             # The common case while scheduling: usages of a few providers changed. The
             # engine patches its columns for those instead of rebuilding every index.
-            graph = self._graph.with_updates(updated)
-        else:
-            graph = candidates.ProviderGraph(
-                [providers[i] for i in sorted(providers)], trait_names, class_names
-            )
+            self._graph = self._graph.with_updates(list(self._dirty.values()))
+        self._structural = False
+        self._dirty.clear()
+        self._graph_seq = self._seq
+        return self._graph
+
+    def _begin_snapshot(self) -> tuple[str, tuple[()]]:
+        if self.is_sqlite:
+            return ("BEGIN", ())  # WAL: the first read fixes the snapshot
+        return ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", ())
+
+    def _load_changes(self, raw: _RawConn, *, names: bool) -> bool:
+        """Reload the providers changed since the cached state in one snapshot (one round
+        trip on PostgreSQL). False when a full reload is needed instead."""
+        old = self._seq
+        where = (old,)
+        stmts: list[tuple[str, Sequence[Any]]] = [
+            self._begin_snapshot(),
+            (_RAW_STATE, ()),
+            (_RAW_CHANGED_IDS, where),
+            (_RAW_PROVIDERS + _changed_filter("rp.id"), where),
+            (_RAW_INVENTORIES + _changed_filter("resource_provider_id"), where),
+            (_RAW_USAGES.format(_changed_filter("resource_provider_id")), where),
+            (_RAW_TRAITS + _changed_filter("rpt.resource_provider_id"), where),
+            (_RAW_AGGREGATES + _changed_filter("rpa.resource_provider_id"), where),
+        ]
+        if names:
+            stmts += [(_RAW_TRAIT_NAMES, ()), (_RAW_CLASS_NAMES, ())]
+        stmts.append(("COMMIT", ()))
+        res = self._run(raw, stmts)
+        ((seq, full_seq, names_seq),) = res[1]
+        if full_seq > old or seq - old > INCREMENTAL_LIMIT or seq < old:
+            return False
+        if names_seq != self._names_seq and not names:
+            return False  # names changed after the first look: read everything
+        rc_by_id = dict(res[9]) if names else self._rc_by_id
+        try:
+            fresh = self._decode(rc_by_id, *res[3:8])
+        except KeyError:
+            return False  # a class id the cached names do not know
+        # Nothing below raises: the cache changes all at once.
+        providers, dirty = self._providers, self._dirty
+        for (rp_id,) in res[2]:
+            new = fresh.get(rp_id)
+            cur = providers.get(rp_id)
+            if new is None:
+                if cur is not None:
+                    del providers[rp_id]
+                    dirty.pop(rp_id, None)
+                    self._structural = True
+            elif cur is None:
+                providers[rp_id] = new
+                self._structural = True
+            elif new != cur:
+                providers[rp_id] = new
+                dirty[rp_id] = new
+        if names:
+            self._set_names([r[0] for r in res[8]], res[9], names_seq)
+        self._seq = seq
+        return True
+
+    def _load_all(self, raw: _RawConn) -> None:
+        """Load every provider and name in one snapshot."""
+        res = self._run(
+            raw,
+            [
+                self._begin_snapshot(),
+                (_RAW_STATE, ()),
+                (_RAW_PROVIDERS, ()),
+                (_RAW_INVENTORIES, ()),
+                (_RAW_USAGES.format(""), ()),
+                (_RAW_TRAITS, ()),
+                (_RAW_AGGREGATES, ()),
+                (_RAW_TRAIT_NAMES, ()),
+                (_RAW_CLASS_NAMES, ()),
+                ("COMMIT", ()),
+            ],
+        )
+        ((seq, _full_seq, names_seq),) = res[1]
+        providers = self._decode(dict(res[8]), *res[2:7])
         self._providers = providers
-        self._names = (trait_names, class_names)
-        self._graph, self._graph_seq = graph, seq
-        return graph
+        self._dirty = {}
+        self._structural = True
+        self._set_names([r[0] for r in res[7]], res[8], names_seq)
+        self._seq = seq
 
-    @contextmanager
-    def _snapshot(self) -> Iterator[Connection]:
-        """A read transaction that sees one consistent snapshot across statements."""
-        conn_ctx = self.engine.connect()
-        if not self.is_sqlite:
-            conn_ctx = conn_ctx.execution_options(isolation_level="REPEATABLE READ")
-        with conn_ctx as conn, conn.begin():
-            yield conn
+    def _set_names(
+        self, trait_names: list[str], class_rows: Sequence[Any], names_seq: int
+    ) -> None:
+        if trait_names != self._trait_names or [r[1] for r in class_rows] != self._class_names:
+            self._structural = True
+        self._trait_names = trait_names
+        self._class_names = [r[1] for r in class_rows]
+        self._rc_by_id = {int(r[0]): r[1] for r in class_rows}
+        self._names_seq = names_seq
+        self._write_rcs = (names_seq, {r[1]: int(r[0]) for r in class_rows})
 
-    def _load_providers(self, conn: Connection, ids: Sequence[int] | None) -> dict[int, Any]:
-        """Engine Provider objects by id: all of them (``ids`` None) or just ``ids``."""
+    @staticmethod
+    def _decode(
+        rc_by_id: Mapping[int, str],
+        prov_rows: Sequence[Any],
+        inv_rows: Sequence[Any],
+        use_rows: Sequence[Any],
+        trait_rows: Sequence[Any],
+        agg_rows: Sequence[Any],
+    ) -> dict[int, Any]:
+        """Engine Provider objects by id from the rows of the ``_RAW_*`` graph queries."""
         from berth.placement import candidates
 
-        if ids is not None and not ids:
-            return {}
-        if ids is not None and len(ids) > 500:
-            out: dict[int, Any] = {}
-            for start in range(0, len(ids), 500):
-                out.update(self._load_providers(conn, ids[start : start + 500]))
-            return out
-        rp = resource_providers
-        _, rc_by_id = self._rc_maps(conn)
-        parent = rp.alias("parent")
-        root = rp.alias("root")
-        prov_q = sa.select(
-            rp.c.id,
-            rp.c.uuid,
-            rp.c.name,
-            rp.c.generation,
-            parent.c.uuid,
-            root.c.uuid,
-        ).select_from(
-            rp.outerjoin(parent, rp.c.parent_provider_id == parent.c.id).outerjoin(
-                root, rp.c.root_provider_id == root.c.id
-            )
-        )
-        inv_q = sa.select(
-            inventories.c.resource_provider_id,
-            inventories.c.resource_class_id,
-            inventories.c.total,
-            inventories.c.reserved,
-            inventories.c.min_unit,
-            inventories.c.max_unit,
-            inventories.c.step_size,
-            inventories.c.allocation_ratio,
-        )
-        use_q = sa.select(
-            allocations.c.resource_provider_id,
-            allocations.c.resource_class_id,
-            sa.func.sum(allocations.c.used),
-        ).group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
-        trait_q = sa.select(resource_provider_traits.c.resource_provider_id, traits.c.name).join(
-            traits, traits.c.id == resource_provider_traits.c.trait_id
-        )
-        agg_q = sa.select(
-            resource_provider_aggregates.c.resource_provider_id, placement_aggregates.c.uuid
-        ).join(
-            placement_aggregates,
-            placement_aggregates.c.id == resource_provider_aggregates.c.aggregate_id,
-        )
-        if ids is not None:
-            id_list = list(ids)
-            prov_q = prov_q.where(rp.c.id.in_(id_list))
-            inv_q = inv_q.where(inventories.c.resource_provider_id.in_(id_list))
-            use_q = use_q.where(allocations.c.resource_provider_id.in_(id_list))
-            trait_q = trait_q.where(resource_provider_traits.c.resource_provider_id.in_(id_list))
-            agg_q = agg_q.where(resource_provider_aggregates.c.resource_provider_id.in_(id_list))
         invs: dict[int, dict[str, Any]] = defaultdict(dict)
         inventory_cls = candidates.Inventory
-        for rp_id, rc_id, total, reserved, min_u, max_u, step, ratio in conn.execute(
-            inv_q
-        ).tuples():
+        for rp_id, rc_id, total, reserved, min_u, max_u, step, ratio in inv_rows:
             name = rc_by_id[rc_id]
             invs[rp_id][name] = inventory_cls(
                 name, total, reserved, min_u, max_u, step, float(ratio)
             )
         usages: dict[int, dict[str, int]] = defaultdict(dict)
-        for rp_id, rc_id, used in conn.execute(use_q).tuples():
+        for rp_id, rc_id, used in use_rows:
             usages[rp_id][rc_by_id[rc_id]] = int(used)
         rp_traits: dict[int, set[str]] = defaultdict(set)
-        for rp_id, name in conn.execute(trait_q).tuples():
+        for rp_id, name in trait_rows:
             rp_traits[rp_id].add(name)
         rp_aggs: dict[int, set[str]] = defaultdict(set)
-        for rp_id, agg in conn.execute(agg_q).tuples():
+        for rp_id, agg in agg_rows:
             rp_aggs[rp_id].add(agg)
         empty: frozenset[str] = frozenset()
         provider_cls = candidates.Provider
         out = {}
-        for rp_id, uuid, name, generation, parent_uuid, root_uuid in conn.execute(prov_q).tuples():
+        for rp_id, uuid, name, generation, parent_uuid, root_uuid in prov_rows:
             out[rp_id] = provider_cls(
                 uuid,
                 name,
@@ -2165,6 +2485,38 @@ class PlacementStore:
                 frozenset(rp_aggs[rp_id]) if rp_id in rp_aggs else empty,
             )
         return out
+
+    # ------------------------------------------------------------------ hot path plumbing
+
+    def _run(self, raw: _RawConn, stmts: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        self.raw_statements += len(stmts)
+        return raw.run(stmts)
+
+    def _take_raw(self, *, fresh: bool = False) -> _RawConn:
+        """A kept raw connection, or a new one (none is shared between two callers)."""
+        pool = self.engine.pool
+        while not fresh:
+            try:
+                raw = self._spare.pop()
+            except IndexError:
+                break
+            if raw.pool is pool and raw.pid == os.getpid():
+                return raw
+            raw.close()  # the engine was disposed, or we are in a forked child
+        return _RawConn(self.engine)
+
+    def _give_raw(self, raw: _RawConn, ok: bool) -> None:
+        """Keep ``raw`` for the next call if it is usable (an open transaction, after an
+        error or an abandoned fast path, is rolled back first)."""
+        if raw.reset() and len(self._spare) < _KEEP_RAW and raw.pool is self.engine.pool:
+            self._spare.append(raw)
+        else:
+            raw.close()
+
+    def close(self) -> None:
+        """Close the connections this store keeps for its hot paths (the engine's pool
+        belongs to the caller)."""
+        _close_all(self._spare)
 
 
 _PROVIDER_SELECT = PlacementStore._build_provider_select()
@@ -2180,3 +2532,190 @@ def _fields(inv: InventoryRecord) -> dict[str, Any]:
         "step_size": inv.step_size,
         "allocation_ratio": float(inv.allocation_ratio),
     }
+
+
+# ---------------------------------------------------------------------- hot path: raw SQL
+#
+# provider_graph() and the common write_allocations() run on DBAPI connections the store
+# keeps (``_RawConn``), with ``?`` placeholders (rewritten for psycopg). On PostgreSQL the
+# connection is in autocommit mode with explicit BEGIN/COMMIT, and the statements of one
+# ``run`` go out as a psycopg pipeline: one network round trip however many there are.
+
+#: Raw connections kept per store between calls.
+_KEEP_RAW = 2
+_RAW_STATE = "SELECT change_seq, full_seq, names_seq FROM berth_state WHERE id = 1"
+_RAW_NAMES_SEQ = "SELECT names_seq FROM berth_state WHERE id = 1"
+_RAW_CHANGED_IDS = "SELECT DISTINCT provider_id FROM berth_provider_changes WHERE seq > ?"
+_RAW_PROVIDERS = (
+    "SELECT rp.id, rp.uuid, rp.name, rp.generation, par.uuid, root.uuid "
+    "FROM resource_providers rp "
+    "LEFT JOIN resource_providers par ON par.id = rp.parent_provider_id "
+    "LEFT JOIN resource_providers root ON root.id = rp.root_provider_id"
+)
+_RAW_INVENTORIES = (
+    "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, "
+    "step_size, allocation_ratio FROM inventories"
+)
+_RAW_USAGES = (
+    "SELECT resource_provider_id, resource_class_id, SUM(used) FROM allocations{} "
+    "GROUP BY resource_provider_id, resource_class_id"
+)
+_RAW_TRAITS = (
+    "SELECT rpt.resource_provider_id, t.name FROM resource_provider_traits rpt "
+    "JOIN traits t ON t.id = rpt.trait_id"
+)
+_RAW_AGGREGATES = (
+    "SELECT rpa.resource_provider_id, pa.uuid FROM resource_provider_aggregates rpa "
+    "JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id"
+)
+_RAW_TRAIT_NAMES = "SELECT name FROM traits ORDER BY id"
+_RAW_CLASS_NAMES = "SELECT id, name FROM resource_classes ORDER BY id"
+
+_RAW_NEW_CONSUMER = (
+    "INSERT INTO consumers "
+    "(uuid, project_id, user_id, generation, consumer_type_id, created_at, updated_at) "
+    "VALUES (?, ?, ?, 1, ?, ?, ?) RETURNING id"
+)
+_RAW_CONSUMER = (
+    "SELECT id, generation, project_id, user_id, consumer_type_id FROM consumers WHERE uuid = ?"
+)
+_RAW_TAKE_ALLOCS = (
+    "DELETE FROM allocations WHERE consumer_id = ? "
+    "RETURNING resource_provider_id, resource_class_id, used"
+)
+#: Per requested provider and inventoried requested class: the provider's id and
+#: generation, the inventory, the class's current usage, and the names counter.
+_RAW_ALLOC_TARGETS = (
+    "SELECT rp.id, rp.uuid, rp.generation, i.resource_class_id, i.total, i.reserved, "
+    "i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, "
+    "(SELECT SUM(a.used) FROM allocations a WHERE a.resource_provider_id = rp.id "
+    "AND a.resource_class_id = i.resource_class_id), "
+    "(SELECT names_seq FROM berth_state WHERE id = 1) "
+    "FROM resource_providers rp LEFT JOIN inventories i "
+    "ON i.resource_provider_id = rp.id AND i.resource_class_id IN ({}) "
+    "WHERE rp.uuid IN ({})"
+)
+_RAW_INSERT_ALLOCS = (
+    "INSERT INTO allocations "
+    "(resource_provider_id, consumer_id, resource_class_id, used, created_at, updated_at) "
+    "VALUES "
+)
+_RAW_CAS_RP = "UPDATE resource_providers SET generation = ?, updated_at = ? WHERE id = ? AND generation = ?"
+_RAW_CAS_CONSUMER = "UPDATE consumers SET generation = ?, updated_at = ? WHERE id = ? AND generation = ?"
+_RAW_LOG_CHANGES = (
+    "INSERT INTO berth_provider_changes (seq, provider_id) "
+    "SELECT b.change_seq, v.column1 FROM berth_state b, (VALUES {}) AS v WHERE b.id = 1"
+)
+_RAW_PRUNE = "DELETE FROM berth_provider_changes WHERE seq < ?"
+_SQLITE_STAMP = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DateTime storage format on SQLite
+
+
+def _changed_filter(column: str) -> str:
+    return f" WHERE {column} IN (SELECT provider_id FROM berth_provider_changes WHERE seq > ?)"
+
+
+def _marks(n: int, mark: str = "?") -> str:
+    return ", ".join([mark] * n)
+
+
+_PG_SQL: dict[str, str] = {}
+
+
+def _pg_sql(sql: str) -> str:
+    """``?`` placeholders as psycopg's ``%s`` (memoized; hot SQL holds no ``%``)."""
+    out = _PG_SQL.get(sql)
+    if out is None:
+        out = sql.replace("?", "%s")
+        if len(_PG_SQL) < 4096:
+            _PG_SQL[sql] = out
+    return out
+
+
+class _RawConn:
+    """One DBAPI connection a store keeps for its hot paths, detached from the pool.
+
+    PostgreSQL: autocommit mode, so a lone read is one round trip and a transaction is
+    explicit ``BEGIN`` ... ``COMMIT``; several statements go out as one pipeline.
+    SQLite: the engine's connections already leave transactions to us.
+    """
+
+    __slots__ = ("dbapi", "error", "fairy", "pg", "pid", "pool")
+
+    def __init__(self, engine: Engine) -> None:
+        fairy = engine.raw_connection()
+        try:
+            fairy.detach()
+            dbapi = fairy.dbapi_connection
+            self.pg = engine.dialect.name != "sqlite"
+            if self.pg:
+                dbapi.rollback()  # type: ignore[union-attr]
+                dbapi.autocommit = True  # type: ignore[union-attr]
+        except BaseException:
+            fairy.close()
+            raise
+        self.fairy, self.dbapi, self.pool = fairy, dbapi, engine.pool
+        self.error = engine.dialect.loaded_dbapi.Error
+        self.pid = os.getpid()
+
+    def run(self, stmts: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        """Execute in order; per statement its rows, or its rowcount when it returns none.
+        DBAPI errors are raised as SQLAlchemy's wrappers (IntegrityError, ...)."""
+        dbapi: Any = self.dbapi
+        sql: str = ""
+        params: Sequence[Any] = ()
+        try:
+            if not self.pg:
+                cur = dbapi.cursor()
+                out = []
+                for sql, params in stmts:
+                    cur.execute(sql, params)
+                    out.append(cur.fetchall() if cur.description is not None else cur.rowcount)
+                cur.close()
+                return out
+            if len(stmts) == 1:
+                sql, params = stmts[0]
+                cur = dbapi.cursor()
+                cur.execute(_pg_sql(sql), params or None)
+                return [cur.fetchall() if cur.description is not None else cur.rowcount]
+            cursors = []
+            with dbapi.pipeline():
+                for sql, params in stmts:
+                    cur = dbapi.cursor()
+                    cur.execute(_pg_sql(sql), params or None)
+                    cursors.append(cur)
+            return [c.fetchall() if c.description is not None else c.rowcount for c in cursors]
+        except self.error as exc:
+            raise sa.exc.DBAPIError.instance(sql, params, exc, self.error) from exc
+
+    def reset(self) -> bool:
+        """Roll back whatever is open; False when the connection is unusable."""
+        dbapi: Any = self.dbapi
+        try:
+            if self.pg:
+                if dbapi.broken or dbapi.closed:
+                    return False
+                if dbapi.info.transaction_status != 0:  # not IDLE
+                    dbapi.execute("ROLLBACK")
+            elif dbapi.in_transaction:
+                dbapi.execute("ROLLBACK")
+            return True
+        except Exception:  # noqa: BLE001 - any failure here means "do not reuse"
+            return False
+
+    def close(self) -> None:
+        """Close the DBAPI connection (never one inherited across a fork: that would cut
+        the parent's session)."""
+        if self.pid == os.getpid():
+            with contextlib.suppress(Exception):
+                self.fairy.close()
+        else:
+            _INHERITED.append(self)
+
+
+#: Connections inherited from a parent process: kept referenced, never used or closed.
+_INHERITED: list[_RawConn] = []
+
+
+def _close_all(conns: list[_RawConn]) -> None:
+    while conns:
+        conns.pop().close()

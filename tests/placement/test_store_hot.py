@@ -1,0 +1,334 @@
+"""The store's hot paths: the cached provider graph, its write-through after this store's
+own allocation writes, the few-statement allocation write, and the names counter.
+
+Every test compares a store's cache with a graph built from scratch by a new store: the
+cache must never show anything the database does not hold.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from berth.placement import db, errors
+from berth.placement.store import (
+    _RAW_CLASS_NAMES,
+    _RAW_TRAIT_NAMES,
+    ConsumerWrite,
+    InventoryRecord,
+    PlacementStore,
+)
+from placement.conftest import PG_ADMIN_URL
+
+INV = {
+    "VCPU": InventoryRecord("VCPU", 8, 0, 1, 8, 1, 1.0),
+    "MEMORY_MB": InventoryRecord("MEMORY_MB", 4096, 0, 1, 4096, 1, 1.0),
+}
+
+
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this module (skipped when PostgreSQL is down)."""
+    try:
+        admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception as exc:  # noqa: BLE001 - any connection failure means "skip"
+        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
+    name = f"berth_hot_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :n AND pid <> pg_backend_pid()"
+                ),
+                {"n": name},
+            )
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A migrated engine on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'hot.sqlite'}"
+    else:
+        url = request.getfixturevalue("pg_database")
+    eng = db.prepare(url)
+    yield eng
+    eng.dispose()
+
+
+def _providers(engine: Any, n: int, tag: str) -> list[str]:
+    store = PlacementStore(engine)
+    uuids = []
+    for i in range(n):
+        rp = store.create_provider(f"{tag}-{i}", None, None)
+        store.set_inventories(rp.uuid, 0, INV, (1, 39))
+        uuids.append(rp.uuid)
+    store.close()
+    return uuids
+
+
+def _fresh(engine: Any) -> tuple[Any, ...]:
+    store = PlacementStore(engine)
+    try:
+        return tuple(store.provider_graph().providers)
+    finally:
+        store.close()
+
+
+def _claim(store: PlacementStore, rp: str, vcpu: int = 1, consumer: str | None = None,
+           generation: int | None = None) -> str:
+    consumer = consumer or str(uuid.uuid4())
+    store.write_allocations(
+        [ConsumerWrite(consumer, "proj", "user", [(rp, "VCPU", vcpu), (rp, "MEMORY_MB", 64)],
+                       "INSTANCE", generation)],
+        post=False,
+    )
+    return consumer
+
+
+class _Statements:
+    """Counts the SQL statements one store runs (SQLAlchemy's and its raw connections')."""
+
+    def __init__(self, store: PlacementStore) -> None:
+        self.store = store
+        self.orm = 0
+        event.listen(store.engine, "before_cursor_execute", self._count)
+        self.sql: list[str] = []
+        run = store._run
+
+        def spy(raw: Any, stmts: Any) -> Any:
+            self.sql.extend(s for s, _ in stmts)
+            return run(raw, stmts)
+
+        store._run = spy  # type: ignore[method-assign]
+
+    def _count(self, *_args: Any) -> None:
+        self.orm += 1
+
+    def reset(self) -> None:
+        self.orm = 0
+        self.sql.clear()
+
+
+def test_the_graph_after_an_own_claim_is_patched_with_one_query(engine: Any) -> None:
+    rps = _providers(engine, 3, "own")
+    store = PlacementStore(engine)
+    store.provider_graph()
+    _claim(store, rps[0])  # creates project/user: the general path, which caches the ids
+    store.provider_graph()
+    count = _Statements(store)
+    _claim(store, rps[1], vcpu=2)
+    assert count.orm == 0  # the raw fast path
+    assert count.sql[0].startswith("BEGIN") and count.sql[-1] == "COMMIT"
+    count.reset()
+    graph = store.provider_graph()
+    assert count.orm == 0 and len(count.sql) == 1  # the counters only
+    assert graph.providers == _fresh(engine)
+    by_uuid = {p.uuid: p for p in graph.providers}
+    assert by_uuid[rps[1]].usages == {"VCPU": 2, "MEMORY_MB": 64}
+    store.close()
+
+
+def test_a_claim_in_another_store_is_reloaded_not_patched(engine: Any) -> None:
+    rps = _providers(engine, 3, "other")
+    mine, theirs = PlacementStore(engine), PlacementStore(engine)
+    mine.provider_graph()
+    theirs.provider_graph()
+    _claim(mine, rps[0])
+    _claim(theirs, rps[1])
+    _claim(mine, rps[0])  # does not directly follow the cached state: no write-through
+    assert mine._seq < mine.change_seq()
+    assert mine.provider_graph().providers == _fresh(engine)
+    assert theirs.provider_graph().providers == _fresh(engine)
+    mine.close()
+    theirs.close()
+
+
+def _exact(store: PlacementStore, engine: Any) -> None:
+    """The store's cached providers equal the database's whenever the database is still at
+    the change the cache claims to hold."""
+    if store._graph is None or store._seq != store.change_seq():
+        return
+    cached = tuple(store._providers[i] for i in sorted(store._providers))
+    assert cached == _fresh(engine)
+
+
+def test_interleaved_writes_of_two_stores_keep_both_caches_exact(engine: Any) -> None:
+    rnd = random.Random(7)
+    rps = _providers(engine, 4, "mix")
+    stores = [PlacementStore(engine), PlacementStore(engine)]
+    held: dict[str, tuple[str, int]] = {}  # consumer -> (provider, generation)
+    for store in stores:
+        store.provider_graph()
+    for step in range(120):
+        store = rnd.choice(stores)
+        kind = rnd.choice(["claim", "claim", "claim", "move", "big", "release", "inventory",
+                           "trait", "graph"])
+        try:
+            if kind == "claim":
+                rp = rnd.choice(rps)
+                consumer = _claim(store, rp, vcpu=rnd.randint(1, 3))
+                held[consumer] = (rp, 1)
+            elif kind == "move" and held:
+                consumer = rnd.choice(sorted(held))
+                _old, gen = held[consumer]
+                rp = rnd.choice(rps)
+                _claim(store, rp, vcpu=1, consumer=consumer, generation=gen)
+                held[consumer] = (rp, gen + 1)
+            elif kind == "big":
+                _claim(store, rnd.choice(rps), vcpu=8)  # usually refused: capacity
+            elif kind == "release" and held:
+                consumer = rnd.choice(sorted(held))
+                del held[consumer]
+                store.delete_consumer_allocations(consumer)
+            elif kind == "inventory":
+                rp = rnd.choice(rps)
+                gen = store.get_provider(rp).generation  # type: ignore[union-attr]
+                total = rnd.randint(4, 12)
+                inv = {**INV, "VCPU": InventoryRecord("VCPU", total, 0, 1, 8, 1, 1.0)}
+                store.set_inventories(rp, gen, inv, (1, 39))
+            elif kind == "trait":
+                rp = rnd.choice(rps)
+                gen = store.get_provider(rp).generation  # type: ignore[union-attr]
+                store.set_provider_traits(rp, rnd.choice([[], ["HW_CPU_X86_AVX"]]), gen)
+            elif kind == "graph":
+                assert store.provider_graph().providers == _fresh(engine), step
+        except errors.PlacementError:
+            pass
+        for each in stores:
+            _exact(each, engine)
+    for store in stores:
+        assert store.provider_graph().providers == _fresh(engine)
+        store.close()
+
+
+def test_fast_path_refusals_answer_like_the_general_path(engine: Any) -> None:
+    rps = _providers(engine, 1, "refuse")
+    store = PlacementStore(engine)
+    store.provider_graph()
+    consumer = _claim(store, rps[0], vcpu=6)
+    with pytest.raises(errors.Conflict) as exc:
+        _claim(store, rps[0], vcpu=3)
+    assert exc.value.message == (
+        "Unable to allocate inventory: Unable to create allocation for 'VCPU' on resource "
+        f"provider '{rps[0]}'. The requested amount would exceed the capacity."
+    )
+    with pytest.raises(errors.Conflict) as exc:
+        _claim(store, rps[0], vcpu=1, consumer=consumer, generation=None)
+    assert exc.value.message == "consumer generation conflict - expected 1 but got None"
+    with pytest.raises(errors.Conflict) as exc:
+        _claim(store, rps[0], vcpu=1, consumer=consumer, generation=5)
+    assert exc.value.message == "consumer generation conflict - expected 1 but got 5"
+    with pytest.raises(errors.Conflict) as exc:
+        _claim(store, rps[0], vcpu=9)
+    assert "would violate inventory constraints" in exc.value.message
+    missing = str(uuid.uuid4())
+    with pytest.raises(errors.BadRequest) as bad:
+        _claim(store, missing)
+    assert bad.value.message == f"Allocation for resource provider '{missing}' that does not exist."
+    # A move of the existing consumer (its generation) goes through and is patched in.
+    _claim(store, rps[0], vcpu=2, consumer=consumer, generation=1)
+    got = store.consumer_allocations(consumer)
+    assert got.consumer_generation == 2 and got.allocations[rps[0]]["VCPU"] == 2
+    assert store.provider_graph().providers == _fresh(engine)
+    store.close()
+
+
+def test_names_are_read_again_only_when_a_name_changes(engine: Any) -> None:
+    rps = _providers(engine, 2, "names")
+    store = PlacementStore(engine)
+    store.provider_graph()
+    count = _Statements(store)
+    other = PlacementStore(engine)
+    other.set_inventories(rps[0], 1, {"VCPU": INV["VCPU"]}, (1, 39))
+    graph = store.provider_graph()
+    assert _RAW_TRAIT_NAMES not in count.sql and _RAW_CLASS_NAMES not in count.sql
+    assert graph.providers == _fresh(engine)
+    count.reset()
+    other.ensure_trait("CUSTOM_HOT_NEW")
+    graph = store.provider_graph()
+    assert _RAW_TRAIT_NAMES in count.sql and "CUSTOM_HOT_NEW" in graph.known_traits
+    other.create_resource_class("CUSTOM_HOT_CLASS")
+    assert "CUSTOM_HOT_CLASS" in store.provider_graph().known_classes
+    # The fast write path notices the new class too.
+    gen = other.get_provider(rps[1]).generation  # type: ignore[union-attr]
+    inv = InventoryRecord("CUSTOM_HOT_CLASS", 4, 0, 1, 4, 1, 1.0)
+    other.set_inventories(rps[1], gen, {**INV, "CUSTOM_HOT_CLASS": inv}, (1, 39))
+    _claim(store, rps[1])
+    store.write_allocations(
+        [ConsumerWrite(str(uuid.uuid4()), "proj", "user", [(rps[1], "CUSTOM_HOT_CLASS", 3)],
+                       "INSTANCE", None)],
+        post=False,
+    )
+    other.delete_trait("CUSTOM_HOT_NEW")
+    graph = store.provider_graph()
+    assert "CUSTOM_HOT_NEW" not in graph.known_traits
+    assert graph.providers == _fresh(engine)
+    by_uuid = {p.uuid: p for p in graph.providers}
+    assert by_uuid[rps[1]].usages["CUSTOM_HOT_CLASS"] == 3
+    store.close()
+    other.close()
+
+
+def test_a_dropped_connection_is_replaced(engine: Any) -> None:
+    if engine.dialect.name == "sqlite":
+        pytest.skip("PostgreSQL sessions only")
+    rps = _providers(engine, 1, "drop")
+    store = PlacementStore(engine)
+    store.provider_graph()
+    _claim(store, rps[0])
+    pids = [raw.dbapi.info.backend_pid for raw in store._spare]  # type: ignore[attr-defined]
+    assert pids
+    with engine.connect() as conn:
+        for pid in pids:
+            conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+    _claim(store, rps[0])  # the fast path fails over to the general one
+    assert store.provider_graph().providers == _fresh(engine)
+    _claim(store, rps[0])
+    assert store.provider_graph().providers == _fresh(engine)
+    store.close()
+
+
+def test_a_0002_database_is_migrated_and_the_store_works(tmp_path: Path) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    engine = db.create_db_engine(url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(db.__file__).parent / "migrations"))
+    with engine.connect() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0002_provider_changes")
+        conn.commit()
+        conn.execute(sa.text("INSERT INTO berth_state (id, change_seq, full_seq) VALUES (1, 7, 0)"))
+        conn.commit()
+    assert db.current_revision(engine) == "0002_provider_changes"
+    engine.dispose()
+    engine = db.prepare(url)
+    assert db.current_revision(engine) == db.HEAD_REVISION
+    with engine.connect() as conn:
+        state = conn.execute(sa.text("SELECT change_seq, names_seq FROM berth_state")).one()
+    assert tuple(state) == (7, 1)  # the standard names were synced: a names change
+    rps = _providers(engine, 1, "old")
+    store = PlacementStore(engine)
+    _claim(store, rps[0])
+    assert store.provider_graph().providers == _fresh(engine)
+    store.close()
+    engine.dispose()
