@@ -28,7 +28,8 @@ SNAP = cloud(host("h1").in_aggregate("a", hw_vm_mode="hvm, xen", hw_cpu_cores="2
         ({"hw_vm_mode": "xen"}, False, True),
         ({}, True, True),
         ({}, False, True),
-        ({"hw_vm_mode": ""}, False, True),
+        ({"hw_cpu_cores": "0"}, False, True),
+        ({"hw_cpu_cores": " 2 "}, False, True),
     ],
     ids=[
         "a property value outside the options fails",
@@ -38,7 +39,8 @@ SNAP = cloud(host("h1").in_aggregate("a", hw_vm_mode="hvm, xen", hw_cpu_cores="2
         "any comma-separated option passes after stripping",
         "no image passes",
         "an image without the properties passes",
-        "an empty property is ignored",
+        "a falsy typed property (the integer 0) is ignored",
+        "the property is compared as str() of its typed value",
     ],
 )
 def test_the_verified_examples_hold(props: dict[str, object], no_image: bool, expected: bool) -> None:
@@ -73,8 +75,21 @@ def test_enum_properties_are_compared_in_canonical_form_as_nova_stores_them() ->
 
 
 def test_an_invalid_enum_property_is_rejected_up_front() -> None:
-    with pytest.raises(InputError, match="hw_vm_mode='warp'"):
-        AggregateImagePropertiesIsolation().validate_request(spec(image_props={"hw_vm_mode": "warp"}))
+    with pytest.raises(InputError, match="hw_vm_mode: expected one of exe, hvm, uml, xen, got 'warp'"):
+        spec(image_props={"hw_vm_mode": "warp"})
+    with pytest.raises(InputError, match="hw_vm_mode: expected one of .*, got ''"):
+        spec(image_props={"hw_vm_mode": ""})
+
+
+def test_booleans_compare_as_nova_writes_them() -> None:
+    # Nova compares str() of the typed value: a true boolean is 'True', so an aggregate
+    # listing 'true' rejects it, and a false one ('0', 'no', 'off') is ignored.
+    snap = cloud(host("h1").in_aggregate("a", hw_boot_menu="true"))
+    f = AggregateImagePropertiesIsolation()
+    assert both_paths(f, snap, spec(image_props={"hw_boot_menu": "yes"})) == [False]
+    assert both_paths(f, snap, spec(image_props={"hw_boot_menu": "0"})) == [True]
+    snap = cloud(host("h1").in_aggregate("a", hw_boot_menu="True"))
+    assert both_paths(f, snap, spec(image_props={"hw_boot_menu": "on"})) == [True]
 
 
 def test_options_of_several_aggregates_are_united() -> None:

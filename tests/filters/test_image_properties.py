@@ -65,12 +65,12 @@ SNAP = cloud(host("h1", supported_instances=[["x86_64", "kvm", "hvm"]], hypervis
 )
 def test_the_verified_examples_hold(props: dict[str, object], expected: bool) -> None:
     f = ImagePropertiesFilter()
-    req = spec(image_props=props)
     if props.get("img_hv_type") == "hvm":
-        with pytest.raises(InputError, match="img_hv_type='hvm'"):
-            f.validate_request(req)
+        # Nova's typed ImageMetaProps refuses the image before any filter runs.
+        with pytest.raises(InputError, match="img_hv_type: expected one of .*, got 'hvm'"):
+            spec(image_props=props)
         return
-    assert both_paths(f, SNAP, req) == [expected]
+    assert both_paths(f, SNAP, spec(image_props=props)) == [expected]
 
 
 def test_membership_is_in_the_triple_not_by_position() -> None:

@@ -3,7 +3,11 @@ properties it takes.
 
 For each aggregate key that names an image property the image sets (to a truthy value),
 ``str(value)`` must be one of the key's comma-separated values; keys that are not image
-properties (``os``, ``foo``) and unset properties are ignored. Options,
+properties (``os``, ``foo``) and unset properties are ignored. The value is the typed one
+Nova's ImageMetaProps holds (:mod:`berth.model.image_props`): ``hw_cpu_cores: "2"`` is the
+integer 2 and matches ``2``; an architecture, hypervisor type or VM mode is canonical
+(``AMD64`` matches ``x86_64``); a true boolean is ``True`` (so an aggregate listing
+``true`` rejects it) and a false one, like 0, is ignored. Options,
 ``[filter_scheduler]``: ``aggregate_image_properties_isolation_namespace`` (only keys
 starting with ``namespace + separator`` count; deprecated in 33.0.0) and
 ``aggregate_image_properties_isolation_separator`` (``.``). Lever: the aggregate metadata.
@@ -12,17 +16,12 @@ starting with ``namespace + separator`` count; deprecated in 33.0.0) and
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from berth.filters.base import BaseHostFilter, Reject
-from berth.filters.image_properties import (
-    canonical_architecture,
-    canonical_hv_type,
-    canonical_vm_mode,
-)
 from berth.filters.utils import metadata_by_key
 
 if TYPE_CHECKING:
@@ -32,15 +31,6 @@ if TYPE_CHECKING:
     from berth.model.request import RequestSpec
 
 LOG = logging.getLogger(__name__)
-
-#: Image properties Nova's ImageMetaProps stores canonicalized (its enum fields coerce
-#: ``AMD64`` to ``x86_64`` on assignment), so the aggregate sees the canonical value.
-CANONICAL_PROPERTIES: dict[str, Callable[[Any], str | None]] = {
-    "hw_architecture": canonical_architecture,
-    "img_hv_type": canonical_hv_type,
-    "hw_vm_mode": canonical_vm_mode,
-}
-
 
 class AggregateImagePropertiesIsolation(BaseHostFilter):
     """Image properties named by aggregate metadata keys must take one of the key's values."""
@@ -66,19 +56,10 @@ class AggregateImagePropertiesIsolation(BaseHostFilter):
             if prefix is not None and not key.startswith(prefix):
                 continue
             prop = props.get(key) if props is not None else None
-            if prop and key in CANONICAL_PROPERTIES:
-                prop = CANONICAL_PROPERTIES[key](prop)
             if prop and str(prop) not in options:
                 return Reject.of("image property not allowed in aggregate", property=key,
                                  image_value=str(prop), allowed=",".join(sorted(options)))
         return None
-
-    def validate_request(self, spec_obj: RequestSpec) -> None:
-        """Reject an invalid architecture, hypervisor type or VM mode up front."""
-        props = self._props(spec_obj)
-        for name, canonicalize in CANONICAL_PROPERTIES.items():
-            if props is not None:
-                canonicalize(props.get(name))
 
     @staticmethod
     def _props(spec_obj: RequestSpec) -> Any:

@@ -11,62 +11,39 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Image property names Nova's ``ImageMetaProps`` knows. ``props.get(name)`` answers the
-#: default for any other name, which is why aggregate keys such as ``os`` never make
-#: AggregateImagePropertiesIsolation fail.
-IMAGE_PROPERTY_FIELDS: frozenset[str] = frozenset(
-    ["hw_architecture", "hw_emulation_architecture", "hw_auto_disk_config", "hw_boot_menu", "hw_cdrom_bus", "hw_cpu_cores", "hw_cpu_max_cores", "hw_cpu_max_sockets", "hw_cpu_max_threads", "hw_cpu_policy", "hw_cpu_thread_policy", "hw_cpu_realtime_mask", "hw_cpu_sockets", "hw_cpu_threads", "hw_device_id", "hw_disk_bus", "hw_disk_type", "hw_ephemeral_encryption", "hw_ephemeral_encryption_format", "hw_ephemeral_encryption_secret_uuid", "hw_firmware_type", "hw_firmware_stateless", "hw_floppy_bus", "hw_input_bus", "hw_ipxe_boot", "hw_locked_memory", "hw_machine_type", "hw_maxphysaddr_mode", "hw_maxphysaddr_bits", "hw_mem_encryption", "hw_mem_encryption_model", "hw_mem_page_size", "hw_numa_nodes", "hw_numa_cpus", "hw_numa_mem", "hw_pci_numa_affinity_policy", "hw_pmu", "hw_pointer_model", "hw_qemu_guest_agent", "hw_rescue_bus", "hw_rescue_device", "hw_rng_model", "hw_serial_port_count", "hw_time_hpet", "hw_tpm_model", "hw_tpm_version", "hw_video_model", "hw_video_ram", "hw_vif_model", "hw_vif_multiqueue_enabled", "hw_viommu_model", "hw_virtio_packed_ring", "hw_vm_mode", "hw_watchdog_action", "hw_sound_model", "hw_scsi_model", "hw_cpu_realtime", "hw_emulator_threads_policy", "hw_usb_model", "hw_redirected_usb_ports", "img_bdm_v2", "img_bittorrent", "img_block_device_mapping", "img_cache_in_nova", "img_compression_level", "img_config_drive", "img_hide_hypervisor_id", "img_hv_requested_version", "img_hv_type", "img_linked_clone", "img_mappings", "img_owner_id", "img_root_device_name", "img_signature", "img_signature_certificate_uuid", "img_signature_hash_method", "img_signature_key_type", "img_use_agent", "img_version", "os_admin_user", "os_command_line", "os_distro", "os_require_quiesce", "os_secure_boot", "os_skip_agent_inject_files_at_boot", "os_skip_agent_inject_ssh", "os_type", "traits_required"]
+from berth.model.image_props import (  # noqa: F401  (LEGACY_IMAGE_PROPERTIES: re-exported)
+    FIELD_TYPES,
+    LEGACY_IMAGE_PROPERTIES,
+    coerce_properties,
 )
 
-#: Legacy image property names, translated as Nova's ``ImageMetaProps.from_dict`` does
-#: (seed 000: ``--property architecture=arm --property hypervisor_type=qemu``).
-LEGACY_IMAGE_PROPERTIES: dict[str, str] = {
-    "architecture": "hw_architecture",
-    "owner_id": "img_owner_id",
-    "vmware_disktype": "hw_disk_type",
-    "vmware_image_version": "img_version",
-    "vmware_ostype": "os_distro",
-    "auto_disk_config": "hw_auto_disk_config",
-    "ipxe_boot": "hw_ipxe_boot",
-    "xenapi_device_id": "hw_device_id",
-    "xenapi_image_compression_level": "img_compression_level",
-    "vmware_linked_clone": "img_linked_clone",
-    "xenapi_use_agent": "img_use_agent",
-    "xenapi_skip_agent_inject_ssh": "os_skip_agent_inject_ssh",
-    "xenapi_skip_agent_inject_files_at_boot": "os_skip_agent_inject_files_at_boot",
-    "cache_in_nova": "img_cache_in_nova",
-    "vm_mode": "hw_vm_mode",
-    "bittorrent": "img_bittorrent",
-    "mappings": "img_mappings",
-    "block_device_mapping": "img_block_device_mapping",
-    "bdm_v2": "img_bdm_v2",
-    "root_device_name": "img_root_device_name",
-    "hypervisor_version_requires": "img_hv_requested_version",
-    "hypervisor_type": "img_hv_type",
-}
+#: Image property names Nova's ``ImageMetaProps`` knows. ``props.get(name)`` answers the
+#: default for any other name, which is why aggregate keys such as ``os`` never make
+#: AggregateImagePropertiesIsolation fail. Each field's type is in
+#: :data:`berth.model.image_props.FIELD_TYPES`.
+IMAGE_PROPERTY_FIELDS: frozenset[str] = frozenset(FIELD_TYPES)
 
 
 class ImageMetaProps:
-    """Image properties with Nova's ``ImageMetaProps`` access rules.
+    """Image properties with Nova's ``ImageMetaProps`` types and access rules.
+
+    Each known property is coerced to its field's type on construction (integers,
+    booleans by Nova's FlexibleBooleanField rules, enums, version predicates, lists; see
+    :mod:`berth.model.image_props`), legacy names are translated, ``trait:NAME: required``
+    keys become ``traits_required`` and ``hw_numa_cpus.N`` / ``hw_numa_mem.N`` become the
+    lists ``hw_numa_cpus`` / ``hw_numa_mem``. A value that does not fit raises
+    :class:`~berth.model.image_props.ImagePropertyError` (an InputError naming the
+    property), as Nova refuses to build the object.
 
     ``get(name, default)`` returns ``default`` for unset and for unknown names; attribute
-    access returns None for a known but unset field. ``raw`` keeps every property as given
-    (including indexed keys such as ``hw_numa_cpus.0``) for the NUMA parser.
+    access returns None for a known but unset field. ``raw`` keeps every property as given.
     """
 
     __slots__ = ("_values", "raw")
 
     def __init__(self, properties: Mapping[str, Any] | None = None) -> None:
         raw = dict(properties or {})
-        values: dict[str, Any] = {}
-        for key, value in raw.items():
-            name = LEGACY_IMAGE_PROPERTIES.get(key, key)
-            if name in IMAGE_PROPERTY_FIELDS and value is not None:
-                # A new name given explicitly wins over its legacy alias.
-                if name != key and name in raw:
-                    continue
-                values[name] = value
-        self._values = values
+        self._values = coerce_properties(raw)
         self.raw = raw
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -83,7 +60,7 @@ class ImageMetaProps:
         return name in self._values
 
     def to_dict(self) -> dict[str, Any]:
-        """The set properties, by their current names."""
+        """The set properties, by their current names, with their typed values."""
         return dict(self._values)
 
     def __contains__(self, name: object) -> bool:
