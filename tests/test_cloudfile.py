@@ -85,10 +85,21 @@ def test_a_host_said_to_be_down_reports_a_stale_heartbeat():
         (minimal(supported_instances=[["x86_64", "kvm"]]), "hosts[0].supported_instances[0]"),
         (minimal(service={"last_seen_up": "yesterday"}), "hosts[0].service.last_seen_up"),
         ({"hosts": "all of them"}, "hosts: expected a list"),
+        ({**minimal(), "images": [{"name": "i", "properties": {"hw_cpu_cores": "lots"}}]},
+         "images[0].properties.hw_cpu_cores: expected an integer, got 'lots'"),
+        ({**minimal(), "images": [{"name": "i", "properties": {"hw_disk_bus": "nvme"}}]},
+         "images[0].properties.hw_disk_bus: expected one of fdc, ide, sata, scsi, usb, virtio"),
+        ({**minimal(), "images": [{"name": "i", "properties": {"hw_numa_cpus.0": "0-1",
+                                                               "hw_numa_cpus.1": "2-x"}}]},
+         "images[0].properties.hw_numa_cpus.1: expected a CPU set such as '0-3,^2'"),
+        ({**minimal(), "images": [{"name": "i", "properties": {"architecture": "z80"}}]},
+         "images[0].properties.architecture: expected one of"),
     ],
     ids=["no hosts", "non-integer memory", "negative vcpus", "unknown field", "aggregate of an unknown host",
          "flavor without memory", "bad group policy", "unknown cell", "duplicate node",
-         "short supported_instances triple", "bad heartbeat time", "hosts not a list"],
+         "short supported_instances triple", "bad heartbeat time", "hosts not a list",
+         "non-integer image property", "unknown enum value of an image property",
+         "bad CPU set of a guest NUMA node", "bad value under a legacy property name"],
 )
 def test_a_bad_cloud_file_names_the_field_and_the_value(doc, message):
     with pytest.raises(CloudFileError) as info:
@@ -118,3 +129,24 @@ def test_unknown_flavor_lists_the_known_ones():
 def test_start_sets_the_first_index_of_a_stamped_group():
     doc = {"hosts": [{"host": "r{index}", "count": 2}, {"host": "r{index}", "count": 2, "start": 3}]}
     assert list(parse_cloud(doc, CONFIG, 0.0).snapshot.obj("host")) == ["r1", "r2", "r3", "r4"]
+
+
+def test_image_properties_are_typed_as_nova_types_them():
+    doc = {**minimal(), "images": [{"name": "pinned", "properties": {
+        "hw_cpu_policy": "dedicated", "hw_numa_nodes": "2", "hw_numa_cpus.0": "0-1",
+        "hw_numa_mem.0": "2048", "hw_numa_cpus.1": "2-3", "hw_numa_mem.1": "2048",
+        "hw_boot_menu": "no", "trait:HW_CPU_X86_AVX2": "required", "architecture": "AMD64"}}]}
+    props = parse_cloud(doc, CONFIG, 0.0).image("pinned").properties
+    assert props.to_dict() == {
+        "hw_cpu_policy": "dedicated", "hw_numa_nodes": 2, "hw_numa_cpus": [{0, 1}, {2, 3}],
+        "hw_numa_mem": [2048, 2048], "hw_boot_menu": False,
+        "traits_required": ["HW_CPU_X86_AVX2"], "hw_architecture": "x86_64"}
+
+
+def test_an_instance_keeps_its_image_properties_as_given_so_reports_stay_json():
+    doc = {**minimal(instances=[{"uuid": "i1", "image": "numa"}]),
+           "images": [{"name": "numa", "properties": {"hw_numa_cpus.0": "0-1", "hw_boot_menu": "1"}}]}
+    instance = parse_cloud(doc, CONFIG, 0.0).snapshot.obj("instances")[0]["i1"]
+    assert instance.image_properties == {"hw_numa_cpus.0": "0-1", "hw_boot_menu": "1"}
+    json.dumps(instance.image_properties)
+

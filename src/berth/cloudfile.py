@@ -50,6 +50,7 @@ from berth.model import (
     MetricItem,
     ServiceRecord,
 )
+from berth.model.image_props import ImagePropertyError
 from berth.snapshot import HostRecord, HostSnapshot
 
 _NAMESPACE = uuidlib.UUID("6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11")
@@ -391,8 +392,13 @@ def _images(top: _Reader) -> dict[str, ImageMeta]:
         assert name is not None
         if name in images:
             raise CloudFileError(f"images[{i}].name: duplicate image {name!r}")
+        try:
+            properties = ImageMetaProps(r.mapping("properties"))
+        except ImagePropertyError as exc:
+            raise CloudFileError(f"{r.at('properties')}.{exc.key}: {exc.problem}, got "
+                                 f"{_show(exc.value)}") from None
         images[name] = ImageMeta(id=r.text("id") or stable_uuid("image", name), name=name,
-                                 disk_format=r.text("disk_format"), properties=ImageMetaProps(r.mapping("properties")))
+                                 disk_format=r.text("disk_format"), properties=properties)
     return images
 
 
@@ -537,7 +543,9 @@ def _instances(
         if image_name is not None:
             if image_name not in images:
                 raise CloudFileError(f"{path}.image: no image named {image_name!r} in images")
-            properties = images[image_name].properties.to_dict()
+            # As given (Nova keeps an instance's image properties as text): JSON-safe,
+            # and typed again the same way wherever they are read.
+            properties = dict(images[image_name].properties.raw)
         result[uuid] = Instance(uuid=uuid, instance_type_id=flavor.id if flavor else None,
                                 image_properties=properties, project_id=ir.text("project_id"))
     return result, placed
