@@ -46,8 +46,13 @@ def test_boot_places_and_builds_each_instance(stack: Stack) -> None:
     ({"flavor": "m1.tiny", "colour": "red"}, 400, "unknown field(s) colour"),
     ({}, 400, "flavor: required field is missing"),
     ({"flavor": {"vcpus": 64, "memory_mb": 1}}, 409, "No valid host was found."),
+    ({"flavor": "m1.tiny", "image": {"properties": {"hw_cpu_cores": "lots"}}}, 400,
+     "image.properties.hw_cpu_cores: expected an integer, got 'lots'"),
+    ({"flavor": "m1.tiny", "image": {"properties": {"os_secure_boot": "maybe"}}}, 400,
+     "image.properties.os_secure_boot: expected one of required, disabled, optional, got 'maybe'"),
 ], ids=["unknown flavor name", "zero vcpus", "non-integer num", "unknown field",
-        "missing flavor", "nothing fits"])
+        "missing flavor", "nothing fits", "non-integer image property",
+        "image property outside its enum"])
 def test_bad_boot_requests_get_clear_errors(stack: Stack, body: dict[str, object], status: int,
                                             message: str) -> None:
     stack.register_hosts([ComputeNodeSpec(host="h0", vcpus=8, memory_mb=8704, local_gb=100)])

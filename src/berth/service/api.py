@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from berth.errors import BerthError, InputError, SchedulingError
+from berth.model.image_props import ImagePropertyError, show
 from berth.model.request import Flavor, ImageMeta, ImageMetaProps, RequestSpec
 from berth.service.conductor import Conductor
 from berth.service.scheduler import SchedulerService, selection_dict
@@ -114,8 +115,13 @@ def parse_image(value: Any, images: Mapping[str, ImageMeta]) -> ImageMeta | None
     props = value.get("properties") or {}
     if not isinstance(props, Mapping):
         raise InputError(f"image.properties: expected an object, got {props!r}")
+    try:
+        properties = ImageMetaProps(props)
+    except ImagePropertyError as exc:
+        raise InputError(f"image.properties.{exc.key}: {exc.problem}, got {show(exc.value)}",
+                         field=f"image.properties.{exc.key}") from None
     return ImageMeta(id=value.get("id"), name=value.get("name"),
-                     disk_format=value.get("disk_format"), properties=ImageMetaProps(props))
+                     disk_format=value.get("disk_format"), properties=properties)
 
 
 def _str_list(value: Any, where: str) -> list[str] | None:
