@@ -7,10 +7,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from berth.cli import build_parser
+from berth.cli import build_parser, main
 from berth.errors import InputError
+from berth.explain import Diagnosis
 from berth.service.api import SchedulerApp
-from berth.service.cli import flavor_argument, seed_from_cloud
+from berth.service.cli import diagnosis_from_dict, flavor_argument, seed_from_cloud
 from berth.service.compute import ComputeNodeSpec
 from berth.service.stack import Stack
 
@@ -135,3 +136,76 @@ def test_a_cloud_file_is_seeded_through_the_agents(stack: Stack, tmp_path: Path)
     # Seeding twice does not double the allocations.
     seed_from_cloud(stack, str(path))
     assert stack.client.provider_usages(a1.uuid)["VCPU"] == 2
+
+
+# ----------------------------------------------------------------- berth boot --explain
+@pytest.fixture
+def boot_cli(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
+    """``berth boot`` posting to the in-process app instead of a server."""
+    agents = stack.register_hosts([ComputeNodeSpec(host=f"h{i}", vcpus=8, memory_mb=8704,
+                                                   local_gb=100) for i in range(2)])
+    agents[0].report(now=agents[0].clock() - 3600)  # h0 is down: ComputeFilter rejects it
+    client = _client(stack)
+
+    def post(url: str, json: object = None, timeout: float = 0) -> httpx.Response:
+        return client.post("/boot", json=json)
+
+    monkeypatch.setattr(httpx, "post", post)
+    return stack
+
+
+def test_boot_explain_on_no_valid_host_prints_the_schedule_explanation(
+        boot_cli: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    h1 = boot_cli.agents["h1"]
+    h1.report(now=h1.clock() - 3600)  # now both are down
+    status = main(["boot", "--flavor", "m1.tiny", "--explain"])
+    out, err = capsys.readouterr()
+    assert status == 4
+    assert "No valid host was found" in err and "(berth.scheduling.no_valid_host)" in err
+    assert not out.lstrip().startswith("{")
+    lines = out.splitlines()
+    assert lines[0].startswith("instance 1 -> no host: 0/2 hosts available: ")
+    step = next(line for line in lines if line.split()[:1] == ["ComputeFilter"])
+    assert step.split()[1:4] == ["2", "->", "0"]
+    assert lines[0].endswith(": 2 " + lines[-1].split(": ", 1)[1]) or "2 " in lines[0]
+    assert {line.split(":")[0].strip() for line in lines if "/h" in line} == {"h0/h0", "h1/h1"}
+
+
+def test_boot_explain_says_why_placement_returned_nothing(
+        boot_cli: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["boot", "--flavor", "64,512,1", "--explain"]) == 4
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("instance 1 -> no host: 0/2 hosts available: 2 insufficient VCPU "
+                             "in placement (requested 64")
+    assert out[1].split() == ["placement", "2", "->", "0"]
+    assert {line.split(":")[0].strip() for line in out[2:4]} == {"h0/h0", "h1/h1"}
+    assert all("insufficient VCPU in placement (requested 64, free " in line for line in out[2:4])
+
+
+def test_boot_explain_on_success_prints_the_explanation_after_the_placements(
+        boot_cli: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["boot", "--flavor", "m1.tiny", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert '"steps"' not in out
+    assert "instance 1 -> h1" in out and "1/2 hosts available" in out and "top hosts by weight" in out
+
+
+def test_boot_json_stays_raw_also_for_no_valid_host(
+        boot_cli: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["boot", "--flavor", "64,512,1", "--explain", "--json"]) == 4
+    body = __import__("json").loads(capsys.readouterr().out)
+    assert body["error"]["code"] == "berth.scheduling.no_valid_host"
+    assert body["diagnosis"]["instances"][0]["steps"]
+
+
+def test_an_api_diagnosis_rebuilds_into_the_same_explanation(stack: Stack) -> None:
+    stack.register_hosts([ComputeNodeSpec(host=f"h{i}", vcpus=8, memory_mb=8704, local_gb=100)
+                          for i in range(3)])
+    with _client(stack) as http:
+        data = http.post("/boot", json={"flavor": "m1.tiny", "num": 2, "explain": True}).json()
+    rebuilt = diagnosis_from_dict(data["diagnosis"])
+    assert isinstance(rebuilt, Diagnosis)
+    assert rebuilt.to_dict() == data["diagnosis"]
+    with pytest.raises(InputError):
+        diagnosis_from_dict({"summary": "x"})
+

@@ -62,13 +62,17 @@ def test_boot_prints_the_placements(server: str, capsys: pytest.CaptureFixture[s
     assert main(["boot", "--flavor", "1,512,1", "--json", "--url", server]) == 0
     assert '"instances"' in capsys.readouterr().out
     assert main(["boot", "--flavor", "web", "--explain", "--url", server]) == 0
-    assert '"ComputeFilter"' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "hosts available" in out and "ComputeFilter" in out and '"steps"' not in out
 
 
 def test_boot_reports_scheduling_and_input_errors(server: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["boot", "--flavor", "64,1,1", "--url", server]) == 4
     assert "No valid host was found" in capsys.readouterr().err
+    assert main(["boot", "--flavor", "64,1,1", "--explain", "--url", server]) == 4
+    out = capsys.readouterr().out
+    assert out.startswith("instance 1 -> no host: 0/3 hosts available: 3 insufficient VCPU")
     assert main(["boot", "--flavor", "nosuch", "--url", server]) == 3
     assert "no flavor named 'nosuch'" in capsys.readouterr().err
 

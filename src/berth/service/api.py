@@ -16,9 +16,11 @@ Routes (JSON in, JSON out)::
      "num": 1, "project_id": "demo", "user_id": "demo", "availability_zone": null,
      "force_hosts": [], "ignore_hosts": [], "explain": false}
 
-With ``"explain": true`` the answer (and a NoValidHost error body) carries
-``"diagnosis"``: per instance, each filter's hosts in/out with the rejection reasons and
-the weighing of the best hosts.
+With ``"explain": true`` the answer (and every NoValidHost error body, also when placement
+or a request filter refused before any filter ran) carries ``"diagnosis"``: per instance,
+each filter's hosts in/out with the rejection reasons and the weighing of the best hosts —
+``berth.explain.Diagnosis.to_dict()``, from which ``berth boot --explain`` rebuilds and
+prints the same explanation as ``berth schedule --explain``.
 
 Answer 200::
 
@@ -41,7 +43,9 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from berth.errors import BerthError, InputError, SchedulingError
+from berth.errors import BerthError, InputError, NoValidHost, SchedulingError
+from berth.explain import Diagnosis, FilterStep, HostRejection, InstanceDiagnosis
+from berth.filters.base import Reject
 from berth.model.image_props import ImagePropertyError, show
 from berth.model.request import Flavor, ImageMeta, ImageMetaProps, RequestSpec
 from berth.service.conductor import Conductor
@@ -210,7 +214,12 @@ class SchedulerApp:
         """Schedule and build; the placements per instance."""
         spec = parse_boot(body, self.flavors, self.images)
         explain = bool(body.get("explain", False))
-        decision = self.service.select_destinations(spec, explain=explain)
+        try:
+            decision = self.service.select_destinations(spec, explain=explain)
+        except NoValidHost as exc:
+            if explain and exc.diagnosis is None:
+                exc.diagnosis = self._refusal_diagnosis(spec, exc.reason)
+            raise
         out = []
         for uuid, hosts in zip(decision.instance_uuids, decision.selections):
             result = self.conductor.build_one(uuid, hosts, spec)
@@ -222,6 +231,33 @@ class SchedulerApp:
         if decision.diagnosis is not None:
             answer["diagnosis"] = decision.diagnosis.to_dict()
         return answer
+
+    def _refusal_diagnosis(self, spec: RequestSpec, reason: str) -> Diagnosis:
+        """The explanation of a NoValidHost raised before any filter ran, shaped as the
+        pipeline shapes it when placement returns nothing: one instance, one step.
+
+        A request filter's refusal (``reason``) is a ``request filters`` step. Placement's
+        empty answer carries no reasons, so each node's are estimated from the snapshot's
+        capacity columns (as ``berth schedule`` computes candidates); a node that had room
+        is said to have got no candidate for another reason (traits, aggregates, a
+        disabled compute).
+        """
+        from berth.claims import InMemoryPlacement
+
+        snapshot = self.service.refresh()
+        hosts, nodes = snapshot.obj("host"), snapshot.obj("nodename")
+        if reason:
+            step = FilterStep("request filters", len(snapshot), 0)
+        else:
+            step = FilterStep("placement", len(snapshot), 0)
+            estimate = InMemoryPlacement(snapshot).candidates(spec)
+            other = Reject.of("no allocation candidate from placement (required traits, "
+                              "aggregates or a disabled compute)")
+            for row in range(len(snapshot)):
+                step.rejections.append(HostRejection(
+                    hosts[row], nodes[row], "placement", estimate.rejections.get(row, other)))
+        return Diagnosis([InstanceDiagnosis(0, None, hosts_considered=len(snapshot),
+                                            steps=[step])])
 
     def hosts(self) -> dict[str, Any]:
         """Every node's capacity and usage from the scheduler's snapshot."""
@@ -266,8 +302,15 @@ def _read_json(environ: dict[str, Any]) -> Any:
         raise InputError(f"body: not valid JSON: {exc}") from None
 
 
+def _json_default(value: Any) -> Any:
+    # A filter's rejection numbers may hold sets or other objects: never a 500 for those.
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    return str(value)
+
+
 def _reply(start_response: StartResponse, status: int, body: Any) -> list[bytes]:
-    data = json.dumps(body).encode()
+    data = json.dumps(body, default=_json_default).encode()
     reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
               409: "Conflict", 500: "Internal Server Error"}[status]
     start_response(f"{status} {reason}", [("Content-Type", "application/json"),

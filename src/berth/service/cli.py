@@ -23,12 +23,15 @@ import logging
 import math
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from berth.cloudfile import load_cloud, stable_uuid
 from berth.errors import InputError
 from berth.model.request import Flavor
 from berth.placement.client import PlacementAPIError
+
+if TYPE_CHECKING:
+    from berth.explain import Diagnosis
 
 DEFAULT_DB = "sqlite:///berth.sqlite"
 DEFAULT_PORT = 8780
@@ -61,8 +64,12 @@ def add_commands(subparsers: Any) -> None:
     b.add_argument("--user", default="demo")
     b.add_argument("--url", default=DEFAULT_URL, help=f"server URL (default {DEFAULT_URL})")
     b.add_argument("--explain", action="store_true",
-                   help="ask for the diagnosis (filters, rejections, weights) and print it")
-    b.add_argument("--json", action="store_true", help="print the JSON answer")
+                   help="ask for the diagnosis (filters, rejections, weights) and print it "
+                        "as 'berth schedule --explain' does, also when no host is valid")
+    b.add_argument("--verbose", "-v", action="store_true",
+                   help="with --explain: every rejected host and every weigher's term")
+    b.add_argument("--json", action="store_true",
+                   help="print the JSON answer as the server sent it (errors too)")
     b.set_defaults(func=cmd_boot)
 
 
@@ -111,16 +118,18 @@ def cmd_boot(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"error: {resp.status_code} from {args.url}: {resp.text[:200]}", file=sys.stderr)
         return 1
+    if args.json:
+        # The server's answer untouched, errors and their diagnosis included.
+        print(json.dumps(data, indent=2))
+        return 0 if resp.status_code == 200 else _exit_code(resp.status_code, data)
+    verbose = bool(getattr(args, "verbose", False))
     if resp.status_code != 200:
         err = data.get("error", {}) if isinstance(data, dict) else {}
         print(f"error: {err.get('message', resp.text)} ({err.get('code', resp.status_code)})",
               file=sys.stderr)
         if isinstance(data, dict) and data.get("diagnosis"):
-            print(json.dumps(data["diagnosis"], indent=2))
-        return 3 if resp.status_code == 400 else 4
-    if args.json:
-        print(json.dumps(data, indent=2))
-        return 0
+            _print_diagnosis(data["diagnosis"], verbose)
+        return _exit_code(resp.status_code, data)
     rows = [("#", "instance", "host", "node", "tried", "alternates")]
     for i, inst in enumerate(data["instances"], start=1):
         rows.append((str(i), inst["instance_uuid"], inst["host"], inst["nodename"],
@@ -130,8 +139,78 @@ def cmd_boot(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     if data.get("diagnosis"):
-        print(json.dumps(data["diagnosis"], indent=2))
+        print()
+        _print_diagnosis(data["diagnosis"], verbose)
     return 0
+
+
+def _exit_code(status: int, data: Any) -> int:
+    """The exit status ``berth schedule`` gives the same error (by its code), else 3 for a
+    bad request and 4 for another refusal."""
+    from berth.errors import EXIT_CODES
+
+    code = data.get("error", {}).get("code") if isinstance(data, dict) else None
+    for cls, exit_status in EXIT_CODES.items():
+        if cls.code == code:
+            return exit_status
+    return 3 if status == 400 else 4
+
+
+def diagnosis_from_dict(data: Any) -> Diagnosis:
+    """The :class:`~berth.explain.Diagnosis` of an API answer's ``"diagnosis"`` (the
+    inverse of ``Diagnosis.to_dict``), so it prints as ``berth schedule --explain``."""
+    from berth.explain import (
+        Diagnosis,
+        FilterStep,
+        HostRejection,
+        HostWeighing,
+        InstanceDiagnosis,
+        WeigherTerm,
+    )
+    from berth.filters.base import Reject
+
+    if not isinstance(data, dict) or not isinstance(data.get("instances"), list):
+        raise InputError("diagnosis: expected an object with a list of instances")
+    instances: list[InstanceDiagnosis] = []
+    for item in data["instances"]:
+        chosen = item.get("chosen")
+        steps = [
+            FilterStep(
+                name=s["name"], hosts_in=int(s["hosts_in"]), hosts_out=int(s["hosts_out"]),
+                skipped=s.get("skipped"),
+                rejections=[HostRejection(r["host"], r["nodename"], s["name"],
+                                          Reject(r["reason"], dict(r.get("numbers") or {})))
+                            for r in s.get("rejections") or []],
+            )
+            for s in item.get("steps") or []
+        ]
+        weighing = [
+            HostWeighing(w["host"], w["nodename"], float(w["weight"]), [
+                WeigherTerm(t["weigher"], float(t["raw"]), float(t["normalized"]),
+                            float(t["multiplier"]))
+                for t in w.get("terms") or []])
+            for w in item.get("weighing") or []
+        ]
+        instances.append(InstanceDiagnosis(
+            index=int(item.get("index", len(instances))), instance_uuid=item.get("instance_uuid"),
+            hosts_considered=int(item.get("hosts_considered", 0)), steps=steps,
+            weighing=weighing, chosen=(chosen[0], chosen[1]) if chosen else None,
+            claim_failures=[(c[0], c[1]) for c in item.get("claim_failures") or []],
+        ))
+    return Diagnosis(instances)
+
+
+def _print_diagnosis(data: Any, verbose: bool) -> None:
+    """Print an API diagnosis the way ``berth schedule --explain`` prints its own."""
+    from berth.cli import _print_diagnosis as print_explained
+
+    try:
+        diagnosis = diagnosis_from_dict(data)
+    except (InputError, KeyError, TypeError, ValueError, IndexError):
+        # A server of another version: show what it sent rather than nothing.
+        print(json.dumps(data, indent=2))
+        return
+    print_explained(diagnosis, verbose=verbose)
 
 
 # ----------------------------------------------------------------------------- serve
