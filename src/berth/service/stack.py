@@ -84,6 +84,7 @@ class Stack:
             agent.stop()
         self.client.close()
         self.candidates_client.close()
+        self.records.close()
         self.engine.dispose()
 
 
