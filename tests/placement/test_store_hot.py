@@ -113,7 +113,7 @@ class _Statements:
         run = store._run
 
         def spy(raw: Any, stmts: Any) -> Any:
-            self.sql.extend(s for s, _ in stmts)
+            self.sql.extend(s[0] for s in stmts)
             return run(raw, stmts)
 
         store._run = spy  # type: ignore[method-assign]
@@ -332,3 +332,37 @@ def test_a_0002_database_is_migrated_and_the_store_works(tmp_path: Path) -> None
     assert store.provider_graph().providers == _fresh(engine)
     store.close()
     engine.dispose()
+
+
+def test_stale_caches_and_taken_consumers_fall_back_again_and_again(
+    engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cache made stale by another store sends a write that the database refuses (the
+    provider's compare-and-swap); so does a consumer that exists. Over and over, on the
+    same kept connection, each falls back to reading the database, with no error and
+    nothing logged (psycopg prepares statements inside such pipelines)."""
+    rps = _providers(engine, 2, "stale")
+    mine, theirs = PlacementStore(engine), PlacementStore(engine)
+    mine.provider_graph()
+    _claim(mine, rps[0])  # caches project and user
+    taken = _claim(mine, rps[1])
+    caplog.clear()
+    for step in range(40):
+        mine.provider_graph()
+        first = _claim(theirs, rps[0], vcpu=3)
+        if step % 2:
+            theirs.delete_consumer_allocations(_claim(theirs, rps[1]))
+        second = _claim(mine, rps[0], vcpu=3)  # a stale generation: refused, read, written
+        with pytest.raises(errors.Conflict):
+            _claim(mine, rps[1], consumer=taken)
+        if step % 4 == 3:
+            with pytest.raises(errors.Conflict):  # full: the general path says so
+                _claim(mine, rps[0], vcpu=3)
+        _exact(mine, engine)
+        for consumer in (first, second):
+            theirs.delete_consumer_allocations(consumer)
+    assert mine.provider_graph().providers == _fresh(engine)
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    mine.close()
+    theirs.close()
+

@@ -11,7 +11,17 @@ with the reference's verbatim messages. Concurrency contract:
   retries the whole transaction (``allocation_conflict_retry_count``, 10);
 * on SQLite write transactions start with ``BEGIN IMMEDIATE`` so writers serialize;
 * every graph-affecting write bumps ``berth_state.change_seq`` as its last statement,
-  which is how ``provider_graph()`` knows its cache is stale.
+  which is how ``provider_graph()`` knows its cache is stale; trait and class name
+  changes also bump ``names_seq``.
+
+Hot paths (``provider_graph()`` and the common ``write_allocations()``) run raw SQL on
+DBAPI connections the store keeps; on PostgreSQL one call's statements travel as one
+pipeline. A new consumer on a provider the cached graph knows is written in one round
+trip *trusting the cache*, which is sound because every write that adds usage to a
+provider or changes its inventory bumps its generation: the compare-and-swap on the
+cached generation proves the cached inventory still holds and the usage can only have
+dropped. After its own write, when no other change committed in between, the store
+patches its cached graph instead of reading the change back.
 """
 
 from __future__ import annotations
@@ -313,6 +323,7 @@ class PlacementStore:
         self._seq = -1
         self._names_seq = -1
         self._providers: dict[int, Any] = {}
+        self._ids_by_uuid: dict[str, int] = {}
         self._dirty: dict[int, Any] = {}
         self._structural = False
         self._trait_names: list[str] = []
@@ -1667,8 +1678,8 @@ class PlacementStore:
         missing the new consumers stay (the next write must send generation 0).
 
         The common case (one consumer, see :meth:`_fast_write`) first tries a raw-SQL
-        path of three round trips that patches the cached graph on success; whatever it
-        does not handle falls through to the general path below.
+        path of one or two round trips that patches the cached graph on success;
+        whatever it does not handle falls through to the general path below.
         """
         if len(writes) == 1 and self._fast_write(writes[0]):
             return
@@ -1858,14 +1869,18 @@ class PlacementStore:
                 conn.execute(_DEL_CONSUMER, {"cid": state.id})
 
     def _fast_write(self, w: ConsumerWrite) -> bool:
-        """The common allocation write in three round trips; False: use the general path.
+        """The common allocation write in one or two round trips; False: use the general
+        path.
 
         Handles one consumer that is new (generation None) or at a known generation with
         the same project, user and type, whose project/user/type ids are cached, with a
-        non-empty allocation set in known classes. Any other case, and anything the
-        general path would refuse (a missing provider or inventory, a unit or capacity
-        violation, a lost compare-and-swap, a consumer that exists after all), rolls back
-        and answers False: the general path then gives the exact Placement answer.
+        non-empty allocation set in known classes. A new consumer on providers the cached
+        graph knows is written in one round trip (:meth:`_write_new_from_cache`), anything
+        else after reading the database (:meth:`_write_from_reads`). Any other case, and
+        anything the general path would refuse (a missing provider or inventory, a unit
+        or capacity violation, a lost compare-and-swap, a consumer that exists after all),
+        rolls back and answers False: the general path then gives the exact Placement
+        answer.
         """
         gen = w.generation
         if not w.allocations or not (gen is None or type(gen) is int):
@@ -1921,11 +1936,126 @@ class PlacementStore:
                 return False
             key = (rp_uuid, rc_id)
             requested[key] = requested.get(key, 0) + used
+        now = utcnow()
+        stamp: Any = now.strftime(_SQLITE_STAMP) if self.is_sqlite else now
+        if gen is None:
+            plan = self._cached_plan(w, requested, names_seq, by_name)
+            if plan is not None:
+                done = self._write_new_from_cache(
+                    raw, w, project, user, ctype, stamp, names_seq, *plan
+                )
+                if done is not None:
+                    return done
+                if not raw.reset():
+                    return False
+        return self._write_from_reads(
+            raw, w, gen, project, user, ctype, stamp, requested, names_seq, by_name
+        )
+
+    def _cached_plan(
+        self,
+        w: ConsumerWrite,
+        requested: Mapping[tuple[str, int], int],
+        names_seq: int,
+        by_name: Mapping[str, int],
+    ) -> tuple[dict[tuple[int, int], int], dict[int, int], dict[tuple[int, int], int]] | None:
+        """The write of a new consumer planned from the cached providers: the ids, the
+        generations to compare-and-swap and the usages the capacity check used.
+
+        None when the cache cannot vouch for it (unknown provider or inventory, a check
+        that fails on the cached numbers, another thread updating the cache).
+        """
+        if not self._graph_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._graph is None or self._names_seq != names_seq:
+                return None
+            ids, providers, rc_by_id = self._ids_by_uuid, self._providers, self._rc_by_id
+            for rp_uuid, rc, used in w.allocations:
+                rp_id = ids.get(rp_uuid)
+                inv = None if rp_id is None else providers[rp_id].inventories.get(rc)
+                if (
+                    inv is None
+                    or rc_by_id.get(by_name[rc]) != rc
+                    or inv.step_size < 1
+                    or not inv.min_unit <= used <= inv.max_unit
+                    or used % inv.step_size
+                ):
+                    return None
+            added: dict[tuple[int, int], int] = {}
+            gens: dict[int, int] = {}
+            usages: dict[tuple[int, int], int] = {}
+            for (rp_uuid, rc_id), amount in requested.items():
+                rp_id = ids[rp_uuid]
+                prov = providers[rp_id]
+                name = rc_by_id[rc_id]
+                inv = prov.inventories[name]
+                used_now = prov.usages.get(name, 0)
+                # A new consumer has nothing to give back: any growth past capacity is
+                # refused (the reads below, or the general path, decide that).
+                if used_now + amount > (inv.total - inv.reserved) * inv.allocation_ratio:
+                    return None
+                added[(rp_id, rc_id)] = amount
+                gens[rp_id] = prov.generation
+                usages[(rp_id, rc_id)] = used_now
+            return added, gens, usages
+        finally:
+            self._graph_lock.release()
+
+    def _write_new_from_cache(
+        self,
+        raw: _RawConn,
+        w: ConsumerWrite,
+        project: int,
+        user: int,
+        ctype: int | None,
+        stamp: Any,
+        names_seq: int,
+        added: dict[tuple[int, int], int],
+        gens: dict[int, int],
+        usages: dict[tuple[int, int], int],
+    ) -> bool | None:
+        """A new consumer's write in one round trip, trusting the cache: the provider
+        compare-and-swaps prove that nothing was added to those providers and no inventory
+        changed since it was read (every such write bumps the generation), so usage can
+        only have dropped since; the consumer must not exist and hold no allocations.
+
+        True when written; False for the general path; None when the cache was stale
+        (a lost compare-and-swap, names changed): read the database instead.
+        """
+        consumer = w.consumer_uuid
+        prefix: list[tuple[Any, ...]] = [
+            ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
+            (_RAW_NEW_CONSUMER, (consumer, project, user, ctype, stamp, stamp)),
+            (_RAW_FRESH_CONSUMER, (consumer, names_seq), True),
+        ]
+        try:
+            seq = self._finish_write(raw, prefix, consumer, added, gens, None, sorted(gens), stamp)
+        except _Unexpected:
+            return None
+        if seq is None:
+            return False  # e.g. the consumer exists
+        self._write_through(seq, names_seq, sorted(gens), gens, {}, added, usages)
+        return True
+
+    def _write_from_reads(
+        self,
+        raw: _RawConn,
+        w: ConsumerWrite,
+        gen: int | None,
+        project: int,
+        user: int,
+        ctype: int | None,
+        stamp: Any,
+        requested: Mapping[tuple[str, int], int],
+        names_seq: int,
+        by_name: Mapping[str, int],
+    ) -> bool:
+        """The write after reading the consumer, its old allocations and the targets'
+        generations, inventories and usages in one round trip; then one more."""
         uuids = sorted({k[0] for k in requested})
         rc_ids = sorted({k[1] for k in requested})
         consumer = w.consumer_uuid
-        now = utcnow()
-        stamp: Any = now.strftime(_SQLITE_STAMP) if self.is_sqlite else now
         first: tuple[str, Sequence[Any]] = (
             (_RAW_NEW_CONSUMER, (consumer, project, user, ctype, stamp, stamp))
             if gen is None
@@ -1945,7 +2075,7 @@ class PlacementStore:
                 ],
             )
         except sa.exc.DBAPIError:
-            return False  # e.g. the consumer exists after all: rolled back by the caller
+            return False  # e.g. the consumer exists after all: rolled back on give-back
         _begin, consumer_rows, old_rows, target_rows = res
         if gen is None:
             cid = consumer_rows[0][0]
@@ -1958,12 +2088,12 @@ class PlacementStore:
                 or row[3] != user
                 or (ctype is not None and row[4] != ctype)
             ):
-                return self._abandon(raw)
+                return False
             cid = row[0]
         if not target_rows or target_rows[0][11] != names_seq:
             if target_rows:
                 self._write_rcs = None  # a class was created, deleted or renamed
-            return self._abandon(raw)
+            return False
         rp_ids: dict[str, int] = {}
         gens: dict[int, int] = {}
         invs: dict[tuple[int, int], tuple[Any, ...]] = {}
@@ -1973,17 +2103,17 @@ class PlacementStore:
             if rc_id is not None:
                 invs[(rp_id, rc_id)] = tuple(inv)
         if len(rp_ids) != len(uuids):
-            return self._abandon(raw)  # a provider does not exist
+            return False  # a provider does not exist
         mine: dict[tuple[int, int], int] = {}
         for rp_id, rc_id, used in old_rows:
             mine[(rp_id, rc_id)] = mine.get((rp_id, rc_id), 0) + used
         for rp_uuid, rc, used in w.allocations:
             found = invs.get((rp_ids[rp_uuid], by_name[rc]))
             if found is None:
-                return self._abandon(raw)
+                return False
             _total, _reserved, min_unit, max_unit, step, _ratio, _used, _seq = found
             if step < 1 or used < min_unit or used > max_unit or used % step != 0:
-                return self._abandon(raw)
+                return False
         added: dict[tuple[int, int], int] = {}
         others: dict[tuple[int, int], int] = {}
         for (rp_uuid, rc_id), amount in requested.items():
@@ -1995,48 +2125,71 @@ class PlacementStore:
                 new_total > (total - reserved) * ratio
                 and new_total > other + mine.get(target, 0)
             ):
-                return self._abandon(raw)  # would exceed the capacity
+                return False  # would exceed the capacity
             added[target] = amount
             others[target] = other
-        bumps = sorted(gens.items())
-        stmts: list[tuple[str, Sequence[Any]]] = [
-            (
-                _RAW_INSERT_ALLOCS + _marks(len(added), "(?, ?, ?, ?, ?, NULL)"),
-                [v for (rp_id, rc_id), used in added.items()
-                 for v in (rp_id, consumer, rc_id, used, stamp)],
-            )
-        ]
-        stmts += [(_RAW_CAS_RP, (g + 1, stamp, rp_id, g)) for rp_id, g in bumps]
-        if gen is not None:
-            stmts.append((_RAW_CAS_CONSUMER, (gen + 1, stamp, cid, gen)))
-        try:
-            res = self._run(raw, stmts)
-        except sa.exc.DBAPIError:
-            return False
-        if any(count != 1 for count in res[1:]):
-            return self._abandon(raw)  # another writer won a compare-and-swap
         touched = sorted(set(gens) | {k[0] for k in mine})
-        # Past this point the write commits or fails like the general path would.
-        res = self._run(
-            raw,
-            [
-                (_RAW_BUMP_SEQ, ()),
-                (_RAW_LOG_CHANGES.format(_marks(len(touched), "(?)")), touched),
-                ("COMMIT", ()),
-            ],
-        )
-        seq = int(res[0][0][0])
-        if seq % 500 == 0:
-            with contextlib.suppress(sa.exc.DBAPIError):
-                self._run(raw, [(_RAW_PRUNE, (seq - CHANGE_LOG_KEEP,))])
+        consumer_cas = None if gen is None else (cid, gen)
+        try:
+            seq = self._finish_write(raw, [], consumer, added, gens, consumer_cas, touched, stamp)
+        except _Unexpected:
+            return False  # another writer won a compare-and-swap
+        if seq is None:
+            return False
         self._write_through(seq, names_seq, touched, gens, mine, added, others)
         return True
 
-    @staticmethod
-    def _abandon(raw: _RawConn) -> bool:
-        """Leave the fast path: the transaction is rolled back when ``raw`` is given back,
-        and the general path takes over."""
-        return False
+    def _finish_write(
+        self,
+        raw: _RawConn,
+        prefix: list[tuple[Any, ...]],
+        consumer: str,
+        added: Mapping[tuple[int, int], int],
+        gens: Mapping[int, int],
+        consumer_cas: tuple[int, int] | None,
+        touched: Sequence[int],
+        stamp: Any,
+    ) -> int | None:
+        """Insert the rows, compare-and-swap the providers (in id order) and the consumer,
+        bump the change counter, log the touched providers and commit, in one round trip
+        after ``prefix``. Returns the change number; None when it failed (a database
+        error: the general path answers).
+
+        Raises _Unexpected when a compare-and-swap or an assertion of ``prefix`` failed
+        (nothing is committed then: the database aborts the transaction).
+        """
+        stmts: list[tuple[Any, ...]] = list(prefix)
+        stmts.append(
+            (
+                _RAW_INSERT_ALLOCS + _marks(len(added), "(?, ?, ?, ?, ?, NULL)"),
+                [
+                    v
+                    for (rp_id, rc_id), used in added.items()
+                    for v in (rp_id, consumer, rc_id, used, stamp)
+                ],
+            )
+        )
+        stmts += [(_RAW_CAS_RP, (g + 1, stamp, rp_id, g), True) for rp_id, g in sorted(gens.items())]
+        if consumer_cas is not None:
+            cid, cgen = consumer_cas
+            stmts.append((_RAW_CAS_CONSUMER, (cgen + 1, stamp, cid, cgen), True))
+        stmts += [
+            (_RAW_BUMP_SEQ, ()),
+            (_RAW_LOG_CHANGES.format(_marks(len(touched), "(?)")), touched),
+            ("COMMIT", ()),
+        ]
+        try:
+            res = self._run(raw, stmts)
+        except sa.exc.DBAPIError:
+            # Aborted (the general path then answers exactly), or the connection failed
+            # and whether it committed is unknown: the general path is safe then too, as
+            # a committed write left its consumer at a generation this one does not send.
+            return None
+        seq = int(res[-3][0][0])
+        if seq % 500 == 0:
+            with contextlib.suppress(sa.exc.DBAPIError):
+                self._run(raw, [(_RAW_PRUNE, (seq - CHANGE_LOG_KEEP,))])
+        return seq
 
     def _write_through(
         self,
@@ -2392,10 +2545,13 @@ class PlacementStore:
             if new is None:
                 if cur is not None:
                     del providers[rp_id]
+                    if self._ids_by_uuid.get(cur.uuid) == rp_id:
+                        del self._ids_by_uuid[cur.uuid]
                     dirty.pop(rp_id, None)
                     self._structural = True
             elif cur is None:
                 providers[rp_id] = new
+                self._ids_by_uuid[new.uuid] = rp_id
                 self._structural = True
             elif new != cur:
                 providers[rp_id] = new
@@ -2425,6 +2581,7 @@ class PlacementStore:
         ((seq, _full_seq, names_seq),) = res[1]
         providers = self._decode(dict(res[8]), *res[2:7])
         self._providers = providers
+        self._ids_by_uuid = {p.uuid: rp_id for rp_id, p in providers.items()}
         self._dirty = {}
         self._structural = True
         self._set_names([r[0] for r in res[7]], res[8], names_seq)
@@ -2606,6 +2763,11 @@ _RAW_LOG_CHANGES = (
     "INSERT INTO berth_provider_changes (seq, provider_id) "
     "SELECT b.change_seq, v.column1 FROM berth_state b, (VALUES {}) AS v WHERE b.id = 1"
 )
+#: 1 when the consumer holds no allocations and the names are still those of ``?``.
+_RAW_FRESH_CONSUMER = (
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM allocations WHERE consumer_id = ?) THEN 0 "
+    "WHEN (SELECT names_seq FROM berth_state WHERE id = 1) = ? THEN 1 ELSE 0 END"
+)
 _RAW_PRUNE = "DELETE FROM berth_provider_changes WHERE seq < ?"
 _SQLITE_STAMP = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DateTime storage format on SQLite
 
@@ -2619,6 +2781,18 @@ def _marks(n: int, mark: str = "?") -> str:
 
 
 _PG_SQL: dict[str, str] = {}
+
+
+class _Unexpected(Exception):
+    """A statement run with ``expect`` did not change exactly one row / return 1."""
+
+
+def _pg_expect(sql: str) -> str:
+    """``sql`` as a statement that fails with a division by zero unless it updates one
+    row (DML) or returns 1 (SELECT)."""
+    if sql.startswith("SELECT"):
+        return f"SELECT 1 / ({sql})"
+    return f"WITH expect AS ({sql} RETURNING 1) SELECT 1 / COUNT(*) FROM expect"
 
 
 def _pg_sql(sql: str) -> str:
@@ -2639,7 +2813,7 @@ class _RawConn:
     SQLite: the engine's connections already leave transactions to us.
     """
 
-    __slots__ = ("dbapi", "error", "fairy", "pg", "pid", "pool")
+    __slots__ = ("dbapi", "error", "fairy", "pg", "pid", "pool", "stale_prepared")
 
     def __init__(self, engine: Engine) -> None:
         fairy = engine.raw_connection()
@@ -2656,10 +2830,18 @@ class _RawConn:
         self.fairy, self.dbapi, self.pool = fairy, dbapi, engine.pool
         self.error = engine.dialect.loaded_dbapi.Error
         self.pid = os.getpid()
+        self.stale_prepared = False
 
-    def run(self, stmts: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
-        """Execute in order; per statement its rows, or its rowcount when it returns none.
-        DBAPI errors are raised as SQLAlchemy's wrappers (IntegrityError, ...)."""
+    def run(self, stmts: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Execute ``(sql, params[, expect])`` in order; per statement its rows, or its
+        rowcount when it returns none. DBAPI errors are raised as SQLAlchemy's wrappers
+        (IntegrityError, ...).
+
+        A statement with ``expect`` true must update exactly one row, or (a SELECT) return
+        1; otherwise :class:`_Unexpected` is raised and nothing after it takes effect: on
+        PostgreSQL the check runs in the database (a division by zero aborts the
+        transaction, so a pipelined COMMIT rolls back), on SQLite before the next statement.
+        """
         dbapi: Any = self.dbapi
         sql: str = ""
         params: Sequence[Any] = ()
@@ -2667,24 +2849,53 @@ class _RawConn:
             if not self.pg:
                 cur = dbapi.cursor()
                 out = []
-                for sql, params in stmts:
+                for stmt in stmts:
+                    sql, params = stmt[0], stmt[1]
                     cur.execute(sql, params)
-                    out.append(cur.fetchall() if cur.description is not None else cur.rowcount)
+                    got = cur.fetchall() if cur.description is not None else cur.rowcount
+                    if len(stmt) > 2 and stmt[2] and got != 1 and got != [(1,)]:
+                        cur.close()
+                        raise _Unexpected(sql)
+                    out.append(got)
                 cur.close()
                 return out
-            if len(stmts) == 1:
-                sql, params = stmts[0]
-                cur = dbapi.cursor()
-                cur.execute(_pg_sql(sql), params or None)
-                return [cur.fetchall() if cur.description is not None else cur.rowcount]
             cursors = []
-            with dbapi.pipeline():
-                for sql, params in stmts:
-                    cur = dbapi.cursor()
-                    cur.execute(_pg_sql(sql), params or None)
-                    cursors.append(cur)
+            if len(stmts) == 1:
+                sql, params = stmts[0][0], stmts[0][1]
+                cur = dbapi.cursor()
+                cur.execute(_pg_sql(_pg_expect(sql) if len(stmts[0]) > 2 and stmts[0][2] else sql),
+                            params or None)
+                cursors.append(cur)
+            else:
+                failed: Exception | None = None
+                try:
+                    with dbapi.pipeline():
+                        for stmt in stmts:
+                            sql, params = stmt[0], stmt[1]
+                            cur = dbapi.cursor()
+                            try:
+                                cur.execute(
+                                    _pg_sql(_pg_expect(sql) if len(stmt) > 2 and stmt[2] else sql),
+                                    params or None,
+                                )
+                            except self.error as exc:
+                                # Leave the pipeline normally (psycopg logs a warning when
+                                # an exception passes its exit); the first error counts.
+                                failed = exc
+                                break
+                            cursors.append(cur)
+                except self.error as exc:
+                    failed = failed or exc
+                if failed is not None:
+                    raise failed
             return [c.fetchall() if c.description is not None else c.rowcount for c in cursors]
         except self.error as exc:
+            if self.pg:
+                # psycopg marks a statement it prepares inside a pipeline as prepared before
+                # the server answers; when the pipeline aborts first, that is not so.
+                self.stale_prepared = True
+                if getattr(exc, "sqlstate", None) == "22012":
+                    raise _Unexpected(sql) from exc
             raise sa.exc.DBAPIError.instance(sql, params, exc, self.error) from exc
 
     def reset(self) -> bool:
@@ -2696,6 +2907,11 @@ class _RawConn:
                     return False
                 if dbapi.info.transaction_status != 0:  # not IDLE
                     dbapi.execute("ROLLBACK")
+                if self.stale_prepared:
+                    # Forget every prepared statement (psycopg then sends DEALLOCATE ALL
+                    # before the next statement) rather than trust its bookkeeping.
+                    dbapi._prepared.clear()
+                    self.stale_prepared = False
             elif dbapi.in_transaction:
                 dbapi.execute("ROLLBACK")
             return True
