@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from berth.host_state import WorkingSet
-from berth.model import Instance
+from berth.model import Aggregate, Instance, MetricItem, ServiceRecord
 from berth.snapshot import HostRecord, HostSnapshot
 from builders import NOW, cloud, host, spec
 
@@ -105,3 +108,127 @@ def test_bulk_limits_reach_the_per_host_view():
     assert ws.host_state(1).limits == {"vcpu": 32.0}
     assert ws.host_state(0).limits == {}
     assert math.isnan(ws._limit_cols["vcpu"][0])
+
+
+# ---------------------------------------------------------------------- bulk build
+
+_HOSTS = [f"h{i}" for i in range(6)]
+
+
+@st.composite
+def _messy_records(draw):
+    """Records with the shapes the bulk build special-cases: None fields, shared and
+    repeated values, lists vs tuples, explicit counters, service hosts with many nodes."""
+    records = []
+    for i in range(draw(st.integers(0, 7))):
+        stats = draw(st.sampled_from([
+            None, {}, {"num_instances": "2", "io_workload": "1"}, {"io_workload": "1", "num_instances": "2"},
+            {"num_instances": 3, "failed_builds": "1"}, {"x": [1, 2]}, {"x": (1, 2)}]))
+        si = draw(st.sampled_from([
+            None, [], [["x86_64", "kvm", "hvm"]], [("x86_64", "kvm", "hvm")],
+            [["aarch64", "kvm", "hvm"], ["x86_64", "qemu", "hvm"]], ["x86_64"], [["a", ["b"]]]]))
+        records.append(HostRecord(
+            host=draw(st.sampled_from(_HOSTS)),
+            nodename=draw(st.sampled_from([None, "", f"n{i}"])),
+            cell_uuid=draw(st.sampled_from([None, "c1", "c2"])),
+            free_ram_mb=draw(st.sampled_from([0, 1024, None])),
+            hypervisor_version=draw(st.sampled_from([None, 6000000])),
+            hypervisor_hostname=draw(st.sampled_from([None, "", f"hh{i}"])),
+            num_instances=draw(st.sampled_from([None, None, 5])),
+            num_io_ops=draw(st.sampled_from([None, 2])),
+            cpu_info=draw(st.sampled_from([None, "{}", '{"a": 1}'])),
+            supported_instances=si,  # type: ignore[arg-type]
+            stats=stats,  # type: ignore[arg-type]
+            metrics=draw(st.sampled_from([None, [], [MetricItem("cpu", 1.0)]])),  # type: ignore[arg-type]
+            service=draw(st.sampled_from([None, ServiceRecord(host="s", disabled=True),
+                                          ServiceRecord(host="s", created_at=5.0)])),
+            instances=draw(st.sampled_from([None, {}, {"i1": Instance("i1")}])),  # type: ignore[arg-type]
+            updated=draw(st.sampled_from([None, 1.5])),
+        ))
+    keys = [r.key for r in records]
+    return [r for k, r in zip(keys, records) if keys.count(k) == 1]
+
+
+@st.composite
+def _aggregate_lists(draw):
+    count = draw(st.sampled_from([0, 1, 3, 70]))  # past 64: more than one mask word
+    repeats = draw(st.booleans())  # a host listed twice takes the row-by-row path
+    aggs = []
+    for i in range(count):
+        hosts = draw(st.lists(st.sampled_from(_HOSTS + ["outside1", "outside2"]), max_size=4,
+                              unique=not repeats))
+        aggs.append(Aggregate(id=i + 1, name=f"a{i}", hosts=tuple(hosts), metadata={"k": str(i)}))
+    return aggs
+
+
+def _assert_same_snapshot(bulk: HostSnapshot, ref: HostSnapshot) -> None:
+    assert len(bulk) == len(ref) and bulk._rows == ref._rows
+    for name in bulk._num:
+        np.testing.assert_array_equal(bulk.num(name), ref.num(name), err_msg=name)
+    for name in bulk._interned:
+        assert bulk.codes(name).tolist() == ref.codes(name).tolist(), name
+        assert bulk.table(name) == ref.table(name), name
+        assert [type(v) for v in bulk.table(name)] == [type(v) for v in ref.table(name)]
+    for name in bulk._obj:
+        assert bulk.obj(name).tolist() == ref.obj(name).tolist(), name
+    for name in _HOSTS + ["outside1", "outside2", "nowhere"]:
+        assert bulk._aggs_by_host.get(name, ()) == ref._aggs_by_host.get(name, ()), name
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_messy_records(), _aggregate_lists(), _aggregate_lists())
+def test_the_bulk_build_equals_a_row_by_row_build_on_messy_records(records, aggs, new_aggs):
+    bulk = HostSnapshot.from_records(records, aggs)
+    ref = HostSnapshot(aggs)
+    for record in records:
+        ref.upsert(record)
+    _assert_same_snapshot(bulk, ref)
+    # A member host that had no row reports later; then the aggregates change.
+    for snap in (bulk, ref):
+        snap.upsert(HostRecord("outside1", stats={"num_instances": "1"}))
+    _assert_same_snapshot(bulk, ref)
+    for snap in (bulk, ref):
+        snap.set_aggregates(new_aggs)
+    _assert_same_snapshot(bulk, ref)
+
+
+def test_an_aggregate_listing_a_host_twice_keeps_both_entries():
+    agg = Aggregate(id=1, name="twice", hosts=("a", "a", "b"))
+    bulk = HostSnapshot.from_records([HostRecord("a"), HostRecord("b")], [agg])
+    assert bulk.interned_value("aggregates", 0) == (0, 0)
+    assert bulk.interned_value("aggregates", 1) == (0,)
+
+
+def test_the_bulk_build_copies_what_a_caller_may_change_later():
+    stats = {"num_instances": "1"}
+    instances = {"i1": Instance("i1")}
+    metrics = [MetricItem("cpu", 1.0)]
+    si = [["x86_64", "kvm", "hvm"]]
+    snap = HostSnapshot.from_records([HostRecord("a", stats=stats, instances=instances,
+                                                 metrics=metrics, supported_instances=si)])
+    stats["num_instances"] = "9"
+    instances["i2"] = Instance("i2")
+    metrics.append(MetricItem("mem", 2.0))
+    si[0].append("extra")
+    assert snap.interned_value("stats", 0) == {"num_instances": "1"}
+    assert list(snap.obj("instances")[0]) == ["i1"]
+    assert len(snap.obj("metrics")[0]) == 1
+    assert snap.interned_value("supported_instances", 0) == [["x86_64", "kvm", "hvm"]]
+
+
+@dataclass
+class _ComputedRecord(HostRecord):
+    """A record subclass whose ``cell_uuid`` is computed (not in ``__dict__``)."""
+
+    @property  # type: ignore[override]
+    def cell_uuid(self) -> str:
+        return "computed-" + self.host
+
+    @cell_uuid.setter
+    def cell_uuid(self, value: str | None) -> None:
+        pass
+
+
+def test_records_with_properties_are_read_by_attribute():
+    snap = HostSnapshot.from_records([_ComputedRecord("a"), HostRecord("b", cell_uuid="c")])
+    assert [snap.interned_value("cell_uuid", r) for r in range(2)] == ["computed-a", "c"]

@@ -15,12 +15,14 @@ is O(1) per changed field (no rebuild per request); a new host is appended.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
 import numpy as np
@@ -118,29 +120,71 @@ def _fast_key(value: Any) -> Hashable | None:
     return None
 
 
+def _batch_keys(values: Sequence[Any]) -> Sequence[Hashable] | None:
+    """Exact keys of many values, computed in C-level passes, or None (no fast form).
+
+    Equal keys imply the per-value :meth:`Interned.intern` would give equal codes:
+    strings, None and tuples are their own keys; a dict's key is its items in order
+    (equal items mean equal fast keys); a list of lists/tuples of scalars is keyed by its
+    tuple of tuples (freeze() makes no difference between lists and tuples). Unhashable
+    parts surface as a TypeError when the keys are hashed.
+    """
+    kinds = set(map(type, values))
+    if kinds <= _SELF_KEYED:
+        return values
+    if kinds == _DICT:
+        return list(map(tuple, map(dict.items, values)))
+    if kinds <= _SEQUENCES and set(map(type, chain.from_iterable(values))) <= _SEQUENCES:
+        return list(map(tuple, map(map, repeat(tuple), values)))
+    return None
+
+
 def _intern_batch(
-    col: Interned, values: list[Any], copy: Callable[[Any], Any] | None = None
+    col: Interned, values: Sequence[Any], copy: Callable[[Any], Any] | None = None
 ) -> np.ndarray:
-    """Codes of many values: each distinct cheap key is interned once per batch.
+    """Codes of many values: each distinct key is interned once per batch, in the order
+    the values first appear (the codes a row-by-row build gives).
 
     ``copy`` makes the stored value (only for values not seen in this batch).
     """
-    intern = col.intern
-    if copy is None and all(v is None or type(v) is str or type(v) is tuple for v in values):
-        # Strings and tuples of scalars: the values are their own keys (their equality
-        # is freeze()'s), so one dict pass finds the distinct ones in first-seen order.
+    n = len(values)
+    keys = _batch_keys(values) if n else None
+    if keys is not None:
+        # The first value of each distinct key, in first-seen order.
+        firsts: dict[Hashable, Any] = {}
         try:
-            lookup = {v: intern(v) for v in dict.fromkeys(values)}
-        except TypeError:
+            for _ in map(firsts.setdefault, keys, values):
+                pass
+        except TypeError:  # unhashable parts: the general path decides
             pass
         else:
-            return np.fromiter(map(lookup.__getitem__, values), dtype=np.int32,
-                               count=len(values))
+            intern = col.intern
+            lookup = {key: intern(copy(value) if copy else value)
+                      for key, value in firsts.items()}
+            return np.fromiter(map(lookup.__getitem__, keys), dtype=np.int32, count=n)
+    return _intern_each(col, values, copy)
+
+
+def _intern_each(
+    col: Interned, values: Sequence[Any], copy: Callable[[Any], Any] | None = None
+) -> np.ndarray:
+    """:func:`_intern_batch` one value at a time (any values).
+
+    A list equal to the previous row's (when that one had an exact key) takes its code
+    without building a key: lists of lists of scalars compare equal exactly when their
+    keys do, and neighbouring rows often report the same ``supported_instances``.
+    """
+    intern = col.intern
     seen: dict[Hashable, int] = {}
     codes = np.empty(len(values), dtype=np.int32)
+    last_list: list[Any] | None = None
+    last_code = 0
     for i, value in enumerate(values):
         kind = type(value)
         key: Hashable
+        if kind is list and last_list is not None and value == last_list:
+            codes[i] = last_code
+            continue
         try:
             if kind is str or value is None:
                 key = value
@@ -160,7 +204,139 @@ def _intern_batch(
         if code is None:
             code = seen[key] = intern(copy(value) if copy else value)
         codes[i] = code
+        if kind is list:
+            last_list, last_code = value, code
     return codes
+
+
+_SELF_KEYED = frozenset({str, tuple, type(None)})
+_DICT = frozenset({dict})
+_SEQUENCES = frozenset({list, tuple})
+
+#: Record fields the bulk build reads, and the plain numeric ones among them.
+_OBJECT_FIELDS = ("host", "nodename", "cell_uuid", "uuid", "hypervisor_type",
+                  "hypervisor_hostname", "host_ip", "cpu_info", "supported_instances",
+                  "stats", "metrics", "numa_topology", "pci_stats", "service", "instances")
+_DIRECT_NUMBERS = ("total_usable_ram_mb", "free_ram_mb", "total_usable_disk_gb",
+                   "disk_mb_used", "free_disk_mb", "vcpus_total", "vcpus_used",
+                   "hypervisor_version", "cpu_allocation_ratio", "ram_allocation_ratio",
+                   "disk_allocation_ratio", "updated")
+_COUNTERS = ("num_instances", "num_io_ops", "failed_builds")
+_RECORD_FIELDS = _OBJECT_FIELDS + _DIRECT_NUMBERS + _COUNTERS
+_SERVICE_FIELDS = attrgetter("disabled", "forced_down", "last_seen_up", "created_at")
+
+
+@functools.lru_cache(maxsize=64)
+def _fields_in_dict(kind: type) -> bool:
+    """True when reading the record fields from an instance's ``__dict__`` is what
+    attribute access returns: plain attribute lookup and no data descriptor (property)
+    of those names on the class."""
+    if kind.__getattribute__ is not object.__getattribute__:
+        return False
+    for name in _RECORD_FIELDS:
+        for klass in kind.__mro__:
+            if name in klass.__dict__:
+                attr = type(klass.__dict__[name])
+                if hasattr(attr, "__set__") or hasattr(attr, "__delete__"):
+                    return False
+                break
+    return True
+
+
+def _record_columns(records: Sequence[HostRecord]) -> dict[str, tuple[Any, ...]]:
+    """Every field the build reads, one tuple per field, in one pass over the records.
+
+    Reading the instances' ``__dict__`` by key is cheaper than attribute access;
+    records of other shapes (slots, properties) are read by attribute.
+    """
+    if not records:
+        return dict.fromkeys(_RECORD_FIELDS, ())
+    values: list[tuple[Any, ...]] | None = None
+    if all(map(_fields_in_dict, set(map(type, records)))):
+        try:
+            values = list(map(itemgetter(*_RECORD_FIELDS), map(vars, records)))
+        except (KeyError, TypeError):  # a field not in __dict__, or no __dict__
+            values = None
+    if values is None:
+        values = list(map(attrgetter(*_RECORD_FIELDS), records))
+    return dict(zip(_RECORD_FIELDS, zip(*values)))
+
+
+def _membership_masks(
+    aggregates: Sequence[Aggregate], hosts: Sequence[str]
+) -> tuple[list[str], list[Any], list[Any], dict[str, tuple[int, ...]]] | None:
+    """Which aggregates list each host, as bit masks (one bit per aggregate index).
+
+    Returns ``(distinct hosts, key per row, key per distinct host, outside)``: a key is
+    the row's mask (an int, or a tuple of 64-bit words past 64 aggregates); ``outside``
+    holds the aggregate indexes of member hosts that are not in ``hosts``. None when an
+    aggregate lists a host twice (a mask cannot say so).
+    """
+    n = len(hosts)
+    distinct = list(dict.fromkeys(hosts))
+    ids = dict(zip(distinct, range(len(distinct))))
+    words = max(1, (len(aggregates) + 63) // 64)
+    masks = np.zeros((words, len(distinct)), dtype=np.uint64)
+    outside: dict[str, list[int]] = {}
+    listed = 0
+    for index, agg in enumerate(aggregates):
+        members = tuple(agg.hosts)
+        at = np.fromiter(map(ids.get, members, repeat(-1)), dtype=np.intp, count=len(members))
+        inside = at >= 0
+        if not inside.all():
+            for j in np.flatnonzero(~inside).tolist():
+                outside.setdefault(members[j], []).append(index)
+            at = at[inside]
+        masks[index >> 6, at] |= np.uint64(1 << (index & 63))
+        listed += len(at)
+    if int(_popcount(masks).sum()) != listed:
+        return None
+    host_keys: list[Any] = (masks[0].tolist() if words == 1
+                            else list(zip(*(word.tolist() for word in masks))))
+    keys = host_keys if len(distinct) == n else list(map(
+        host_keys.__getitem__, map(ids.__getitem__, hosts)))
+    return distinct, keys, host_keys, {host: tuple(found) for host, found in outside.items()}
+
+
+def _bits(key: int | tuple[int, ...]) -> tuple[int, ...]:
+    """The aggregate indexes of a membership mask, ascending."""
+    words = (key,) if isinstance(key, int) else key
+    found: list[int] = []
+    for w, word in enumerate(words):
+        while word:
+            low = word & -word
+            found.append(64 * w + low.bit_length() - 1)
+            word ^= low
+    return tuple(found)
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    """Set bits per element of a uint64 array."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
+
+
+def _or_else(values: Sequence[Any], fallback: Sequence[Any]) -> list[Any]:
+    """``[v or f for v, f in zip(values, fallback)]``."""
+    if all(values):
+        return list(values)
+    return [v or f for v, f in zip(values, fallback)]
+
+
+def _or_none(values: Sequence[Any], fallback: Sequence[Any]) -> Sequence[Any]:
+    """``[v if v is not None else f for v, f in zip(values, fallback)]``."""
+    if None not in values:
+        return values
+    return [v if v is not None else f for v, f in zip(values, fallback)]
+
+
+def _copies(values: Sequence[Any], kind: type) -> list[Any]:
+    """``[kind(v or kind()) for v in values]``: a fresh dict or list per value."""
+    if set(map(type, values)) <= {kind}:
+        return list(map(kind, values))
+    return [kind(v or kind()) for v in values]
 
 
 class Interned:
@@ -310,12 +486,37 @@ class HostSnapshot:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            snap = cls(aggregates, capacity=len(records))
-            snap._write_many(records)
+            snap = cls(capacity=len(records))
+            snap.aggregates = list(aggregates)
+            snap._write_many(records, index_aggregates=True)
         finally:
             if gc_was_enabled:
                 gc.enable()
         return snap
+
+    def _index_membership(self, hosts: Sequence[str]) -> np.ndarray:
+        """Index the aggregates' hosts and intern the membership of rows whose service
+        hosts are ``hosts``; returns their codes (what :meth:`_index_aggregates` and
+        interning row by row give).
+
+        One bit per (host, aggregate) set with NumPy, so the per-host work is C-level
+        dict lookups; tuples of aggregate indexes are built once per distinct membership.
+        """
+        n = len(hosts)
+        col = self._interned["aggregates"]
+        membership = _membership_masks(self.aggregates, hosts)
+        if membership is None:  # a host listed twice in an aggregate: keep its repeats
+            self._index_aggregates()
+            by_host = self._aggs_by_host
+            return _intern_batch(col, [by_host.get(host, ()) for host in hosts])
+        distinct, keys, host_keys, outside = membership
+        members = {key: _bits(key) for key in dict.fromkeys(keys)}
+        by_host = dict(zip(distinct, map(members.__getitem__, host_keys)))
+        by_host.update(outside)
+        self._aggs_by_host = by_host
+        intern = col.intern
+        lookup = {key: intern(members[key]) for key in dict.fromkeys(keys)}
+        return np.fromiter(map(lookup.__getitem__, keys), dtype=np.int32, count=n)
 
     def _index_aggregates(self) -> None:
         by_host: dict[str, list[int]] = {}
@@ -354,25 +555,21 @@ class HostSnapshot:
         self._write(row, record)
         return row
 
-    def _write_many(self, records: list[HostRecord]) -> None:
+    def _write_many(self, records: list[HostRecord], index_aggregates: bool = False) -> None:
         """Append ``records`` column by column; the same rows as :meth:`_append` each.
 
         Building 100,000 rows one ``_write`` at a time costs seconds of NumPy scalar
-        stores; here each column is one array built from a list.
+        stores; here each column is one array built from a list, and per-row Python work
+        is left to C-level passes (``map``, ``zip``, dict builds) wherever the values
+        allow it. ``index_aggregates`` (a fresh snapshot) indexes the aggregates' hosts
+        together with the rows' membership.
         """
         start = self._n
         n = len(records)
         rows = self._rows
-        # One attribute pass over the records, transposed into one tuple per field:
-        # reading the fields one list comprehension at a time costs several times more.
-        names = ("host", "nodename", "cell_uuid", "uuid", "hypervisor_type",
-                 "hypervisor_hostname", "host_ip", "cpu_info", "supported_instances", "stats",
-                 "metrics", "numa_topology", "pci_stats", "service", "instances")
-        f: dict[str, tuple[Any, ...]] = (
-            dict(zip(names, zip(*map(attrgetter(*names), records)))) if n
-            else dict.fromkeys(names, ()))
+        f = _record_columns(records)
         hosts = list(f["host"])
-        nodenames = [node or host for host, node in zip(hosts, f["nodename"])]
+        nodenames = _or_else(f["nodename"], hosts)
         new_rows = dict(zip(zip(hosts, nodenames), range(start, start + n)))
         if len(new_rows) != n or (rows and not rows.keys().isdisjoint(new_rows)):
             seen: set[tuple[str, str]] = set(rows)
@@ -384,78 +581,84 @@ class HostSnapshot:
         self._grow(start + n)
         self._n = start + n
         end = start + n
-        stats_list = [dict(stats or {}) for stats in f["stats"]]
-        services = [service or ServiceRecord(host=host)
-                    for service, host in zip(f["service"], hosts)]
         num = self._num
+        for name in _DIRECT_NUMBERS:
+            # One pass per field (np.array would scan the values twice); None -> NaN.
+            num[name][start:end] = np.fromiter(f[name], dtype=float, count=n)
 
-        def put(name: str, values: list[Any]) -> None:
-            num[name][start:end] = np.array(values, dtype=num[name].dtype) if values else []
-
-        direct = ("total_usable_ram_mb", "free_ram_mb", "total_usable_disk_gb",
-                  "disk_mb_used", "free_disk_mb", "vcpus_total", "vcpus_used",
-                  "hypervisor_version", "cpu_allocation_ratio", "ram_allocation_ratio",
-                  "disk_allocation_ratio", "updated")
-        if n:
-            # One pass over the records for every plain numeric field (None -> NaN).
-            table = np.array(list(map(attrgetter(*direct), records)), dtype=float)
-            for k, name in enumerate(direct):
-                num[name][start:end] = table[:, k]
-        # Counters from stats: evaluated once per distinct stats dict, then explicit
-        # record values win where given.
+        # Stats: only the distinct dicts are copied (the rows hold codes, never the
+        # caller's dicts). Counters are evaluated once per distinct stats dict, then
+        # explicit record values win where given.
+        raw_stats = f["stats"]
+        stats_list: Sequence[Any] = (
+            raw_stats if set(map(type, raw_stats)) <= _DICT
+            else [dict(stats or {}) for stats in raw_stats])
         stats_col = self._interned["stats"]
-        stats_codes = _intern_batch(stats_col, stats_list)
+        # One Python pass with frozenset keys (their hash is cached) beats C-level passes
+        # over tuple keys here.
+        stats_codes = _intern_each(stats_col, stats_list, copy=dict)
         stats_col.codes[start:end] = stats_codes
-        explicit_counts = list(map(attrgetter("num_instances", "num_io_ops", "failed_builds"),
-                                   records))
-        unset = (None, None, None)
-        explicit = [i for i, counts in enumerate(explicit_counts) if counts != unset]
-        for k, (name, stat) in enumerate((("num_instances", "num_instances"),
-                                          ("num_io_ops", "io_workload"),
-                                          ("failed_builds", "failed_builds"))):
-            per_code = np.array([_stat_int_or_nan(v, stat) for v in stats_col.values],
-                                dtype=float)
-            column = per_code[stats_codes] if n else np.empty(0)
-            for i in explicit:
-                if explicit_counts[i][k] is not None:
-                    column[i] = explicit_counts[i][k]
+        for name, stat in (("num_instances", "num_instances"), ("num_io_ops", "io_workload"),
+                           ("failed_builds", "failed_builds")):
+            given = f[name]
+            column = np.empty(0)
+            if n:
+                per_code = np.array([_stat_int_or_nan(v, stat) for v in stats_col.values],
+                                    dtype=float)
+                column = per_code[stats_codes]
+            if given.count(None) != n:
+                for i, value in enumerate(given):
+                    if value is not None:
+                        column[i] = value
             for i in np.flatnonzero(np.isnan(column)).tolist():
-                if explicit_counts[i][k] is None:
+                if given[i] is None:
                     column[i] = _stat_int(stats_list[i], stat)  # raises as _write does
             num[name][start:end] = column
-        put("service_disabled", [bool(s.disabled) for s in services])
-        put("service_forced_down", [bool(s.forced_down) for s in services])
-        put("service_heartbeat", [
-            s.last_seen_up if s.last_seen_up is not None else s.created_at for s in services
-        ])
+
+        raw_services = f["service"]
+        services = (list(raw_services) if all(raw_services)
+                    else [service or ServiceRecord(host=host)
+                          for service, host in zip(raw_services, hosts)])
+        if n:
+            disabled, forced_down, seen_up, created = zip(*map(_SERVICE_FIELDS, services))
+            num["service_disabled"][start:end] = np.fromiter(map(bool, disabled), dtype=bool,
+                                                            count=n)
+            num["service_forced_down"][start:end] = np.fromiter(map(bool, forced_down),
+                                                               dtype=bool, count=n)
+            num["service_heartbeat"][start:end] = np.fromiter(_or_none(seen_up, created),
+                                                              dtype=float, count=n)
 
         interned = self._interned
-        aggs_by_host = self._aggs_by_host
+        cpu_info = f["cpu_info"]
         for name, values in (
-            ("cell_uuid", list(f["cell_uuid"])),
-            ("hypervisor_type", list(f["hypervisor_type"])),
-            ("cpu_info", [c if c is not None else "{}" for c in f["cpu_info"]]),
-            ("aggregates", [aggs_by_host.get(host, ()) for host in hosts]),
+            ("cell_uuid", f["cell_uuid"]),
+            ("hypervisor_type", f["hypervisor_type"]),
+            ("cpu_info", cpu_info if None not in cpu_info
+             else [c if c is not None else "{}" for c in cpu_info]),
         ):
             col = interned[name]
             col.codes[start:end] = _intern_batch(col, values)
+        interned["aggregates"].codes[start:end] = (
+            self._index_membership(hosts) if index_aggregates
+            else _intern_batch(interned["aggregates"],
+                               [self._aggs_by_host.get(host, ()) for host in hosts]))
         col = interned["supported_instances"]
-        col.codes[start:end] = _intern_batch(
+        col.codes[start:end] = _intern_each(
             col, [si or [] for si in f["supported_instances"]],
             copy=lambda triples: [list(t) for t in triples])
 
         obj = self._obj
-        object_columns: tuple[tuple[str, list[Any]], ...] = (
+        object_columns: tuple[tuple[str, Sequence[Any]], ...] = (
             ("host", hosts),
             ("nodename", nodenames),
-            ("uuid", list(f["uuid"])),
-            ("host_ip", list(f["host_ip"])),
-            ("hypervisor_hostname",
-             [hh or node for hh, node in zip(f["hypervisor_hostname"], nodenames)]),
-            ("instances", [dict(i or {}) for i in f["instances"]]),
-            ("metrics", [list(m or []) for m in f["metrics"]]),
-            ("numa_topology", list(f["numa_topology"])),
-            ("pci_stats", list(f["pci_stats"])),
+            ("uuid", f["uuid"]),
+            ("host_ip", f["host_ip"]),
+            ("hypervisor_hostname", _or_else(f["hypervisor_hostname"], nodenames)),
+            # Copies: a caller changing its record afterwards must not change the row.
+            ("instances", _copies(f["instances"], dict)),
+            ("metrics", _copies(f["metrics"], list)),
+            ("numa_topology", f["numa_topology"]),
+            ("pci_stats", f["pci_stats"]),
             ("service", services),
         )
         for name, objects in object_columns:
@@ -550,11 +753,8 @@ class HostSnapshot:
     def set_aggregates(self, aggregates: Sequence[Aggregate]) -> None:
         """Replace the aggregate list and recompute every row's membership."""
         self.aggregates = list(aggregates)
-        self._index_aggregates()
         col = self._interned["aggregates"]
-        hosts = self._obj["host"]
-        for row in range(self._n):
-            col.codes[row] = col.intern(self._aggs_by_host.get(hosts[row], ()))
+        col.codes[: self._n] = self._index_membership(self._obj["host"][: self._n].tolist())
         self._changed()
 
     # ----------------------------------------------------------------- reads
