@@ -486,7 +486,7 @@ for _name in ("cell_uuid", "hypervisor_type", "cpu_info", "stats"):
     setattr(HostState, _name, _interned_property(_name))
 
 
-def _unique_codes(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+def unique_codes(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(codes, return_inverse=True)`` for codes in ``[0, size)``, in O(n):
     a presence table instead of a sort (the same arrays, dtypes included)."""
     present = np.zeros(size, dtype=bool)
@@ -540,7 +540,7 @@ class Hosts:
         ``result[inverse]`` spreads it back to the rows."""
         cached = self._signatures.get(name)
         if cached is None:
-            cached = self._signatures[name] = _unique_codes(
+            cached = self._signatures[name] = unique_codes(
                 self.codes(name), len(self.ws.snapshot.table(name)))
             for array in cached:
                 array.flags.writeable = False

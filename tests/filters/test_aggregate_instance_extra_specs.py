@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from host_filter_strategies import both_paths, random_aggregate_specs, random_cloud, random_request
 from hypothesis import given, settings
@@ -9,8 +10,11 @@ from hypothesis import strategies as st
 
 from berth.errors import ExtraSpecError
 from berth.filters.aggregate_instance_extra_specs import AggregateInstanceExtraSpecsFilter
-from berth.snapshot import HostSnapshot
-from builders import cloud, host, spec, state
+from berth.filters.base import BaseHostFilter
+from berth.host_state import WorkingSet
+from berth.model import Aggregate
+from berth.snapshot import HostRecord, HostSnapshot
+from builders import NOW, cloud, host, passes_bulk, spec, state
 
 # The verified setup: one host in {ssd: true, cpu: '8, 16'} and {ssd: false}.
 SNAP = cloud(
@@ -112,3 +116,42 @@ def test_class_attributes_match_nova() -> None:
        req=st.one_of(random_request(), random_aggregate_specs()))
 def test_the_bulk_path_agrees_with_the_per_host_path(snap: HostSnapshot, req: object) -> None:
     both_paths(AggregateInstanceExtraSpecsFilter(), snap, req)
+
+
+def _cached_verdicts(snap: HostSnapshot) -> list[object]:
+    return [v for k, v in snap._cache.items()
+            if isinstance(k, tuple) and k[0] == "AggregateInstanceExtraSpecsFilter"]
+
+
+def test_signature_verdicts_are_cached_until_the_aggregates_or_a_report_change() -> None:
+    snap = cloud(host("h1").in_aggregate("a", ssd="true"), host("h2"))
+    f = AggregateInstanceExtraSpecsFilter()
+    req = spec(extra_specs={"ssd": "true"})
+    assert passes_bulk(f, snap, req) == [True, False]
+    [verdicts] = _cached_verdicts(snap)
+    snap.update_host(0, free_ram_mb=1.0)  # a claim: numbers only, the verdicts stay
+    assert passes_bulk(f, snap, req) == [True, False]
+    assert _cached_verdicts(snap) == [verdicts]
+    snap.set_aggregates([Aggregate(1, "a", hosts=("h1", "h2"), metadata={"ssd": "false"})])
+    assert _cached_verdicts(snap) == []
+    assert passes_bulk(f, snap, req) == [False, False]
+    snap.set_aggregates([Aggregate(1, "a", hosts=("h3",), metadata={"ssd": "true"})])
+    assert passes_bulk(f, snap, req) == [False, False]
+    snap.upsert(HostRecord("h3"))  # a new host reports, in the aggregate
+    assert passes_bulk(f, snap, req) == [False, False, True]
+
+
+def test_the_bulk_error_names_the_first_host_in_order_as_the_per_host_path_does() -> None:
+    snap = cloud(host("h1").in_aggregate("a", cpu="many"), host("h2").in_aggregate("b", cpu="lots"),
+                 host("h3").in_aggregate("c", cpu="32"))
+    f = AggregateInstanceExtraSpecsFilter()
+    req = spec(extra_specs={"cpu": ">= 12"})
+    for order in ([0, 1, 2], [2, 1, 0]):
+        hosts = WorkingSet(snap, NOW).hosts(np.array(order))
+        errors = []
+        for run in (f.filter_all_hosts, lambda h, r: BaseHostFilter.filter_all_hosts(f, h, r)):
+            with pytest.raises(ExtraSpecError) as caught:
+                run(hosts, req)
+            errors.append(str(caught.value))
+        assert errors[0] == errors[1]
+        assert ("'h1'" if order[0] == 0 else "'h2'") in errors[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from host_filter_strategies import both_paths, random_cloud, random_request
 from hypothesis import given, settings
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 from berth.config import SchedulerConfig
 from berth.errors import InputError
+from berth.filters.base import BaseHostFilter
 from berth.filters.image_properties import (
     ImagePropertiesFilter,
     canonical_architecture,
@@ -17,8 +19,9 @@ from berth.filters.image_properties import (
     parse_version_predicate,
     version_to_str,
 )
-from berth.snapshot import HostSnapshot
-from builders import cloud, host, spec, state
+from berth.host_state import WorkingSet
+from berth.snapshot import HostRecord, HostSnapshot
+from builders import NOW, cloud, host, passes_bulk, spec, state
 
 # The verified host: [['x86_64','kvm','hvm']], hypervisor_version 6000000.
 SNAP = cloud(host("h1", supported_instances=[["x86_64", "kvm", "hvm"]], hypervisor_version=6000000))
@@ -192,3 +195,47 @@ def test_the_bulk_path_agrees_with_the_per_host_path(
     f = ImagePropertiesFilter(SchedulerConfig.from_dict(
         {"filter_scheduler": {"image_properties_default_architecture": default_arch}}))
     both_paths(f, snap, req)
+
+
+def test_triple_verdicts_are_cached_until_a_report_changes_the_signatures() -> None:
+    snap = cloud(host("h1", supported_instances=[["x86_64", "kvm", "hvm"]]),
+                 host("h2", supported_instances=[["aarch64", "kvm", "hvm"]]))
+    f = ImagePropertiesFilter()
+    req = spec(image_props={"hw_architecture": "x86_64"})
+    assert passes_bulk(f, snap, req) == [True, False]
+    cached = dict(snap._cache)
+    assert any(isinstance(k, tuple) and k[0] == "ImagePropertiesFilter.triples" for k in cached)
+    snap.update_host(1, hypervisor_version=7000000.0)  # numbers only: the index stays
+    assert snap._cache == cached
+    snap.upsert(HostRecord("h2", supported_instances=[["x86_64", "qemu", "hvm"]]))
+    assert passes_bulk(f, snap, req) == [True, True]
+
+
+def test_versions_and_bits_are_read_from_the_current_numbers() -> None:
+    snap = cloud(host("h1", hypervisor_version=6000000), host("h2", hypervisor_version=7000000))
+    f = ImagePropertiesFilter()
+    req = spec(image_props={"hw_architecture": "x86_64", "img_hv_requested_version": ">=7.0"})
+    assert passes_bulk(f, snap, req) == [False, True]
+    snap.update_host(0, hypervisor_version=7001000.0)  # a partial report: numbers in place
+    assert passes_bulk(f, snap, req) == [True, True]
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3]])
+def test_the_bulk_error_names_the_first_host_in_order_as_the_per_host_path_does(
+    order: list[int],
+) -> None:
+    snap = cloud(host("h1", hypervisor_version=6000000),
+                 host("h2", cpu_info='{"maxphysaddr": {"bits": "wide"}}'),
+                 host("h3", hypervisor_version=-5),
+                 host("h4", cpu_info='{"maxphysaddr": {"bits": "many"}}'))
+    f = ImagePropertiesFilter()
+    req = spec(image_props={"hw_architecture": "x86_64", "img_hv_requested_version": ">=1.0",
+                            "hw_maxphysaddr_bits": 40})
+    hosts = WorkingSet(snap, NOW).hosts(np.array(order))
+    errors = []
+    for run in (f.filter_all_hosts, lambda h, r: BaseHostFilter.filter_all_hosts(f, h, r)):
+        with pytest.raises(InputError) as caught:
+            run(hosts, req)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1]
+    assert f"'h{order[1] + 1 if order[0] == 0 else order[0] + 1}'" in errors[0]

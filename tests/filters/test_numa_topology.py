@@ -281,3 +281,20 @@ def test_bulk_fits_once_per_distinct_topology_and_ratios(monkeypatch: pytest.Mon
     candidates = {row: [cand(None), cand(None)] for row in range(len(snap))}
     mask = NUMATopologyFilter().filter_all_hosts(WorkingSet(snap, NOW, candidates).hosts(), req)
     assert mask.all() and len(calls) == 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-1, 9), max_size=40), st.sampled_from([11, 10_000]))
+def test_the_o_n_factorizations_equal_np_unique(codes: list[int], size: int) -> None:
+    from berth.filters.numa_topology import _factorize_codes, _groups
+
+    array = np.array(codes, dtype=np.int64)
+    unique, inverse = _factorize_codes(array, 10)
+    expected, expected_inverse = np.unique(array, return_inverse=True)
+    assert unique.tolist() == expected.tolist()
+    assert inverse.tolist() == expected_inverse.reshape(-1).tolist()
+    keys = array + 1  # non-negative keys below ``size``
+    first, groups = _groups(keys, size)
+    _, _, expected_groups = np.unique(keys, return_index=True, return_inverse=True)
+    assert groups.tolist() == expected_groups.reshape(-1).tolist()
+    assert [int(keys[i]) for i in first] == sorted(set(keys.tolist()))

@@ -100,21 +100,38 @@ class AggregateInstanceExtraSpecsFilter(BaseHostFilter):
         return check_aggregates(host_state.aggregates, requirements, host_state.host)
 
     def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:
-        """Once per aggregate-membership signature."""
+        """Once per aggregate-membership signature and snapshot structure: the verdicts
+        of every signature are cached on the snapshot per set of specs, so a request
+        only looks its hosts' codes up (O(n), no sort)."""
         requirements = scoped_requirements(spec_obj.flavor.extra_specs or {})
         if not requirements or len(hosts) == 0:
             return np.ones(len(hosts), dtype=bool)
-        unique, inverse = hosts.signatures("aggregates")
         snapshot = hosts.snapshot
-        names = snapshot.obj("host")
-        # A representative host per signature, to name it in a host-value error.
-        first_rows = hosts.rows[np.unique(inverse, return_index=True)[1]]
-        verdicts = np.array(
-            [
-                check_aggregates(snapshot.aggregates_of_signature(int(code)), requirements,
-                                 str(names[int(row)])) is None
-                for code, row in zip(unique.tolist(), first_rows.tolist())
-            ],
-            dtype=bool,
-        )
-        return verdicts[inverse]
+        count = len(snapshot.table("aggregates"))
+        specs = tuple((key, requirement.req) for key, _, requirement in requirements)
+
+        def build() -> tuple[np.ndarray, np.ndarray]:
+            # Per signature code: passes, and whether evaluating it raises (a host value
+            # that is not a number under a numeric operator; the host is named below).
+            verdicts = np.zeros(count, dtype=bool)
+            raises = np.zeros(count, dtype=bool)
+            for code in range(count):
+                try:
+                    verdicts[code] = check_aggregates(
+                        snapshot.aggregates_of_signature(code), requirements, None) is None
+                except ExtraSpecError:
+                    raises[code] = True
+            return verdicts, raises
+
+        verdicts, raises = snapshot.cached(
+            ("AggregateInstanceExtraSpecsFilter", specs, count), build)
+        codes = hosts.codes("aggregates")
+        if raises.any():
+            bad = np.flatnonzero(raises[codes])
+            if len(bad):
+                # The per-host path's error: the first host, in order, whose check raises.
+                row = int(hosts.rows[bad[0]])
+                check_aggregates(snapshot.aggregates_of_signature(int(codes[bad[0]])),
+                                 requirements, str(snapshot.obj("host")[row]))
+        result: np.ndarray = verdicts[codes]
+        return result

@@ -262,31 +262,74 @@ class ImagePropertiesFilter(BaseHostFilter):
                           host_state.cpu_info, host_state.host)
 
     def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:
-        """Once per distinct (supported_instances, hypervisor_version, cpu_info)."""
+        """O(n), no sort: :func:`check_host` passes exactly when a triple holds the
+        requested values (per ``supported_instances`` signature, cached on the snapshot),
+        the version satisfies the predicate (once per distinct version, only when the
+        image has one) and the bits suffice (per ``cpu_info`` signature, only when the
+        image asks)."""
         req = self._requirements(spec_obj)
-        if req.asks_nothing or len(hosts) == 0:
-            return np.ones(len(hosts), dtype=bool)
+        n = len(hosts)
+        if req.asks_nothing or n == 0:
+            return np.ones(n, dtype=bool)
         snapshot = hosts.snapshot
-        versions = hosts.col("hypervisor_version")
-        _, version_codes = np.unique(np.nan_to_num(versions, nan=-1.0), return_inverse=True)
-        # One int64 key per (supported_instances, version, cpu_info) triple of codes;
-        # a 1-D unique is far cheaper than np.unique(axis=1) on stacked codes.
-        key = hosts.codes("supported_instances").astype(np.int64)
-        key = key * (len(versions) + 1) + version_codes.reshape(-1)
+        wanted = tuple(p for p in (req.arch, req.hv_type, req.vm_mode) if p)
+        triples = snapshot.table("supported_instances")
+        matching = snapshot.cached(
+            ("ImagePropertiesFilter.triples", wanted, len(triples)),
+            lambda: np.array([any(all(p in t for p in wanted) for t in si) if si else False
+                              for si in triples], dtype=bool))
+        ok: np.ndarray = matching[hosts.codes("supported_instances")]
+        raising: list[int] = []  # positions of hosts whose check raises
+        if req.version_conditions:
+            versions = hosts.col("hypervisor_version")
+            checked = np.flatnonzero(ok & ~np.isnan(versions))
+            if len(checked):
+                values, inverse = np.unique(versions[checked], return_inverse=True)
+                inverse = inverse.reshape(-1)
+                verdicts = np.ones(len(values), dtype=bool)
+                for k, value in enumerate(values.tolist()):
+                    version = int(value)
+                    if version < 0:
+                        verdicts[k] = False
+                        raising.append(int(checked[np.argmax(inverse == k)]))
+                    elif version:  # 0 means "unknown": check_host skips the check
+                        host_version = Version(version_to_str(version))
+                        verdicts[k] = all(_COMPARATORS[op](host_version, v)
+                                          for op, v in req.version_conditions)
+                ok[checked] = verdicts[inverse]
         if req.maxphysaddr_bits:
-            key = key * len(snapshot.table("cpu_info")) + hosts.codes("cpu_info")
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        names = snapshot.obj("host")
-        verdicts = []
-        for i in first.tolist():
-            row = int(hosts.rows[i])
-            version = versions[i]
-            verdicts.append(check_host(
-                req,
-                snapshot.interned_value("supported_instances", row),
-                None if np.isnan(version) else int(version),
-                snapshot.interned_value("cpu_info", row),
-                str(names[row]),
-            ) is None)
-        result: np.ndarray = np.array(verdicts, dtype=bool)[inverse.reshape(-1)]
-        return result
+            cpu_infos = snapshot.table("cpu_info")
+            bits, bad_bits = snapshot.cached(
+                ("ImagePropertiesFilter.bits", len(cpu_infos)), lambda: _bits_table(cpu_infos))
+            codes = hosts.codes("cpu_info")
+            if bad_bits.any():
+                bad = np.flatnonzero(ok & bad_bits[codes])
+                if len(bad):
+                    raising.append(int(bad[0]))
+            host_bits = bits[codes]
+            ok &= np.isnan(host_bits) | (host_bits >= req.maxphysaddr_bits)
+        if raising:
+            # The per-host path's error: the first host, in order, whose check raises.
+            at = min(raising)
+            row = int(hosts.rows[at])
+            version = hosts.col("hypervisor_version")[at]
+            check_host(req, snapshot.interned_value("supported_instances", row),
+                       None if np.isnan(version) else int(version),
+                       snapshot.interned_value("cpu_info", row), str(snapshot.obj("host")[row]))
+        return ok
+
+
+def _bits_table(cpu_infos: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Per ``cpu_info`` signature: its maxphysaddr bits (NaN: unknown) and whether
+    reading them raises (the per-host error names the host)."""
+    bits = np.full(len(cpu_infos), np.nan)
+    bad = np.zeros(len(cpu_infos), dtype=bool)
+    for code, cpu_info in enumerate(cpu_infos):
+        try:
+            value = host_maxphysaddr_bits(cpu_info, "")
+        except InputError:
+            bad[code] = True
+            continue
+        if value is not None:
+            bits[code] = value
+    return bits, bad

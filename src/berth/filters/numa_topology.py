@@ -30,9 +30,10 @@ from berth.hardware.numa import (
     numa_topology_from_request,
 )
 from berth.hardware.pci import InstancePCIRequest, PciDeviceStats, mapping_keyer, requests_of
+from berth.host_state import Hosts, unique_codes
 
 if TYPE_CHECKING:
-    from berth.host_state import Hosts, HostState
+    from berth.host_state import HostState
     from berth.model.request import RequestSpec
 
 REASON_NO_FIT = "NUMA topology does not fit"
@@ -77,6 +78,27 @@ class _Facts:
             numbers["free_pcpus"] = sum(c.avail_pcpus for c in host.cells)
         numbers["free_memory_mb"] = sum(c.avail_memory for c in host.cells)
         return Reject(REASON_NO_FIT, numbers)
+
+
+def _factorize_codes(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(codes, return_inverse=True)`` for codes in ``[NONE_CODE, size)``,
+    in O(n) with a presence table."""
+    shifted = codes - NONE_CODE
+    unique, inverse = unique_codes(shifted, size - NONE_CODE)
+    return unique + NONE_CODE, inverse
+
+
+def _groups(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A position of each distinct key (ascending keys) and each key's group index:
+    ``np.unique(keys, return_index=True, return_inverse=True)[1:]`` except that the
+    position may be any member's (the members of a group are equal in every factor)."""
+    if size > 4 * len(keys) + 1024:
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        return first, inverse.reshape(-1)
+    unique, inverse = unique_codes(keys, size)
+    first = np.empty(len(unique), dtype=np.intp)
+    first[inverse] = np.arange(len(keys), dtype=np.intp)
+    return first, inverse
 
 
 def _ratio(value: float) -> float | None:
@@ -174,24 +196,29 @@ class NUMATopologyFilter(BaseHostFilter):
         todo = np.flatnonzero(mask)
         if len(todo) == 0:
             return mask
-        pci_codes, pci_table = object_codes(hosts, "pci_stats")
-        cpu = hosts.col("cpu_allocation_ratio")[todo]
-        ram = hosts.col("ram_allocation_ratio")[todo]
+        # Only the hosts with a topology are read further (a tenth of them in a typical
+        # cloud): gather their rows once instead of whole columns.
+        ws = hosts.ws
+        todo_rows = hosts.rows[todo]
+        pci_codes, pci_table = object_codes(Hosts(ws, todo_rows), "pci_stats")
+        cpu = ws.col("cpu_allocation_ratio")[todo_rows]
+        ram = ws.col("ram_allocation_ratio")[todo_rows]
         # One evaluation per distinct (topology, cpu ratio, ram ratio, pools): factorize
-        # each column, combine the factors into one integer key, factorize that.
-        factors = [np.unique(col, return_inverse=True)
-                   for col in (codes[todo], cpu, ram, pci_codes[todo])]
+        # each column, combine the factors into one integer key, factorize that. Codes
+        # are small integers: a presence table does it without sorting.
+        factors = [_factorize_codes(codes[todo], len(table)), np.unique(cpu, return_inverse=True),
+                   np.unique(ram, return_inverse=True), _factorize_codes(pci_codes, len(pci_table))]
         combined = np.zeros(len(todo), dtype=np.int64)
+        size = 1
         for values, inv in factors:
             combined = combined * len(values) + inv.reshape(-1)
-        _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+            size *= len(values)
+        first, inverse = _groups(combined, size)
         picks = [[values[inv.reshape(-1)[i]] for i in first.tolist()] for values, inv in factors]
         group_host = [table[int(c)] for c in picks[0]]
         group_limits = [facts.limits(_ratio(c), _ratio(r)) for c, r in zip(picks[1], picks[2])]
         group_pci = [None if int(c) == NONE_CODE else pci_table[int(c)] for c in picks[3]]
-        ws = hosts.ws
-        rows = hosts.rows[todo].tolist()
+        rows = todo_rows.tolist()
         passed = np.zeros(len(todo), dtype=bool)
         if ws.candidates is None:
             ok = np.fromiter(
@@ -205,7 +232,7 @@ class NUMATopologyFilter(BaseHostFilter):
         if passed.any():
             limit_objects = np.empty(len(group_limits), dtype=object)
             limit_objects[:] = group_limits
-            ws.set_limits("numa_topology", hosts.rows[todo[passed]], limit_objects[inverse[passed]])
+            ws.set_limits("numa_topology", todo_rows[passed], limit_objects[inverse[passed]])
         mask[todo] = passed
         return mask
 
