@@ -2479,7 +2479,7 @@ class PlacementStore:
             self._graph is not None
             and full_seq <= self._seq <= seq
             and seq - self._seq <= INCREMENTAL_LIMIT
-            and self._load_changes(raw, names=names_seq != self._names_seq)
+            and self._load_changes(raw)
         ):
             return self._current_graph()
         self._load_all(raw)
@@ -2508,38 +2508,47 @@ class PlacementStore:
             return ("BEGIN", ())  # WAL: the first read fixes the snapshot
         return ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", ())
 
-    def _load_changes(self, raw: _RawConn, *, names: bool) -> bool:
-        """Reload the providers changed since the cached state in one snapshot (one round
-        trip on PostgreSQL). False when a full reload is needed instead."""
+    def _load_changes(self, raw: _RawConn) -> bool:
+        """Reload the providers changed since the cached state, in one snapshot: its
+        counters and the change log, then those providers (and the names if they
+        changed): two round trips on PostgreSQL. False when a full reload is needed."""
         old = self._seq
-        where = (old,)
-        stmts: list[tuple[str, Sequence[Any]]] = [
-            self._begin_snapshot(),
-            (_RAW_STATE, ()),
-            (_RAW_CHANGED_IDS, where),
-            (_RAW_PROVIDERS + _changed_filter("rp.id"), where),
-            (_RAW_INVENTORIES + _changed_filter("resource_provider_id"), where),
-            (_RAW_USAGES.format(_changed_filter("resource_provider_id")), where),
-            (_RAW_TRAITS + _changed_filter("rpt.resource_provider_id"), where),
-            (_RAW_AGGREGATES + _changed_filter("rpa.resource_provider_id"), where),
-        ]
+        _begin, ((seq, full_seq, names_seq),), changed_rows = self._run(
+            raw, [self._begin_snapshot(), (_RAW_STATE, ()), (_RAW_CHANGED_IDS, (old,))]
+        )
+        changed = sorted(int(r[0]) for r in changed_rows)
+        if (
+            full_seq > old
+            or seq < old
+            or seq - old > INCREMENTAL_LIMIT
+            or len(changed) > _CHANGED_LIMIT
+        ):
+            self._run(raw, [("ROLLBACK", ())])
+            return False
+        names = names_seq != self._names_seq
+        stmts: list[tuple[str, Sequence[Any]]] = []
+        if changed:
+            stmts += [
+                self._by_ids(_RAW_PROVIDERS, "rp.id", changed),
+                self._by_ids(_RAW_INVENTORIES, "resource_provider_id", changed),
+                self._by_ids(_RAW_USAGES, "resource_provider_id", changed),
+                self._by_ids(_RAW_TRAITS, "rpt.resource_provider_id", changed),
+                self._by_ids(_RAW_AGGREGATES, "rpa.resource_provider_id", changed),
+            ]
         if names:
             stmts += [(_RAW_TRAIT_NAMES, ()), (_RAW_CLASS_NAMES, ())]
         stmts.append(("COMMIT", ()))
         res = self._run(raw, stmts)
-        ((seq, full_seq, names_seq),) = res[1]
-        if full_seq > old or seq - old > INCREMENTAL_LIMIT or seq < old:
-            return False
-        if names_seq != self._names_seq and not names:
-            return False  # names changed after the first look: read everything
-        rc_by_id = dict(res[9]) if names else self._rc_by_id
+        if not changed:
+            res = [[], [], [], [], [], *res]
+        rc_by_id = dict(res[6]) if names else self._rc_by_id
         try:
-            fresh = self._decode(rc_by_id, *res[3:8])
+            fresh = self._decode(rc_by_id, *res[:5])
         except KeyError:
             return False  # a class id the cached names do not know
         # Nothing below raises: the cache changes all at once.
         providers, dirty = self._providers, self._dirty
-        for (rp_id,) in res[2]:
+        for rp_id in changed:
             new = fresh.get(rp_id)
             cur = providers.get(rp_id)
             if new is None:
@@ -2557,9 +2566,18 @@ class PlacementStore:
                 providers[rp_id] = new
                 dirty[rp_id] = new
         if names:
-            self._set_names([r[0] for r in res[8]], res[9], names_seq)
+            self._set_names([r[0] for r in res[5]], res[6], names_seq)
         self._seq = seq
         return True
+
+    def _by_ids(self, sql: str, column: str, ids: Sequence[int]) -> tuple[str, Sequence[Any]]:
+        """``sql`` (``{}`` marks where a WHERE goes, else at the end) for rows of ``ids``."""
+        params: list[Any]
+        if self.is_sqlite:
+            where, params = f" WHERE {column} IN ({_marks(len(ids))})", list(ids)
+        else:
+            where, params = f" WHERE {column} = ANY(?)", [list(ids)]
+        return (sql.format(where) if "{}" in sql else sql + where), params
 
     def _load_all(self, raw: _RawConn) -> None:
         """Load every provider and name in one snapshot."""
@@ -2700,6 +2718,8 @@ def _fields(inv: InventoryRecord) -> dict[str, Any]:
 
 #: Raw connections kept per store between calls.
 _KEEP_RAW = 2
+#: More changed providers than this are read with a full reload.
+_CHANGED_LIMIT = 5000
 _RAW_STATE = "SELECT change_seq, full_seq, names_seq FROM berth_state WHERE id = 1"
 _RAW_NAMES_SEQ = "SELECT names_seq FROM berth_state WHERE id = 1"
 _RAW_CHANGED_IDS = "SELECT DISTINCT provider_id FROM berth_provider_changes WHERE seq > ?"
@@ -2770,10 +2790,6 @@ _RAW_FRESH_CONSUMER = (
 )
 _RAW_PRUNE = "DELETE FROM berth_provider_changes WHERE seq < ?"
 _SQLITE_STAMP = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DateTime storage format on SQLite
-
-
-def _changed_filter(column: str) -> str:
-    return f" WHERE {column} IN (SELECT provider_id FROM berth_provider_changes WHERE seq > ?)"
 
 
 def _marks(n: int, mark: str = "?") -> str:
