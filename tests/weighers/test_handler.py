@@ -229,3 +229,100 @@ def test_every_built_in_weigher_documents_its_rule_and_its_lever():
         assert cls.multiplier_option in module_doc or cls.aggregate_key() in module_doc, cls
         info = cls(config()).describe()
         assert info["name"] == cls.__name__ and info["aggregate_key"] == cls.aggregate_key()
+
+
+# ---------------------------------------------------------------------- request memo
+def _memo_case(seed: int):
+    from berth.host_state import WorkingSet
+    from berth.model import Instance
+
+    rnd = random.Random(seed)
+    snap = cloud(*(host(f"h{i}", free_ram_mb=rnd.choice([1024, 4096, 8192, 16384]),
+                        total_usable_ram_mb=16384, vcpus_used=rnd.randint(0, 8),
+                        free_disk_mb=rnd.choice([10240, 51200, 102400]),
+                        stats={"io_workload": str(rnd.randint(0, 3))},
+                        instances=[f"i{i}"] if i % 3 == 0 else [])
+                   for i in range(12)))
+    group = InstanceGroup(policy="soft-anti-affinity", uuid="g", members=["i0", "i3"])
+    req = spec(memory_mb=2048, vcpus=2, root_gb=10, group=group)
+    weighers = [cls(config()) for cls in builtin_weigher_classes()]
+    return snap, req, weighers, WorkingSet(snap, NOW), Instance
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000),
+       steps=st.lists(st.tuples(st.integers(0, 11), st.booleans()), min_size=1, max_size=8))
+def test_memoized_rankings_are_bit_for_bit_a_fresh_weighing(seed, steps):
+    from berth.weighers.handler import WeigherRanker
+
+    snap, req, weighers, ws, instance = _memo_case(seed)
+    ranker = WeigherRanker(weighers)
+    ws.memo["instances"] = 5
+    rows = np.arange(len(snap), dtype=np.int64)
+    for consumed, drop in steps:
+        memoized = ranker.rank(ws.hosts(rows), req).weights
+        ws.memo["instances"] = 1
+        fresh = WeigherRanker(weighers).rank(ws.hosts(rows), req).weights
+        ws.memo["instances"] = 5
+        np.testing.assert_array_equal(memoized, fresh)
+        if len(rows) <= 2:
+            break
+        row = int(rows[consumed % len(rows)])
+        ws.consume(row, req)
+        ws.add_instance(row, instance(uuid=f"new-{row}"))
+        if drop:
+            rows = rows[rows != row]
+
+
+def test_the_memo_never_writes_to_a_weighers_array():
+    from berth.host_state import WorkingSet
+    from berth.weighers.handler import WeigherRanker
+
+    class Cached(BaseHostWeigher):
+        """Hands out one array per host list, as a weigher with a cache would."""
+
+        minval = 0.0
+
+        def __init__(self, conf):
+            super().__init__(conf)
+            self.cache = {}
+
+        def weigh_all_hosts(self, hosts, weight_properties):
+            key = tuple(hosts.rows.tolist())
+            if key not in self.cache:
+                self.cache[key] = hosts.col("free_ram_mb")
+            return self.cache[key]
+
+        def _weigh_object(self, host_state, weight_properties):
+            return host_state.free_ram_mb
+
+    snap = cloud(host("a", free_ram_mb=4096), host("b", free_ram_mb=8192))
+    weigher = Cached(config())
+    ranker = WeigherRanker([RAMWeigher(config()), weigher])
+    ranker._memoizable = True  # as a built-in: weighed incrementally
+    ranker._inputs = [frozenset({"free_ram_mb"}), frozenset({"free_ram_mb"})]
+    ws = WorkingSet(snap, NOW)
+    ws.memo["instances"] = 3
+    rows = np.arange(2)
+    req = spec()
+    ranker.rank(ws.hosts(rows), req)
+    handed_out = weigher.cache[(0, 1)].copy()
+    ws.consume(1, spec(memory_mb=1024))
+    weights = ranker.rank(ws.hosts(rows), req).weights
+    np.testing.assert_array_equal(weigher.cache[(0, 1)], handed_out)
+    # b: 7168 MB left, still the most; both weighers normalize from 0 (minval).
+    assert weights.tolist() == [2 * 4096 / 7168, 2.0]
+
+
+def test_hosts_the_memo_has_not_seen_start_it_over():
+    from berth.weighers.handler import WeigherRanker
+
+    snap, req, weighers, ws, _ = _memo_case(3)
+    ranker = WeigherRanker(weighers)
+    ws.memo["instances"] = 5
+    for rows in (np.array([0, 2, 4]), np.array([0, 4]), np.array([0, 1, 4]), np.arange(12)):
+        memoized = ranker.rank(ws.hosts(rows), req).weights
+        ws.memo["instances"] = 1
+        fresh = WeigherRanker(weighers).rank(ws.hosts(rows), req).weights
+        ws.memo["instances"] = 5
+        np.testing.assert_array_equal(memoized, fresh)

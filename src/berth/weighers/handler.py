@@ -8,7 +8,7 @@ sort by descending weight, so ties keep the order the hosts came in.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -129,14 +129,17 @@ def _is_row_local(weigher: BaseHostWeigher) -> bool:
 
 
 class _Term:
-    """One built-in weigher's state during a request, by snapshot row: raw weights,
-    multipliers, the normalization range over the hosts in play and its weighted,
-    normalized term ``multiplier * (raw - low) / (high - low)``."""
+    """One built-in weigher's state during a request, by position in the memo's base
+    rows: raw weights, multipliers, the normalization range over the hosts in play and
+    its weighted, normalized term ``multiplier * (raw - low) / (high - low)``."""
 
-    __slots__ = ("raw", "mult", "mult_const", "mult_finite", "low", "high", "skip", "term")
+    __slots__ = ("raw", "owned", "mult", "mult_const", "mult_finite", "low", "high", "skip",
+                 "term")
 
     def __init__(self) -> None:
         self.raw = np.empty(0)
+        #: Whether ``raw`` is the memo's own copy (it may be the weigher's array).
+        self.owned = True
         self.mult = np.empty(0)
         self.mult_const: float | None = None
         self.mult_finite = True
@@ -162,16 +165,17 @@ class _Term:
         return (self.mult_const == 0.0 and math.isfinite(self.low)
                 and math.isfinite(self.high))
 
-    def full_term(self, size: int) -> None:
-        """Recompute the term on every row (values off the hosts in play are unused)."""
+    def full_term(self) -> None:
+        """Recompute the term everywhere (values off the hosts in play are unused), in
+        the term's own buffer when it has one (a request's arrays are few and reused)."""
         with np.errstate(all="ignore"):
-            term = self.raw - self.low
+            term = np.subtract(self.raw, self.low, out=self.term)
             term /= self.high - self.low
             term *= self.mult_const if self.mult_const is not None else self.mult
         self.term = term
 
     def rows_term(self, rows: np.ndarray) -> None:
-        """Recompute the term on ``rows`` only."""
+        """Recompute the term at the positions ``rows`` only."""
         assert self.term is not None
         with np.errstate(all="ignore"):
             term = self.raw[rows] - self.low
@@ -181,31 +185,43 @@ class _Term:
 
 
 class _RankerMemo:
-    """A WeigherRanker's request-scoped state: per-weigher terms, the total weight by
-    row, which rows are weighed (``known``) and in play (``alive``), and the position in
-    the working set's touched-row log everything is current with."""
+    """A WeigherRanker's request-scoped state. Everything is indexed by position in
+    ``base``, the rows of the request's first ranking (later rankings rank subsets of
+    them: the pipeline's host list only shrinks): per-weigher terms, the total weight,
+    which positions are in play (``alive``), and the position in the working set's
+    touched-row log everything is current with."""
 
-    __slots__ = ("spec", "terms", "known", "alive", "seen", "total", "rows")
+    __slots__ = ("spec", "terms", "base", "where", "alive", "seen", "total", "rows",
+                 "positions")
 
-    def __init__(self, spec: RequestSpec, size: int, count: int) -> None:
+    def __init__(self, spec: RequestSpec, rows: np.ndarray, size: int, count: int) -> None:
         self.spec = spec
         self.terms = [_Term() for _ in range(count)]
-        self.known = np.zeros(size, dtype=bool)
-        self.alive = np.zeros(size, dtype=bool)
+        self.base = rows
+        #: Snapshot row -> position in ``base`` (-1: not weighed in this request).
+        self.where = np.full(size, -1, dtype=np.intp)
+        self.where[rows] = np.arange(len(rows), dtype=np.intp)
+        self.alive = np.ones(len(rows), dtype=bool)
         self.seen = 0
-        self.total = np.zeros(size)
+        self.total = np.zeros(len(rows))
         #: The rows of the last ranking (the pipeline passes the same array when no
-        #: host was filtered out since).
-        self.rows: np.ndarray | None = None
+        #: host was filtered out since) and their positions.
+        self.rows = rows
+        self.positions = np.arange(len(rows), dtype=np.intp)
 
 
+_NO_ROWS = np.empty(0, dtype=np.intp)
 _NO_VALUES = np.empty(0)
-_NO_ROWS = np.empty(0, dtype=np.int64)
 
 
-def _changed(old: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """Where ``new`` differs from ``old`` (NaN counts as a change)."""
-    return ~(old == new) | np.isnan(old) | np.isnan(new)
+def _array_min(values: list[float]) -> float:
+    """``float(np.min(values))``: NaN if any value is NaN."""
+    return math.nan if any(v != v for v in values) else min(values)
+
+
+def _array_max(values: list[float]) -> float:
+    """``float(np.max(values))``: NaN if any value is NaN."""
+    return math.nan if any(v != v for v in values) else max(values)
 
 
 class WeigherRanker:
@@ -263,125 +279,169 @@ class WeigherRanker:
     def _rank_memo(self, hosts: Hosts, spec: RequestSpec) -> Ranking:
         ws = hosts.ws
         rows = hosts.rows
-        size = len(ws.snapshot)
         key = ("WeigherRanker", id(self))
         memo = ws.memo.get(key)
         if not isinstance(memo, _RankerMemo) or memo.spec is not spec:
-            memo = ws.memo[key] = _RankerMemo(spec, size, len(self.weighers))
-            memo.seen = len(ws.touched)
-        same_rows = memo.rows is rows
-        missing = rows[:0] if same_rows else rows[~memo.known[rows]]
-        dirty = np.empty(0, dtype=np.int64)
-        by_field: dict[str, set[int]] = {}
-        if len(ws.touched) > memo.seen:
-            for row, name in zip(ws.touched[memo.seen:], ws.touched_fields[memo.seen:]):
-                by_field.setdefault(name, set()).add(row)
-            dirty = np.unique(np.asarray(ws.touched[memo.seen:], dtype=np.int64))
-            dirty = dirty[memo.known[dirty]]
-        dirty_rows = dirty.tolist()
-        memo.seen = len(ws.touched)
-        if same_rows:
-            alive, removed = memo.alive, rows[:0]
+            return self._first(hosts, spec, key)
+        if memo.rows is rows:
+            positions, removed = memo.positions, _NO_ROWS
         else:
-            alive = np.zeros(size, dtype=bool)
-            alive[rows] = True
+            positions = memo.where[rows]
+            if bool(np.any(positions < 0)) or not bool(memo.alive[positions].all()):
+                # A host this request has not weighed, or one back in play: start over.
+                return self._first(hosts, spec, key)
+            alive = np.zeros(len(memo.base), dtype=bool)
+            alive[positions] = True
             removed = np.flatnonzero(memo.alive & ~alive)
-            memo.alive = alive
-            memo.rows = rows
-        memo.known[missing] = True
-        refill = len(missing) > 0
-        if not refill and not len(dirty) and not len(removed):
-            return self._memo_ranking(memo, rows)  # nothing changed since the last ranking
-        recompute_total = refill
-        changed_rows: list[np.ndarray] = []
-        sub = (hosts if len(missing) == len(rows) else ws.hosts(missing)) if refill else None
+            memo.alive, memo.rows, memo.positions = alive, rows, positions
+        # Positions touched since the last ranking, by changed field.
+        by_field: dict[str, set[int]] = {}
+        touched = ws.touched
+        if len(touched) > memo.seen:
+            where = memo.where
+            for row, name in zip(touched[memo.seen:], ws.touched_fields[memo.seen:]):
+                at = int(where[row])
+                if at >= 0:
+                    by_field.setdefault(name, set()).add(at)
+            memo.seen = len(touched)
+        if not by_field and not len(removed):
+            return self._memo_ranking(memo)  # nothing changed since the last ranking
+        # Incremental: the few touched hosts are weighed again by the weighers that read
+        # what changed, and the ranges follow the changed and removed values. The
+        # bookkeeping is on Python scalars (a ranking touches a handful of hosts).
+        alive = memo.alive
+        base = memo.base
+        all_touched = set().union(*by_field.values()) if by_field else set()
+        gone_at = removed.tolist()
+        recompute_total = False
+        changed: set[int] = set()
         for index, weigher in enumerate(self.weighers):
             t = memo.terms[index]
-            if sub is not None:
-                if len(t.raw) != size:
-                    t.raw, t.mult = np.empty(size), np.empty(size)
-                t.raw[missing] = np.asarray(weigher.weigh_all_hosts(sub, spec), dtype=float)
-                t.mult[missing] = np.asarray(weigher.multipliers_all_hosts(sub), dtype=float)
-                known_mult = t.mult[memo.known]
-                first = known_mult[0]
-                t.mult_const = float(first) if bool(np.all(known_mult == first)) else None
-                t.mult_finite = bool(np.all(np.isfinite(known_mult)))
-            old_low, old_high, old_skip = t.low, t.high, t.skip
-            olds = news = gone = _NO_VALUES
-            moved = _NO_ROWS
-            mine = dirty
             inputs = self._inputs[index]
-            if len(dirty) and inputs is not None:
-                # Only the rows where a field this weigher reads changed.
-                picked = set(by_field.get("*attrs", ()))
-                for name in inputs:
-                    picked.update(by_field.get(name, ()))
-                mine = np.array(sorted(picked.intersection(dirty_rows)), dtype=np.int64)
-            if not refill and not len(mine) and not len(removed):
+            if inputs is None:
+                mine = all_touched
+            else:
+                mine = set()
+                for name, touched_at in by_field.items():
+                    if name in inputs or name == "*attrs":
+                        mine |= touched_at
+            if not mine and not gone_at:
                 continue  # nothing this weigher reads changed: same range, same term
-            if len(mine):
-                new = np.asarray(weigher.weigh_all_hosts(ws.hosts(mine), spec), dtype=float)
-                old = t.raw[mine]
-                diff = _changed(old, new)
-                if diff.any():
-                    moved, olds, news = mine[diff], old[diff], new[diff]
-                    t.raw[moved] = news
-                    news = news[alive[moved]]
-            if len(removed):
-                gone = t.raw[removed]
-            if not refill and not len(olds) and not len(gone) and not len(news):
-                pass  # this weigher's values did not change: nor did its range
-            elif refill or not (math.isfinite(t.low) and math.isfinite(t.high)):
-                current = t.raw[rows]
+            raw = t.raw
+            moved: list[int] = []
+            olds: list[float] = []
+            afters: list[float] = []
+            news: list[float] = []  # the changed values of hosts still in play
+            if mine:
+                mine_at = sorted(mine)
+                new = np.asarray(weigher.weigh_all_hosts(ws.hosts(base[mine_at]), spec),
+                                 dtype=float).tolist()
+                for at, before, after in zip(mine_at, raw[mine_at].tolist(), new):
+                    # NaN counts as a change (as an array comparison would say).
+                    if before == after and before == before:
+                        continue
+                    moved.append(at)
+                    olds.append(before)
+                    afters.append(after)
+                    if alive[at]:
+                        news.append(after)
+                if moved:
+                    if not t.owned:
+                        raw = t.raw = raw.copy()
+                        t.owned = True
+                    raw[moved] = afters
+            gone = raw[gone_at].tolist() if gone_at else []
+            if not olds and not gone and not news:
+                continue  # this weigher's values did not change: nor did its range
+            old_low, old_high, old_skip = t.low, t.high, t.skip
+            if not (math.isfinite(t.low) and math.isfinite(t.high)):
+                current = raw[positions]
                 t.set_range(weigher, float(current.min()), float(current.max()))
             else:
                 low, high = t.low, t.high
                 if weigher.minval is None:
-                    if bool(np.any(olds == low)) or bool(np.any(gone == low)):
-                        low = float(t.raw[rows].min())
-                    elif len(news):
-                        low = min(low, float(news.min()))
+                    if low in olds or low in gone:
+                        low = float(raw[positions].min())
+                    elif news:
+                        low = min(low, _array_min(news))
                 if weigher.maxval is None:
-                    if bool(np.any(olds == high)) or bool(np.any(gone == high)):
-                        high = float(t.raw[rows].max())
-                    elif len(news):
-                        high = max(high, float(news.max()))
+                    if high in olds or high in gone:
+                        high = float(raw[positions].max())
+                    elif news:
+                        high = max(high, _array_max(news))
                 t.set_range(weigher, low, high)
             t.skip = t.decide_skip()
-            range_moved = not (t.low == old_low and t.high == old_high)
             if t.skip:
                 recompute_total = recompute_total or not old_skip
                 continue
-            if refill or old_skip or range_moved or t.term is None:
-                t.full_term(size)
+            if old_skip or not (t.low == old_low and t.high == old_high) or t.term is None:
+                t.full_term()
                 recompute_total = True
-            elif len(moved):
-                t.rows_term(moved)
-                changed_rows.append(moved)
-        active = [t.term for t in memo.terms if not t.skip and t.term is not None]
+            elif moved:
+                t.rows_term(np.array(moved, dtype=np.intp))
+                changed.update(moved)
         if recompute_total:
-            total = np.zeros(size)
-            for term in active:
-                total += term
-            memo.total = total
-        elif changed_rows:
-            where = np.unique(np.concatenate(changed_rows))
-            partial = np.zeros(len(where))
-            for term in active:
-                partial += term[where]
-            memo.total[where] = partial
-        return self._memo_ranking(memo, rows)
+            memo.total = self._total(memo)
+        elif changed:
+            changed_at = np.array(sorted(changed), dtype=np.intp)
+            partial = np.zeros(len(changed_at))
+            for term in self._active(memo):
+                partial += term[changed_at]
+            memo.total[changed_at] = partial
+        return self._memo_ranking(memo)
 
-    def _memo_ranking(self, memo: _RankerMemo, rows: np.ndarray) -> Ranking:
-        weights = memo.total[rows]
+    def _first(self, hosts: Hosts, spec: RequestSpec, key: Hashable) -> Ranking:
+        """The request's first ranking (or a fresh start): weigh every host, as the
+        plain path does, and keep each weigher's values by position."""
+        ws = hosts.ws
+        memo = ws.memo[key] = _RankerMemo(spec, hosts.rows, len(ws.snapshot),
+                                          len(self.weighers))
+        memo.seen = len(ws.touched)
+        for index, weigher in enumerate(self.weighers):
+            t = memo.terms[index]
+            # Not copied: a weigher may hand out a cached array; the memo copies it
+            # before its first change (most weighers never change in a request).
+            t.raw = np.asarray(weigher.weigh_all_hosts(hosts, spec), dtype=float)
+            t.owned = False
+            t.mult = np.asarray(weigher.multipliers_all_hosts(hosts), dtype=float)
+            # All equal (no NaN) exactly when min == max; all finite exactly when both
+            # extremes are (a NaN makes both NaN).
+            lowest, highest = float(t.mult.min()), float(t.mult.max())
+            t.mult_const = float(t.mult[0]) if lowest == highest else None
+            t.mult_finite = math.isfinite(lowest) and math.isfinite(highest)
+            if t.mult_const is not None:
+                t.mult = _NO_VALUES  # one value says it all: free the column
+            t.set_range(weigher, float(t.raw.min()), float(t.raw.max()))
+            t.skip = t.decide_skip()
+            if not t.skip:
+                t.full_term()
+        memo.total = self._total(memo)
+        return self._memo_ranking(memo)
+
+    @staticmethod
+    def _active(memo: _RankerMemo) -> list[np.ndarray]:
+        return [t.term for t in memo.terms if not t.skip and t.term is not None]
+
+    def _total(self, memo: _RankerMemo) -> np.ndarray:
+        """Σ of the active terms, in weigher order (the full weighing's additions), in
+        the memo's buffer (rankings hand out copies of it)."""
+        total = memo.total
+        total.fill(0.0)
+        for term in self._active(memo):
+            total += term
+        return total
+
+    def _memo_ranking(self, memo: _RankerMemo) -> Ranking:
+        positions = memo.positions
+        weights = memo.total[positions]
         terms = list(memo.terms)
 
         def columns() -> list[WeigherColumn]:
             # Read right after ranking (explanations): the memo still holds these values.
             out = []
             for w, t in zip(self.weighers, terms):
-                raw = t.raw[rows]
-                mult = np.broadcast_to(np.asarray(t.multiplier_of(rows), dtype=float),
+                raw = t.raw[positions]
+                mult = np.broadcast_to(np.asarray(t.multiplier_of(positions), dtype=float),
                                        raw.shape).copy()
                 out.append(WeigherColumn(type(w).__name__, raw,
                                          normalize(raw, w.minval, w.maxval), mult))
