@@ -757,6 +757,30 @@ def test_with_updates_reflects_a_claim_without_rebuilding_indexes() -> None:
     assert len(ac(g, "resources=VCPU:2")["allocation_requests"]) == 2
 
 
+def test_with_updates_shares_capacity_columns_only_while_inventories_stay() -> None:
+    b = GraphBuilder()
+    cn1 = compute(b, "cn1", VCPU=inv(2))
+    compute(b, "cn2", VCPU=inv(2))
+    g = b.graph()
+    old = g.providers[g.index[cn1]]
+
+    def changed(inventories: object, usages: dict[str, int]) -> object:
+        return type(old)(old.uuid, old.name, old.generation + 1, None, old.uuid, inventories,
+                         usages, old.traits, old.aggregates)
+
+    claimed = g.with_updates([changed(old.inventories, {"VCPU": 1})])
+    assert claimed.columns["VCPU"].cap is g.columns["VCPU"].cap
+    assert claimed.columns["VCPU"].used is not g.columns["VCPU"].used
+    grown = claimed.with_updates([changed({"VCPU": inv(4)}, {"VCPU": 1})])
+    assert grown.columns["VCPU"].cap is not claimed.columns["VCPU"].cap
+    assert ac(grown, "resources=VCPU:3")["provider_summaries"][cn1]["resources"]["VCPU"] == {
+        "capacity": 4, "used": 1}
+    # The earlier graphs keep their numbers.
+    assert cn1 not in ac(claimed, "resources=VCPU:3")["provider_summaries"]
+    assert ac(g, "resources=VCPU:2")["provider_summaries"][cn1]["resources"]["VCPU"] == {
+        "capacity": 2, "used": 0}
+
+
 def test_an_amount_beyond_any_inventory_integer_matches_nothing() -> None:
     b = GraphBuilder()
     b.provider("cn", VCPU=inv(8))

@@ -42,6 +42,8 @@ class Stack:
     records: ComputeRecordStore
     #: The claimer's side: the store in process, or ``client`` when placement is remote.
     claims_client: PlacementClient | LocalPlacement | None = None
+    #: The store behind ``placement_app`` (its kept connections close with the stack).
+    store: Any = None
     agents: dict[str, ComputeAgent] = field(default_factory=dict)
 
     def scheduler(
@@ -85,6 +87,8 @@ class Stack:
         self.client.close()
         self.candidates_client.close()
         self.records.close()
+        if self.store is not None:
+            self.store.close()
         self.engine.dispose()
 
 
@@ -124,4 +128,5 @@ def open_stack(
     else:
         client = PlacementClient(placement_url)
         cand = PlacementClient(placement_url, microversion=CANDIDATES_MICROVERSION)
-    return Stack(config, engine, app, client, cand, ComputeRecordStore(engine), claims_client=claims)
+    return Stack(config, engine, app, client, cand, ComputeRecordStore(engine), claims_client=claims,
+                 store=store)
