@@ -144,6 +144,17 @@ class _Request:
     version: str | None = None
     #: One entry per ranking done in this request (see :class:`_Level`).
     levels: list[_Level] = field(default_factory=list)
+    #: The bulk view of the last host list filtered or ranked: the next filter, the
+    #: ranker and the next instance share it (and its interned codes) while no host is
+    #: filtered out (the pipeline passes the very same array then).
+    last_hosts: Hosts | None = None
+
+    def hosts(self, rows: np.ndarray) -> Hosts:
+        """The :class:`Hosts` view of ``rows``, shared while ``rows`` is the same array."""
+        hosts = self.last_hosts
+        if hosts is None or hosts.rows is not rows:
+            hosts = self.last_hosts = self.ws.hosts(rows)
+        return hosts
 
 
 # ---------------------------------------------------------------------- host order
@@ -160,18 +171,38 @@ class _Request:
 # proves the result equals the full stable sort (the per-host reference path).
 
 
-@dataclass
 class _Level:
     """One ranking of a request: its hosts, their weights and the explicit order prefix.
 
     ``rows`` are the ranked hosts in ascending row order; ``weights`` is indexed by
     snapshot row (only ``rows`` are meaningful) and is None when the whole order is
-    explicit (``prefix`` then holds every host).
+    explicit (``prefix`` then holds every host). It is built from the weights aligned
+    with ``rows`` when first read: most levels are never read again (no ties to break,
+    no alternates to walk).
     """
 
-    rows: np.ndarray
-    weights: np.ndarray | None
-    prefix: np.ndarray
+    __slots__ = ("rows", "prefix", "_aligned", "_size", "_weights")
+
+    def __init__(self, rows: np.ndarray, aligned: np.ndarray | None, prefix: np.ndarray,
+                 size: int = 0) -> None:
+        self.rows = rows
+        self.prefix = prefix
+        self._aligned = aligned
+        self._size = size
+        self._weights: np.ndarray | None = None
+
+    @property
+    def explicit(self) -> bool:
+        """True when the ranker gave the whole order (no weights to derive it from)."""
+        return self._aligned is None
+
+    @property
+    def weights(self) -> np.ndarray | None:
+        """Weights by snapshot row (None for an explicit order)."""
+        if self._weights is None and self._aligned is not None:
+            self._weights = np.empty(self._size)
+            self._weights[self.rows] = self._aligned
+        return self._weights
 
     def prefix_positions(self, rows: np.ndarray) -> np.ndarray:
         """Position of each of ``rows`` in ``prefix``, or -1."""
@@ -215,9 +246,10 @@ def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndar
     else:
         head, rest = rows[:0], rows
     need = m - len(head)
-    if need <= 0 or lvl.weights is None:
+    weights = lvl.weights
+    if need <= 0 or weights is None:
         return head[:m]
-    neg = -lvl.weights[rest]
+    neg = -weights[rest]
     if need < len(rest):
         # The need-th smallest of -weight (NaN sorts last in both forms).
         threshold = neg.min() if need == 1 else np.partition(neg, need - 1)[need - 1]
@@ -231,10 +263,23 @@ def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndar
     if bool(np.any(ranked[1:] == ranked[:-1])) or np.count_nonzero(np.isnan(neg)) > 1:
         # Ties: order the candidates by the previous level, then stable-sort by weight.
         rest = _head(levels, level - 1, rest, len(rest))
-        neg = -lvl.weights[rest]
+        neg = -weights[rest]
         by_weight = np.argsort(neg, kind="stable")
     ordered = rest[by_weight]
     return np.concatenate([head, ordered[:need]])
+
+
+def _best(levels: list[_Level], rows: np.ndarray, weights: np.ndarray) -> list[int]:
+    """``_head(levels, len(levels) - 1, rows, 1)`` for the level just appended (empty
+    prefix, ``weights`` aligned with ``rows``): the highest weight, ties in the previous
+    level's order, in three passes over the hosts instead of a partition."""
+    top = weights.max()
+    if top != top:  # a NaN weight: the general path orders NaN last
+        return _head(levels, len(levels) - 1, rows, 1).tolist()
+    at = np.flatnonzero(weights == top)
+    if len(at) == 1:
+        return [int(rows[at[0]])]
+    return _head(levels, len(levels) - 2, rows[at], 1).tolist()
 
 
 def _zone_of(aggregates: list[Any]) -> str | None:
@@ -266,7 +311,7 @@ class HostOrder:
     @property
     def is_explicit(self) -> bool:
         """True when the ranker gave the whole order (no weights to derive it from)."""
-        return self._level >= 0 and self._levels[self._level].weights is None
+        return self._level >= 0 and self._levels[self._level].explicit
 
     @property
     def rows(self) -> np.ndarray:
@@ -516,7 +561,7 @@ class Scheduler:
         filtered = self._filtered_hosts(req, rows, index)
         if len(filtered) == 0:
             return HostOrder.empty()
-        hosts = req.ws.hosts(filtered)
+        hosts = req.hosts(filtered)
         ranking = self.ranker.rank(hosts, req.spec)
         weights = ranking.weights
         fs = self.config.filter_scheduler
@@ -539,9 +584,7 @@ class Scheduler:
             level = _Level(np.sort(filtered), None, ordered)
         else:
             # Columnar: only the hosts that can be chosen are ordered (see HostOrder).
-            full = np.empty(len(req.ws.snapshot))
-            full[filtered] = weights
-            level = _Level(filtered, full, filtered[:0])
+            level = _Level(filtered, weights, filtered[:0], len(req.ws.snapshot))
             req.levels.append(level)
             tied_count = 0
             if fs.shuffle_best_same_weighed_hosts:
@@ -549,7 +592,8 @@ class Scheduler:
                 if len(finite):
                     tied_count = int(np.count_nonzero(weights == finite.max()))
             wanted = n if subset_size >= n else max(subset_size, tied_count)
-            head = _head(req.levels, len(req.levels) - 1, filtered, wanted).tolist()
+            head = (_best(req.levels, filtered, weights) if wanted == 1 else
+                    _head(req.levels, len(req.levels) - 1, filtered, wanted).tolist())
             req.levels.pop()
             if tied_count:
                 tied = head[:tied_count]
@@ -611,9 +655,9 @@ class Scheduler:
                 continue
             if self.per_host:
                 # Nova's shape: the base class's host-by-host loop over host_passes.
-                mask = BaseHostFilter.filter_all_hosts(f, ws.hosts(rows), spec)
+                mask = BaseHostFilter.filter_all_hosts(f, req.hosts(rows), spec)
             else:
-                mask = np.asarray(f.filter_all_hosts(ws.hosts(rows), spec), dtype=bool)
+                mask = np.asarray(f.filter_all_hosts(req.hosts(rows), spec), dtype=bool)
             rows = self._apply(req, name, rows, mask, f)
             if len(rows) == 0:
                 break

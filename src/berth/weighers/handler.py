@@ -336,7 +336,8 @@ class WeigherRanker:
                 mine_at = sorted(mine)
                 new = np.asarray(weigher.weigh_all_hosts(ws.hosts(base[mine_at]), spec),
                                  dtype=float).tolist()
-                for at, before, after in zip(mine_at, raw[mine_at].tolist(), new):
+                for at, after in zip(mine_at, new):
+                    before = raw.item(at)
                     # NaN counts as a change (as an array comparison would say).
                     if before == after and before == before:
                         continue
@@ -349,8 +350,9 @@ class WeigherRanker:
                     if not t.owned:
                         raw = t.raw = raw.copy()
                         t.owned = True
-                    raw[moved] = afters
-            gone = raw[gone_at].tolist() if gone_at else []
+                    for at, after in zip(moved, afters):
+                        raw[at] = after
+            gone = [raw.item(at) for at in gone_at]
             if not olds and not gone and not news:
                 continue  # this weigher's values did not change: nor did its range
             old_low, old_high, old_skip = t.low, t.high, t.skip
@@ -378,16 +380,27 @@ class WeigherRanker:
                 t.full_term()
                 recompute_total = True
             elif moved:
-                t.rows_term(np.array(moved, dtype=np.intp))
+                span = t.high - t.low
+                if span != 0.0 and t.term is not None:
+                    # The array arithmetic of full_term on Python floats (IEEE doubles
+                    # both): the same values, without a NumPy call per touched host.
+                    term, low, const = t.term, t.low, t.mult_const
+                    for at, value in zip(moved, afters):
+                        term[at] = (value - low) / span * (
+                            const if const is not None else float(t.mult[at]))
+                else:
+                    t.rows_term(np.array(moved, dtype=np.intp))
                 changed.update(moved)
         if recompute_total:
             memo.total = self._total(memo)
         elif changed:
-            changed_at = np.array(sorted(changed), dtype=np.intp)
-            partial = np.zeros(len(changed_at))
-            for term in self._active(memo):
-                partial += term[changed_at]
-            memo.total[changed_at] = partial
+            active = self._active(memo)
+            total = memo.total
+            for at in changed:
+                partial = 0.0  # as np.zeros: 0.0 + term + term ..., in weigher order
+                for term in active:
+                    partial += term[at]
+                total[at] = partial
         return self._memo_ranking(memo)
 
     def _first(self, hosts: Hosts, spec: RequestSpec, key: Hashable) -> Ranking:
