@@ -325,7 +325,7 @@ FIELD_TYPES: dict[str, Callable[[Any], Any]] = {
 }
 
 #: Legacy image property names, translated as Nova's ``ImageMetaProps.from_dict`` does
-#: (seed 000: ``--property architecture=arm --property hypervisor_type=qemu``).
+#: (seed 000 sets images with ``--property architecture=... --property hypervisor_type=...``).
 LEGACY_IMAGE_PROPERTIES: dict[str, str] = {
     "architecture": "hw_architecture",
     "owner_id": "img_owner_id",
