@@ -170,29 +170,40 @@ class FlatRequests(Mapping[int, list[dict[str, Any]]]):
     """Rows -> allocation requests of a flat answer, each request built on first read.
 
     ``rows`` (snapshot rows, answer order) and ``providers`` (their graph indexes) are
-    parallel arrays.
+    parallel arrays; a row's provider is found through a row-indexed array, so nothing
+    is built per candidate up front.
     """
 
     def __init__(self, answer: FlatAnswer, rows: np.ndarray, providers: np.ndarray) -> None:
         self.answer = answer
         self.rows = rows
-        self._provider = dict(zip(rows.tolist(), providers.tolist(), strict=True))
+        size = int(rows.max()) + 1 if len(rows) else 0
+        self._provider = np.full(size, -1, dtype=np.int64)
+        self._provider[rows] = providers
         self._built: dict[int, list[dict[str, Any]]] = {}
+
+    def _provider_of(self, row: object) -> int:
+        if not isinstance(row, (int, np.integer)) or not 0 <= row < len(self._provider):
+            return -1
+        return int(self._provider[row])
 
     def __getitem__(self, row: int) -> list[dict[str, Any]]:
         built = self._built.get(row)
         if built is None:
-            built = self._built[row] = [self.answer.request(self._provider[row])]
+            provider = self._provider_of(row)
+            if provider < 0:
+                raise KeyError(row)
+            built = self._built[row] = [self.answer.request(provider)]
         return built
 
     def __contains__(self, row: object) -> bool:
-        return row in self._provider
+        return self._provider_of(row) >= 0
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._provider)
+        return iter(self.rows.tolist())
 
     def __len__(self) -> int:
-        return len(self._provider)
+        return len(self.rows)
 
 
 def rows_by_uuid(snapshot: HostSnapshot) -> dict[str, int]:
