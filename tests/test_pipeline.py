@@ -6,6 +6,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berth.claims import CandidateSet, InMemoryPlacement
 from berth.errors import NoValidHost, UnsupportedPolicy
@@ -287,3 +289,56 @@ def test_soft_anti_affinity_spreads_a_multi_create_when_it_is_the_only_preferenc
     s = Scheduler(filters=[], weighers=[ServerGroupSoftAntiAffinityWeigher()])
     decision, _ = run(s, snap, spec(num_instances=2, group=group))
     assert sorted(h for h, _ in decision.hosts) == ["a", "b"]
+
+
+class _Recording(Scheduler):
+    """Remembers the last host order (the one alternates are taken from)."""
+
+    def _sorted_hosts(self, req, rows, index):
+        self.last_order = super()._sorted_hosts(req, rows, index)
+        return self.last_order
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cells=st.lists(st.sampled_from(["c1", "c2", "c3"]), min_size=2, max_size=14),
+    rams=st.lists(st.sampled_from([2048, 4096, 8192, 16384]), min_size=14, max_size=14),
+    without_candidates=st.sets(st.integers(0, 13), max_size=4),
+    num=st.integers(1, 6),
+    attempts=st.integers(1, 5),
+    seed=st.integers(0, 1000),
+)
+def test_alternates_are_the_first_same_cell_hosts_of_the_final_order_per_instance(
+    cells, rams, without_candidates, num, attempts, seed,
+):
+    from berth.config import SchedulerConfig
+
+    snap = cloud(*(host(f"h{i:02d}", cell_uuid=c, free_ram_mb=rams[i]) for i, c in enumerate(cells)))
+    config = SchedulerConfig.default().replace("scheduler", max_attempts=attempts)
+    s = _Recording(config, filters=[RamLeft()], weighers=[FreeRam()])
+    req = spec(memory_mb=1024, num_instances=num)
+    placement = InMemoryPlacement(snap)
+    found = placement.candidates(req)
+    by_row = {r: c for r, c in found.by_row.items() if r not in without_candidates}
+    if not by_row:
+        return
+    try:
+        decision = s.select_destinations(req, snap, now=NOW, rng=random.Random(seed),
+                                         candidates=CandidateSet(by_row, found.version))
+    except NoValidHost:
+        return
+    order = s.last_order.to_array().tolist()
+    names = snap.obj("host")
+    chosen = {snap.row_of(sels[0].service_host) for sels in decision.selections}
+    for sels in decision.selections:
+        row = snap.row_of(sels[0].service_host)
+        # The walk of the reference: every host in order, same cell, not chosen, with
+        # candidates, up to max_attempts - 1 of them.
+        expected = [names[a] for a in order
+                    if cells[a] == cells[row] and a not in chosen and by_row.get(a)][:attempts - 1]
+        assert [x.service_host for x in sels[1:]] == expected
+        assert all(x.allocation_request_dict == by_row[snap.row_of(x.service_host)][0]
+                   for x in sels[1:])
+    # Each Selection has its own limits dict.
+    every = [x for sels in decision.selections for x in sels]
+    assert len({id(x.limits) for x in every}) == len(every)

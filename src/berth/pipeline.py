@@ -756,46 +756,64 @@ class Scheduler:
             saved, req.current = req.current, None  # the re-sort is not an instance of its own
             hosts = self._sorted_hosts(req, self._next_input(hosts), index)
             req.current = saved
-        snapshot = req.ws.snapshot
-        cells = snapshot.codes("cell_uuid")
+        cells = req.ws.snapshot.codes("cell_uuid")
         chosen = set(claimed_rows)
+        # Every instance of a cell gets the same alternates (the first hosts in order of
+        # that cell, not chosen, with candidates): one walk of the order serves all cells.
+        found: dict[int, list[tuple[int, dict[str, Any] | None]]] = {
+            int(cells[row]): [] for row in claimed_rows}
+        open_cells = set(found) if num_alts > 0 else set()
+        candidates = req.ws.candidates
+        for alt in hosts if open_cells else ():
+            cell = int(cells[alt])
+            if cell not in open_cells or alt in chosen:
+                continue
+            alt_req: dict[str, Any] | None = None
+            if candidates is not None:
+                cands = candidates.get(alt)
+                if not cands:
+                    continue
+                alt_req = cands[0]
+            found[cell].append((alt, alt_req))
+            if len(found[cell]) >= num_alts:
+                open_cells.discard(cell)
+                if not open_cells:
+                    break
+        built: dict[tuple[int, int], dict[str, Any]] = {}
         selections: list[list[Selection]] = []
         for row, alloc_req in zip(claimed_rows, claimed_requests):
-            entry = [self._selection(req.ws, row, alloc_req, version)]
-            if num_alts <= 0:
-                selections.append(entry)
-                continue
-            for alt in hosts:
-                if len(entry) >= num_alts + 1:
-                    break
-                if cells[alt] != cells[row] or alt in chosen:
-                    continue
-                alt_req: dict[str, Any] | None = None
-                if req.ws.candidates is not None:
-                    cands = req.ws.candidates.get(alt)
-                    if not cands:
-                        continue
-                    alt_req = cands[0]
-                entry.append(self._selection(req.ws, alt, alt_req, version))
+            entry = [self._selection(req.ws, row, alloc_req, version, built)]
+            if num_alts > 0:
+                entry += [self._selection(req.ws, alt, alt_req, version, built)
+                          for alt, alt_req in found[int(cells[row])]]
             selections.append(entry)
         return selections
 
     def _selection(
-        self, ws: WorkingSet, row: int, alloc_req: dict[str, Any] | None, version: str | None
+        self, ws: WorkingSet, row: int, alloc_req: dict[str, Any] | None, version: str | None,
+        built: dict[tuple[int, int], dict[str, Any]] | None = None,
     ) -> Selection:
-        """``Selection.from_host_state`` (reference §8.4)."""
-        host = HostState(ws, row)
-        snapshot = ws.snapshot
-        code = int(snapshot.codes("aggregates")[row])
-        zone = snapshot.cached(("selection_zone", code), lambda: _zone_of(
-            snapshot.aggregates_of_signature(code)))
-        return Selection(
-            compute_node_uuid=host.uuid,
-            service_host=host.host,
-            nodename=host.nodename,
-            cell_uuid=host.cell_uuid,
-            limits=dict(host.limits),
-            allocation_request=json.dumps(alloc_req),
-            allocation_request_version=version if alloc_req is not None else None,
-            availability_zone=zone or self.config.default_availability_zone,
-        )
+        """``Selection.from_host_state`` (reference §8.4). ``built`` remembers the fields
+        of hosts already selected in this request (alternates repeat across instances);
+        each Selection still gets its own ``limits`` dict."""
+        key = (row, id(alloc_req))
+        fields = built.get(key) if built is not None else None
+        if fields is None:
+            host = HostState(ws, row)
+            snapshot = ws.snapshot
+            code = int(snapshot.codes("aggregates")[row])
+            zone = snapshot.cached(("selection_zone", code), lambda: _zone_of(
+                snapshot.aggregates_of_signature(code)))
+            fields = {
+                "compute_node_uuid": host.uuid,
+                "service_host": host.host,
+                "nodename": host.nodename,
+                "cell_uuid": host.cell_uuid,
+                "limits": host.limits,
+                "allocation_request": json.dumps(alloc_req),
+                "allocation_request_version": version if alloc_req is not None else None,
+                "availability_zone": zone or self.config.default_availability_zone,
+            }
+            if built is not None:
+                built[key] = fields
+        return Selection(**{**fields, "limits": dict(fields["limits"])})
