@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 HV_TYPES = frozenset([
     "baremetal", "bhyve", "docker", "fake", "hyperv", "ironic", "kqemu", "kvm", "lxc", "lxd",
-    "openvz", "parallels", "virtuozzo", "phyp", "qemu", "tcg", "uml", "vmware", "vbox", "xen",
+    "openvz", "parallels", "vz", "phyp", "qemu", "test", "uml", "vmware", "vbox", "xen",
     "zvm", "prsm",
 ])  # fmt: skip
 VM_MODES = frozenset(["hvm", "xen", "uml", "exe"])
