@@ -287,12 +287,14 @@ class WeigherRanker:
             positions, removed = memo.positions, _NO_ROWS
         else:
             positions = memo.where[rows]
-            if bool(np.any(positions < 0)) or not bool(memo.alive[positions].all()):
-                # A host this request has not weighed, or one back in play: start over.
+            if positions.min() < 0:  # a host this request has not weighed: start over
                 return self._first(hosts, spec, key)
             alive = np.zeros(len(memo.base), dtype=bool)
             alive[positions] = True
             removed = np.flatnonzero(memo.alive & ~alive)
+            if len(memo.positions) - len(removed) != len(positions):
+                # A host back in play (or a repeated one): start over.
+                return self._first(hosts, spec, key)
             memo.alive, memo.rows, memo.positions = alive, rows, positions
         # Positions touched since the last ranking, by changed field.
         by_field: dict[str, set[int]] = {}
