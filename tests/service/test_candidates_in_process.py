@@ -6,8 +6,12 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
+from berth.errors import NoValidHost
+from berth.model.request import Flavor, RequestSpec
 from berth.placement.client import PlacementClient
+from berth.placement.local import LocalPlacement
 from berth.service.compute import ComputeNodeSpec, RowIndex
 from berth.service.placement import (
     CandidatesAnswer,
@@ -81,3 +85,38 @@ def test_graph_rows_follow_the_row_index(template_db: Path, tmp_path: Path) -> N
     # A plain dict has no version: read afresh each time.
     assert graph_rows(graph, {uuid: 5})[1] == 5
     stack.close()
+
+
+def _placement_reasons(diagnosis: object) -> dict[str, str]:
+    step = diagnosis.instances[0].steps[0]  # type: ignore[attr-defined]
+    assert step.name == "placement"
+    return {r.host: r.reject.render() for r in step.rejections}
+
+
+def test_an_explained_request_says_why_placement_left_nodes_out(stack: Stack) -> None:
+    stack.register_hosts([ComputeNodeSpec(host="big", vcpus=8, memory_mb=8192 + 512, local_gb=100),
+                          ComputeNodeSpec(host="small", vcpus=8, memory_mb=1024 + 512,
+                                          local_gb=100)])
+    service = stack.scheduler(seed=1)
+    spec = RequestSpec(flavor=Flavor(name="f", vcpus=1, memory_mb=2048, root_gb=1, id=1),
+                       project_id="p", user_id="u")
+    decision = service.select_destinations(spec, explain=True)
+    assert decision.selections[0][0].service_host == "big"
+    reasons = _placement_reasons(decision.diagnosis)
+    if isinstance(stack.candidates_client, LocalPlacement):
+        # The engine's own reason and numbers (1,024 MB usable: 1,536 less 512 reserved).
+        assert reasons == {"small": "insufficient MEMORY_MB in placement "
+                                    "(requested 2048, free 1024, capacity 1024)"}
+    else:
+        # Through the API there are no reasons: an estimate from the host's report.
+        assert reasons == {"small": "insufficient MEMORY_MB in placement (requested 2048, "
+                                    "free 1024)"}
+    huge = RequestSpec(flavor=Flavor(name="h", vcpus=64, memory_mb=1, root_gb=1, id=2),
+                       project_id="p", user_id="u")
+    with pytest.raises(NoValidHost) as info:
+        service.select_destinations(huge, explain=True)
+    assert info.value.reason == ""  # Nova's empty reason; the explanation has the rest
+    reasons = _placement_reasons(info.value.diagnosis)
+    assert set(reasons) == {"big", "small"}
+    if isinstance(stack.candidates_client, LocalPlacement):
+        assert reasons["big"].startswith("insufficient VCPU in placement (requested 64")

@@ -44,8 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from berth.errors import BerthError, InputError, NoValidHost, SchedulingError
-from berth.explain import Diagnosis, FilterStep, HostRejection, InstanceDiagnosis
-from berth.filters.base import Reject
+from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
 from berth.model.image_props import ImagePropertyError, show
 from berth.model.request import Flavor, ImageMeta, ImageMetaProps, RequestSpec
 from berth.service.conductor import Conductor
@@ -233,29 +232,13 @@ class SchedulerApp:
         return answer
 
     def _refusal_diagnosis(self, spec: RequestSpec, reason: str) -> Diagnosis:
-        """The explanation of a NoValidHost raised before any filter ran, shaped as the
-        pipeline shapes it when placement returns nothing: one instance, one step.
-
-        A request filter's refusal (``reason``) is a ``request filters`` step. Placement's
-        empty answer carries no reasons, so each node's are estimated from the snapshot's
-        capacity columns (as ``berth schedule`` computes candidates); a node that had room
-        is said to have got no candidate for another reason (traits, aggregates, a
-        disabled compute).
+        """The explanation of a NoValidHost raised before any filter ran (a request
+        filter's refusal, an unknown forced host), shaped as the pipeline shapes its own:
+        one instance, one step, no host through. Placement's empty answers are explained
+        by the scheduler itself (each node's reason in the ``placement`` step).
         """
-        from berth.claims import InMemoryPlacement
-
         snapshot = self.service.refresh()
-        hosts, nodes = snapshot.obj("host"), snapshot.obj("nodename")
-        if reason:
-            step = FilterStep("request filters", len(snapshot), 0)
-        else:
-            step = FilterStep("placement", len(snapshot), 0)
-            estimate = InMemoryPlacement(snapshot).candidates(spec)
-            other = Reject.of("no allocation candidate from placement (required traits, "
-                              "aggregates or a disabled compute)")
-            for row in range(len(snapshot)):
-                step.rejections.append(HostRejection(
-                    hosts[row], nodes[row], "placement", estimate.rejections.get(row, other)))
+        step = FilterStep("request filters", len(snapshot), 0)
         return Diagnosis([InstanceDiagnosis(0, None, hosts_considered=len(snapshot),
                                             steps=[step])])
 

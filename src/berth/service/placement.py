@@ -30,6 +30,7 @@ import httpx
 import numpy as np
 
 from berth.claims import CANDIDATES_MICROVERSION, CandidateSet
+from berth.filters.base import Reject
 from berth.model.request import RequestSpec
 from berth.placement import candidates as engine
 from berth.placement.client import (
@@ -267,6 +268,59 @@ def graph_rows(graph: engine.ProviderGraph, index: Mapping[str, int]) -> np.ndar
         memo = _GraphRows(graph.uuids, index, version)
         graph.store_fragments("berth.graph_rows", memo)  # type: ignore[arg-type]
     return memo.rows
+
+
+def placement_rejections(
+    snapshot: HostSnapshot,
+    answer: CandidatesAnswer,
+    candidates: CandidateSet,
+    spec: RequestSpec,
+    index: Mapping[str, int] | None = None,
+) -> dict[int, Reject]:
+    """Why each row placement left out got no candidate, for an explanation.
+
+    An in-process flat answer is explained by the engine itself
+    (:func:`~berth.placement.candidates_explain.explain_flat`: the trait, aggregate,
+    capacity or limit condition, with its numbers), and a node the store has no provider
+    for says so. Otherwise placement's answer carries no reasons: a row whose reported
+    capacity cannot hold the flavor gets that estimate (as ``berth schedule`` computes
+    candidates offline), any other a generic reason (traits, aggregates, a disabled
+    compute, the limit).
+    """
+    if index is None:
+        index = rows_by_uuid(snapshot)
+    out: dict[int, Reject] = {}
+    flat = answer.flat
+    known: set[str] | None = None
+    if flat is not None:
+        from berth.placement.candidates_explain import explain_flat
+
+        why = explain_flat(flat.graph, flat.query, flat.result)
+        if why is not None:
+            rows = graph_rows(flat.graph, index)
+            for p, exclusion in why.items():
+                row = int(rows[p])
+                if row >= 0:
+                    out[row] = Reject(exclusion.reason, dict(exclusion.numbers))
+        known = set(flat.graph.uuids)
+    generic = Reject.of("no allocation candidate from placement (required traits, "
+                        "aggregates, a disabled compute or the limit)")
+    missing = Reject.of("no resource provider in placement")
+    uuids = snapshot.obj("uuid")
+    left = [row for row in range(len(snapshot)) if row not in candidates.by_row
+            and row not in out]
+    estimate: dict[int, Reject] = {}
+    if left and known is None:
+        from berth.claims import InMemoryPlacement
+
+        estimate = InMemoryPlacement(snapshot).candidates(
+            spec, np.asarray(left, dtype=np.int64)).rejections
+    for row in left:
+        if known is not None and uuids[row] not in known:
+            out[row] = missing
+        else:
+            out[row] = estimate.get(row, generic)
+    return out
 
 
 @dataclass

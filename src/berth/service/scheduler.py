@@ -50,6 +50,7 @@ from berth.service.placement import (
     PlacementCandidates,
     PlacementClaimer,
     candidate_set,
+    placement_rejections,
 )
 from berth.snapshot import HostSnapshot
 
@@ -141,8 +142,15 @@ class SchedulerService:
     def _aggregates(self, snapshot: HostSnapshot) -> list[Aggregate]:
         return snapshot.aggregates
 
-    def query_candidates(self, spec: RequestSpec, snapshot: HostSnapshot) -> CandidateSet:
-        """Request filters, the query (and its PCPU fallback) and the row mapping."""
+    def query_candidates(
+        self, spec: RequestSpec, snapshot: HostSnapshot, *, explain: bool = False
+    ) -> CandidateSet:
+        """Request filters, the query (and its PCPU fallback) and the row mapping.
+
+        With ``explain``, the rows placement left out carry their reasons, and an empty
+        answer goes on to the core (which raises NoValidHost with the explanation)
+        instead of raising here.
+        """
         try:
             process_reqspec(spec, self.config, self._aggregates(snapshot),
                             network_lookup=self.network_lookup,
@@ -159,9 +167,13 @@ class SchedulerService:
                                                    enable_pinning_translate=False)
             self.stats.fallback_queries += 1
             answer.merge(self.candidates.get(fallback.to_queryparams()))
-        if answer.empty:
+        if answer.empty and not explain:
             raise NoValidHost()
-        return candidate_set(snapshot, answer, self.feed.uuid_rows)
+        candidates = candidate_set(snapshot, answer, self.feed.uuid_rows)
+        if explain:
+            candidates.rejections = placement_rejections(snapshot, answer, candidates, spec,
+                                                         self.feed.uuid_rows)
+        return candidates
 
     def refresh(self) -> HostSnapshot:
         """The snapshot, brought up to date, read under the request lock."""
@@ -208,7 +220,7 @@ class SchedulerService:
         import copy
 
         spec = copy.deepcopy(spec)
-        candidates = self.query_candidates(spec, snapshot)
+        candidates = self.query_candidates(spec, snapshot, explain=explain)
         decision = self.scheduler.select_destinations(
             spec, snapshot, now=now, rng=self.rng, candidates=candidates, claimer=self.claimer,
             instance_uuids=instance_uuids, return_alternates=return_alternates, explain=explain)
