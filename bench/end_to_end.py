@@ -97,7 +97,10 @@ def seed(url: str, hosts: int) -> None:
     engine.dispose()
 
 
-def worker(url: str, index: int, count: int, queue: Any, through_api: bool = False) -> None:
+def worker(
+    url: str, index: int, count: int, queue: Any, through_api: bool = False,
+    options: tuple[tuple[str, str, str], ...] = (),
+) -> None:
     """Open a stack on ``url`` and run ``count`` requests; report latencies."""
     from berth.config import SchedulerConfig
     from berth.errors import NoValidHost
@@ -107,6 +110,8 @@ def worker(url: str, index: int, count: int, queue: Any, through_api: bool = Fal
 
     # Hosts do not report during the run; keep them "up" however long it lasts.
     config = SchedulerConfig.default().replace("DEFAULT", service_down_time=86400)
+    for group, name, value in options:
+        config = config.replace(group, **{name: value})
     stack = open_stack(url, config, engine=create_db_engine(url), through_api=through_api)
     service = stack.scheduler(seed=index)
     flavors = [Flavor(name=n, vcpus=v, memory_mb=m, root_gb=d, id=i)
@@ -131,7 +136,8 @@ def worker(url: str, index: int, count: int, queue: Any, through_api: bool = Fal
 
 
 def run(
-    name: str, url: str, hosts: int, requests: int, processes: int, through_api: bool = False
+    name: str, url: str, hosts: int, requests: int, processes: int, through_api: bool = False,
+    options: tuple[tuple[str, str, str], ...] = (),
 ) -> dict[str, Any]:
     """Seed a fresh database and time ``requests`` requests over ``processes`` workers."""
     t0 = time.perf_counter()
@@ -141,7 +147,7 @@ def run(
     queue = ctx.Queue()
     share = [requests // processes + (1 if i < requests % processes else 0)
              for i in range(processes)]
-    procs = [ctx.Process(target=worker, args=(url, i, share[i], queue, through_api))
+    procs = [ctx.Process(target=worker, args=(url, i, share[i], queue, through_api, options))
              for i in range(processes)]
     for p in procs:
         p.start()
@@ -195,8 +201,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma list of sqlite, pg1, pg4 (default), and the same with "
                              "-api (sqlite-api, pg1-api, pg4-api): schedulers go through the "
                              "Placement API's WSGI app instead of calling the store")
+    parser.add_argument("--option", action="append", default=[], metavar="GROUP.NAME=VALUE",
+                        help="a nova.conf option for the schedulers, e.g. "
+                             "filter_scheduler.shuffle_best_same_weighed_hosts=true "
+                             "(repeatable)")
     parser.add_argument("--pg-url", default=os.environ.get("BERTH_TEST_PG_URL", PG_ADMIN_URL))
     args = parser.parse_args(argv)
+    options = []
+    for text in args.option:
+        key, eq, value = text.partition("=")
+        group, dot, option = key.rpartition(".")
+        if not eq or not dot:
+            parser.error(f"--option {text!r}: expected GROUP.NAME=VALUE")
+        options.append((group, option, value))
     rows = []
     for name in args.runs.split(","):
         name = name.strip()
@@ -206,12 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         if kind == "sqlite":
             with tempfile.TemporaryDirectory() as tmp:
                 rows.append(run(name, f"sqlite:///{tmp}/bench.sqlite", args.hosts,
-                                args.requests, 1, through_api=bool(api)))
+                                args.requests, 1, through_api=bool(api),
+                                options=tuple(options)))
         elif kind in ("pg1", "pg4"):
             url, drop = _pg_database(args.pg_url)
             try:
                 rows.append(run(name, url, args.hosts, args.requests, int(kind[2:]),
-                                through_api=bool(api)))
+                                through_api=bool(api), options=tuple(options)))
             finally:
                 drop()
         else:
