@@ -192,6 +192,11 @@ class _Level:
         self._weights: np.ndarray | None = None
 
     @property
+    def aligned(self) -> np.ndarray | None:
+        """The weights aligned with ``rows`` (None for an explicit order)."""
+        return self._aligned
+
+    @property
     def explicit(self) -> bool:
         """True when the ranker gave the whole order (no weights to derive it from)."""
         return self._aligned is None
@@ -208,7 +213,8 @@ class _Level:
         """Position of each of ``rows`` in ``prefix``, or -1."""
         if len(self.prefix) == 0 or len(rows) == 0:
             return np.full(len(rows), -1, dtype=np.int64)
-        if len(rows) > 8 * len(self.prefix) and bool(np.all(rows[1:] > rows[:-1])):
+        if len(rows) > 8 * len(self.prefix) and (
+                rows is self.rows or bool(np.all(rows[1:] > rows[:-1]))):
             # Many ascending rows, a short prefix: look the prefix up in the rows.
             at = np.minimum(np.searchsorted(rows, self.prefix), len(rows) - 1)
             present = rows[at] == self.prefix
@@ -238,18 +244,23 @@ def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndar
     if level < 0:
         return np.sort(rows)[:m] if m < len(rows) else np.sort(rows)
     lvl = levels[level]
+    aligned = lvl.aligned if rows is lvl.rows else None  # weights of ``rows`` as they are
     if len(lvl.prefix):
         pos = lvl.prefix_positions(rows)
         in_prefix = pos >= 0
         head = rows[in_prefix][np.argsort(pos[in_prefix], kind="stable")]
-        rest = rows[~in_prefix] if len(head) else rows
+        if len(head):
+            rest = rows[~in_prefix]
+            if aligned is not None:
+                aligned = aligned[~in_prefix]
+        else:
+            rest = rows
     else:
         head, rest = rows[:0], rows
     need = m - len(head)
-    weights = lvl.weights
-    if need <= 0 or weights is None:
+    if need <= 0 or lvl.explicit:
         return head[:m]
-    neg = -weights[rest]
+    neg = np.negative(aligned) if aligned is not None else -lvl.weights[rest]  # type: ignore[index]
     if need < len(rest):
         # The need-th smallest of -weight (NaN sorts last in both forms).
         threshold = neg.min() if need == 1 else np.partition(neg, need - 1)[need - 1]
@@ -263,7 +274,7 @@ def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndar
     if bool(np.any(ranked[1:] == ranked[:-1])) or np.count_nonzero(np.isnan(neg)) > 1:
         # Ties: order the candidates by the previous level, then stable-sort by weight.
         rest = _head(levels, level - 1, rest, len(rest))
-        neg = -weights[rest]
+        neg = -lvl.weights[rest]  # type: ignore[index]
         by_weight = np.argsort(neg, kind="stable")
     ordered = rest[by_weight]
     return np.concatenate([head, ordered[:need]])
