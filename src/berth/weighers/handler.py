@@ -133,24 +133,35 @@ class _Term:
     rows: raw weights, multipliers, the normalization range over the hosts in play and
     its weighted, normalized term ``multiplier * (raw - low) / (high - low)``."""
 
-    __slots__ = ("raw", "owned", "mult", "mult_const", "mult_finite", "low", "high", "skip",
-                 "term")
+    __slots__ = ("raw", "owned", "mult", "mult_const", "_mult_finite", "low", "high",
+                 "skip", "term")
 
     def __init__(self) -> None:
         self.raw = np.empty(0)
         #: Whether ``raw`` is the memo's own copy (it may be the weigher's array).
         self.owned = True
         self.mult = np.empty(0)
+        #: The multiplier when every host's is zero (then the term is skipped); None
+        #: otherwise (the column is used: equal values give equal products).
         self.mult_const: float | None = None
-        self.mult_finite = True
+        #: Whether every multiplier is finite; read only for a constant column.
+        self._mult_finite: bool | None = None
         self.low = math.nan
         self.high = math.nan
         self.skip = False
         self.term: np.ndarray | None = None
 
     def multiplier_of(self, rows: np.ndarray) -> np.ndarray | float:
-        """The multipliers of ``rows`` (a float when every host has the same)."""
+        """The multipliers of ``rows`` (a float when every host's is zero)."""
         return self.mult_const if self.mult_const is not None else self.mult[rows]
+
+    @property
+    def mult_finite(self) -> bool:
+        """Whether every multiplier is finite (computed when first asked)."""
+        if self._mult_finite is None:
+            self._mult_finite = (self.mult_const is not None
+                                 or bool(np.isfinite(self.mult).all()))
+        return self._mult_finite
 
     def set_range(self, weigher: BaseHostWeigher, low: float, high: float) -> None:
         """Apply the class's fixed ``minval``/``maxval`` over the hosts' extremes."""
@@ -216,11 +227,15 @@ _NO_VALUES = np.empty(0)
 
 def _array_min(values: list[float]) -> float:
     """``float(np.min(values))``: NaN if any value is NaN."""
+    if len(values) == 1:
+        return values[0]
     return math.nan if any(v != v for v in values) else min(values)
 
 
 def _array_max(values: list[float]) -> float:
     """``float(np.max(values))``: NaN if any value is NaN."""
+    if len(values) == 1:
+        return values[0]
     return math.nan if any(v != v for v in values) else max(values)
 
 
@@ -317,6 +332,7 @@ class WeigherRanker:
         gone_at = removed.tolist()
         recompute_total = False
         changed: set[int] = set()
+        views: dict[tuple[int, ...], Hosts] = {}  # weighers touched on the same hosts share one
         for index, weigher in enumerate(self.weighers):
             t = memo.terms[index]
             inputs = self._inputs[index]
@@ -336,8 +352,10 @@ class WeigherRanker:
             news: list[float] = []  # the changed values of hosts still in play
             if mine:
                 mine_at = sorted(mine)
-                new = np.asarray(weigher.weigh_all_hosts(ws.hosts(base[mine_at]), spec),
-                                 dtype=float).tolist()
+                view = views.get(view_key := tuple(mine_at))
+                if view is None:
+                    view = views[view_key] = ws.hosts(base[mine_at])
+                new = np.asarray(weigher.weigh_all_hosts(view, spec), dtype=float).tolist()
                 for at, after in zip(mine_at, new):
                     before = raw.item(at)
                     # NaN counts as a change (as an array comparison would say).
@@ -419,13 +437,11 @@ class WeigherRanker:
             t.raw = np.asarray(weigher.weigh_all_hosts(hosts, spec), dtype=float)
             t.owned = False
             t.mult = np.asarray(weigher.multipliers_all_hosts(hosts), dtype=float)
-            # All equal (no NaN) exactly when min == max; all finite exactly when both
-            # extremes are (a NaN makes both NaN).
-            lowest, highest = float(t.mult.min()), float(t.mult.max())
-            t.mult_const = float(t.mult[0]) if lowest == highest else None
-            t.mult_finite = math.isfinite(lowest) and math.isfinite(highest)
-            if t.mult_const is not None:
-                t.mult = _NO_VALUES  # one value says it all: free the column
+            first = float(t.mult[0])
+            if first == 0.0 and not t.mult.any():
+                # Every multiplier is (signed) zero: the term is skipped over a finite
+                # range (any() is True for NaN); one value says it all.
+                t.mult_const, t.mult = first, _NO_VALUES
             t.set_range(weigher, float(t.raw.min()), float(t.raw.max()))
             t.skip = t.decide_skip()
             if not t.skip:
