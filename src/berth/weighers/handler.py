@@ -134,7 +134,7 @@ class _Term:
     its weighted, normalized term ``multiplier * (raw - low) / (high - low)``."""
 
     __slots__ = ("raw", "owned", "mult", "mult_const", "_mult_finite", "low", "high",
-                 "skip", "term")
+                 "skip", "term", "live_low", "live_high")
 
     def __init__(self) -> None:
         self.raw = np.empty(0)
@@ -150,6 +150,37 @@ class _Term:
         self.high = math.nan
         self.skip = False
         self.term: np.ndarray | None = None
+        #: ``raw`` with the hosts out of play set to +inf / -inf, made when the range
+        #: is first recomputed: its min / max is the range over the hosts in play in one
+        #: pass, without gathering them (an extreme host leaves at almost every
+        #: instance of a multi-create: the chosen host is usually the best).
+        self.live_low: np.ndarray | None = None
+        self.live_high: np.ndarray | None = None
+
+    def low_in_play(self, alive: np.ndarray) -> float:
+        """The minimum raw value over the hosts in play (NaN if one of them is)."""
+        if self.live_low is None:
+            self.live_low = self.raw.copy()
+            self.live_low[~alive] = math.inf
+        return float(self.live_low.min())
+
+    def high_in_play(self, alive: np.ndarray) -> float:
+        """The maximum raw value over the hosts in play (NaN if one of them is)."""
+        if self.live_high is None:
+            self.live_high = self.raw.copy()
+            self.live_high[~alive] = -math.inf
+        return float(self.live_high.max())
+
+    def follow(self, moved: list[int], values: list[float], alive: np.ndarray,
+               gone: list[int]) -> None:
+        """Keep the in-play copies current: changed values, hosts that left."""
+        for live, out in ((self.live_low, math.inf), (self.live_high, -math.inf)):
+            if live is None:
+                continue
+            for at, value in zip(moved, values):
+                live[at] = value if alive[at] else out
+            for at in gone:
+                live[at] = out
 
     def multiplier_of(self, rows: np.ndarray) -> np.ndarray | float:
         """The multipliers of ``rows`` (a float when every host's is zero)."""
@@ -216,9 +247,9 @@ class _RankerMemo:
         self.seen = 0
         self.total = np.zeros(len(rows))
         #: The rows of the last ranking (the pipeline passes the same array when no
-        #: host was filtered out since) and their positions.
+        #: host was filtered out since) and their positions (None: all of ``base``).
         self.rows = rows
-        self.positions = np.arange(len(rows), dtype=np.intp)
+        self.positions: np.ndarray | None = None
 
 
 _NO_ROWS = np.empty(0, dtype=np.intp)
@@ -299,7 +330,7 @@ class WeigherRanker:
         if not isinstance(memo, _RankerMemo) or memo.spec is not spec:
             return self._first(hosts, spec, key)
         if memo.rows is rows:
-            positions, removed = memo.positions, _NO_ROWS
+            removed = _NO_ROWS
         else:
             positions = memo.where[rows]
             if positions.min() < 0:  # a host this request has not weighed: start over
@@ -307,7 +338,8 @@ class WeigherRanker:
             alive = np.zeros(len(memo.base), dtype=bool)
             alive[positions] = True
             removed = np.flatnonzero(memo.alive & ~alive)
-            if len(memo.positions) - len(removed) != len(positions):
+            in_play = len(memo.base) if memo.positions is None else len(memo.positions)
+            if in_play - len(removed) != len(positions):
                 # A host back in play (or a repeated one): start over.
                 return self._first(hosts, spec, key)
             memo.alive, memo.rows, memo.positions = alive, rows, positions
@@ -375,20 +407,20 @@ class WeigherRanker:
             gone = [raw.item(at) for at in gone_at]
             if not olds and not gone and not news:
                 continue  # this weigher's values did not change: nor did its range
+            t.follow(moved, afters, alive, gone_at)
             old_low, old_high, old_skip = t.low, t.high, t.skip
             if not (math.isfinite(t.low) and math.isfinite(t.high)):
-                current = raw[positions]
-                t.set_range(weigher, float(current.min()), float(current.max()))
+                t.set_range(weigher, t.low_in_play(alive), t.high_in_play(alive))
             else:
                 low, high = t.low, t.high
                 if weigher.minval is None:
                     if low in olds or low in gone:
-                        low = float(raw[positions].min())
+                        low = t.low_in_play(alive)
                     elif news:
                         low = min(low, _array_min(news))
                 if weigher.maxval is None:
                     if high in olds or high in gone:
-                        high = float(raw[positions].max())
+                        high = t.high_in_play(alive)
                     elif news:
                         high = max(high, _array_max(news))
                 t.set_range(weigher, low, high)
@@ -464,15 +496,16 @@ class WeigherRanker:
 
     def _memo_ranking(self, memo: _RankerMemo) -> Ranking:
         positions = memo.positions
-        weights = memo.total[positions]
+        weights = memo.total.copy() if positions is None else memo.total[positions]
         terms = list(memo.terms)
 
         def columns() -> list[WeigherColumn]:
             # Read right after ranking (explanations): the memo still holds these values.
+            at = np.arange(len(memo.base)) if positions is None else positions
             out = []
             for w, t in zip(self.weighers, terms):
-                raw = t.raw[positions]
-                mult = np.broadcast_to(np.asarray(t.multiplier_of(positions), dtype=float),
+                raw = t.raw[at]
+                mult = np.broadcast_to(np.asarray(t.multiplier_of(at), dtype=float),
                                        raw.shape).copy()
                 out.append(WeigherColumn(type(w).__name__, raw,
                                          normalize(raw, w.minval, w.maxval), mult))
