@@ -90,18 +90,38 @@ class ClassColumns:
     min_unit: IntArray
     max_unit: IntArray
     step: IntArray
+    #: (largest min_unit, smallest max_unit, largest step) over the providers with an
+    #: inventory of the class; computed on first use, kept while inventories are.
+    bounds: tuple[int, int, int] | None = None
+
+    def unit_bounds(self) -> tuple[int, int, int]:
+        """:attr:`bounds`, computed if needed."""
+        if self.bounds is None:
+            has = np.isfinite(self.cap)
+            if has.any():
+                self.bounds = (int(self.min_unit[has].max()), int(self.max_unit[has].min()),
+                               int(self.step[has].max()))
+            else:
+                self.bounds = (0, 0, 1)
+        return self.bounds
 
     def fit_mask(self, amount: int) -> BoolArray:
-        """Providers where ``amount`` of this class fits (capacity, min/max unit, step)."""
+        """Providers where ``amount`` of this class fits (capacity, min/max unit, step).
+
+        A unit test that every provider with the class passes is skipped (providers
+        without it already fail on capacity, which is -inf for them).
+        """
         if amount > MAX_UNIT:
             # No max_unit is above MAX_INT, and larger numbers would overflow int64.
             return np.zeros(len(self.cap), dtype=np.bool_)
-        mask: BoolArray = (
-            (self.used + amount <= self.cap)
-            & (self.min_unit <= amount)
-            & (self.max_unit >= amount)
-            & (amount % self.step == 0)
-        )
+        mask: BoolArray = self.used + amount <= self.cap
+        largest_min, smallest_max, largest_step = self.unit_bounds()
+        if largest_min > amount:
+            mask &= self.min_unit <= amount
+        if smallest_max < amount:
+            mask &= self.max_unit >= amount
+        if largest_step > 1:
+            mask &= amount % self.step == 0
         return mask
 
 
@@ -353,7 +373,7 @@ class ProviderGraph:
             if same_inventory:
                 cols = ClassColumns(
                     old_cols.cap, old_cols.used.copy(), old_cols.min_unit, old_cols.max_unit,
-                    old_cols.step,
+                    old_cols.step, old_cols.bounds,
                 )
             else:
                 cols = ClassColumns(
