@@ -414,6 +414,7 @@ class Scheduler:
         instance_uuids: Sequence[str] | None = None,
         return_alternates: bool = True,
         explain: bool = False,
+        copy_spec: bool = True,
     ) -> Decision:
         """Choose a host (and alternates) for every instance of ``spec``.
 
@@ -421,8 +422,12 @@ class Scheduler:
         path): every row is considered and nothing is claimed. Raises
         :class:`~berth.errors.NoValidHost` (with the diagnosis when ``explain``) when
         fewer hosts than instances could be chosen; earlier claims are rolled back first.
+        The request works on a copy of ``spec``; a caller that hands over a private copy
+        already may pass ``copy_spec=False`` (the copy is then written to: instance
+        uuids, group members, provider mappings).
         """
-        spec = copy.deepcopy(spec)
+        if copy_spec:
+            spec = copy.deepcopy(spec)
         self._check_group_policy(spec)
         for f in self.filters:
             f.validate_request(spec)

@@ -223,7 +223,8 @@ class SchedulerService:
         candidates = self.query_candidates(spec, snapshot, explain=explain)
         decision = self.scheduler.select_destinations(
             spec, snapshot, now=now, rng=self.rng, candidates=candidates, claimer=self.claimer,
-            instance_uuids=instance_uuids, return_alternates=return_alternates, explain=explain)
+            instance_uuids=instance_uuids, return_alternates=return_alternates, explain=explain,
+            copy_spec=False)
         self._consume_locally(snapshot, spec, decision)
         return decision
 
