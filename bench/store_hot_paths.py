@@ -34,6 +34,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from end_to_end import _pg_database  # noqa: E402 - the sibling bench's throwaway databases
+
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 INVENTORY = {
     "VCPU": {"total": 32, "reserved": 0, "min_unit": 1, "max_unit": 32, "step_size": 1,
@@ -174,22 +177,6 @@ def run(name: str, url: str, hosts: int, rounds: int) -> dict[str, Any]:
         "write_sql": statistics.mean(write_n), "inc_ms": statistics.median(inc_ms),
         "inc_sql": statistics.mean(inc_n), "consistent": consistent,
     }
-
-
-def _pg_database(admin_url: str) -> tuple[str, Any]:
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    name = f"berth_bench_{uuidlib.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                 "WHERE datname = :n AND pid <> pg_backend_pid()"), {"n": name})
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
-
-    return admin_url.rsplit("/", 1)[0] + f"/{name}", drop
 
 
 def main(argv: list[str] | None = None) -> int:
