@@ -120,3 +120,29 @@ def test_an_explained_request_says_why_placement_left_nodes_out(stack: Stack) ->
     assert set(reasons) == {"big", "small"}
     if isinstance(stack.candidates_client, LocalPlacement):
         assert reasons["big"].startswith("insufficient VCPU in placement (requested 64")
+
+
+def test_the_service_freezes_its_long_lived_heap_unless_told_not_to(
+        template_db: Path, tmp_path: Path) -> None:
+    import gc
+
+    from berth.service.compute import SnapshotFeed
+    from berth.service.placement import PlacementClaimer
+    from berth.service.scheduler import SchedulerService
+
+    stack = _stack(template_db, tmp_path, 2)
+    spec = RequestSpec(flavor=Flavor(name="f", vcpus=1, memory_mb=256, root_gb=1, id=1),
+                       project_id="p", user_id="u")
+    gc.unfreeze()
+    try:
+        quiet = SchedulerService(stack.config, SnapshotFeed(stack.records),
+                                 PlacementCandidates(stack.candidates_client),
+                                 PlacementClaimer(stack.claims_client or stack.client),
+                                 freeze_heap=False)
+        quiet.select_destinations(spec)
+        assert gc.get_freeze_count() == 0
+        stack.scheduler().select_destinations(spec)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        stack.close()

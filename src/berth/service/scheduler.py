@@ -80,7 +80,9 @@ class SchedulerService:
 
     ``candidates``/``claimer`` talk to Placement; ``feed`` supplies the host snapshot;
     ``network_lookup`` and ``min_compute_version`` are handed to the request filters.
-    ``clock`` gives the scheduling instant; ``seed`` makes decisions replayable.
+    ``clock`` gives the scheduling instant; ``seed`` makes decisions replayable;
+    ``freeze_heap`` (default on) lets the service freeze its long-lived heap, see
+    :meth:`_freeze_long_lived`.
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class SchedulerService:
         min_compute_version: int | None = None,
         clock: Callable[[], float] = time.time,
         seed: int | None = None,
+        freeze_heap: bool = True,
     ) -> None:
         self.config = config
         self.feed = feed
@@ -110,6 +113,7 @@ class SchedulerService:
         # request at a time per service (run several services to go parallel).
         self._lock = threading.Lock()
         self._frozen_at: int | None = None
+        self.freeze_heap = freeze_heap
 
     # ----------------------------------------------------------------- helpers
     def _freeze_long_lived(self, snapshot: HostSnapshot) -> None:
@@ -121,8 +125,11 @@ class SchedulerService:
         and live for the process's life; every full collection walks them all, which at
         10,000 hosts took a third of a request's time. Frozen objects are still freed by
         reference counting when dropped; only cycle detection skips them. Objects made
-        later are collected as usual.
+        later are collected as usual. ``freeze_heap=False`` leaves the collector alone
+        (for a service embedded in a process that manages its own heap).
         """
+        if not self.freeze_heap:
+            return
         changed = snapshot.structure_generation
         if self._frozen_at is None or changed - self._frozen_at >= max(
             REFREEZE_MIN_CHANGES, len(snapshot) // 2
