@@ -32,23 +32,31 @@ def hinted_uuids(value: Any) -> list[str]:
     return list(value)
 
 
-def members_per_row(ws: WorkingSet, uuids: Iterable[str]) -> np.ndarray:
-    """How many distinct ``uuids`` are on each snapshot row, as the request sees it.
+def members_per_row(ws: WorkingSet, uuids: Iterable[str], rows: np.ndarray) -> np.ndarray:
+    """How many distinct ``uuids`` are on each of ``rows``, as the request sees it.
 
     Base instances come from the snapshot's uuid -> row index (an instance is on one node);
     rows holding stubs this request placed are recounted from their merged instance dict.
+    Only the few rows holding a member are counted, then spread over ``rows``: nothing
+    snapshot-sized is built per call.
     """
     wanted = set(uuids)
-    counts = np.zeros(len(ws.snapshot), dtype=np.int64)
     if not wanted:
-        return counts
+        return np.zeros(len(rows), dtype=np.int64)
     index = ws.snapshot.instance_rows()
-    rows = [index[u] for u in wanted if u in index]
-    if rows:
-        counts += np.bincount(np.asarray(rows, dtype=np.int64), minlength=len(counts))
+    per_row: dict[int, int] = {}
+    for u in wanted:
+        row = index.get(u)
+        if row is not None:
+            per_row[row] = per_row.get(row, 0) + 1
     for row in ws.extra_instances():
-        counts[row] = len(wanted.intersection(ws.instances(row)))
-    return counts
+        per_row[row] = len(wanted.intersection(ws.instances(row)))
+    if not per_row:
+        return np.zeros(len(rows), dtype=np.int64)
+    top = max(per_row)
+    lookup = np.zeros(top + 1, dtype=np.int64)
+    lookup[np.fromiter(per_row, dtype=np.int64, count=len(per_row))] = list(per_row.values())
+    return np.where(rows <= top, lookup[np.minimum(rows, top)], 0)
 
 
 def _overlap(host_state: HostState, uuids: list[str]) -> list[str]:
@@ -73,7 +81,7 @@ class SameHostFilter(BaseHostFilter):
         uuids = hinted_uuids(spec_obj.get_scheduler_hint("same_host"))
         if not uuids:
             return np.ones(len(hosts), dtype=bool)
-        return members_per_row(hosts.ws, uuids)[hosts.rows] > 0
+        return members_per_row(hosts.ws, uuids, hosts.rows) > 0
 
 
 class DifferentHostFilter(BaseHostFilter):
@@ -94,4 +102,4 @@ class DifferentHostFilter(BaseHostFilter):
         uuids = hinted_uuids(spec_obj.get_scheduler_hint("different_host"))
         if not uuids:
             return np.ones(len(hosts), dtype=bool)
-        return members_per_row(hosts.ws, uuids)[hosts.rows] == 0
+        return members_per_row(hosts.ws, uuids, hosts.rows) == 0

@@ -94,8 +94,8 @@ class ServerGroupAntiAffinityFilter(BaseHostFilter):
         group = _anti_affinity_group(spec_obj)
         if group is None:
             return np.ones(len(hosts), dtype=bool)
-        counts = members_per_row(hosts.ws, group.members)[hosts.rows]
+        counts = members_per_row(hosts.ws, group.members, hosts.rows)
         passes = counts < _max_server_per_host(group)
         if spec_obj.instance_uuid is not None:
-            passes |= members_per_row(hosts.ws, [spec_obj.instance_uuid])[hosts.rows] > 0
+            passes |= members_per_row(hosts.ws, [spec_obj.instance_uuid], hosts.rows) > 0
         return passes
