@@ -23,3 +23,5 @@ echo "== berth serve is up at ${url}; booting 3 x m1.large (ubuntu) through plac
 "$BIN/berth" boot --url "$url" --flavor m1.large --image ubuntu --num 3
 echo "== booting 2 x ssd.large"
 "$BIN/berth" boot --url "$url" --flavor ssd.large --num 2
+echo "== 24 vCPU, 256 GiB fits nowhere: placement's own reasons, node by node (NoValidHost, exit 4)"
+"$BIN/berth" boot --url "$url" --flavor 24,262144,100 --explain || [ $? -eq 4 ]
