@@ -142,3 +142,16 @@ def test_claims_reads_and_deletes_behave_as_the_api(pair39: Pair) -> None:
                  consumer_generation=None))
     assert isinstance(_error(local.put_allocations, "not-a-uuid", claim, project_id="p",
                              user_id="u", consumer_generation=None), BadRequestError)
+
+
+def test_reads_follow_the_microversion(pair: Pair, pair39: Pair) -> None:
+    api39, local39 = pair39
+    api36, local36 = pair
+    rp = api39.list_providers(name="cn1")[0].uuid
+    consumer = str(uuid.uuid4())
+    local39.put_allocations(consumer, {rp: {"VCPU": 1}}, project_id="p", user_id="u",
+                            consumer_generation=None)
+    assert local36.get_allocations(consumer) == api36.get_allocations(consumer)
+    assert local36.get_allocations(consumer).consumer_type is None  # 1.38+ only
+    assert local39.get_allocations(consumer).consumer_type == "INSTANCE"
+    local39.delete_allocations(consumer)

@@ -23,7 +23,7 @@ from typing import Any
 from berth.placement import candidates as engine
 from berth.placement import errors, schemas
 from berth.placement.client import ConsumerAllocations, error_class
-from berth.placement.store import ConsumerWrite, PlacementStore
+from berth.placement.store import UNSET, ConsumerWrite, PlacementStore
 from berth.placement.web import error_detail
 
 
@@ -84,12 +84,13 @@ class LocalPlacement:
         with _as_client_errors():
             data = self.store.consumer_allocations(consumer)
         found = bool(data.allocations)
+        v = self.version
         return ConsumerAllocations(
             allocations={rp: dict(res) for rp, res in data.allocations.items()},
-            consumer_generation=data.consumer_generation if found else None,
-            project_id=data.project_id if found else None,
-            user_id=data.user_id if found else None,
-            consumer_type=(data.consumer_type or "unknown") if found else None,
+            consumer_generation=data.consumer_generation if found and v >= (1, 28) else None,
+            project_id=data.project_id if found and v >= (1, 12) else None,
+            user_id=data.user_id if found and v >= (1, 12) else None,
+            consumer_type=(data.consumer_type or "unknown") if found and v >= (1, 38) else None,
         )
 
     def put_allocations(
@@ -118,7 +119,7 @@ class LocalPlacement:
             user_id=user_id,
             allocations=items,
             consumer_type=consumer_type if self.version >= (1, 38) else None,
-            generation=consumer_generation,
+            generation=consumer_generation if self.version >= (1, 28) else UNSET,
         )
         with _as_client_errors():
             self.store.write_allocations([write], post=False)
