@@ -30,6 +30,7 @@ from berth.errors import (
     NoValidHost,
     exit_code_for,
 )
+from berth.explain import diagnosis_lines
 
 
 def _hints(pairs: Sequence[str]) -> dict[str, list[str]]:
@@ -118,38 +119,7 @@ def _print_decision(decision: Any) -> None:
 
 
 def _print_diagnosis(diagnosis: Any, verbose: bool = False) -> None:
-    for inst in diagnosis.instances:
-        chosen = f" -> {inst.chosen[0]}" if inst.chosen else " -> no host"
-        print(f"instance {inst.index + 1}{chosen}: {inst.summary()}")
-        for step in inst.steps:
-            note = f" (skipped: {step.skipped})" if step.skipped else ""
-            print(f"  {step.name:<36} {step.hosts_in:>6} -> {step.hosts_out:<6}{note}")
-            shown = step.rejections if verbose else step.rejections[:3]
-            for r in shown:
-                print(f"      {r.host}/{r.nodename}: {r.reject.render()}")
-            if len(step.rejections) > len(shown):
-                print(f"      ... {len(step.rejections) - len(shown)} more (--verbose)")
-        if inst.claim_failures:
-            print("  claims refused on: " + ", ".join(h for h, _ in inst.claim_failures))
-        if inst.weighing:
-            # Only weighers that change something for the hosts shown get a column.
-            names = [t.weigher for t in inst.weighing[0].terms]
-            shown = [i for i, _ in enumerate(names)
-                     if any(w.terms[i].contribution != 0 for w in inst.weighing)]
-            quiet = len(names) - len(shown)
-            print("  top hosts by weight" + (f" ({quiet} weighers add 0 here):" if quiet else ":"))
-            header = ("host", "weight") + tuple(
-                names[i].replace("Weigher", "").replace("ServerGroup", "") for i in shown)
-            rows = [header]
-            for w in inst.weighing:
-                rows.append((w.host, f"{w.weight:.4f}") + tuple(
-                    f"{w.terms[i].contribution:+.3f}" for i in shown))
-            _table(rows, indent="    ")
-            if verbose:
-                for w in inst.weighing:
-                    for t in w.terms:
-                        print(f"    {w.host} {t.weigher}: raw {t.raw:g}, normalized "
-                              f"{t.normalized:.4f} x multiplier {t.multiplier:g} = {t.contribution:+.4f}")
+    print("\n".join(diagnosis_lines(diagnosis, verbose=verbose)))
 
 
 def _table(rows: Sequence[Sequence[str]], indent: str = "") -> None:

@@ -176,3 +176,47 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form."""
         return {"summary": self.summary(), "instances": [d.to_dict() for d in self.instances]}
+
+
+def diagnosis_lines(diagnosis: Diagnosis, *, verbose: bool = False) -> list[str]:
+    """The explanation as ``berth schedule --explain`` prints it: per instance a summary,
+    each step's hosts in -> out with the first rejections (all with ``verbose``), and a
+    table of the best hosts' weights by weigher (each term spelled out with ``verbose``)."""
+    lines: list[str] = []
+    for inst in diagnosis.instances:
+        chosen = f" -> {inst.chosen[0]}" if inst.chosen else " -> no host"
+        lines.append(f"instance {inst.index + 1}{chosen}: {inst.summary()}")
+        for step in inst.steps:
+            note = f" (skipped: {step.skipped})" if step.skipped else ""
+            lines.append(f"  {step.name:<36} {step.hosts_in:>6} -> {step.hosts_out:<6}{note}")
+            rejected = step.rejections if verbose else step.rejections[:3]
+            for r in rejected:
+                lines.append(f"      {r.host}/{r.nodename}: {r.reject.render()}")
+            if len(step.rejections) > len(rejected):
+                lines.append(f"      ... {len(step.rejections) - len(rejected)} more (--verbose)")
+        if inst.claim_failures:
+            lines.append("  claims refused on: " + ", ".join(h for h, _ in inst.claim_failures))
+        if inst.weighing:
+            # Only weighers that change something for the hosts shown get a column.
+            names = [t.weigher for t in inst.weighing[0].terms]
+            shown = [i for i, _ in enumerate(names)
+                     if any(w.terms[i].contribution != 0 for w in inst.weighing)]
+            quiet = len(names) - len(shown)
+            lines.append("  top hosts by weight"
+                         + (f" ({quiet} weighers add 0 here):" if quiet else ":"))
+            rows: list[tuple[str, ...]] = [("host", "weight") + tuple(
+                names[i].replace("Weigher", "").replace("ServerGroup", "") for i in shown)]
+            for w in inst.weighing:
+                rows.append((w.host, f"{w.weight:.4f}") + tuple(
+                    f"{w.terms[i].contribution:+.3f}" for i in shown))
+            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+            for row in rows:
+                lines.append("    " + "  ".join(c.ljust(wd) for c, wd in zip(row, widths)).rstrip())
+            if verbose:
+                for w in inst.weighing:
+                    for t in w.terms:
+                        lines.append(
+                            f"    {w.host} {t.weigher}: raw {t.raw:g}, normalized "
+                            f"{t.normalized:.4f} x multiplier {t.multiplier:g} = "
+                            f"{t.contribution:+.4f}")
+    return lines

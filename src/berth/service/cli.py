@@ -202,7 +202,7 @@ def diagnosis_from_dict(data: Any) -> Diagnosis:
 
 def _print_diagnosis(data: Any, verbose: bool) -> None:
     """Print an API diagnosis the way ``berth schedule --explain`` prints its own."""
-    from berth.cli import _print_diagnosis as print_explained
+    from berth.explain import diagnosis_lines
 
     try:
         diagnosis = diagnosis_from_dict(data)
@@ -210,7 +210,7 @@ def _print_diagnosis(data: Any, verbose: bool) -> None:
         # A server of another version: show what it sent rather than nothing.
         print(json.dumps(data, indent=2))
         return
-    print_explained(diagnosis, verbose=verbose)
+    print("\n".join(diagnosis_lines(diagnosis, verbose=verbose)))
 
 
 # ----------------------------------------------------------------------------- serve
