@@ -7,19 +7,13 @@ reachable). ``api`` wraps httpx with the admin token and a chosen microversion.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from pgdb import fresh_pg_database
 from placement.support import Api, Server, start_server
-
-PG_ADMIN_URL = os.environ.get(
-    "BERTH_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 
 
 @pytest.fixture(scope="session")
@@ -39,35 +33,11 @@ def api(server: Server) -> Iterator[Api]:
     client.http.close()
 
 
-def _pg_admin_engine() -> Any:
-    import sqlalchemy as sa
-
-    return sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-
-
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this session, dropped afterwards."""
-    import sqlalchemy as sa
-
-    try:
-        engine = _pg_admin_engine()
-        with engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-    except Exception as exc:  # noqa: BLE001 - any connection failure means "skip"
-        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
-    name = f"berth_test_{uuid.uuid4().hex[:12]}"
-    with engine.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    yield url
-    with engine.connect() as conn:
-        conn.execute(
-            sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
-            {"n": name},
-        )
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-    engine.dispose()
+    with fresh_pg_database("berth_test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

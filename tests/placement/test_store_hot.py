@@ -25,7 +25,7 @@ from berth.placement.store import (
     InventoryRecord,
     PlacementStore,
 )
-from placement.conftest import PG_ADMIN_URL
+from pgdb import fresh_pg_database
 
 INV = {
     "VCPU": InventoryRecord("VCPU", 8, 0, 1, 8, 1, 1.0),
@@ -36,28 +36,8 @@ INV = {
 @pytest.fixture(scope="module")
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database for this module (skipped when PostgreSQL is down)."""
-    try:
-        admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-    except Exception as exc:  # noqa: BLE001 - any connection failure means "skip"
-        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
-    name = f"berth_hot_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :n AND pid <> pg_backend_pid()"
-                ),
-                {"n": name},
-            )
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
+    with fresh_pg_database("berth_hot") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -9,15 +9,13 @@ nothing else holds allocations, and generation-conflict retries stayed within bo
 from __future__ import annotations
 
 import multiprocessing
-import os
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-PG_ADMIN_URL = os.environ.get("BERTH_TEST_PG_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+from pgdb import fresh_pg_database
+
 HOSTS = 50
 PROCESSES = 4
 REQUESTS = 2000
@@ -38,25 +36,8 @@ def _config() -> Any:
 @pytest.fixture
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database, dropped afterwards (skip if PostgreSQL is down)."""
-    import sqlalchemy as sa
-
-    try:
-        admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-    except Exception as exc:  # noqa: BLE001 - any connection failure means "skip"
-        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
-    name = f"berth_sched_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                 "WHERE datname = :n AND pid <> pg_backend_pid()"), {"n": name})
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
+    with fresh_pg_database("berth_sched") as url:
+        yield url
 
 
 def _worker(url: str, index: int, count: int, queue: Any) -> None:

@@ -58,11 +58,12 @@ def explain_flat(
     out: dict[int, Exclusion] = {}
     open_ = np.ones(graph.size, dtype=np.bool_)  # not yet explained
 
-    def fail(mask: np.ndarray, make: Any) -> None:
-        """Explain every still-open provider failing ``mask`` with ``make(index)``."""
+    def fail(mask: np.ndarray, why: Exclusion | Callable[[int], Exclusion]) -> None:
+        """Explain every still-open provider failing ``mask`` with ``why`` (or
+        ``why(index)`` when the numbers are the provider's own)."""
         hit = ~mask & open_
         for p in np.flatnonzero(hit).tolist():
-            out[p] = make(p)
+            out[p] = why if isinstance(why, Exclusion) else why(p)
         open_[hit] = False
 
     if query.root_required is not None:
@@ -77,24 +78,16 @@ def explain_flat(
             graph, p, required=required, forbidden=forbidden)))
     for any_of in group.required:
         names = sorted(any_of)
-        hit = np.zeros(graph.size, dtype=np.bool_)
-        for t in names:
-            hit |= graph.trait_mask(t)
-        fail(hit, lambda p, names=names: Exclusion(
-            "missing required trait", {"required": " or ".join(names)}))
+        fail(_any_of(graph.size, names, graph.trait_mask),
+             Exclusion("missing required trait", {"required": " or ".join(names)}))
     for t in sorted(group.forbidden):
-        fail(~graph.trait_mask(t), lambda p, t=t: Exclusion("has a forbidden trait",
-                                                            {"trait": t}))
+        fail(~graph.trait_mask(t), Exclusion("has a forbidden trait", {"trait": t}))
     for any_of in group.member_of:
         aggs = sorted(any_of)
-        hit = np.zeros(graph.size, dtype=np.bool_)
-        for a in aggs:
-            hit |= graph.agg_mask(a)
-        fail(hit, lambda p, aggs=aggs: Exclusion(
-            "not in a required aggregate", {"member_of": " or ".join(aggs)}))
+        fail(_any_of(graph.size, aggs, graph.agg_mask),
+             Exclusion("not in a required aggregate", {"member_of": " or ".join(aggs)}))
     for a in sorted(group.forbidden_aggs):
-        fail(~graph.agg_mask(a), lambda p, a=a: Exclusion("in a forbidden aggregate",
-                                                          {"aggregate": a}))
+        fail(~graph.agg_mask(a), Exclusion("in a forbidden aggregate", {"aggregate": a}))
     for rc, amount in group.resources.items():
         for mask, make in _class_conditions(graph, rc, amount):
             fail(mask, make)
@@ -102,16 +95,22 @@ def explain_flat(
         tree = graph.index.get(group.in_tree)
         in_tree = (np.zeros(graph.size, dtype=np.bool_) if tree is None
                    else graph.root_array == graph.root[tree])
-        fail(in_tree, lambda p: Exclusion("not in the requested tree",
-                                          {"in_tree": group.in_tree}))
+        fail(in_tree, Exclusion("not in the requested tree", {"in_tree": group.in_tree}))
     answered = np.zeros(graph.size, dtype=np.bool_)
     answered[result.providers] = True
-    fail(answered, lambda p: Exclusion("beyond the candidate limit",
-                                       {"returned": len(result.providers)}))
+    fail(answered, Exclusion("beyond the candidate limit", {"returned": len(result.providers)}))
     return out
 
 
-Condition = tuple[np.ndarray, Callable[[int], Exclusion]]
+Condition = tuple[np.ndarray, Exclusion | Callable[[int], Exclusion]]
+
+
+def _any_of(size: int, names: list[str], mask_of: Callable[[str], np.ndarray]) -> np.ndarray:
+    """Providers with at least one of ``names`` (traits or aggregates)."""
+    hit = np.zeros(size, dtype=np.bool_)
+    for name in names:
+        hit |= mask_of(name)
+    return hit
 
 
 def _class_conditions(graph: ProviderGraph, rc: str, amount: int) -> list[Condition]:
@@ -119,9 +118,9 @@ def _class_conditions(graph: ProviderGraph, rc: str, amount: int) -> list[Condit
     cols = graph.columns.get(rc)
     no_inventory = Exclusion(f"no {rc} inventory", {"requested": amount})
     if cols is None:
-        return [(np.zeros(graph.size, dtype=np.bool_), lambda p: no_inventory)]
+        return [(np.zeros(graph.size, dtype=np.bool_), no_inventory)]
     return [
-        (np.isfinite(cols.cap), lambda p: no_inventory),
+        (np.isfinite(cols.cap), no_inventory),
         (cols.used + amount <= cols.cap, lambda p: Exclusion(
             f"insufficient {rc} in placement",
             {"requested": amount, "free": max(int(cols.cap[p]) - int(cols.used[p]), 0),

@@ -332,7 +332,7 @@ class PlacementStore:
         #: (names_seq, class name -> id) for the allocation fast path.
         self._write_rcs: tuple[int, dict[str, int]] | None = None
         self._id_cache: dict[tuple[str, str], int] = {}
-        self._spare: list[_RawConn] = []
+        self._spare: list[RawConnection] = []
         weakref.finalize(self, _close_all, self._spare)
         #: Statements run on the hot-path raw connections (BEGIN/COMMIT included).
         self.raw_statements = 0
@@ -1909,7 +1909,7 @@ class PlacementStore:
 
     def _fast_write_on(
         self,
-        raw: _RawConn,
+        raw: RawConnection,
         w: ConsumerWrite,
         gen: int | None,
         project: int,
@@ -2004,7 +2004,7 @@ class PlacementStore:
 
     def _write_new_from_cache(
         self,
-        raw: _RawConn,
+        raw: RawConnection,
         w: ConsumerWrite,
         project: int,
         user: int,
@@ -2040,7 +2040,7 @@ class PlacementStore:
 
     def _write_from_reads(
         self,
-        raw: _RawConn,
+        raw: RawConnection,
         w: ConsumerWrite,
         gen: int | None,
         project: int,
@@ -2141,7 +2141,7 @@ class PlacementStore:
 
     def _finish_write(
         self,
-        raw: _RawConn,
+        raw: RawConnection,
         prefix: list[tuple[Any, ...]],
         consumer: str,
         added: Mapping[tuple[int, int], int],
@@ -2471,7 +2471,7 @@ class PlacementStore:
                     self._give_raw(raw, ok)
         raise AssertionError("unreachable")
 
-    def _refresh_graph(self, raw: _RawConn) -> Any:
+    def _refresh_graph(self, raw: RawConnection) -> Any:
         ((seq, full_seq, names_seq),) = self._run(raw, [(_RAW_STATE, ())])[0]
         if self._graph is not None and seq == self._seq and names_seq == self._names_seq:
             return self._current_graph()
@@ -2508,7 +2508,7 @@ class PlacementStore:
             return ("BEGIN", ())  # WAL: the first read fixes the snapshot
         return ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", ())
 
-    def _load_changes(self, raw: _RawConn) -> bool:
+    def _load_changes(self, raw: RawConnection) -> bool:
         """Reload the providers changed since the cached state, in one snapshot: its
         counters and the change log, then those providers (and the names if they
         changed): two round trips on PostgreSQL. False when a full reload is needed."""
@@ -2579,7 +2579,7 @@ class PlacementStore:
             where, params = f" WHERE {column} = ANY(?)", [list(ids)]
         return (sql.format(where) if "{}" in sql else sql + where), params
 
-    def _load_all(self, raw: _RawConn) -> None:
+    def _load_all(self, raw: RawConnection) -> None:
         """Load every provider and name in one snapshot."""
         res = self._run(
             raw,
@@ -2663,11 +2663,11 @@ class PlacementStore:
 
     # ------------------------------------------------------------------ hot path plumbing
 
-    def _run(self, raw: _RawConn, stmts: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+    def _run(self, raw: RawConnection, stmts: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         self.raw_statements += len(stmts)
         return raw.run(stmts)
 
-    def _take_raw(self, *, fresh: bool = False) -> _RawConn:
+    def _take_raw(self, *, fresh: bool = False) -> RawConnection:
         """A kept raw connection, or a new one (none is shared between two callers)."""
         pool = self.engine.pool
         while not fresh:
@@ -2678,9 +2678,9 @@ class PlacementStore:
             if raw.pool is pool and raw.pid == os.getpid():
                 return raw
             raw.close()  # the engine was disposed, or we are in a forked child
-        return _RawConn(self.engine)
+        return RawConnection(self.engine)
 
-    def _give_raw(self, raw: _RawConn, ok: bool) -> None:
+    def _give_raw(self, raw: RawConnection, ok: bool) -> None:
         """Keep ``raw`` for the next call if it is usable (an open transaction, after an
         error or an abandoned fast path, is rolled back first)."""
         if raw.reset() and len(self._spare) < _KEEP_RAW and raw.pool is self.engine.pool:
@@ -2712,7 +2712,7 @@ def _fields(inv: InventoryRecord) -> dict[str, Any]:
 # ---------------------------------------------------------------------- hot path: raw SQL
 #
 # provider_graph() and the common write_allocations() run on DBAPI connections the store
-# keeps (``_RawConn``), with ``?`` placeholders (rewritten for psycopg). On PostgreSQL the
+# keeps (``RawConnection``), with ``?`` placeholders (rewritten for psycopg). On PostgreSQL the
 # connection is in autocommit mode with explicit BEGIN/COMMIT, and the statements of one
 # ``run`` go out as a psycopg pipeline: one network round trip however many there are.
 
@@ -2821,7 +2821,7 @@ def _pg_sql(sql: str) -> str:
     return out
 
 
-class _RawConn:
+class RawConnection:
     """One DBAPI connection a store keeps for its hot paths, detached from the pool.
 
     PostgreSQL: autocommit mode, so a lone read is one round trip and a transaction is
@@ -2945,9 +2945,9 @@ class _RawConn:
 
 
 #: Connections inherited from a parent process: kept referenced, never used or closed.
-_INHERITED: list[_RawConn] = []
+_INHERITED: list[RawConnection] = []
 
 
-def _close_all(conns: list[_RawConn]) -> None:
+def _close_all(conns: list[RawConnection]) -> None:
     while conns:
         conns.pop().close()

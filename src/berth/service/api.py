@@ -217,7 +217,7 @@ class SchedulerApp:
             decision = self.service.select_destinations(spec, explain=explain)
         except NoValidHost as exc:
             if explain and exc.diagnosis is None:
-                exc.diagnosis = self._refusal_diagnosis(spec, exc.reason)
+                exc.diagnosis = self._refusal_diagnosis()
             raise
         out = []
         for uuid, hosts in zip(decision.instance_uuids, decision.selections):
@@ -231,7 +231,7 @@ class SchedulerApp:
             answer["diagnosis"] = decision.diagnosis.to_dict()
         return answer
 
-    def _refusal_diagnosis(self, spec: RequestSpec, reason: str) -> Diagnosis:
+    def _refusal_diagnosis(self) -> Diagnosis:
         """The explanation of a NoValidHost raised before any filter ran (a request
         filter's refusal, an unknown forced host), shaped as the pipeline shapes its own:
         one instance, one step, no host through. Placement's empty answers are explained

@@ -22,11 +22,9 @@ scheduler passes to the pure core.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,6 +40,7 @@ from berth.model.aggregate import Aggregate
 from berth.model.compute import Instance, MetricItem, ServiceRecord
 from berth.model.request import Flavor
 from berth.placement.client import ConflictError, NotFoundError, PlacementClient
+from berth.placement.store import RawConnection
 from berth.snapshot import HostRecord, HostSnapshot
 
 LOG = logging.getLogger(__name__)
@@ -138,56 +137,19 @@ def aggregate_to_row(agg: Aggregate) -> dict[str, Any]:
 _READ_TOP_SQL = "SELECT seq FROM berth_compute_counter WHERE id = 1"
 
 
-class _KeptConnection:
-    """A DBAPI connection held outside the pool for one cheap, frequent read.
-
-    Autocommit (PostgreSQL) or no open transaction (SQLite, whose driver begins one only
-    for writes), so a read sees the latest commit and holds no snapshot or lock between
-    calls. Through SQLAlchemy the same SELECT cost three times as much on PostgreSQL.
-    """
-
-    def __init__(self, engine: Engine) -> None:
-        fairy = engine.raw_connection()
-        fairy.detach()
-        self.fairy = fairy
-        dbapi: Any = fairy.dbapi_connection
-        self.dbapi = dbapi
-        self.errors: type[Exception] = engine.dialect.loaded_dbapi.Error
-        if engine.dialect.name != "sqlite":
-            dbapi.rollback()
-            dbapi.autocommit = True
-        self.pid = os.getpid()
-
-    def scalar(self, sql: str) -> int:
-        """The first column of the first row of ``sql``."""
-        cur = self.dbapi.cursor()
-        try:
-            cur.execute(sql)
-            row = cur.fetchone()
-        finally:
-            cur.close()
-        if row is None:
-            raise LookupError(f"no row: {sql}")
-        return int(row[0])
-
-    def close(self) -> None:
-        """Close it (never a connection inherited across a fork)."""
-        if os.getpid() == self.pid:
-            with contextlib.suppress(Exception):
-                self.fairy.close()
-
-
 class ComputeRecordStore:
     """Compute-node reports and host aggregates in SQL, with a change counter.
 
     A scheduler asks :meth:`changes` before every request and the answer is nearly
-    always "nothing new", so that check runs on a connection kept open in autocommit
-    mode: one statement, no pool checkout and no transaction around it.
+    always "nothing new", so that check runs on a connection kept outside the pool in
+    autocommit mode (the store's :class:`~berth.placement.store.RawConnection`): one
+    statement, no pool checkout and no transaction around it (40 µs against 90 µs
+    through SQLAlchemy on PostgreSQL).
     """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._top_conn: _KeptConnection | None = None
+        self._top_conn: RawConnection | None = None
         self._top_lock = threading.Lock()
         records_metadata.create_all(engine)
         try:
@@ -238,10 +200,11 @@ class ComputeRecordStore:
         with self._top_lock:
             for attempt in (1, 2):
                 if self._top_conn is None:
-                    self._top_conn = _KeptConnection(self.engine)
+                    self._top_conn = RawConnection(self.engine)
                 try:
-                    return self._top_conn.scalar(_READ_TOP_SQL)
-                except self._top_conn.errors:
+                    ((seq,),) = self._top_conn.run([(_READ_TOP_SQL, ())])[0]
+                    return int(seq)
+                except sa.exc.DBAPIError:
                     # A dropped connection (database restart): reopen once.
                     self._top_conn.close()
                     self._top_conn = None

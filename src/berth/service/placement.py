@@ -244,17 +244,6 @@ def candidate_set(
     return CandidateSet(by_row=by_row, version=answer.version or CANDIDATES_MICROVERSION)
 
 
-class _GraphRows:
-    """One graph's provider uuids mapped to snapshot rows, kept while neither changes."""
-
-    __slots__ = ("uuids", "index", "key", "rows")
-
-    def __init__(self, uuids: Sequence[str], index: Mapping[str, int], key: object) -> None:
-        self.uuids, self.index, self.key = uuids, index, key
-        get = index.get
-        self.rows = np.fromiter((get(u, -1) for u in uuids), dtype=np.int64, count=len(uuids))
-
-
 def graph_rows(graph: engine.ProviderGraph, index: Mapping[str, int]) -> np.ndarray:
     """Snapshot row (-1: none) of every provider of ``graph``, by graph index.
 
@@ -263,11 +252,15 @@ def graph_rows(graph: engine.ProviderGraph, index: Mapping[str, int]) -> np.ndar
     ``version``; any other mapping is re-read every time.
     """
     version = getattr(index, "version", None)
-    memo: _GraphRows | None = graph.cached_fragments("berth.graph_rows")  # type: ignore[assignment]
-    if version is None or memo is None or memo.index is not index or memo.key != version:
-        memo = _GraphRows(graph.uuids, index, version)
-        graph.store_fragments("berth.graph_rows", memo)  # type: ignore[arg-type]
-    return memo.rows
+    memo = graph.cached_fragments("berth.graph_rows")  # (index, version, rows)
+    if version is None or memo is None or memo[0] is not index or memo[1] != version:
+        get = index.get
+        rows = np.fromiter((get(u, -1) for u in graph.uuids), dtype=np.int64,
+                           count=len(graph.uuids))
+        memo = (index, version, rows)
+        graph.store_fragments("berth.graph_rows", memo)
+    rows_of: np.ndarray = memo[2]
+    return rows_of
 
 
 def placement_rejections(
