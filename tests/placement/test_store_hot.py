@@ -24,6 +24,8 @@ from berth.placement.store import (
     ConsumerWrite,
     InventoryRecord,
     PlacementStore,
+    decode_usage_delta,
+    encode_usage_delta,
 )
 from pgdb import fresh_pg_database
 
@@ -125,19 +127,66 @@ def test_the_graph_after_an_own_claim_is_patched_with_one_query(engine: Any) -> 
     store.close()
 
 
-def test_a_claim_in_another_store_is_reloaded_not_patched(engine: Any) -> None:
+def test_claims_in_another_store_are_applied_from_the_log_with_one_query(engine: Any) -> None:
     rps = _providers(engine, 3, "other")
     mine, theirs = PlacementStore(engine), PlacementStore(engine)
     mine.provider_graph()
     theirs.provider_graph()
-    _claim(mine, rps[0])
-    _claim(theirs, rps[1])
+    _claim(mine, rps[0])  # creates project/user: the general path, which caches the ids
+    _claim(theirs, rps[0])
+    mine.provider_graph()
+    theirs.provider_graph()
+    count = _Statements(mine)
+    moved = _claim(theirs, rps[1], vcpu=2)
+    _claim(theirs, rps[1], vcpu=3)
+    _claim(theirs, rps[2])
+    graph = mine.provider_graph()
+    # The counters and the log, in one statement: no provider, inventory or usage read.
+    assert count.orm == 0 and len(count.sql) == 1, count.sql
+    assert graph.providers == _fresh(engine)
+    by_uuid = {p.uuid: p for p in graph.providers}
+    assert by_uuid[rps[1]].usages == {"VCPU": 5, "MEMORY_MB": 128}
+    # A move (the consumer's old rows given back on one provider, new ones on another)
+    # and a release through the general path.
+    _claim(theirs, rps[2], vcpu=1, consumer=moved, generation=1)
+    theirs.delete_consumer_allocations(_claim(theirs, rps[0]))
+    count.reset()
+    graph = mine.provider_graph()
+    assert graph.providers == _fresh(engine)
+    assert any("FROM resource_providers rp" in sql for sql in count.sql)  # the release
     _claim(mine, rps[0])  # does not directly follow the cached state: no write-through
+    _claim(theirs, rps[0], vcpu=2)
     assert mine._seq < mine.change_seq()
     assert mine.provider_graph().providers == _fresh(engine)
     assert theirs.provider_graph().providers == _fresh(engine)
     mine.close()
     theirs.close()
+
+
+def test_an_inventory_change_among_claims_reloads_that_provider(engine: Any) -> None:
+    rps = _providers(engine, 2, "mixed")
+    mine, theirs = PlacementStore(engine), PlacementStore(engine)
+    mine.provider_graph()
+    _claim(theirs, rps[0])
+    _claim(theirs, rps[1])
+    gen = theirs.get_provider(rps[0]).generation  # type: ignore[union-attr]
+    theirs.set_inventories(
+        rps[0], gen, {**INV, "VCPU": InventoryRecord("VCPU", 6, 0, 1, 6, 1, 1.0)}, (1, 39)
+    )
+    _claim(theirs, rps[0])
+    graph = mine.provider_graph()
+    assert graph.providers == _fresh(engine)
+    by_uuid = {p.uuid: p for p in graph.providers}
+    assert by_uuid[rps[0]].inventories["VCPU"].total == 6
+    assert by_uuid[rps[0]].usages["VCPU"] == 2
+    mine.close()
+    theirs.close()
+
+
+def test_usage_deltas_round_trip() -> None:
+    assert encode_usage_delta({2: 40, 0: 1, 1: -512}) == "0:1,1:-512,2:40"
+    assert decode_usage_delta("0:1,1:-512,2:40") == {0: 1, 1: -512, 2: 40}
+    assert decode_usage_delta(encode_usage_delta({})) == {}
 
 
 def _exact(store: PlacementStore, engine: Any) -> None:

@@ -156,13 +156,18 @@ berth_state = sa.Table(
     sa.Column("names_seq", sa.BigInteger, nullable=False, server_default="0"),
 )
 
-#: Which providers each change (``seq``) touched; pruned to the recent past.
+#: Which providers each change (``seq``) touched; pruned to the recent past. A row with
+#: ``usage_delta`` set says that change only moved the provider's usages (by the encoded
+#: per-class amounts) and, when ``generation`` is set, its generation to that value: a
+#: reader applies it without re-reading the provider. A row without says "reload it".
 berth_provider_changes = sa.Table(
     "berth_provider_changes",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("seq", sa.BigInteger, nullable=False, index=True),
     sa.Column("provider_id", sa.Integer, nullable=False),
+    sa.Column("generation", sa.BigInteger, nullable=True),
+    sa.Column("usage_delta", sa.Text, nullable=True),
 )
 
 
@@ -218,7 +223,7 @@ _PG_LOCK_KEY = 0x6265727468
 
 #: The newest revision in ``migrations/versions`` (a test keeps the two in step). A database
 #: already there skips loading Alembic, which keeps server start-up fast.
-HEAD_REVISION = "0003_names_seq"
+HEAD_REVISION = "0004_usage_deltas"
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -2030,7 +2030,9 @@ class PlacementStore:
             (_RAW_FRESH_CONSUMER, (consumer, names_seq), True),
         ]
         try:
-            seq = self._finish_write(raw, prefix, consumer, added, gens, None, sorted(gens), stamp)
+            seq = self._finish_write(
+                raw, prefix, consumer, added, {}, gens, None, sorted(gens), stamp
+            )
         except _Unexpected:
             return None
         if seq is None:
@@ -2131,7 +2133,9 @@ class PlacementStore:
         touched = sorted(set(gens) | {k[0] for k in mine})
         consumer_cas = None if gen is None else (cid, gen)
         try:
-            seq = self._finish_write(raw, [], consumer, added, gens, consumer_cas, touched, stamp)
+            seq = self._finish_write(
+                raw, [], consumer, added, mine, gens, consumer_cas, touched, stamp
+            )
         except _Unexpected:
             return False  # another writer won a compare-and-swap
         if seq is None:
@@ -2145,15 +2149,17 @@ class PlacementStore:
         prefix: list[tuple[Any, ...]],
         consumer: str,
         added: Mapping[tuple[int, int], int],
+        mine: Mapping[tuple[int, int], int],
         gens: Mapping[int, int],
         consumer_cas: tuple[int, int] | None,
         touched: Sequence[int],
         stamp: Any,
     ) -> int | None:
         """Insert the rows, compare-and-swap the providers (in id order) and the consumer,
-        bump the change counter, log the touched providers and commit, in one round trip
-        after ``prefix``. Returns the change number; None when it failed (a database
-        error: the general path answers).
+        bump the change counter, log the touched providers with their new generations and
+        usage deltas (``added`` less the consumer's old rows ``mine``) and commit, in one
+        round trip after ``prefix``. Returns the change number; None when it failed (a
+        database error: the general path answers).
 
         Raises _Unexpected when a compare-and-swap or an assertion of ``prefix`` failed
         (nothing is committed then: the database aborts the transaction).
@@ -2173,9 +2179,18 @@ class PlacementStore:
         if consumer_cas is not None:
             cid, cgen = consumer_cas
             stmts.append((_RAW_CAS_CONSUMER, (cgen + 1, stamp, cid, cgen), True))
+        deltas: dict[int, dict[int, int]] = {rp_id: {} for rp_id in touched}
+        for (rp_id, rc_id), used in mine.items():
+            deltas[rp_id][rc_id] = -used
+        for (rp_id, rc_id), used in added.items():
+            deltas[rp_id][rc_id] = deltas[rp_id].get(rc_id, 0) + used
+        log: list[Any] = []
+        for rp_id in touched:
+            gen = gens.get(rp_id)
+            log += (rp_id, None if gen is None else gen + 1, encode_usage_delta(deltas[rp_id]))
         stmts += [
             (_RAW_BUMP_SEQ, ()),
-            (_RAW_LOG_CHANGES.format(_marks(len(touched), "(?)")), touched),
+            (_RAW_LOG_CHANGES.format(_marks(len(touched), "(?, ?, ?)")), log),
             ("COMMIT", ()),
         ]
         try:
@@ -2448,12 +2463,15 @@ class PlacementStore:
     def provider_graph(self) -> Any:
         """The allocation-candidate engine's ProviderGraph, current as of this call.
 
-        One cheap query compares the DB counters with the cached graph's. When they
-        differ, only the providers the change log names since then are reloaded (a
-        resource class rename, or a cache too far behind, forces a full reload) and the
-        graph is patched for them; trait and class names are re-read only when the names
-        counter moved. This store's own allocation writes patch the cache as they commit
-        (when nobody else wrote in between), so after them the query is all it costs.
+        One cheap query reads the DB counters and, in the same snapshot, the change log
+        since the cached state. Allocation writes log their usage deltas and new
+        generations, so when every change since then is one (other schedulers' claims)
+        the cache is patched from the log alone (:meth:`_apply_log`). Otherwise only the
+        providers the log names are reloaded (a resource class rename, or a cache too far
+        behind, forces a full reload) and the graph is patched for them; trait and class
+        names are re-read only when the names counter moved. This store's own allocation
+        writes patch the cache as they commit (when nobody else wrote in between), so after
+        them the query is all it costs.
         """
         with self._graph_lock:
             for attempt in range(2):
@@ -2472,18 +2490,74 @@ class PlacementStore:
         raise AssertionError("unreachable")
 
     def _refresh_graph(self, raw: RawConnection) -> Any:
-        ((seq, full_seq, names_seq),) = self._run(raw, [(_RAW_STATE, ())])[0]
-        if self._graph is not None and seq == self._seq and names_seq == self._names_seq:
+        if self._graph is None:
+            self._load_all(raw)
             return self._current_graph()
-        if (
-            self._graph is not None
-            and full_seq <= self._seq <= seq
-            and seq - self._seq <= INCREMENTAL_LIMIT
-            and self._load_changes(raw)
-        ):
+        old = self._seq
+        rows = self._run(raw, [(_RAW_STATE_AND_LOG, (old, old + INCREMENTAL_LIMIT))])[0]
+        seq, full_seq, names_seq = rows[0][:3]
+        if seq == old and names_seq == self._names_seq:
             return self._current_graph()
+        if full_seq <= old <= seq and seq - old <= INCREMENTAL_LIMIT:
+            if names_seq == self._names_seq and self._apply_log(rows, seq):
+                return self._current_graph()
+            if self._load_changes(raw):
+                return self._current_graph()
         self._load_all(raw)
         return self._current_graph()
+
+    def _apply_log(self, rows: Sequence[Any], seq: int) -> bool:
+        """Bring the cached providers to change ``seq`` from the change log rows read with
+        it (:data:`_RAW_STATE_AND_LOG`), when every change since the cached state was an
+        allocation write that logged its usage deltas: no provider is re-read. False
+        (nothing changed) when a change needs a provider reloaded, or the log does not fit
+        the cache; :meth:`_load_changes` then reads those providers.
+        """
+        providers, rc_by_id = self._providers, self._rc_by_id
+        sums: dict[int, dict[int, int]] = {}
+        latest: dict[int, tuple[int, int]] = {}  # provider -> (change, generation)
+        # The rows come in no particular order: sum the deltas, and keep the generation
+        # of each provider's latest change.
+        for _seq, _full, _names, change, rp_id, generation, delta in rows:
+            if change is None:
+                continue
+            if delta is None or rp_id not in providers:
+                return False
+            per = sums.setdefault(rp_id, {})
+            for rc_id, amount in decode_usage_delta(delta).items():
+                per[rc_id] = per.get(rc_id, 0) + amount
+            if generation is not None and (rp_id not in latest or change > latest[rp_id][0]):
+                latest[rp_id] = (change, int(generation))
+        patched = {}
+        for rp_id, per in sums.items():
+            cur = providers[rp_id]
+            usages = dict(cur.usages)
+            for rc_id, amount in per.items():
+                name = rc_by_id.get(rc_id)
+                if name is None:
+                    return False
+                after = usages.get(name, 0) + amount
+                if after < 0:
+                    return False  # the cache disagrees with the log: reload instead
+                if after:
+                    usages[name] = after
+                else:
+                    usages.pop(name, None)
+            patched[rp_id] = type(cur)(
+                cur.uuid,
+                cur.name,
+                latest[rp_id][1] if rp_id in latest else cur.generation,
+                cur.parent_uuid,
+                cur.root_uuid,
+                cur.inventories,
+                usages,
+                cur.traits,
+                cur.aggregates,
+            )
+        providers.update(patched)
+        self._dirty.update(patched)
+        self._seq = seq
+        return True
 
     def _current_graph(self) -> Any:
         """The graph of the cached providers, patched or rebuilt for what changed."""
@@ -2779,9 +2853,20 @@ _RAW_INSERT_ALLOCS = (
 )
 _RAW_CAS_RP = "UPDATE resource_providers SET generation = ?, updated_at = ? WHERE id = ? AND generation = ?"
 _RAW_CAS_CONSUMER = "UPDATE consumers SET generation = ?, updated_at = ? WHERE id = ? AND generation = ?"
+#: The log rows of an allocation write: per touched provider, its generation after the
+#: write (NULL: unchanged) and its usage deltas (see :func:`encode_usage_delta`).
 _RAW_LOG_CHANGES = (
-    "INSERT INTO berth_provider_changes (seq, provider_id) "
-    "SELECT b.change_seq, v.column1 FROM berth_state b, (VALUES {}) AS v WHERE b.id = 1"
+    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
+    "SELECT b.change_seq, v.column1, CAST(v.column2 AS BIGINT), CAST(v.column3 AS TEXT) "
+    "FROM berth_state b, (VALUES {}) AS v WHERE b.id = 1"
+)
+#: The counters and, in the same snapshot, the change log after the cached state (at
+#: most ``INCREMENTAL_LIMIT`` changes: a cache further behind is rebuilt anyway). With no
+#: change, one row of counters and NULLs.
+_RAW_STATE_AND_LOG = (
+    "SELECT b.change_seq, b.full_seq, b.names_seq, c.seq, c.provider_id, c.generation, "
+    "c.usage_delta FROM berth_state b LEFT JOIN berth_provider_changes c "
+    "ON c.seq > ? AND c.seq <= ? WHERE b.id = 1"
 )
 #: 1 when the consumer holds no allocations and the names are still those of ``?``.
 _RAW_FRESH_CONSUMER = (
@@ -2790,6 +2875,22 @@ _RAW_FRESH_CONSUMER = (
 )
 _RAW_PRUNE = "DELETE FROM berth_provider_changes WHERE seq < ?"
 _SQLITE_STAMP = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DateTime storage format on SQLite
+
+
+def encode_usage_delta(deltas: Mapping[int, int]) -> str:
+    """A provider's usage change per resource class id as log text: ``"0:1,1:512"``
+    (``""``: none; the write changed only the generation)."""
+    return ",".join(f"{rc_id}:{amount}" for rc_id, amount in sorted(deltas.items()))
+
+
+def decode_usage_delta(text: str) -> dict[int, int]:
+    """The inverse of :func:`encode_usage_delta`."""
+    out: dict[int, int] = {}
+    if text:
+        for part in text.split(","):
+            rc_id, _, amount = part.partition(":")
+            out[int(rc_id)] = int(amount)
+    return out
 
 
 def _marks(n: int, mark: str = "?") -> str:
