@@ -78,6 +78,8 @@ _PRUNE_CHANGES = sa.text("DELETE FROM berth_provider_changes WHERE seq < :seq")
 INCREMENTAL_LIMIT = 2000
 CHANGE_LOG_KEEP = 5000
 _TOUCHED = "berth_touched"
+_USAGE = "berth_usage"
+_GENS = "berth_gens"
 _FULL = "berth_full"
 _NAMES = "berth_names"
 _NEW_IDS = "berth_new_ids"
@@ -87,7 +89,10 @@ _BUMP_NAMES = sa.text("UPDATE berth_state SET names_seq = names_seq + 1 WHERE id
 _RAW_BUMP_SEQ = (
     "UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 RETURNING change_seq"
 )
-_RAW_LOG_CHANGE = "INSERT INTO berth_provider_changes (seq, provider_id) VALUES (?, ?)"
+_RAW_LOG_CHANGE = (
+    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
+    "VALUES (?, ?, ?, ?)"
+)
 _RAW_INSERT_ROOT_RP = (
     "INSERT INTO resource_providers (uuid, name, generation, created_at) "
     "VALUES (?, ?, 0, ?) RETURNING id"
@@ -344,6 +349,8 @@ class PlacementStore:
         """A write transaction (BEGIN IMMEDIATE on SQLite) that bumps the change counter."""
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
             conn.info[_TOUCHED] = set()
+            conn.info[_USAGE] = {}
+            conn.info[_GENS] = {}
             conn.info[_FULL] = False
             conn.info[_NAMES] = False
             conn.info[_NEW_IDS] = {}
@@ -352,8 +359,14 @@ class PlacementStore:
             seq = int(cursor.fetchone()[0])
             cursor.close()
             touched = conn.info.pop(_TOUCHED, set())
-            if touched:
-                self._raw_many(conn, _RAW_LOG_CHANGE, [(seq, rp_id) for rp_id in touched])
+            usage, gens = conn.info.pop(_USAGE, {}), conn.info.pop(_GENS, {})
+            log = [(seq, rp_id, None, None) for rp_id in touched]
+            log += [
+                (seq, rp_id, gens.get(rp_id), encode_usage_delta(usage.get(rp_id, {})))
+                for rp_id in sorted((usage.keys() | gens.keys()) - touched)
+            ]
+            if log:
+                self._raw_many(conn, _RAW_LOG_CHANGE, log)
             if conn.info.pop(_FULL, False):
                 conn.execute(_MARK_FULL, {"seq": seq})
             if conn.info.pop(_NAMES, False):
@@ -392,6 +405,14 @@ class PlacementStore:
     def _touch(conn: Connection, *rp_ids: int) -> None:
         """Record providers whose graph view this transaction changes."""
         conn.info.setdefault(_TOUCHED, set()).update(rp_ids)
+
+    @staticmethod
+    def _touch_usage(conn: Connection, rp_id: int, rc_id: int, delta: int) -> None:
+        """Record that this transaction changes a provider's usage of a class by
+        ``delta`` (logged as a delta, unless something else of the provider changes
+        too: then it is logged for a reload)."""
+        per = conn.info.setdefault(_USAGE, {}).setdefault(rp_id, {})
+        per[rc_id] = per.get(rc_id, 0) + delta
 
     @staticmethod
     def _touch_all(conn: Connection) -> None:
@@ -462,9 +483,17 @@ class PlacementStore:
         return None if row is None else self._record(row)
 
     @staticmethod
-    def _bump(conn: Connection, rp_id: int, expected: int) -> bool:
-        """CAS the provider generation; False when another writer got there first."""
-        conn.info.setdefault(_TOUCHED, set()).add(rp_id)
+    def _bump(conn: Connection, rp_id: int, expected: int, *, usage_only: bool = False) -> bool:
+        """CAS the provider generation; False when another writer got there first.
+
+        ``usage_only``: the transaction changes nothing else of the provider than its
+        usages (recorded with :meth:`_touch_usage`), so the change log can carry the new
+        generation instead of asking readers to reload the provider.
+        """
+        if usage_only:
+            conn.info.setdefault(_GENS, {})[rp_id] = expected + 1
+        else:
+            conn.info.setdefault(_TOUCHED, set()).add(rp_id)
         result = conn.execute(
             _BUMP_RP,
             {"rp_id": rp_id, "expected": expected, "new_gen": expected + 1, "now": utcnow()},
@@ -1749,7 +1778,8 @@ class PlacementStore:
         consumer_uuids = [w.consumer_uuid for w in writes]
         old_rows = conn.execute(_SEL_OLD_ALLOCS, {"consumers": consumer_uuids}).all()
         # Every provider losing this consumer's allocations changes usage.
-        self._touch(conn, *{r.resource_provider_id for r in old_rows})
+        for r in old_rows:
+            self._touch_usage(conn, r.resource_provider_id, r.resource_class_id, -r.used)
         # Providers to bump: every one in the new data, plus those whose allocations a
         # consumer clears with an empty ``allocations``.
         bump_ids: dict[int, int] = {}
@@ -1826,6 +1856,8 @@ class PlacementStore:
                         f"Unable to allocate inventory: Unable to create allocation for {where}. "
                         "The requested amount would exceed the capacity."
                     )
+            for (rp_id, rc_id), amount in requested.items():
+                self._touch_usage(conn, rp_id, rc_id, amount)
             now = utcnow()
             merged: dict[tuple[str, int, int], int] = defaultdict(int)
             for consumer, rp_id, rc_id, used in items:
@@ -1845,7 +1877,7 @@ class PlacementStore:
                 ],
             )
         for rp_id in sorted(bump_ids):
-            if not self._bump(conn, rp_id, bump_ids[rp_id]):
+            if not self._bump(conn, rp_id, bump_ids[rp_id], usage_only=True):
                 raise _Retry()
         # Consumers in a fixed order, like providers, so concurrent writers cannot deadlock.
         for w in sorted(writes, key=lambda w: w.consumer_uuid):
@@ -2277,14 +2309,16 @@ class PlacementStore:
     def delete_consumer_allocations(self, consumer_uuid: str) -> None:
         """Delete all allocations of a consumer and the consumer itself."""
         with self._write() as conn:
-            self._touch(
-                conn,
-                *conn.execute(
-                    sa.select(allocations.c.resource_provider_id).where(
-                        allocations.c.consumer_id == consumer_uuid
-                    )
-                ).scalars(),
-            )
+            # No provider generation changes (Placement's rule): the log carries the
+            # usage given back.
+            for rp_id, rc_id, used in conn.execute(
+                sa.select(
+                    allocations.c.resource_provider_id,
+                    allocations.c.resource_class_id,
+                    allocations.c.used,
+                ).where(allocations.c.consumer_id == consumer_uuid)
+            ):
+                self._touch_usage(conn, rp_id, rc_id, -used)
             result = conn.execute(
                 sa.delete(allocations).where(allocations.c.consumer_id == consumer_uuid)
             )
