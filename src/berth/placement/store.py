@@ -360,7 +360,9 @@ class PlacementStore:
             cursor.close()
             touched = conn.info.pop(_TOUCHED, set())
             usage, gens = conn.info.pop(_USAGE, {}), conn.info.pop(_GENS, {})
-            log = [(seq, rp_id, None, None) for rp_id in touched]
+            log: list[tuple[int, int, int | None, str | None]] = [
+                (seq, rp_id, None, None) for rp_id in touched
+            ]
             log += [
                 (seq, rp_id, gens.get(rp_id), encode_usage_delta(usage.get(rp_id, {})))
                 for rp_id in sorted((usage.keys() | gens.keys()) - touched)
