@@ -137,8 +137,9 @@ def test_one_new_consumer_claimed_by_many_writers_once(two_servers: list[Server]
 
 
 def _claim_and_compare(args: tuple[str, list[str], int, Any]) -> bool:
-    """Claim on random providers, refreshing the cached graph as we go; after every
-    process is done, the cache must equal a graph built from scratch."""
+    """Claim, move and release on random providers, refreshing the cached graph as we go
+    (other processes' allocation writes reach it as usage deltas in the change log); after
+    every process is done, the cache must equal a graph built from scratch."""
     import random
 
     from berth.placement import db, errors
@@ -148,11 +149,34 @@ def _claim_and_compare(args: tuple[str, list[str], int, Any]) -> bool:
     store = PlacementStore(db.create_db_engine(url))
     rnd = random.Random(seed)
     store.provider_graph()
-    for step in range(40):
-        rp = rnd.choice(uuids)
-        write = ConsumerWrite(str(uuid.uuid4()), "p", "u", [(rp, "VCPU", 1)], "X", None)
+    held: dict[str, int] = {}  # consumer -> generation
+    for step in range(80):
+        kind = rnd.choice(["claim", "claim", "claim", "move", "release", "pair"])
         with contextlib.suppress(errors.PlacementError):
-            store.write_allocations([write], post=False)
+            if kind == "move" and held:
+                consumer = rnd.choice(sorted(held))
+                write = ConsumerWrite(consumer, "p", "u", [(rnd.choice(uuids), "VCPU", 2)], "X",
+                                      held[consumer])
+                store.write_allocations([write], post=False)
+                held[consumer] += 1
+            elif kind == "release" and held:
+                consumer = rnd.choice(sorted(held))
+                del held[consumer]
+                store.delete_consumer_allocations(consumer)
+            elif kind == "pair":
+                pair = [str(uuid.uuid4()), str(uuid.uuid4())]
+                store.write_allocations(
+                    [ConsumerWrite(c, "p", "u", [(rnd.choice(uuids), "VCPU", 1)], "X", None)
+                     for c in pair],
+                    post=True,
+                )
+                held.update(dict.fromkeys(pair, 1))
+            else:
+                consumer = str(uuid.uuid4())
+                write = ConsumerWrite(consumer, "p", "u", [(rnd.choice(uuids), "VCPU", 1)], "X",
+                                      None)
+                store.write_allocations([write], post=False)
+                held[consumer] = 1
         if step % 3 == 0:
             store.provider_graph()
     barrier.wait()
@@ -169,7 +193,7 @@ def test_cached_graphs_in_several_processes_stay_exact(two_servers: list[Server]
     db_url = two_servers[0].db
     ctx = mp.get_context("fork")
     with ctx.Manager() as manager:
-        barrier = manager.Barrier(3)
-        with ctx.Pool(3) as pool:
-            results = pool.map(_claim_and_compare, [(db_url, uuids, i, barrier) for i in range(3)])
-    assert results == [True, True, True]
+        barrier = manager.Barrier(4)
+        with ctx.Pool(4) as pool:
+            results = pool.map(_claim_and_compare, [(db_url, uuids, i, barrier) for i in range(4)])
+    assert results == [True, True, True, True]
