@@ -291,6 +291,31 @@ def test_soft_anti_affinity_spreads_a_multi_create_when_it_is_the_only_preferenc
     assert sorted(h for h, _ in decision.hosts) == ["a", "b"]
 
 
+def test_a_requested_cell_is_the_only_cell_queried_even_when_it_is_disabled():
+    # Nova (§10.2.1) asks only the requested cell when the request may not cross cells,
+    # without looking at whether that cell is disabled.
+    from berth.model import CellMapping, Destination
+
+    snap = cloud(host("a", cell_uuid="c1"), host("b", cell_uuid="c2"))
+    snap.disabled_cells = frozenset({"c1"})
+    s = Scheduler(filters=[], weighers=[])
+    req = spec(requested_destination=Destination(cell=CellMapping(uuid="c1", disabled=True)))
+    decision, _ = run(s, snap, req)
+    assert decision.hosts == [("a", "a")]
+
+
+def test_without_a_requested_cell_only_enabled_cells_are_queried():
+    from berth.model import CellMapping, Destination
+
+    snap = cloud(host("a", cell_uuid="c1"), host("b", cell_uuid="c2"))
+    snap.disabled_cells = frozenset({"c1"})
+    s = Scheduler(filters=[], weighers=[])
+    assert run(s, snap, spec())[0].hosts == [("b", "b")]
+    # A cross-cell move may go to any enabled cell, the requested one included or not.
+    cross = Destination(cell=CellMapping(uuid="c1"), allow_cross_cell_move=True)
+    assert run(s, snap, spec(requested_destination=cross))[0].hosts == [("b", "b")]
+
+
 class _Recording(Scheduler):
     """Remembers the last host order (the one alternates are taken from)."""
 

@@ -529,7 +529,8 @@ class Scheduler:
                 )
 
     def _initial_rows(self, req: _Request, candidates: CandidateSet | None) -> np.ndarray:
-        """Rows in play: placement's answer (or every row), in enabled, allowed cells."""
+        """Rows in play: placement's answer (or every row), in the requested cell when the
+        request names one (and may not cross cells), else in the enabled cells."""
         snapshot = req.ws.snapshot
         n = len(snapshot)
         keep = np.zeros(n, dtype=bool)
@@ -543,9 +544,12 @@ class Scheduler:
         disabled: frozenset[str] = snapshot.disabled_cells
         dest = req.spec.requested_destination
         only_cell = dest.cell.uuid if dest and dest.cell and not dest.allow_cross_cell_move else None
-        if disabled or only_cell:
+        if only_cell is not None or disabled:
+            # Nova queries the requested cell alone, disabled or not; otherwise every
+            # enabled cell (§10.2.1).
             allowed = np.array(
-                [(c not in disabled) and (only_cell is None or c == only_cell) for c in cell_table],
+                [c == only_cell if only_cell is not None else c not in disabled
+                 for c in cell_table],
                 dtype=bool,
             )
             keep &= allowed[cell_codes] if len(cell_table) else keep
