@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from berth.config import SchedulerConfig
+from berth.hardware.pci import InstancePCIRequest, InstancePCIRequests
 from berth.model.aggregate import Aggregate
 from berth.model.request import Flavor, ImageMeta, RequestSpec
 from berth.request_filters import (
@@ -30,7 +31,7 @@ from berth.request_filters import (
     transform_image_metadata,
     virtio_sound_filter,
 )
-from berth.resource_request import RequestGroup, resources_from_request_spec
+from berth.resource_request import RequestGroup, RequestLevelParams, resources_from_request_spec
 
 DEFAULT = SchedulerConfig.default()
 NO_CTX = FilterContext()
@@ -257,14 +258,33 @@ def test_owner_nova_needs_a_new_enough_compute_fleet() -> None:
     assert _root(spec) == {"OWNER_NOVA"}
 
 
+def test_a_pci_request_without_an_alias_comes_from_a_neutron_port() -> None:
+    assert InstancePCIRequest(1, [{}], alias_name=None).source == InstancePCIRequest.NEUTRON_PORT
+    assert InstancePCIRequest(1, [{}], alias_name="gpu").source == InstancePCIRequest.FLAVOR_ALIAS
+    # Nova's constants: FLAVOR_ALIAS = 0, NEUTRON_PORT = 1.
+    assert (InstancePCIRequest.FLAVOR_ALIAS, InstancePCIRequest.NEUTRON_PORT) == (0, 1)
+
+
 def test_owner_nova_is_added_to_flavor_pci_groups_only() -> None:
-    pci = SimpleNamespace(requests=[SimpleNamespace(request_id="req-a", source=1),
-                                    SimpleNamespace(request_id="req-n", source=0)])
+    pci = InstancePCIRequests([InstancePCIRequest(1, [{}], alias_name="gpu", request_id="req-a"),
+                               InstancePCIRequest(1, [{}], alias_name=None, request_id="req-n")])
     groups = [RequestGroup(requester_id="req-a-0", resources={"CUSTOM_PCI": 1}),
-              RequestGroup(requester_id="req-n-0", resources={"CUSTOM_PCI": 1})]
+              RequestGroup(requester_id="req-n-0", resources={"CUSTOM_PCI": 1}),
+              RequestGroup(requester_id="port-1", resources={"NET_BW_EGR_KILOBIT_PER_SEC": 1})]
     spec = _spec(pci_requests=pci, requested_resources=groups)
-    owner_nova_filter(spec, DEFAULT, AGGS, FilterContext(min_compute_version=80))
-    assert groups[0].required_traits == {"OWNER_NOVA"} and groups[1].required_traits == set()
+    assert owner_nova_filter(spec, DEFAULT, AGGS, FilterContext(min_compute_version=80))
+    assert [g.required_traits for g in groups] == [{"OWNER_NOVA"}, set(), set()]
+
+
+def test_owner_nova_already_required_is_kept_without_a_version_check() -> None:
+    # A reschedule's spec already carries OWNER_NOVA: Nova returns before the version check
+    # and leaves the PCI groups as they are.
+    groups = [RequestGroup(requester_id="req-a-0", resources={"CUSTOM_PCI": 1})]
+    pci = InstancePCIRequests([InstancePCIRequest(1, [{}], alias_name="gpu", request_id="req-a")])
+    spec = _spec(pci_requests=pci, requested_resources=groups,
+                 request_level_params=RequestLevelParams(root_required={"OWNER_NOVA"}))
+    assert owner_nova_filter(spec, DEFAULT, AGGS, FilterContext(min_compute_version=72))
+    assert _root(spec) == {"OWNER_NOVA"} and groups[0].required_traits == set()
 
 
 # ----------------------------------------------------------------- all together

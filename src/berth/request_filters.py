@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from berth.config import SchedulerConfig
 from berth.errors import SchedulingError
+from berth.hardware.pci import InstancePCIRequest, requests_of
 from berth.model.aggregate import Aggregate
 from berth.model.request import Destination, RequestSpec
 from berth.resource_request import from_request_spec, request_level_params, trait_exists
@@ -351,30 +352,33 @@ def tpm_secret_security_filter(spec: RequestSpec, config: SchedulerConfig,
     return True
 
 
-def _is_neutron(pci_request: Any) -> bool:
-    source = _field(pci_request, "source")
-    return source in (0, "0", "neutron_port", "NEUTRON_PORT")
+def _flavor_pci_request_ids(spec: RequestSpec) -> set[str]:
+    """Request ids of the spec's PCI requests that did not come from a Neutron port."""
+    return {str(r.request_id) for r in requests_of(spec.pci_requests)
+            if r.request_id and r.source != InstancePCIRequest.NEUTRON_PORT}
 
 
 def owner_nova_filter(spec: RequestSpec, config: SchedulerConfig,
                       aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
-    """Once every compute is new enough, the root and flavor-PCI groups require OWNER_NOVA."""
+    """Once every compute is new enough, the root and flavor-PCI groups require OWNER_NOVA.
+
+    A spec that already requires OWNER_NOVA (a reschedule) is left as it is, whatever the
+    compute versions. A PCI group is one of ``spec.requested_resources`` whose
+    ``requester_id`` without its last ``-N`` part is a PCI request id; Neutron ports'
+    PCI requests (no alias) are left out.
+    """
+    params = spec.request_level_params
+    if params is not None and "OWNER_NOVA" in params.root_required:
+        return True
     version = ctx.min_compute_version
     if version is None or version < OWNER_NOVA_MIN_SERVICE_VERSION:
         return False
     _root_required(spec, "OWNER_NOVA")
-    pci = spec.pci_requests
-    requests = list(pci) if isinstance(pci, (list, tuple)) else list(
-        getattr(pci, "requests", None) or [])
-    non_neutron = {str(_field(r, "request_id")) for r in requests
-                   if _field(r, "request_id") and not _is_neutron(r)}
+    pci_ids = _flavor_pci_request_ids(spec)
     for group in spec.requested_resources or []:
         requester = str(getattr(group, "requester_id", "") or "")
-        prefix = requester.rsplit("-", 1)[0] if "-" in requester else requester
-        if prefix in non_neutron:
-            traits = getattr(group, "required_traits", None)
-            if isinstance(traits, set):
-                traits.add("OWNER_NOVA")
+        if requester and requester.rsplit("-", 1)[0] in pci_ids:
+            group.required_traits.add("OWNER_NOVA")
     return True
 
 

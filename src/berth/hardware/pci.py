@@ -38,7 +38,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from berth.errors import ConfigError, ExtraSpecError, SchedulingError
 from berth.snapshot import freeze
@@ -80,13 +80,23 @@ class InstancePCIRequest:
 
     ``request_id`` ties the request to placement request groups named
     ``{request_id}`` or ``{request_id}-{n}`` in an allocation candidate's mappings.
+    :attr:`source` says where the request came from, derived as Nova derives it.
     """
+
+    #: Sources of a PCI request (Nova's ``InstancePCIRequest`` constants).
+    FLAVOR_ALIAS: ClassVar[int] = 0
+    NEUTRON_PORT: ClassVar[int] = 1
 
     count: int
     spec: list[dict[str, Any]]
     alias_name: str | None = None
     numa_policy: str | None = None
     request_id: str | None = None
+
+    @property
+    def source(self) -> int:
+        """:attr:`FLAVOR_ALIAS` or :attr:`NEUTRON_PORT`: a port's request has no alias."""
+        return self.NEUTRON_PORT if self.alias_name is None else self.FLAVOR_ALIAS
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form."""
