@@ -60,7 +60,7 @@ from berth.filters.base import BaseHostFilter, Reject
 from berth.host_state import CandidateOverlay, Hosts, HostState, WorkingSet
 from berth.model.compute import Instance
 from berth.model.request import RequestSpec
-from berth.model.selection import Selection
+from berth.model.selection import Selection, scheduler_limits
 from berth.snapshot import HostSnapshot
 from berth.weighers.base import BaseHostWeigher
 from berth.weighers.handler import PerHostRanker, Ranker, Ranking, WeigherRanker
@@ -829,7 +829,7 @@ class Scheduler:
                 "service_host": host.host,
                 "nodename": host.nodename,
                 "cell_uuid": host.cell_uuid,
-                "limits": host.limits,
+                "limits": scheduler_limits(host.limits),
                 "allocation_request": json.dumps(alloc_req),
                 "allocation_request_version": version if alloc_req is not None else None,
                 "availability_zone": zone or self.config.default_availability_zone,
