@@ -181,6 +181,18 @@ def test_no_candidates_from_placement_is_no_valid_host_with_an_empty_reason():
     assert info.value.reason == ""
 
 
+def test_candidates_that_map_to_no_known_host_are_not_enough_hosts_not_an_empty_reason():
+    # Placement answered (§8.2.7): no host state matches its providers, so no host is in
+    # play; the empty reason is only for an answer without allocation requests.
+    snap = cloud(host("a"))
+    s = Scheduler(filters=[], weighers=[])
+    with pytest.raises(NoValidHost) as info:
+        s.select_destinations(spec(), snap, now=NOW, rng=random.Random(0), instance_uuids=["i1"],
+                              candidates=CandidateSet(by_row={}, no_allocation_requests=False),
+                              claimer=InMemoryPlacement(snap))
+    assert info.value.reason == "There are not enough hosts available."
+
+
 def test_a_failed_claim_moves_on_to_the_next_host():
     class Refuses:
         def __init__(self):

@@ -34,11 +34,22 @@ class CandidateSet:
     ``by_row`` holds only rows placement returned; rows absent from it are not considered
     at all (like compute nodes missing from ``provider_summaries``). ``rejections``
     explains, for an explanation, why placement left a row out.
+
+    ``no_allocation_requests`` says placement answered no allocation request at all:
+    that, and only that, is Nova's NoValidHost with an empty reason (§8.1.3.5). An answer
+    whose requests map to no known compute node is not empty: no host is in play and the
+    request fails the usual way (§8.2.7). Left None, it is derived from ``by_row`` (a set
+    built without a placement answer, where every request belongs to a row).
     """
 
     by_row: dict[int, list[dict[str, Any]]]
     version: str | None = CANDIDATES_MICROVERSION
     rejections: dict[int, Reject] = field(default_factory=dict)
+    no_allocation_requests: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.no_allocation_requests is None:
+            self.no_allocation_requests = len(self.by_row) == 0
 
 
 class Claimer(Protocol):

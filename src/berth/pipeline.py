@@ -452,8 +452,9 @@ class Scheduler:
 
         initial = self._initial_rows(req, candidates if claiming else None)
         hosts: np.ndarray | HostOrder = initial
-        if claiming and candidates is not None and not candidates.by_row:
-            # Placement returned nothing: Nova's NoValidHost with an empty reason.
+        if claiming and candidates is not None and candidates.no_allocation_requests:
+            # Placement returned no allocation request: Nova's NoValidHost with an empty
+            # reason. (Requests that map to no known node go on: no host, not enough hosts.)
             if req.diagnosis is not None:
                 diag = InstanceDiagnosis(0, uuids[0], hosts_considered=len(snapshot))
                 if req.placement_step is not None:

@@ -197,6 +197,17 @@ def test_candidates_map_by_root_provider_uuid_and_skip_unknown_summaries(stack: 
     assert cands.by_row == {snapshot.row_of("h0"): [ar_shared]}  # h1 not in summaries
 
 
+def test_an_answer_is_empty_only_without_allocation_requests() -> None:
+    from builders import cloud, host
+
+    snapshot = cloud(host("a", uuid="u-a"))
+    stranger = CandidatesAnswer([{"allocations": {"u-zzz": {"resources": {"VCPU": 1}}}}],
+                                {"u-zzz": {}})
+    unmapped = candidate_set(snapshot, stranger)
+    assert dict(unmapped.by_row) == {} and unmapped.no_allocation_requests is False
+    assert candidate_set(snapshot, CandidatesAnswer()).no_allocation_requests is True
+
+
 # ----------------------------------------------------------------- conductor
 def test_the_conductor_reschedules_onto_an_alternate_and_moves_the_claim(stack: Stack) -> None:
     stack.register_hosts(_hosts(3))

@@ -231,7 +231,8 @@ def candidate_set(
         known = rows >= 0
         return CandidateSet(
             by_row=FlatRequests(flat, rows[known], flat.providers[known]),  # type: ignore[arg-type]
-            version=answer.version or CANDIDATES_MICROVERSION)
+            version=answer.version or CANDIDATES_MICROVERSION,
+            no_allocation_requests=answer.empty)
     by_rp: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for alloc_req in answer.allocation_requests:
         for rp_uuid in alloc_req.get("allocations", {}):
@@ -241,7 +242,8 @@ def candidate_set(
         row = index.get(rp_uuid)
         if row is not None:
             by_row[row] = by_rp.get(rp_uuid, [])
-    return CandidateSet(by_row=by_row, version=answer.version or CANDIDATES_MICROVERSION)
+    return CandidateSet(by_row=by_row, version=answer.version or CANDIDATES_MICROVERSION,
+                        no_allocation_requests=answer.empty)
 
 
 def graph_rows(graph: engine.ProviderGraph, index: Mapping[str, int]) -> np.ndarray:
