@@ -428,7 +428,7 @@ class Scheduler:
         """
         if copy_spec:
             spec = copy.deepcopy(spec)
-        self._check_group_policy(spec)
+        self.check_group_policy(spec)
         for f in self.filters:
             f.validate_request(spec)
         num_instances = len(instance_uuids) if instance_uuids else spec.num_instances
@@ -506,7 +506,14 @@ class Scheduler:
         return Decision(selections, claimed_uuids, req.diagnosis)
 
     # ------------------------------------------------------------------ steps
-    def _check_group_policy(self, spec: RequestSpec) -> None:
+    def check_group_policy(self, spec: RequestSpec) -> None:
+        """Raise :class:`~berth.errors.UnsupportedPolicy` when the server group's policy
+        needs a filter or weigher that is not enabled (reference §8.6).
+
+        Nova checks this in the conductor (``setup_instance_group``), before the request
+        reaches the scheduler, so an adapter calls it before the request filters and the
+        placement query; the core checks again for callers that come to it directly.
+        """
         group = spec.instance_group
         if group is None:
             return

@@ -197,6 +197,20 @@ def test_candidates_map_by_root_provider_uuid_and_skip_unknown_summaries(stack: 
     assert cands.by_row == {snapshot.row_of("h0"): [ar_shared]}  # h1 not in summaries
 
 
+def test_an_unsupported_group_policy_is_refused_before_placement_is_asked(stack: Stack) -> None:
+    # TEST_CONFIG enables only ComputeFilter, so anti-affinity is unsupported; the flavor
+    # fits nowhere, which must not turn the refusal into a NoValidHost.
+    from berth.errors import UnsupportedPolicy
+    from berth.model.request import InstanceGroup
+
+    stack.register_hosts(_hosts(1))
+    service = stack.scheduler(seed=1)
+    huge = Flavor(name="huge", vcpus=64, memory_mb=2048, root_gb=1, id=2)
+    with pytest.raises(UnsupportedPolicy):
+        service.select_destinations(_spec(huge, instance_group=InstanceGroup(policy="anti-affinity")))
+    assert service.stats.candidate_queries == 0
+
+
 def test_an_answer_is_empty_only_without_allocation_requests() -> None:
     from builders import cloud, host
 

@@ -2,6 +2,8 @@
 
 Written down once (reference §8.1)::
 
+    server-group policy without its filter/weigher -> UnsupportedPolicy (§8.6)
+      ▼
     refresh the host snapshot from compute reports (only what changed)
       │
       ▼  not a rebuild:
@@ -215,6 +217,9 @@ class SchedulerService:
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None,
         return_alternates: bool, explain: bool,
     ) -> Decision:
+        # Nova's conductor refuses an unsupported group policy before asking the
+        # scheduler: before the request filters and the placement query.
+        self.scheduler.check_group_policy(spec)
         snapshot = self.feed.refresh()
         now = self.clock()
         if spec.is_rebuild():
