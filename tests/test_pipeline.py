@@ -328,6 +328,50 @@ def test_without_a_requested_cell_only_enabled_cells_are_queried():
     assert run(s, snap, spec(requested_destination=cross))[0].hosts == [("b", "b")]
 
 
+def test_pci_devices_are_taken_from_the_pool_of_the_provider_the_claim_used():
+    # One NIC on each of two providers of h1. Both instances' best candidate names rp1:
+    # the first claim takes rp1's device, so consumption must empty rp1's pool (not the
+    # first matching pool, rp0) and the second instance gets the rp0 candidate (§2.3).
+    from berth.config import SchedulerConfig
+    from berth.filters.pci_passthrough import PciPassthroughFilter
+    from berth.hardware.numa import prepare_request
+    from berth.hardware.pci import PciDeviceStats
+    from berth.resource_request import RequestGroup
+
+    config = SchedulerConfig.from_dict(
+        {"pci": {"alias": ['{"name": "nic", "vendor_id": "8086", "product_id": "1520"}']}})
+    pools = PciDeviceStats.from_pools([
+        {"vendor_id": "8086", "product_id": "1520", "numa_node": None, "count": 1, "rp_uuid": rp}
+        for rp in ("rp0", "rp1")])
+    snap = cloud(host("h1", uuid="u1", pci_stats=pools))
+    req = spec(extra_specs={"pci_passthrough:alias": "nic:1"}, num_instances=2)
+    prepare_request(req, config)
+    group = f"{req.pci_requests.requests[0].request_id}-0"
+    req.requested_resources = [RequestGroup(requester_id=group,
+                                            resources={"CUSTOM_PCI_8086_1520": 1})]
+
+    def candidate(rp):
+        return {"allocations": {"u1": {"resources": {"VCPU": 1}}}, "mappings": {"": ["u1"], group: [rp]}}
+
+    claimed = []
+
+    class Accepts:
+        def claim(self, consumer, alloc, spec_obj, version):
+            claimed.append(alloc["mappings"][group])
+            return True
+
+        def rollback(self, consumers):
+            pass
+
+    s = Scheduler(config, filters=[PciPassthroughFilter(config)], weighers=[])
+    decision = s.select_destinations(
+        req, snap, now=NOW, rng=random.Random(0), instance_uuids=["i1", "i2"],
+        candidates=CandidateSet(by_row={0: [candidate("rp1"), candidate("rp0")]}),
+        claimer=Accepts(), return_alternates=False)
+    assert decision.hosts == [("h1", "h1"), ("h1", "h1")]
+    assert claimed == [["rp1"], ["rp0"]]
+
+
 class _Recording(Scheduler):
     """Remembers the last host order (the one alternates are taken from)."""
 

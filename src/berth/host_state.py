@@ -284,6 +284,9 @@ class WorkingSet:
             host_numa = self.obj("numa_topology", row)
             pci_stats = self.obj("pci_stats", row)
             pci_requests = getattr(spec.pci_requests, "requests", None) or []
+            # Which provider serves each request group, as claimed: PCI devices are
+            # taken from the pool of the provider placement allocated from.
+            mapping = spec.get_request_group_mapping()
             if host_numa is not None and spec.numa_topology is not None:
                 from berth.hardware import numa
 
@@ -293,12 +296,14 @@ class WorkingSet:
                     limits=self.limits(row).get("numa_topology"),
                     pci_requests=pci_requests if pci_stats is not None else None,
                     pci_stats=pci_stats,
+                    provider_mapping=mapping,
                 )
                 spec.numa_topology = instance_numa
                 self.set_obj("numa_topology", row, new_host_numa)
             if pci_requests and pci_stats is not None:
                 cells = getattr(spec.numa_topology, "cells", None)
-                self.set_obj("pci_stats", row, pci_stats.apply_requests(pci_requests, cells))
+                self.set_obj("pci_stats", row,
+                             pci_stats.apply_requests(pci_requests, cells, mapping))
         except Exception as exc:  # Nova swallows consumption errors; so do we, loudly.
             LOG.warning("failed to consume resources on %s: %s", self.obj("host", row), exc)
             return

@@ -215,6 +215,21 @@ def test_pack_travels_in_the_limits_to_consumption() -> None:
     assert fitted is not None and fitted.cells[0].id == 0
 
 
+def test_consumption_fits_the_guest_on_the_cell_of_the_provider_placement_chose() -> None:
+    # Cell 0 has more free memory (spread picks it first), but the claim took the device
+    # from rp1, on cell 1: the fit follows the claimed provider (§2.3 provider_mapping).
+    host = topo(cell(0, cpus="0-3", memory=4096), cell(1, cpus="4-7", memory=4096, memory_usage=1024))
+    stats = PciDeviceStats.from_pools([
+        {"vendor_id": "8086", "product_id": "1520", "numa_node": n, "count": 1, "rp_uuid": f"rp{n}"}
+        for n in (0, 1)])
+    request = [InstancePCIRequest(1, [{"vendor_id": "8086"}], request_id="nic")]
+    unmapped, _ = consume(host, guest(shared(1)), LIMITS, request, stats)
+    assert unmapped is not None and unmapped.cells[0].id == 0
+    fitted, _ = consume(host, guest(shared(1)), LIMITS, request, stats,
+                        provider_mapping={"nic-0": ["rp1"]})
+    assert fitted is not None and fitted.cells[0].id == 1
+
+
 def test_cpu_usage_is_sorted_after_memory_so_it_wins_ties_only_as_a_later_key() -> None:
     # Stable sorts: the later key (cpu usage) is the primary order.
     host = topo(cell(0, cpus="0-3", memory=4096, cpu_usage=3),

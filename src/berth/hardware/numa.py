@@ -1288,13 +1288,17 @@ def consume(
     limits: NUMATopologyLimits | None = None,
     pci_requests: Sequence[InstancePCIRequest] | None = None,
     pci_stats: PciDeviceStats | None = None,
+    provider_mapping: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[InstanceNUMATopology | None, NUMATopology]:
     """Virtual consumption of a NUMA request on a host (reference §2.3).
 
     Returns the fitted instance topology (what Nova stores back on the spec) and the
     host topology after the instance is placed. As in Nova, when the request no longer
     fits the instance topology becomes None and the host is unchanged (so later
-    instances of a multi-create are no longer NUMA-constrained).
+    instances of a multi-create are no longer NUMA-constrained). ``provider_mapping`` is
+    the spec's request-group mapping after the claim, so the PCI check of the fit looks
+    at the pools of the providers placement allocated from.
     """
-    fitted = numa_fit_instance_to_host(host_numa, instance_numa, limits, pci_requests, pci_stats)
+    fitted = numa_fit_instance_to_host(host_numa, instance_numa, limits, pci_requests, pci_stats,
+                                       provider_mapping)
     return fitted, numa_usage_from_instance_numa(host_numa, fitted)

@@ -269,6 +269,16 @@ class RequestSpec:
             return values[0]
         return values
 
+    def get_request_group_mapping(self) -> dict[str, list[str]] | None:
+        """Nova's mapping of each request group's ``requester_id`` to the providers that
+        serve it (``provider_uuids``, set by the scheduler from the claimed allocation
+        request); None without ``requested_resources``. NUMA fitting and PCI pool
+        accounting read it to follow placement's choice of provider."""
+        if self.requested_resources is None:
+            return None
+        return {group.requester_id: list(group.provider_uuids or [])
+                for group in self.requested_resources}
+
     def is_rebuild(self) -> bool:
         """Nova's ``request_is_rebuild``: ``_nova_check_type`` is exactly ``['rebuild']``."""
         return bool(self.scheduler_hints) and (
