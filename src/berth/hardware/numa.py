@@ -777,6 +777,59 @@ def _dedicated_mask(specs: Mapping[str, str], vcpus: int) -> set[int] | None:
     return pcpus
 
 
+def vpmem_labels(specs: Mapping[str, str]) -> list[str]:
+    """The virtual persistent memory labels of ``hw:pmem`` (comma-separated; blanks
+    dropped), one per namespace, in order (Nova's ``get_vpmems``)."""
+    return [label.strip() for label in str(specs.get("hw:pmem") or "").split(",") if label.strip()]
+
+
+@dataclass(frozen=True)
+class CPUConstraints:
+    """A flavor's and image's CPU constraints, each read as Nova's ``hardware`` getters
+    read it: policy, thread policy (flavor and image, conflicts raise), emulator threads
+    policy (flavor only), the dedicated mask (flavor only) and the realtime vCPUs (only
+    with ``hw:cpu_realtime``; the image's mask wins over the flavor's). The checks
+    between them are :func:`numa_topology_from_request`'s.
+    """
+
+    policy: str | None
+    thread_policy: str | None
+    emulator_policy: str | None
+    dedicated: frozenset[int] | None
+    realtime: frozenset[int] | None
+    #: The ``hw:cpu_dedicated_mask`` text, for error messages.
+    dedicated_mask: str | None = None
+
+    def mixed_dedicated(self) -> set[int]:
+        """The pinned vCPUs of a ``mixed`` instance: the dedicated mask or, failing that,
+        the realtime vCPUs. Both, or neither, raise ExtraSpecError."""
+        if self.realtime and self.dedicated:
+            raise _bad("hw:cpu_dedicated_mask", self.dedicated_mask,
+                       "a mixed instance takes its dedicated vCPUs from hw:cpu_dedicated_mask "
+                       "or from a realtime mask, not both")
+        if not (self.realtime or self.dedicated):
+            raise _bad("hw:cpu_policy", MIXED, "a mixed instance needs hw:cpu_dedicated_mask "
+                       "(or hw:cpu_realtime with a mask)")
+        return set(self.dedicated or self.realtime or ())
+
+
+def cpu_constraints(flavor: Any, image_props: Any) -> CPUConstraints:
+    """The :class:`CPUConstraints` of a flavor (``vcpus``, ``extra_specs``) and image
+    properties. A bad value raises :class:`~berth.errors.ExtraSpecError` naming the key."""
+    specs: Mapping[str, str] = getattr(flavor, "extra_specs", None) or {}
+    vcpus = int(flavor.vcpus)
+    # Same order as Nova, so that of several problems the same one is reported.
+    policy = _cpu_policy(specs, image_props)
+    thread_policy = _thread_policy(specs, image_props)
+    emulator_policy = _emulator_policy(specs)
+    realtime = _realtime_cpus(specs, image_props, vcpus, emulator_policy)
+    dedicated = _dedicated_mask(specs, vcpus)
+    return CPUConstraints(policy, thread_policy, emulator_policy,
+                          None if dedicated is None else frozenset(dedicated),
+                          None if realtime is None else frozenset(realtime),
+                          specs.get("hw:cpu_dedicated_mask"))
+
+
 def numa_topology_from_request(flavor: Any, image_props: Any) -> InstanceNUMATopology | None:
     """The guest NUMA topology a flavor and image ask for, or None (Nova's
     ``numa_get_constraints``).
@@ -796,12 +849,12 @@ def numa_topology_from_request(flavor: Any, image_props: Any) -> InstanceNUMATop
     specs: Mapping[str, str] = getattr(flavor, "extra_specs", None) or {}
     vcpus = int(flavor.vcpus)
     memory_mb = int(flavor.memory_mb)
-    # Same order as Nova, so that of several problems the same one is reported.
-    cpu_policy = _cpu_policy(specs, image_props)
-    thread_policy = _thread_policy(specs, image_props)
-    emulator_policy = _emulator_policy(specs)
-    realtime = _realtime_cpus(specs, image_props, vcpus, emulator_policy)
-    dedicated = _dedicated_mask(specs, vcpus)
+    constraints = cpu_constraints(flavor, image_props)
+    cpu_policy = constraints.policy
+    thread_policy = constraints.thread_policy
+    emulator_policy = constraints.emulator_policy
+    realtime = None if constraints.realtime is None else set(constraints.realtime)
+    dedicated = None if constraints.dedicated is None else set(constraints.dedicated)
 
     # Explicit VCPU/PCPU resources and the hyperthreading trait stand in for policies.
     requested_vcpu, requested_pcpu = _explicit_cpu_resources(specs)
@@ -846,19 +899,12 @@ def numa_topology_from_request(flavor: Any, image_props: Any) -> InstanceNUMATop
             raise _bad("hw:cpu_dedicated_mask", specs.get("hw:cpu_dedicated_mask"),
                        "needs hw:cpu_policy=mixed, not dedicated")
     else:  # mixed
-        if realtime and dedicated:
-            raise _bad("hw:cpu_dedicated_mask", specs.get("hw:cpu_dedicated_mask"),
-                       "a mixed instance takes its dedicated vCPUs from hw:cpu_dedicated_mask "
-                       "or from a realtime mask, not both")
-        if not (realtime or dedicated):
-            raise _bad("hw:cpu_policy", MIXED, "a mixed instance needs hw:cpu_dedicated_mask "
-                       "(or hw:cpu_realtime with a mask)")
-        dedicated = dedicated or realtime
+        dedicated = constraints.mixed_dedicated()
 
     nodes = _numa_nodes(specs, image_props)
     pagesize = _pagesize(specs, image_props)
     # Virtual persistent memory (hw:pmem labels) also gives the guest a NUMA topology.
-    vpmems = [label.strip() for label in str(specs.get("hw:pmem") or "").split(",") if label.strip()]
+    vpmems = vpmem_labels(specs)
 
     if not (nodes or pagesize or vpmems or cpu_policy in _PINNING_POLICIES):
         # hw:numa_cpus.N / hw:numa_mem.N alone do not ask for a topology (as in Nova).
