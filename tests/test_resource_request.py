@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from berth.config import SchedulerConfig
 from berth.errors import ExtraSpecError, NoValidHost
+from berth.hardware.numa import numa_topology_from_request
 from berth.model.request import Destination, Flavor, ImageMeta, RequestSpec
 from berth.resource_request import (
     NodeRef,
@@ -17,11 +18,11 @@ from berth.resource_request import (
     RequestLevelParams,
     from_request_spec,
     nodes_from_rows,
-    parse_cpu_spec,
     resources_from_request_spec,
 )
 
 CONFIG = SchedulerConfig.default()
+HYPERTHREADING = "HW_CPU_HYPERTHREADING"
 NODES = nodes_from_rows([("u1", "host1", "node1"), ("u2", "host2", "node2a"),
                          ("u3", "host2", "node2b")])
 
@@ -127,6 +128,45 @@ def test_mixed_policy_without_a_mask_is_a_clear_error() -> None:
         from_request_spec(_spec(vcpus=4, extra_specs={"hw:cpu_policy": "mixed"}))
 
 
+def test_mixed_policy_takes_the_realtime_vcpus_with_the_image_mask_winning() -> None:
+    req = from_request_spec(_spec(vcpus=4, extra_specs={
+        "hw:cpu_policy": "mixed", "hw:cpu_realtime": "yes", "hw:cpu_realtime_mask": "^0"},
+        image={"hw_cpu_realtime_mask": "^0-1"}))
+    # The image's ^0-1 leaves vCPUs 2 and 3 realtime (the flavor's ^0 would leave three).
+    assert req.groups[""].resources["PCPU"] == 2 and req.groups[""].resources["VCPU"] == 2
+
+
+def test_a_realtime_mask_without_hw_cpu_realtime_gives_a_mixed_instance_no_pcpus() -> None:
+    with pytest.raises(ExtraSpecError, match="hw:cpu_dedicated_mask"):
+        from_request_spec(_spec(vcpus=4, extra_specs={
+            "hw:cpu_policy": "mixed", "hw:cpu_realtime_mask": "^0"}))
+
+
+def test_mixed_policy_with_isolated_emulator_threads_adds_one_pcpu() -> None:
+    req = from_request_spec(_spec(vcpus=4, extra_specs={
+        "hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "2-3",
+        "hw:emulator_threads_policy": "isolate"}))
+    assert req.groups[""].resources["PCPU"] == 2 + 1 and req.groups[""].resources["VCPU"] == 2
+
+
+def test_only_dedicated_counts_as_pinning_requested_so_mixed_gets_no_fallback_query() -> None:
+    mixed = from_request_spec(_spec(vcpus=4, extra_specs={
+        "hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "2-3"}))
+    assert not mixed.cpu_pinning_requested
+
+
+def test_the_emulator_threads_policy_is_read_from_the_flavor_only() -> None:
+    req = from_request_spec(_spec(vcpus=4, extra_specs={"hw:cpu_policy": "dedicated"},
+                                  image={"hw_emulator_threads_policy": "isolate"}))
+    assert req.groups[""].resources["PCPU"] == 4
+
+
+def test_the_image_cannot_ask_for_mixed_cpus_when_the_flavor_says_shared() -> None:
+    with pytest.raises(ExtraSpecError, match="hw_cpu_policy='mixed'"):
+        from_request_spec(_spec(extra_specs={"hw:cpu_policy": "shared"},
+                                image={"hw_cpu_policy": "mixed"}))
+
+
 @pytest.mark.parametrize("policy, required, forbidden", [
     ("isolate", set(), {"HW_CPU_HYPERTHREADING"}),
     ("require", {"HW_CPU_HYPERTHREADING"}, set()),
@@ -152,10 +192,10 @@ def test_image_cannot_ask_for_dedicated_cpus_when_the_flavor_says_shared() -> No
                                 image={"hw_cpu_policy": "dedicated"}))
 
 
-def test_cpu_spec_parser_handles_ranges_and_exclusions() -> None:
-    assert parse_cpu_spec("0-3,^2,6") == {0, 1, 3, 6}
-    with pytest.raises(ExtraSpecError, match="x-1"):
-        parse_cpu_spec("x-1")
+def test_a_malformed_dedicated_mask_is_an_error_naming_the_key() -> None:
+    with pytest.raises(ExtraSpecError, match="hw:cpu_dedicated_mask='x-1'"):
+        from_request_spec(_spec(vcpus=4, extra_specs={"hw:cpu_policy": "mixed",
+                                                      "hw:cpu_dedicated_mask": "x-1"}))
 
 
 def test_aggregates_become_member_of_and_forbidden_aggregates_not_in() -> None:
@@ -268,3 +308,49 @@ def test_cpu_amounts_and_querystring_invariants(vcpus: int, memory: int, root: i
     params = req.to_queryparams()
     assert params == sorted(params)
     assert urllib.parse.parse_qsl(req.to_querystring()) == params
+
+
+_MASKS = st.sampled_from([None, "^0", "^0-1", "0", "1-2", "2-3"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(vcpus=st.integers(1, 6),
+       policy=st.sampled_from([None, "shared", "dedicated", "mixed"]),
+       image_policy=st.sampled_from([None, "shared", "dedicated", "mixed"]),
+       thread=st.sampled_from([None, "prefer", "isolate", "require"]),
+       image_thread=st.sampled_from([None, "isolate", "require"]),
+       emulator=st.sampled_from([None, "share", "isolate"]),
+       image_emulator=st.sampled_from([None, "isolate"]),
+       realtime=st.sampled_from([None, "yes", "no"]),
+       rt_mask=_MASKS, image_rt_mask=_MASKS, dedicated_mask=_MASKS)
+def test_the_query_and_the_guest_numa_topology_pin_the_same_vcpus(
+        vcpus: int, policy: str | None, image_policy: str | None, thread: str | None,
+        image_thread: str | None, emulator: str | None, image_emulator: str | None,
+        realtime: str | None, rt_mask: str | None, image_rt_mask: str | None,
+        dedicated_mask: str | None) -> None:
+    extra = {k: v for k, v in {
+        "hw:cpu_policy": policy, "hw:cpu_thread_policy": thread,
+        "hw:emulator_threads_policy": emulator, "hw:cpu_realtime": realtime,
+        "hw:cpu_realtime_mask": rt_mask, "hw:cpu_dedicated_mask": dedicated_mask}.items() if v}
+    image = {k: v for k, v in {
+        "hw_cpu_policy": image_policy, "hw_cpu_thread_policy": image_thread,
+        "hw_emulator_threads_policy": image_emulator,
+        "hw_cpu_realtime_mask": image_rt_mask}.items() if v}
+    spec = _spec(vcpus=vcpus, extra_specs=extra, image=image)
+    try:
+        topology = numa_topology_from_request(spec.flavor, spec.image.properties)  # type: ignore[union-attr]
+    except ExtraSpecError:
+        return  # Rejected up front (Nova's API); the query need not agree on bad input.
+    # Whatever the NUMA code accepts, the query accepts, with the same pinned vCPUs.
+    group = from_request_spec(spec).groups[""]
+    if topology is None or not topology.cpu_pinning_requested:
+        assert "PCPU" not in group.resources and group.resources["VCPU"] == vcpus
+        assert HYPERTHREADING not in group.required_traits | group.forbidden_traits
+        return
+    pinned = sum(len(cell.pcpuset) for cell in topology.cells)
+    floating = sum(len(cell.cpuset) for cell in topology.cells)
+    assert group.resources["PCPU"] == pinned + topology.emulator_threads_isolated
+    assert group.resources.get("VCPU", 0) == floating
+    thread_policy = topology.cells[0].cpu_thread_policy
+    assert (HYPERTHREADING in group.forbidden_traits) == (thread_policy == "isolate")
+    assert (HYPERTHREADING in group.required_traits) == (thread_policy == "require")

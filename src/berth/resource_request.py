@@ -6,7 +6,8 @@ to the ``GET /allocation_candidates`` querystring:
 * flavor extra specs ``resources[$S]:RC=N`` / ``trait[$S]:T=required|forbidden`` and
   ``group_policy``; image ``traits_required``;
 * CPU pinning translation (``dedicated``/``mixed`` -> PCPU, emulator threads ``isolate``
-  -> +1 PCPU, thread policy -> ``HW_CPU_HYPERTHREADING`` required/forbidden) and the
+  -> +1 PCPU, thread policy -> ``HW_CPU_HYPERTHREADING`` required/forbidden), with the
+  policies read by the NUMA code's :func:`~berth.hardware.numa.cpu_constraints`, and the
   other image/flavor translations to traits;
 * the flavor basics (VCPU, MEMORY_MB, DISK_GB) when the extra specs did not name them;
 * external groups (``spec.requested_resources``), zero stripping;
@@ -32,7 +33,15 @@ import os_resource_classes
 import os_traits
 
 from berth.config import SchedulerConfig
-from berth.errors import ExtraSpecError, NoValidHost
+from berth.errors import NoValidHost
+from berth.hardware.numa import (
+    DEDICATED,
+    EMULATOR_ISOLATE,
+    ISOLATE,
+    MIXED,
+    REQUIRE,
+    cpu_constraints,
+)
 from berth.model.request import Destination, RequestSpec
 
 LOG = logging.getLogger(__name__)
@@ -243,90 +252,32 @@ def _spec_value(spec: RequestSpec, flavor_key: str, image_key: str) -> Any:
     return None
 
 
-def parse_cpu_spec(text: str) -> set[int]:
-    """Nova's CPU-set syntax: ``0-3,^2,5`` (ranges, exclusions); errors name the text."""
-    include: set[int] = set()
-    exclude: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        negate = part.startswith("^")
-        body = part[1:] if negate else part
-        try:
-            if "-" in body:
-                lo, hi = (int(x) for x in body.split("-", 1))
-                if lo > hi:
-                    raise ValueError
-                values = set(range(lo, hi + 1))
-            else:
-                values = {int(body)}
-        except ValueError:
-            raise ExtraSpecError(f"invalid CPU range {part!r} in {text!r}") from None
-        (exclude if negate else include).update(values)
-    return include - exclude
-
-
-def _mask_cpus(mask: str, vcpus: int) -> set[int]:
-    """A dedicated/realtime mask: ``^N`` forms exclude from all vCPUs."""
-    if mask.strip().startswith("^"):
-        return parse_cpu_spec(f"0-{vcpus - 1},{mask}")
-    return parse_cpu_spec(mask)
-
-
-def cpu_policy(spec: RequestSpec) -> str | None:
-    """The CPU policy: flavor ``hw:cpu_policy`` wins; the image may not ask for dedicated
-    CPUs when the flavor says shared or mixed."""
-    flavor_policy = spec.flavor.extra_specs.get("hw:cpu_policy")
-    image_policy = spec.image.properties.get("hw_cpu_policy") if spec.image else None
-    for name, value in (("hw:cpu_policy", flavor_policy), ("hw_cpu_policy", image_policy)):
-        if value is not None and value not in ("shared", "dedicated", "mixed"):
-            raise ExtraSpecError(f"{name}: expected shared, dedicated or mixed, got {value!r}")
-    if flavor_policy == "dedicated":
-        return "dedicated"
-    if flavor_policy in ("shared", "mixed"):
-        if image_policy == "dedicated":
-            raise ExtraSpecError(f"hw_cpu_policy: the image asks for dedicated CPUs but the "
-                                 f"flavor's hw:cpu_policy is {flavor_policy!r}")
-        return str(flavor_policy)
-    return str(image_policy) if image_policy is not None else None
-
-
-def _dedicated_count(spec: RequestSpec) -> int:
-    """Dedicated vCPUs of a ``mixed`` instance: the dedicated mask, else the realtime mask."""
-    vcpus = spec.flavor.vcpus
-    mask = spec.flavor.extra_specs.get("hw:cpu_dedicated_mask")
-    key = "hw:cpu_dedicated_mask"
-    if not mask:
-        mask = _spec_value(spec, "hw:cpu_realtime_mask", "hw_cpu_realtime_mask")
-        key = "hw:cpu_realtime_mask"
-    if not mask:
-        raise ExtraSpecError("hw:cpu_policy=mixed needs hw:cpu_dedicated_mask or "
-                             "hw:cpu_realtime_mask")
-    dedicated = _mask_cpus(str(mask), vcpus)
-    if not dedicated or len(dedicated) >= vcpus or not dedicated <= set(range(vcpus)):
-        raise ExtraSpecError(f"{key}={mask!r}: a mixed instance needs at least one dedicated "
-                             f"and one shared vCPU among its {vcpus}")
-    return len(dedicated)
-
-
 def _translate_pinning(req: ResourceRequest, spec: RequestSpec) -> None:
-    policy = cpu_policy(spec)
-    emulator = _spec_value(spec, "hw:emulator_threads_policy", "hw_emulator_threads_policy")
-    thread = _spec_value(spec, "hw:cpu_thread_policy", "hw_cpu_thread_policy")
+    """``dedicated``: PCPU for every vCPU; ``mixed``: PCPU for the dedicated mask (else the
+    realtime vCPUs) and VCPU for the rest; +1 PCPU for isolated emulator threads (a
+    flavor-only policy); the thread policy as the hyperthreading trait.
+
+    The policies are read by the NUMA code's :func:`~berth.hardware.numa.cpu_constraints`,
+    so the query and the guest topology never disagree. Only ``dedicated`` counts as
+    pinning requested (the PCPU-less fallback query is for it alone, as in Nova).
+    """
+    props = spec.image.properties if spec.image is not None else None
+    cpu = cpu_constraints(spec.flavor, props)
     group = req.unsuffixed
-    if policy == "dedicated":
-        pcpus = spec.flavor.vcpus + (1 if emulator == "isolate" else 0)
+    vcpus = spec.flavor.vcpus
+    if cpu.policy in (DEDICATED, MIXED):
+        if cpu.policy == DEDICATED:
+            pcpus = vcpus
+            req.cpu_pinning_requested = True
+        else:
+            pcpus = len(cpu.mixed_dedicated())
+            group.resources[VCPU] = vcpus - pcpus
+        if cpu.emulator_policy == EMULATOR_ISOLATE:
+            pcpus += 1
         group.resources[PCPU] = pcpus
-        req.cpu_pinning_requested = True
-    elif policy == "mixed":
-        dedicated = _dedicated_count(spec)
-        group.resources[PCPU] = dedicated + (1 if emulator == "isolate" else 0)
-        group.resources[VCPU] = spec.flavor.vcpus - dedicated
-        req.cpu_pinning_requested = True
-    if thread == "isolate":
+    if cpu.thread_policy == ISOLATE:
         group.forbidden_traits.add(HYPERTHREADING)
-    elif thread == "require":
+    elif cpu.thread_policy == REQUIRE:
         group.required_traits.add(HYPERTHREADING)
 
 
