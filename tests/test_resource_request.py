@@ -167,6 +167,15 @@ def test_the_image_cannot_ask_for_mixed_cpus_when_the_flavor_says_shared() -> No
                                 image={"hw_cpu_policy": "mixed"}))
 
 
+def test_vpmem_labels_become_pmem_namespace_resources_counted_per_label() -> None:
+    req = from_request_spec(_spec(extra_specs={
+        "hw:pmem": "small, small,large-1,", "resources:CUSTOM_PMEM_NAMESPACE_SMALL": "5"}))
+    # The translation comes after the extra specs and replaces their amount.
+    assert req.groups[""].resources == {
+        "VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 20,
+        "CUSTOM_PMEM_NAMESPACE_SMALL": 2, "CUSTOM_PMEM_NAMESPACE_LARGE_1": 1}
+
+
 @pytest.mark.parametrize("policy, required, forbidden", [
     ("isolate", set(), {"HW_CPU_HYPERTHREADING"}),
     ("require", {"HW_CPU_HYPERTHREADING"}, set()),

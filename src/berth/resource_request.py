@@ -9,7 +9,8 @@ to the ``GET /allocation_candidates`` querystring:
   -> +1 PCPU, thread policy -> ``HW_CPU_HYPERTHREADING`` required/forbidden), with the
   policies read by the NUMA code's :func:`~berth.hardware.numa.cpu_constraints`, and the
   other image/flavor translations to traits;
-* the flavor basics (VCPU, MEMORY_MB, DISK_GB) when the extra specs did not name them;
+* the flavor basics (VCPU, MEMORY_MB, DISK_GB) when the extra specs did not name them,
+  then ``hw:pmem`` labels as ``CUSTOM_PMEM_NAMESPACE_<LABEL>`` amounts;
 * external groups (``spec.requested_resources``), zero stripping;
 * the destination (``member_of``, ``in_tree``, the result ``limit``) and request-level
   parameters (``root_required``, ``same_subtree``).
@@ -25,6 +26,7 @@ import logging
 import math
 import re
 import urllib.parse
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +43,7 @@ from berth.hardware.numa import (
     MIXED,
     REQUIRE,
     cpu_constraints,
+    vpmem_labels,
 )
 from berth.model.request import Destination, RequestSpec
 
@@ -325,6 +328,14 @@ def _translate_other(req: ResourceRequest, spec: RequestSpec) -> None:
         group.required_traits.add("COMPUTE_SOCKET_PCI_NUMA_AFFINITY")
 
 
+def _translate_vpmems(req: ResourceRequest, spec: RequestSpec) -> None:
+    """``hw:pmem`` labels: ``CUSTOM_PMEM_NAMESPACE_<LABEL>`` = the label's count, in the
+    unsuffixed group, replacing any amount the extra specs gave that class."""
+    for label, count in Counter(vpmem_labels(spec.flavor.extra_specs)).items():
+        rc = os_resource_classes.normalize_name(f"PMEM_NAMESPACE_{label}")
+        req.unsuffixed.resources[rc] = count
+
+
 def _external_groups(req: ResourceRequest, spec: RequestSpec) -> None:
     for ext in spec.requested_resources or []:
         suffix = str(getattr(ext, "requester_id", "") or "")
@@ -367,6 +378,7 @@ def from_request_spec(spec: RequestSpec, enable_pinning_translate: bool = True) 
         disk = flavor_disk_gb(spec)
         if disk:
             req.unsuffixed.resources["DISK_GB"] = disk
+    _translate_vpmems(req, spec)
     req.strip_zeros()
     params = spec.request_level_params
     if params is not None:
