@@ -259,6 +259,19 @@ def test_group_policy_defaults_to_none_with_two_external_suffixed_groups() -> No
     assert ("resourcesport-a", "NET_BW_EGR_KILOBIT_PER_SEC:10") in req.to_queryparams()
 
 
+def test_an_invalid_group_policy_is_ignored() -> None:
+    req = from_request_spec(_spec(extra_specs={"group_policy": "bogus"}))
+    assert req.group_policy is None
+    assert "group_policy" not in dict(req.to_queryparams())
+
+
+def test_an_ignored_group_policy_still_gets_the_none_default_for_external_groups() -> None:
+    spec = _spec(extra_specs={"group_policy": "bogus", "resources1:VGPU": "1"},
+                 requested_resources=[RequestGroup(requester_id="port-a",
+                                                   resources={"NET_BW_EGR_KILOBIT_PER_SEC": 10})])
+    assert from_request_spec(spec).group_policy == "none"
+
+
 def test_group_policy_is_not_defaulted_with_two_flavor_groups() -> None:
     req = from_request_spec(_spec(extra_specs={"resources1:VGPU": "1", "resources2:VGPU": "1"}))
     assert req.group_policy is None

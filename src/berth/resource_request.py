@@ -4,7 +4,8 @@ Pure functions from a :class:`~berth.model.request.RequestSpec` (and the configu
 to the ``GET /allocation_candidates`` querystring:
 
 * flavor extra specs ``resources[$S]:RC=N`` / ``trait[$S]:T=required|forbidden`` and
-  ``group_policy``; image ``traits_required``;
+  ``group_policy`` (bad values are ignored with a warning, as in Nova); image
+  ``traits_required``;
 * CPU pinning translation (``dedicated``/``mixed`` -> PCPU, emulator threads ``isolate``
   -> +1 PCPU, thread policy -> ``HW_CPU_HYPERTHREADING`` required/forbidden), with the
   policies read by the NUMA code's :func:`~berth.hardware.numa.cpu_constraints`, and the
@@ -65,6 +66,10 @@ HYPERTHREADING = "HW_CPU_HYPERTHREADING"
 def is_known_resource_class(name: str) -> bool:
     """A standard resource class or a well-formed ``CUSTOM_*`` one."""
     return name in STANDARD_RESOURCE_CLASSES or bool(re.fullmatch(r"CUSTOM_[A-Z0-9_]+", name))
+
+
+#: The ``group_policy`` values placement knows.
+GROUP_POLICIES = ("none", "isolate")
 
 
 def trait_exists(name: str) -> bool:
@@ -204,7 +209,11 @@ class ResourceRequest:
 def _process_extra_specs(req: ResourceRequest, extra_specs: Mapping[str, str]) -> None:
     for key, value in extra_specs.items():
         if key == "group_policy":
-            req.group_policy = value
+            if value in GROUP_POLICIES:
+                req.group_policy = value
+            else:
+                LOG.warning("ignoring flavor extra spec group_policy=%r: expected none or "
+                            "isolate", value)
             continue
         match = EXTRA_SPEC_RE.match(key)
         if not match:
