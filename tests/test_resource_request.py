@@ -95,6 +95,14 @@ def test_bad_extra_specs_are_ignored(key: str, value: str) -> None:
     assert not req.groups[""].required_traits
 
 
+@pytest.mark.parametrize("key", ["resources:CUSTOM_foo", "resources1:CUSTOM_"],
+                         ids=["a lower-case custom class", "a custom class with no name"])
+def test_a_malformed_custom_resource_class_is_an_error_naming_the_key(key: str) -> None:
+    # Nova would send it on and placement would answer 400 (a bare NoValidHost).
+    with pytest.raises(ExtraSpecError, match=f"^{key}: "):
+        from_request_spec(_spec(extra_specs={key: "1"}))
+
+
 def test_image_traits_required_go_to_the_unsuffixed_group() -> None:
     req = from_request_spec(_spec(image={"traits_required": ["HW_CPU_X86_SSE42", "CUSTOM_A"]}))
     assert req.groups[""].required_traits == {"HW_CPU_X86_SSE42", "CUSTOM_A"}

@@ -36,7 +36,7 @@ import os_resource_classes
 import os_traits
 
 from berth.config import SchedulerConfig
-from berth.errors import NoValidHost
+from berth.errors import ExtraSpecError, NoValidHost
 from berth.hardware.numa import (
     DEDICATED,
     EMULATOR_ISOLATE,
@@ -63,11 +63,8 @@ VCPU = "VCPU"
 HYPERTHREADING = "HW_CPU_HYPERTHREADING"
 
 
-def is_known_resource_class(name: str) -> bool:
-    """A standard resource class or a well-formed ``CUSTOM_*`` one."""
-    return name in STANDARD_RESOURCE_CLASSES or bool(re.fullmatch(r"CUSTOM_[A-Z0-9_]+", name))
-
-
+#: What placement accepts as a custom resource class name.
+CUSTOM_RESOURCE_CLASS_RE = re.compile(r"CUSTOM_[A-Z0-9_]+")
 #: The ``group_policy`` values placement knows.
 GROUP_POLICIES = ("none", "isolate")
 
@@ -206,6 +203,26 @@ class ResourceRequest:
 
 
 # --------------------------------------------------------------------------- extra specs
+def _resource_class(key: str, name: str) -> str | None:
+    """``name`` if a ``resources`` key may ask for it, None (with a warning) if Nova
+    ignores it; a malformed ``CUSTOM_`` name raises ExtraSpecError.
+
+    Nova only checks ``startswith("CUSTOM_")`` and sends ``CUSTOM_foo`` on to placement,
+    which answers 400, so the request ends in a bare NoValidHost. Berth rejects it here
+    instead, naming the key (docs/architecture.md, deliberate deviations).
+    """
+    if name.startswith("CUSTOM_"):
+        if not CUSTOM_RESOURCE_CLASS_RE.fullmatch(name):
+            raise ExtraSpecError(f"{key}: {name!r} is not a valid custom resource class "
+                                 "(CUSTOM_ followed by A-Z, 0-9 or _)", key=key)
+        return name
+    if name in STANDARD_RESOURCE_CLASSES:
+        return name
+    LOG.warning("ignoring flavor extra spec %s: %r is not a standard or CUSTOM_ resource "
+                "class", key, name)
+    return None
+
+
 def _process_extra_specs(req: ResourceRequest, extra_specs: Mapping[str, str]) -> None:
     for key, value in extra_specs.items():
         if key == "group_policy":
@@ -220,9 +237,8 @@ def _process_extra_specs(req: ResourceRequest, extra_specs: Mapping[str, str]) -
             continue
         prefix, suffix, name = match.group(1), match.group(2) or "", match.group(3)
         if prefix == "resources":
-            if not is_known_resource_class(name):
-                LOG.warning("ignoring flavor extra spec %s: %r is not a standard or "
-                            "CUSTOM_ resource class", key, name)
+            rc = _resource_class(key, name)
+            if rc is None:
                 continue
             try:
                 amount = int(value)
@@ -232,7 +248,7 @@ def _process_extra_specs(req: ResourceRequest, extra_specs: Mapping[str, str]) -
                 LOG.warning("ignoring flavor extra spec %s=%r: the amount must be a "
                             "non-negative integer", key, value)
                 continue
-            req.group(suffix).resources[name] = amount
+            req.group(suffix).resources[rc] = amount
             req.flavor_suffixes.add(suffix)
         else:
             if value == "required":
