@@ -150,16 +150,24 @@ def test_image_traits_count_for_isolation() -> None:
 def test_image_properties_become_root_traits() -> None:
     spec = _spec(image={"hw_disk_bus": "virtio", "hw_video_model": "vga",
                         "hw_vif_model": "e1000e", "hw_architecture": "x86_64",
-                        "hw_viommu_model": "virtio"})
+                        "hw_emulation_architecture": "aarch64"})
     assert transform_image_metadata(spec, _config(image_metadata_prefilter=True), AGGS, NO_CTX)
     assert _root(spec) == {"COMPUTE_STORAGE_BUS_VIRTIO", "COMPUTE_GRAPHICS_MODEL_VGA",
                            "COMPUTE_NET_VIF_MODEL_E1000E", "HW_ARCH_X86_64",
-                           "COMPUTE_VIOMMU_MODEL_VIRTIO"}
+                           "COMPUTE_ARCH_AARCH64"}
 
 
 def test_one_unknown_image_trait_drops_them_all() -> None:
     # A valid emulation architecture os-traits has no COMPUTE_ARCH_ trait for.
     spec = _spec(image={"hw_disk_bus": "virtio", "hw_emulation_architecture": "sparc"})
+    assert not transform_image_metadata(spec, _config(image_metadata_prefilter=True), AGGS, NO_CTX)
+    assert _root(spec) == set()
+
+
+@pytest.mark.parametrize("model", ["intel", "smmuv3", "virtio", "auto"])
+def test_a_viommu_model_maps_to_an_unknown_trait_and_drops_them_all_as_in_nova(model: str) -> None:
+    # Nova 34 prefixes COMPUTE_VIOMMU_; os-traits names them COMPUTE_VIOMMU_MODEL_<MODEL>.
+    spec = _spec(image={"hw_disk_bus": "virtio", "hw_viommu_model": model})
     assert not transform_image_metadata(spec, _config(image_metadata_prefilter=True), AGGS, NO_CTX)
     assert _root(spec) == set()
 

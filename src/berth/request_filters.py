@@ -210,15 +210,18 @@ IMAGE_TRAIT_PREFIXES: dict[str, str] = {
     "hw_vif_model": "COMPUTE_NET_VIF_MODEL",
     "hw_architecture": "HW_ARCH",
     "hw_emulation_architecture": "COMPUTE_ARCH",
-    # os-traits names the viommu traits COMPUTE_VIOMMU_MODEL_<MODEL>.
-    "hw_viommu_model": "COMPUTE_VIOMMU_MODEL",
+    # Nova 34's prefix. os-traits names these traits COMPUTE_VIOMMU_MODEL_<MODEL>, so
+    # COMPUTE_VIOMMU_<MODEL> is never known: as in Nova, an image with hw_viommu_model
+    # gets an error logged and no image trait at all.
+    "hw_viommu_model": "COMPUTE_VIOMMU",
 }
 
 
 def transform_image_metadata(spec: RequestSpec, config: SchedulerConfig,
                              aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
     """Image properties (bus, video, vif, arch, viommu) become required root traits;
-    if any of them is not a known trait, none is added."""
+    if any of them is not a known trait, none is added (which is always the case with
+    ``hw_viommu_model``, see :data:`IMAGE_TRAIT_PREFIXES`)."""
     if not config.scheduler.image_metadata_prefilter or spec.image is None:
         return False
     traits = []
