@@ -220,9 +220,11 @@ def test_an_unknown_tpm_secret_security_fails_the_request() -> None:
 LOOKUP = StaticNetworkLookup(
     ports={"p-fixed": {"network_id": "net-r", "fixed_ips": [{"subnet_id": "sub-1"}]},
            "p-free": {"network_id": "net-r", "fixed_ips": []},
-           "p-rm": {"network_id": "net-x", "binding:vnic_type": "remote-managed"}},
+           "p-rm": {"network_id": "net-x", "binding:vnic_type": "remote-managed"},
+           "p-plain": {"network_id": "net-plain", "fixed_ips": [{"subnet_id": "sub-plain"}]},
+           "p-orphan": {"network_id": "net-r", "fixed_ips": [{"subnet_id": "sub-orphan"}]}},
     networks={"net-r": ["seg-1", "seg-2"]},
-    subnets={"sub-1": ["seg-1"]})
+    subnets={"sub-1": ["seg-1"], "sub-orphan": []})
 ROUTED = _config(query_placement_for_routed_network_aggregates=True)
 
 
@@ -238,7 +240,19 @@ def test_routed_networks_require_one_segment_aggregate_per_nic() -> None:
 
 def test_a_failed_network_lookup_fails_the_request() -> None:
     spec = _spec(requested_networks=[{"port_id": "p-missing"}])
-    with pytest.raises(RequestFilterFailed, match="p-missing"):
+    with pytest.raises(RequestFilterFailed, match="port p-missing not found"):
+        routed_networks_filter(spec, ROUTED, AGGS, FilterContext(network_lookup=LOOKUP))
+
+
+def test_a_port_on_a_subnet_without_a_segment_requires_no_aggregate() -> None:
+    spec = _spec(requested_networks=[{"port_id": "p-plain"}])
+    assert routed_networks_filter(spec, ROUTED, AGGS, FilterContext(network_lookup=LOOKUP))
+    assert spec.requested_destination is None
+
+
+def test_a_subnet_whose_segment_has_no_aggregate_fails_the_request() -> None:
+    spec = _spec(requested_networks=[{"port_id": "p-orphan"}])
+    with pytest.raises(RequestFilterFailed, match="Aggregates not found for the subnet sub-orphan"):
         routed_networks_filter(spec, ROUTED, AGGS, FilterContext(network_lookup=LOOKUP))
 
 

@@ -53,7 +53,8 @@ class NetworkLookup(Protocol):
         ...
 
     def subnet_aggregates(self, subnet_id: str) -> list[str]:
-        """Aggregate uuids of the subnet's segment."""
+        """Aggregate uuids of the subnet's segment ([] when the subnet has no segment);
+        LookupError when the segment has no aggregate."""
         ...
 
 
@@ -62,7 +63,10 @@ class StaticNetworkLookup:
     """A :class:`NetworkLookup` over in-memory tables (tests, simulations, ``berth serve``)."""
 
     ports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Network id -> its segments' aggregates (absent or [] when not routed).
     networks: dict[str, list[str]] = field(default_factory=dict)
+    #: Subnet id -> its segment's aggregates (absent: no segment; []: a segment that
+    #: has no aggregate, a routed-network configuration error).
     subnets: dict[str, list[str]] = field(default_factory=dict)
 
     def port(self, port_id: str) -> Mapping[str, Any]:
@@ -76,9 +80,12 @@ class StaticNetworkLookup:
         return list(self.networks.get(network_id, []))
 
     def subnet_aggregates(self, subnet_id: str) -> list[str]:
-        """The segment aggregate of a subnet, or KeyError naming it."""
+        """The segment aggregates of a subnet ([] without a segment), or LookupError
+        when its segment has none."""
         if subnet_id not in self.subnets:
-            raise KeyError(f"subnet {subnet_id} has no segment")
+            return []
+        if not self.subnets[subnet_id]:
+            raise LookupError(f"the segment of subnet {subnet_id} has no aggregate")
         return list(self.subnets[subnet_id])
 
 
@@ -275,19 +282,29 @@ def routed_networks_filter(spec: RequestSpec, config: SchedulerConfig,
     for nic in networks:
         port_id, network_id = _field(nic, "port_id"), _field(nic, "network_id")
         found: list[str] = []
-        try:
-            if port_id:
+        if port_id:
+            try:
                 port = lookup.port(str(port_id))
-                fixed = port.get("fixed_ips") or []
-                if fixed:
-                    found = lookup.subnet_aggregates(str(fixed[0]["subnet_id"]))
-                    network_id = None
-                else:
-                    network_id = port.get("network_id")
-            if network_id:
+            except (LookupError, ValueError) as exc:
+                raise RequestFilterFailed(f"port {port_id} not found") from exc
+            fixed = port.get("fixed_ips") or []
+            if fixed:
+                # A port with an address stays on its (first) subnet's segment.
+                subnet_id = fixed[0]["subnet_id"]
+                try:
+                    found = lookup.subnet_aggregates(str(subnet_id))
+                except (LookupError, ValueError) as exc:
+                    raise RequestFilterFailed(
+                        f"Aggregates not found for the subnet {subnet_id}") from exc
+                network_id = None
+            else:
+                network_id = port.get("network_id")
+        if network_id:
+            try:
                 found = lookup.network_aggregates(str(network_id))
-        except (KeyError, LookupError, ValueError) as exc:
-            raise RequestFilterFailed(f"routed network aggregates not found: {exc}") from exc
+            except (LookupError, ValueError) as exc:
+                raise RequestFilterFailed(
+                    f"Aggregates not found for the network {network_id}") from exc
         if found:
             require_aggregates(spec, found)
     return True
