@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from berth.config import SchedulerConfig
+from berth.errors import NoValidHost
 from berth.hardware.pci import InstancePCIRequest, InstancePCIRequests
 from berth.model.aggregate import Aggregate
 from berth.model.request import Flavor, ImageMeta, RequestSpec
@@ -92,6 +93,18 @@ def test_a_tenant_without_aggregate_fails_when_one_is_required() -> None:
         require_tenant_aggregate(_spec(project_id="nobody"), config, AGGS, NO_CTX)
     assert not require_tenant_aggregate(
         _spec(project_id="nobody"), _config(limit_tenants_to_placement_aggregate=True), AGGS, NO_CTX)
+
+
+def test_a_request_filter_failure_reads_as_novas_scheduling_failed() -> None:
+    config = _config(limit_tenants_to_placement_aggregate=True,
+                     placement_aggregate_required_for_tenants=True)
+    with pytest.raises(RequestFilterFailed) as failed:
+        require_tenant_aggregate(_spec(project_id="nobody"), config, AGGS, NO_CTX)
+    assert failed.value.reason == "No hosts available for tenant"
+    assert str(failed.value) == "Scheduling failed: No hosts available for tenant"
+    # The scheduler raises NoValidHost(exc.message), as Nova raises NoValidHost(reason=e.message).
+    assert str(NoValidHost(failed.value.message)) == (
+        "No valid host was found. Scheduling failed: No hosts available for tenant")
 
 
 # ----------------------------------------------------------------- availability zone

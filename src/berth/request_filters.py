@@ -36,9 +36,17 @@ _TRUE = {"1", "t", "true", "on", "y", "yes"}
 
 
 class RequestFilterFailed(SchedulingError):
-    """A request filter found that no host can satisfy the request."""
+    """A request filter found that no host can satisfy the request.
+
+    The message is Nova's "Scheduling failed: <reason>", which the NoValidHost raised
+    for it keeps; ``reason`` is the bare reason.
+    """
 
     code = "berth.scheduling.request_filter_failed"
+
+    def __init__(self, reason: str, **details: Any) -> None:
+        super().__init__(f"Scheduling failed: {reason}", **details)
+        self.reason = reason
 
 
 class NetworkLookup(Protocol):
