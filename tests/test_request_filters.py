@@ -196,11 +196,14 @@ def test_a_viommu_model_maps_to_an_unknown_trait_and_drops_them_all_as_in_nova(m
     (tpm_secret_security_filter, {"extra_specs": {"hw:tpm_version": "2.0"}},
      "COMPUTE_SECURITY_TPM_SECRET_SECURITY_USER"),
     (tpm_secret_security_filter, {"extra_specs": {"hw:tpm_version": "2.0",
+                                                  "hw:tpm_secret_security": ""}},
+     "COMPUTE_SECURITY_TPM_SECRET_SECURITY_USER"),
+    (tpm_secret_security_filter, {"extra_specs": {"hw:tpm_version": "2.0",
                                                   "hw:tpm_secret_security": "deployment"}},
      "COMPUTE_SECURITY_TPM_SECRET_SECURITY_DEPLOYMENT"),
 ], ids=["a device profile requires accelerators", "packed ring from the flavor",
         "packed ring from the image", "virtio sound model", "vTPM secret security defaults to user",
-        "vTPM secret security deployment"])
+        "an empty vTPM secret security is user too", "vTPM secret security deployment"])
 def test_trait_filters_add_their_root_trait(func, kw, trait) -> None:  # type: ignore[no-untyped-def]
     spec = _spec(**kw)
     assert func(spec, DEFAULT, AGGS, NO_CTX)

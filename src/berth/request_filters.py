@@ -370,7 +370,8 @@ def tpm_secret_security_filter(spec: RequestSpec, config: SchedulerConfig,
     default ``user``); any other value fails the request."""
     if _flavor_or_image(spec, "hw:tpm_version", "hw_tpm_version") is None:
         return False
-    value = spec.flavor.extra_specs.get("hw:tpm_secret_security", "user")
+    # Unset or empty means user, as Nova's ``... or 'user'``.
+    value = spec.flavor.extra_specs.get("hw:tpm_secret_security") or "user"
     trait = TPM_SECRET_SECURITY.get(value)
     if trait is None:
         raise RequestFilterFailed(
