@@ -285,6 +285,16 @@ def test_group_policy_is_not_defaulted_with_two_flavor_groups() -> None:
     assert req.group_policy is None
 
 
+def test_flavor_groups_count_for_the_group_policy_default_before_zeros_are_stripped() -> None:
+    # As in Nova: the flavor named groups 1 and 2, so it should have set a group_policy,
+    # even though group 2 asks for nothing and is dropped from the query.
+    spec = _spec(extra_specs={"resources1:CUSTOM_A": "1", "resources2:CUSTOM_B": "0"},
+                 requested_resources=[RequestGroup(requester_id="port1",
+                                                   resources={"CUSTOM_BW": 10})])
+    req = from_request_spec(spec)
+    assert set(req.groups) == {"", "1", "port1"} and req.group_policy is None
+
+
 def test_root_required_forbidden_and_same_subtree_are_request_level() -> None:
     params = RequestLevelParams(root_required={"B", "A"}, root_forbidden={"C"},
                                 same_subtree=[["_b", "_a"]])

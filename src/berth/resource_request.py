@@ -150,7 +150,8 @@ class ResourceRequest:
     root_forbidden: set[str] = field(default_factory=set)
     same_subtree: list[list[str]] = field(default_factory=list)
     cpu_pinning_requested: bool = False
-    #: Suffixes of the groups that came from the flavor's extra specs.
+    #: Suffixes every ``resources``/``trait`` extra spec named, valid or not, kept or
+    #: stripped later (Nova counts the flavor's groups as they stand after the extra specs).
     flavor_suffixes: set[str] = field(default_factory=set)
 
     def group(self, suffix: str = "") -> RequestGroup:
@@ -236,6 +237,7 @@ def _process_extra_specs(req: ResourceRequest, extra_specs: Mapping[str, str]) -
         if not match:
             continue
         prefix, suffix, name = match.group(1), match.group(2) or "", match.group(3)
+        req.flavor_suffixes.add(suffix)
         if prefix == "resources":
             rc = _resource_class(key, name)
             if rc is None:
@@ -249,7 +251,6 @@ def _process_extra_specs(req: ResourceRequest, extra_specs: Mapping[str, str]) -
                             "non-negative integer", key, value)
                 continue
             req.group(suffix).resources[rc] = amount
-            req.flavor_suffixes.add(suffix)
         else:
             if value == "required":
                 req.group(suffix).required_traits.add(name)
@@ -258,8 +259,6 @@ def _process_extra_specs(req: ResourceRequest, extra_specs: Mapping[str, str]) -
             else:
                 LOG.warning("ignoring flavor extra spec %s=%r: expected required or "
                             "forbidden", key, value)
-                continue
-            req.flavor_suffixes.add(suffix)
 
 
 def _process_image(req: ResourceRequest, spec: RequestSpec) -> None:
@@ -410,10 +409,15 @@ def from_request_spec(spec: RequestSpec, enable_pinning_translate: bool = True) 
         req.root_required |= set(getattr(params, "root_required", ()) or ())
         req.root_forbidden |= set(getattr(params, "root_forbidden", ()) or ())
         req.same_subtree = [list(s) for s in getattr(params, "same_subtree", ()) or ()]
-    suffixed = [s for s in req.groups if s]
-    from_flavor = [s for s in suffixed if s in req.flavor_suffixes]
-    if req.group_policy is None and len(suffixed) >= 2 and len(from_flavor) <= 1:
-        req.group_policy = "none"
+    # Placement needs a group_policy with two or more suffixed groups. When at most one
+    # of the flavor's came with them, the others came from outside (ports, devices) and
+    # Nova defaults to "none"; otherwise the flavor should have said, and placement refuses.
+    if req.group_policy is None and sum(1 for s in req.groups if s) >= 2:
+        if sum(1 for s in req.flavor_suffixes if s) <= 1:
+            req.group_policy = "none"
+        else:
+            LOG.warning("the flavor names several suffixed request groups but no "
+                        "group_policy (none or isolate); placement will refuse the query")
     return req
 
 
