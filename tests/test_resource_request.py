@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from berth.config import SchedulerConfig
-from berth.errors import ExtraSpecError, NoValidHost
+from berth.errors import ExtraSpecError, InputError, NoValidHost
 from berth.hardware.numa import numa_topology_from_request
 from berth.model.request import Destination, Flavor, ImageMeta, RequestSpec
 from berth.resource_request import (
@@ -265,6 +265,16 @@ def test_group_policy_defaults_to_none_with_two_external_suffixed_groups() -> No
     req = from_request_spec(spec)
     assert req.group_policy == "none"
     assert ("resourcesport-a", "NET_BW_EGR_KILOBIT_PER_SEC:10") in req.to_queryparams()
+
+
+@pytest.mark.parametrize("requester_id", ["", "1"],
+                         ids=["a group without a requester id", "a requester id the flavor uses"])
+def test_an_external_group_must_have_its_own_suffix(requester_id: str) -> None:
+    spec = _spec(extra_specs={"resources1:CUSTOM_A": "1"},
+                 requested_resources=[RequestGroup(requester_id=requester_id,
+                                                   resources={"CUSTOM_BW": 10})])
+    with pytest.raises(InputError, match="requested_resources: .*requester"):
+        from_request_spec(spec)
 
 
 def test_an_invalid_group_policy_is_ignored() -> None:

@@ -36,7 +36,7 @@ import os_resource_classes
 import os_traits
 
 from berth.config import SchedulerConfig
-from berth.errors import ExtraSpecError, NoValidHost
+from berth.errors import ExtraSpecError, InputError, NoValidHost
 from berth.hardware.numa import (
     DEDICATED,
     EMULATOR_ISOLATE,
@@ -361,11 +361,19 @@ def _translate_vpmems(req: ResourceRequest, spec: RequestSpec) -> None:
 
 
 def _external_groups(req: ResourceRequest, spec: RequestSpec) -> None:
+    """``spec.requested_resources`` (ports, devices), each its own group suffixed with its
+    ``requester_id``. Nova refuses a group without one, or with one already in use; so
+    does Berth, with an InputError, rather than merging it into another group."""
     for ext in spec.requested_resources or []:
         suffix = str(getattr(ext, "requester_id", "") or "")
+        if not suffix:
+            raise InputError("requested_resources: a request group has no requester_id")
+        if suffix in req.groups:
+            raise InputError(f"requested_resources: requester_id {suffix!r} is already the "
+                             "suffix of another request group")
         grp = req.group(suffix)
         for rc, amount in (getattr(ext, "resources", None) or {}).items():
-            grp.resources[rc] = grp.resources.get(rc, 0) + int(amount)
+            grp.resources[rc] = int(amount)
         grp.required_traits |= set(getattr(ext, "required_traits", None) or ())
         grp.forbidden_traits |= set(getattr(ext, "forbidden_traits", None) or ())
         for agg in getattr(ext, "aggregates", None) or []:
