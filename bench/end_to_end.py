@@ -121,7 +121,8 @@ def worker(
                for i, (n, v, m, d) in enumerate(FLAVORS)]
     service.feed.refresh()
     # Warm-up: the first request loads the provider graph and the snapshot.
-    service.select_destinations(RequestSpec(flavor=flavors[0], project_id="p", user_id="u"))
+    service.select_destinations(RequestSpec(flavor=flavors[0], project_id="p", user_id="u"),
+                                service.new_instance_uuids(1))
     queue.put(("ready", index))
     latencies: list[float] = []
     failures = 0
@@ -129,7 +130,8 @@ def worker(
         spec = RequestSpec(flavor=flavors[(i + index) % len(flavors)], project_id="p", user_id="u")
         started = time.perf_counter()
         try:
-            service.select_destinations(spec)
+            # Named by the caller, as Nova's API names instances before scheduling them.
+            service.select_destinations(spec, service.new_instance_uuids(spec.num_instances))
         except NoValidHost:
             failures += 1
         latencies.append(time.perf_counter() - started)

@@ -30,6 +30,7 @@ from berth.filters.registry import BUILTIN_FILTERS
 from berth.filters.registry import load_builtin as load_filter
 from berth.host_state import WorkingSet
 from berth.model import Instance, InstanceGroup, MetricItem, RequestSpec, ServiceRecord
+from berth.model.request import new_instance_uuids
 from berth.pipeline import Scheduler
 from berth.snapshot import HostSnapshot
 from berth.weighers.base import BaseHostWeigher, WeighedHost
@@ -262,9 +263,12 @@ PIPELINE_FILTERS = [name for name, _ in FILTERS if name not in {"RetryFilter"}]
 def _decide(scheduler: Scheduler, snap: HostSnapshot, req: RequestSpec, seed: int,
             placement: bool) -> Any:
     p = InMemoryPlacement(snap)
+    rng = random.Random(seed)
+    # With placement the instances are named first, so the claiming path is compared.
+    uuids = new_instance_uuids(rng, req.num_instances) if placement else None
     try:
         decision = scheduler.select_destinations(
-            req, snap, now=NOW, rng=random.Random(seed),
+            req, snap, now=NOW, rng=rng, instance_uuids=uuids,
             candidates=p.candidates(req) if placement else None)
     except NoValidHost:
         return "NoValidHost"

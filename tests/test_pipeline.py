@@ -14,6 +14,7 @@ from berth.errors import NoValidHost, UnsupportedPolicy
 from berth.filters.base import BaseHostFilter, Reject
 from berth.host_state import HostState
 from berth.model import InstanceGroup, RequestSpec
+from berth.model.request import new_instance_uuids
 from berth.pipeline import Scheduler
 from berth.weighers.base import BaseHostWeigher
 from builders import NOW, cloud, host, spec
@@ -65,9 +66,14 @@ class FreeRam(BaseHostWeigher):
 
 
 def run(scheduler, snap, req, seed=0, placement=True, explain=False, **kw):
+    """Schedule as ``berth schedule`` does: with placement, the instances are named
+    first (from the same seeded generator), so the request claims."""
     p = InMemoryPlacement(snap)
+    rng = random.Random(seed)
+    if placement:
+        kw.setdefault("instance_uuids", new_instance_uuids(rng, req.num_instances))
     return scheduler.select_destinations(
-        req, snap, now=NOW, rng=random.Random(seed),
+        req, snap, now=NOW, rng=rng,
         candidates=p.candidates(req) if placement else None,
         claimer=p if placement else None, explain=explain, **kw,
     ), p
@@ -211,9 +217,66 @@ def test_a_failed_claim_moves_on_to_the_next_host():
     claimer = Refuses()
     decision = s.select_destinations(spec(), snap, now=NOW, rng=random.Random(0),
                                      candidates=InMemoryPlacement(snap).candidates(spec()),
-                                     claimer=claimer)
+                                     claimer=claimer, instance_uuids=["i1"])
     assert decision.hosts == [("b", "b")]
     assert len(claimer.tried) == 2
+
+
+def test_without_instance_uuids_the_legacy_path_claims_nothing_and_selections_carry_no_request():
+    # Nova's _legacy_find_hosts (§8.2.5): an old conductor passes no uuids; placement's
+    # rows are still the hosts in play, but nothing is claimed.
+    snap = cloud(host("a", free_ram_mb=4096), host("b", free_ram_mb=8192), host("c", free_ram_mb=1024))
+    s = Scheduler(filters=[RamLeft()], weighers=[FreeRam()])
+    decision, placement = run(s, snap, spec(memory_mb=3072, num_instances=2), instance_uuids=None)
+    # b (8192) then b again (5120 left beats a's 4096): consumption still applies.
+    assert decision.hosts == [("b", "b"), ("b", "b")]
+    assert placement.allocations == {}
+    assert decision.instance_uuids == []
+    for sels in decision.selections:
+        assert [(x.allocation_request, x.allocation_request_version) for x in sels] == [
+            ("null", None)] * len(sels)
+
+
+def test_legacy_alternates_do_not_need_allocation_candidates():
+    snap = cloud(host("a", free_ram_mb=8192), host("b", free_ram_mb=4096))
+    s = Scheduler(filters=[], weighers=[FreeRam()])
+    placement = InMemoryPlacement(snap)
+    answer = placement.candidates(spec())
+    # b is in placement's answer but has no candidate left (as after a NUMA/PCI filter).
+    candidates = CandidateSet({0: answer.by_row[0], 1: []}, answer.version)
+    legacy = s.select_destinations(spec(), snap, now=NOW, rng=random.Random(0),
+                                   candidates=candidates, claimer=placement)
+    assert [x.service_host for x in legacy.selections[0]] == ["a", "b"]
+    claiming = s.select_destinations(spec(), snap, now=NOW, rng=random.Random(0),
+                                     candidates=candidates, claimer=placement,
+                                     instance_uuids=["i1"])
+    assert [x.service_host for x in claiming.selections[0]] == ["a"]
+
+
+def test_the_specs_own_instance_uuid_is_kept_when_no_uuids_are_given():
+    seen: set[str | None] = set()
+
+    class Spy(BaseHostFilter):
+        RUN_ON_REBUILD = True
+
+        def host_passes(self, host_state, spec_obj):
+            seen.add(spec_obj.instance_uuid)
+            return True
+
+    snap = cloud(host("a"), host("b"))
+    req = spec(instance_uuid="11111111-1111-1111-1111-111111111111",
+               hints={"_nova_check_type": ["rebuild"]})
+    Scheduler(filters=[Spy()], weighers=[], per_host=True).select_destinations(
+        req, snap, now=NOW, rng=random.Random(0))
+    assert seen == {"11111111-1111-1111-1111-111111111111"}
+
+
+def test_an_empty_uuid_list_claims_for_no_instance_and_is_not_enough_hosts():
+    # Nova counts spec.num_instances when the list is empty, then walks the empty list.
+    snap = cloud(host("a"))
+    s = Scheduler(filters=[], weighers=[])
+    with pytest.raises(NoValidHost, match="not enough hosts"):
+        run(s, snap, spec(), instance_uuids=[])
 
 
 def test_a_rebuild_skips_filters_that_do_not_run_on_rebuild_and_claims_nothing():
@@ -405,7 +468,8 @@ def test_alternates_are_the_first_same_cell_hosts_of_the_final_order_per_instanc
         return
     try:
         decision = s.select_destinations(req, snap, now=NOW, rng=random.Random(seed),
-                                         candidates=CandidateSet(by_row, found.version))
+                                         candidates=CandidateSet(by_row, found.version),
+                                         instance_uuids=[f"i{k}" for k in range(num)])
     except NoValidHost:
         return
     order = s.last_order.to_array().tolist()

@@ -55,6 +55,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from berth.claims import InMemoryPlacement
     from berth.cloudfile import load_cloud
     from berth.model import RequestSpec
+    from berth.model.request import new_instance_uuids
     from berth.pipeline import Scheduler
 
     config = _load_config(args.config_file)
@@ -76,9 +77,11 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     prepare_request(spec, config)
     placement = InMemoryPlacement(cloud.snapshot)
     rng = random.Random(args.seed)
+    # Named before scheduling (as Nova's API does), so the dry run claims like a boot.
+    uuids = new_instance_uuids(rng, spec.num_instances)
     try:
         decision = scheduler.select_destinations(
-            spec, cloud.snapshot, now=now, rng=rng,
+            spec, cloud.snapshot, now=now, rng=rng, instance_uuids=uuids,
             candidates=placement.candidates(spec), claimer=placement,
             return_alternates=not args.no_alternates, explain=args.explain,
         )

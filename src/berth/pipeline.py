@@ -14,7 +14,8 @@ Per request::
     hosts = rows placement returned candidates for (all rows on a rebuild),
             minus disabled cells, restricted to the requested cell
       │
-      ▼  for each instance k (uuid set on the spec):
+      ▼  for each instance k (its uuid set on the spec; no uuids: Nova's legacy path,
+      │  spec.num_instances hosts, nothing claimed, alternates without candidates)
     hosts = sorted_hosts(hosts, k)            # the list only ever shrinks
       │     ├ destination / ignore / force pre-filters (forced hosts skip the filters)
       │     ├ enabled filters in order; once-per-request ones only for k = 0;
@@ -37,7 +38,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import uuid as uuidlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +82,11 @@ POLICY_WEIGHERS = {
 
 @dataclass
 class Decision:
-    """Per instance, the chosen host first and then its alternates."""
+    """Per instance, the chosen host first and then its alternates.
+
+    ``instance_uuids`` are the caller's uuids, one per selection; empty when the caller
+    passed none (Nova's legacy path has no instance to name).
+    """
 
     selections: list[list[Selection]]
     instance_uuids: list[str]
@@ -98,11 +102,11 @@ class Decision:
         return {
             "instances": [
                 {
-                    "instance_uuid": uuid,
+                    "instance_uuid": self.instance_uuids[i] if i < len(self.instance_uuids) else None,
                     "selected": _selection_dict(sels[0]),
                     "alternates": [_selection_dict(s) for s in sels[1:]],
                 }
-                for uuid, sels in zip(self.instance_uuids, self.selections)
+                for i, sels in enumerate(self.selections)
             ],
             "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
         }
@@ -138,6 +142,8 @@ class _Request:
     rng: random.Random
     explain: bool
     diagnosis: Diagnosis | None
+    #: Nova's claiming path (candidates and instance uuids); False on the legacy path.
+    claiming: bool = False
     current: InstanceDiagnosis | None = None
     selected_rows: list[int] = field(default_factory=list)
     placement_step: FilterStep | None = None
@@ -418,45 +424,52 @@ class Scheduler:
     ) -> Decision:
         """Choose a host (and alternates) for every instance of ``spec``.
 
-        ``candidates`` None means placement is not consulted (a rebuild, or the legacy
-        path): every row is considered and nothing is claimed. Raises
-        :class:`~berth.errors.NoValidHost` (with the diagnosis when ``explain``) when
-        fewer hosts than instances could be chosen; earlier claims are rolled back first.
-        The request works on a copy of ``spec``; a caller that hands over a private copy
-        already may pass ``copy_spec=False`` (the copy is then written to: instance
-        uuids, group members, provider mappings).
+        ``candidates`` None means placement is not consulted (a rebuild): every row is
+        considered. Claims are made only with both candidates and ``instance_uuids``
+        (one instance per uuid); without uuids — Nova's legacy path for an old
+        conductor (§8.2.5) — ``spec.num_instances`` hosts are chosen among placement's
+        rows, nothing is claimed, alternates need no candidates and no Selection
+        carries an allocation request. Callers standing where Nova's API and conductor
+        stand mint the uuids (:func:`~berth.model.request.new_instance_uuids`).
+
+        Raises :class:`~berth.errors.NoValidHost` (with the diagnosis when ``explain``)
+        when fewer hosts than instances could be chosen; earlier claims are rolled back
+        first. The request works on a copy of ``spec``; a caller that hands over a
+        private copy already may pass ``copy_spec=False`` (the copy is then written to:
+        instance uuid, group members, provider mappings).
         """
         if copy_spec:
             spec = copy.deepcopy(spec)
         self.check_group_policy(spec)
         for f in self.filters:
             f.validate_request(spec)
-        num_instances = len(instance_uuids) if instance_uuids else spec.num_instances
-        uuids = list(instance_uuids) if instance_uuids else [
-            str(uuidlib.UUID(int=rng.getrandbits(128), version=4)) for _ in range(num_instances)
-        ]
-        if spec.instance_group is not None:
+        uuids = list(instance_uuids) if instance_uuids is not None else None
+        num_instances = len(uuids) if uuids else spec.num_instances
+        if spec.instance_group is not None and uuids:
             # Nova's API adds the new instances to the group before scheduling, so the
             # (soft) anti-affinity rules count the earlier instances of a multi-create.
             members = spec.instance_group.members
             members.extend(u for u in uuids if u not in members)
-        rebuild = spec.is_rebuild()
-        claiming = candidates is not None and not rebuild
+        # Placement's answer is in play unless this is a rebuild; claims need the uuids.
+        placement = candidates if candidates is not None and not spec.is_rebuild() else None
+        claiming = placement is not None and uuids is not None
         # The overlay keeps this request's candidate edits (NUMA/PCI filters) out of the
         # caller's mapping without copying it.
         ws = WorkingSet(snapshot, now,
-                        CandidateOverlay(candidates.by_row) if claiming and candidates else None)
+                        CandidateOverlay(placement.by_row) if placement is not None else None)
         ws.memo["instances"] = num_instances  # rankers memoize only for multi-creates
-        req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None)
-        req.version = candidates.version if claiming and candidates else None
+        req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None,
+                       claiming=claiming)
+        req.version = placement.version if claiming and placement is not None else None
 
-        initial = self._initial_rows(req, candidates if claiming else None)
+        initial = self._initial_rows(req, placement)
         hosts: np.ndarray | HostOrder = initial
-        if claiming and candidates is not None and candidates.no_allocation_requests:
+        if placement is not None and placement.no_allocation_requests:
             # Placement returned no allocation request: Nova's NoValidHost with an empty
             # reason. (Requests that map to no known node go on: no host, not enough hosts.)
             if req.diagnosis is not None:
-                diag = InstanceDiagnosis(0, uuids[0], hosts_considered=len(snapshot))
+                diag = InstanceDiagnosis(0, uuids[0] if uuids else None,
+                                         hosts_considered=len(snapshot))
                 if req.placement_step is not None:
                     diag.steps.append(req.placement_step)
                 req.diagnosis.instances.append(diag)
@@ -465,8 +478,13 @@ class Scheduler:
         claimed_rows: list[int] = []
         claimed_requests: list[dict[str, Any] | None] = []
         index = 0
-        for index, instance_uuid in enumerate(uuids):
-            spec.instance_uuid = instance_uuid
+        # The claiming path walks the uuids; the legacy path num_instances slots (Nova
+        # counts spec.num_instances when the uuid list is empty, and then fails).
+        slots = len(uuids) if claiming and uuids is not None else num_instances
+        for index in range(slots):
+            instance_uuid = uuids[index] if uuids else None
+            if instance_uuid:
+                spec.instance_uuid = instance_uuid
             if req.diagnosis is not None:
                 considered = len(hosts)
                 if index == 0 and req.placement_step is not None:
@@ -477,10 +495,11 @@ class Scheduler:
             hosts = order
             if len(order) == 0:
                 break
-            row, alloc_req = self._claim(req, order, instance_uuid, claimer if claiming else None)
+            row, alloc_req = self._claim(req, order, instance_uuid, claimer)
             if row is None:
                 break
-            claimed_uuids.append(instance_uuid)
+            if claiming and instance_uuid:
+                claimed_uuids.append(instance_uuid)
             claimed_rows.append(row)
             claimed_requests.append(alloc_req)
             if alloc_req is not None:
@@ -503,7 +522,7 @@ class Scheduler:
         assert isinstance(hosts, HostOrder)
         selections = self._alternates(req, hosts, index, num_alts, claimed_rows, claimed_requests,
                                       req.version)
-        return Decision(selections, claimed_uuids, req.diagnosis)
+        return Decision(selections, uuids[:len(selections)] if uuids else [], req.diagnosis)
 
     # ------------------------------------------------------------------ steps
     def check_group_policy(self, spec: RequestSpec) -> None:
@@ -737,11 +756,12 @@ class Scheduler:
                 float(ranking.weights[pos]), terms))
 
     def _claim(
-        self, req: _Request, rows: HostOrder, instance_uuid: str, claimer: Claimer | None
+        self, req: _Request, rows: HostOrder, instance_uuid: str | None, claimer: Claimer | None
     ) -> tuple[int | None, dict[str, Any] | None]:
-        """The first host, in order, whose first candidate is claimed (or simply the first
-        host when nothing is claimed)."""
-        if req.ws.candidates is None:
+        """The first host, in order, whose first candidate is claimed; on the legacy path
+        simply the first host (§8.2.5). Without a claimer the first candidate counts as
+        claimed."""
+        if not req.claiming or req.ws.candidates is None or instance_uuid is None:
             return int(rows.head(1)[0]), None
         snapshot = req.ws.snapshot
         for row in rows:
@@ -756,15 +776,16 @@ class Scheduler:
                     (snapshot.obj("host")[row], snapshot.obj("nodename")[row]))
         return None, None
 
-    def _consume(self, req: _Request, row: int, instance_uuid: str) -> None:
-        """Virtual consumption, and the server group learns the host and the member."""
+    def _consume(self, req: _Request, row: int, instance_uuid: str | None) -> None:
+        """Virtual consumption, and the server group learns the host and the member (a
+        stub instance only when the instance has a uuid, as in Nova)."""
         ws, spec = req.ws, req.spec
         ws.consume(row, spec)
         req.selected_rows.append(row)
         group = spec.instance_group
         if group is not None:
             group.hosts.append(ws.snapshot.obj("host")[row])
-            if instance_uuid not in ws.instances(row):
+            if instance_uuid and instance_uuid not in ws.instances(row):
                 # The stub carries the flavor so TypeAffinityFilter sees its own kind.
                 ws.add_instance(row, Instance(uuid=instance_uuid,
                                               instance_type_id=spec.flavor.id))
@@ -791,7 +812,8 @@ class Scheduler:
         found: dict[int, list[tuple[int, dict[str, Any] | None]]] = {
             int(cells[row]): [] for row in claimed_rows}
         open_cells = set(found) if num_alts > 0 else set()
-        candidates = req.ws.candidates
+        # Alternates need (and carry) a candidate only when the request claims (§8.2.8).
+        candidates = req.ws.candidates if req.claiming else None
         for alt in hosts if open_cells else ():
             cell = int(cells[alt])
             if cell not in open_cells or alt in chosen:

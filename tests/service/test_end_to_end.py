@@ -58,6 +58,18 @@ def test_a_request_claims_the_best_host_and_returns_alternates_with_their_reques
     assert stack.client.get_allocations(decision.instance_uuids[0]).project_id == "proj"
 
 
+def test_the_service_names_the_instances_from_its_seed_and_claims_for_them(stack: Stack) -> None:
+    import random
+
+    from berth.model.request import new_instance_uuids
+
+    stack.register_hosts(_hosts(2))
+    decision = stack.scheduler(seed=1).select_destinations(_spec(num_instances=2))
+    assert decision.instance_uuids == new_instance_uuids(random.Random(1), 2)
+    for uuid in decision.instance_uuids:
+        assert stack.client.get_allocations(uuid).allocations
+
+
 def test_spreading_follows_local_consumption_between_reports(stack: Stack) -> None:
     stack.register_hosts(_hosts(3))
     service = stack.scheduler(seed=1)

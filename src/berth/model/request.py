@@ -7,6 +7,8 @@ The pipeline works on a deep copy of the spec: its virtual changes during one re
 
 from __future__ import annotations
 
+import random
+import uuid as uuidlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -288,3 +290,13 @@ class RequestSpec:
     def obj_attr_is_set(self, name: str) -> bool:
         """True when the field ``name`` holds a value."""
         return getattr(self, name, None) is not None
+
+
+def new_instance_uuids(rng: random.Random, count: int) -> list[str]:
+    """``count`` fresh instance uuids (version 4) drawn from ``rng``.
+
+    Nova's API names every instance before it asks for hosts, and the scheduler claims
+    for those names; Berth's callers in that place (``berth boot``'s API, the conductor,
+    ``berth schedule``) draw them from their seeded generator, so a decision replays.
+    """
+    return [str(uuidlib.UUID(int=rng.getrandbits(128), version=4)) for _ in range(count)]

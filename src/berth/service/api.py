@@ -213,8 +213,10 @@ class SchedulerApp:
         """Schedule and build; the placements per instance."""
         spec = parse_boot(body, self.flavors, self.images)
         explain = bool(body.get("explain", False))
+        # The API names the instances before it asks for hosts, as Nova's does.
+        uuids = self.service.new_instance_uuids(spec.num_instances)
         try:
-            decision = self.service.select_destinations(spec, explain=explain)
+            decision = self.service.select_destinations(spec, uuids, explain=explain)
         except NoValidHost as exc:
             if explain and exc.diagnosis is None:
                 exc.diagnosis = self._refusal_diagnosis()

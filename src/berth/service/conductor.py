@@ -112,7 +112,13 @@ class Conductor:
     def build_instances(
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None = None
     ) -> list[BuildResult]:
-        """Schedule ``spec`` and build each instance; NoValidHost or MaxRetriesExceeded."""
+        """Schedule ``spec`` and build each instance; NoValidHost or MaxRetriesExceeded.
+
+        Without ``instance_uuids`` the instances are named here, before scheduling (as
+        Nova's API has named them by the time its conductor asks), so the scheduler
+        claims for them."""
+        if instance_uuids is None:
+            instance_uuids = self.scheduler.new_instance_uuids(spec.num_instances)
         decision = self.scheduler.select_destinations(spec, instance_uuids)
         return [self.build_one(uuid, hosts, spec)
                 for uuid, hosts in zip(decision.instance_uuids, decision.selections)]

@@ -41,7 +41,7 @@ from berth.claims import CandidateSet
 from berth.config import SchedulerConfig
 from berth.errors import NoValidHost
 from berth.model.aggregate import Aggregate
-from berth.model.request import RequestSpec
+from berth.model.request import RequestSpec, new_instance_uuids
 from berth.model.selection import Selection
 from berth.pipeline import Decision, Scheduler
 from berth.request_filters import NetworkLookup, RequestFilterFailed, process_reqspec
@@ -190,6 +190,12 @@ class SchedulerService:
             return self.feed.refresh()
 
     # ----------------------------------------------------------------- entry point
+    def new_instance_uuids(self, count: int) -> list[str]:
+        """``count`` instance uuids from the service's seeded generator, for callers that
+        name instances before scheduling them (the API, the conductor), as Nova's API
+        does; drawn from the same generator as the decisions, so a seeded run replays."""
+        return new_instance_uuids(self.rng, count)
+
     def select_destinations(
         self,
         spec: RequestSpec,
@@ -198,7 +204,13 @@ class SchedulerService:
         return_alternates: bool = True,
         explain: bool = False,
     ) -> Decision:
-        """Place every instance of ``spec``; raises NoValidHost (claims rolled back)."""
+        """Place every instance of ``spec``; raises NoValidHost (claims rolled back).
+
+        Without ``instance_uuids`` the service names ``spec.num_instances`` instances
+        itself (:meth:`new_instance_uuids`) and claims for them: Berth has no old
+        conductor to serve, so only the core, called directly without uuids, takes
+        Nova's non-claiming legacy path. A rebuild claims nothing either way.
+        """
         started = time.perf_counter()
         with self._lock:
             self.stats.requests += 1
@@ -222,6 +234,8 @@ class SchedulerService:
         self.scheduler.check_group_policy(spec)
         snapshot = self.feed.refresh()
         now = self.clock()
+        if instance_uuids is None and not spec.is_rebuild():
+            instance_uuids = self.new_instance_uuids(spec.num_instances)
         if spec.is_rebuild():
             return self.scheduler.select_destinations(
                 spec, snapshot, now=now, rng=self.rng, candidates=None, claimer=None,
