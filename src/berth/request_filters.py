@@ -6,7 +6,8 @@ of host aggregates (no globals), may add ``member_of`` groups
 (``requested_destination.aggregates`` / ``forbidden_aggregates``) or required/forbidden
 root traits (``spec.request_level_params``), and answers whether it changed anything.
 A :class:`RequestFilterFailed` means no host can satisfy the request; the scheduler
-service turns it into NoValidHost(reason).
+service turns it into a NoValidHost carrying its message (Nova's "Scheduling failed:
+<reason>").
 
 Data from outside the scheduler is injected through :class:`FilterContext`: a
 :class:`NetworkLookup` (ports, routed-network segment aggregates) and the minimum
