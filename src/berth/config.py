@@ -143,6 +143,11 @@ FILTER_SCHEDULER_OPTS: list[cfg.Opt] = [
     cfg.StrOpt("weighing_strategy", default="weighers", choices=("weighers", "least_cost"),
                help="Berth: rank hosts with weight_classes (Nova) or with the legacy "
                     "least_cost_functions (lowest total cost wins)."),
+    # Berth's own lever: Nova 34 builds fresh host states for every request (§2.4).
+    cfg.BoolOpt("consume_between_reports", default=False,
+                help="Berth extension, what Nova did before Queens: keep each request's "
+                     "virtual consumption in the scheduler's host states until the host "
+                     "reports again."),
 ]  # fmt: skip
 
 METRICS_OPTS: list[cfg.Opt] = [

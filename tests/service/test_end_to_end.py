@@ -71,11 +71,32 @@ def test_the_service_names_the_instances_from_its_seed_and_claims_for_them(stack
 
 
 def test_spreading_follows_local_consumption_between_reports(stack: Stack) -> None:
+    # Berth's consume_between_reports: Nova's pre-Queens host-state cache.
+    stack.config = stack.config.replace("filter_scheduler", consume_between_reports=True)
     stack.register_hosts(_hosts(3))
     service = stack.scheduler(seed=1)
     hosts = [service.select_destinations(_spec()).selections[0][0].service_host for _ in range(3)]
     # RAMWeigher spreads: each claim lowers the chosen host's free RAM in the snapshot.
     assert sorted(hosts) == ["h0", "h1", "h2"]
+    snapshot = service.feed.snapshot
+    for name in hosts:
+        row = snapshot.row_of(name)
+        assert snapshot.num("free_ram_mb")[row] == 8192 - 2048
+        assert snapshot.num("num_io_ops")[row] == 1  # every scheduled operation counts (§2.3)
+
+
+def test_by_default_the_next_request_sees_the_hosts_as_they_last_reported(stack: Stack) -> None:
+    # Nova 34 builds fresh host states per request (§2.4): without a report in between,
+    # the equal hosts tie again and the first one wins again; placement, which counts
+    # every claim, still has room on it.
+    stack.register_hosts(_hosts(3))
+    service = stack.scheduler(seed=1)
+    hosts = [service.select_destinations(_spec()).selections[0][0].service_host for _ in range(3)]
+    assert hosts == ["h0", "h0", "h0"]
+    row = service.feed.snapshot.row_of("h0")
+    assert service.feed.snapshot.num("free_ram_mb")[row] == 8192
+    assert service.feed.snapshot.num("num_io_ops")[row] == 0
+    assert _usage(stack)["h0"]["MEMORY_MB"] == 3 * 2048
 
 
 def test_a_full_cloud_is_no_valid_host_and_multi_create_rolls_back(stack: Stack) -> None:

@@ -17,9 +17,14 @@ Written down once (reference §8.1)::
       ▼
     Scheduler.select_destinations (filters, weighers, claims through PlacementClaimer)
       ▼
-    local consumption of the chosen rows (so the next request weighs fresh numbers)
+    only with [filter_scheduler] consume_between_reports (Berth, off by default):
+    the chosen rows keep the request's consumption until their hosts report again
       ▼
     per instance: the selected host + alternates, each with its allocation request
+
+As in Nova 34 (§2.4), every request starts from the hosts as they last reported: a
+request's virtual consumption lives in its own working set only. Placement's usage,
+which every claim updates, is what keeps the next request off a full host.
 
 On a rebuild nothing is claimed and placement is not consulted. The pure core gets the
 scheduling instant and a seeded generator from here; this is the only place that reads
@@ -111,8 +116,9 @@ class SchedulerService:
         self.clock = clock
         self.rng = random.Random(seed)
         self.stats = ServiceStats()
-        # The snapshot is shared and its local consumption is written in place, so one
-        # request at a time per service (run several services to go parallel).
+        # The snapshot is shared and refreshed (and, with consume_between_reports,
+        # consumed from) in place, so one request at a time per service (run several
+        # services to go parallel).
         self._lock = threading.Lock()
         self._frozen_at: int | None = None
         self.freeze_heap = freeze_heap
@@ -251,11 +257,13 @@ class SchedulerService:
             spec, snapshot, now=now, rng=self.rng, candidates=candidates, claimer=self.claimer,
             instance_uuids=instance_uuids, return_alternates=return_alternates, explain=explain,
             copy_spec=False)
-        self._consume_locally(snapshot, spec, decision)
+        if self.config.filter_scheduler.consume_between_reports:
+            self._consume_locally(snapshot, spec, decision)
         return decision
 
     def _consume_locally(self, snapshot: HostSnapshot, spec: RequestSpec, decision: Decision) -> None:
-        """Reflect the claims in this service's snapshot until the hosts report again."""
+        """Reflect the claims in this service's snapshot until the hosts report again
+        (``consume_between_reports``; the numbers of §2.3, not NUMA or PCI usage)."""
         flavor = spec.flavor
         for selections in decision.selections:
             row = snapshot.row_of(selections[0].service_host, selections[0].nodename)
@@ -266,13 +274,15 @@ class SchedulerService:
 
 
 def consume_row(snapshot: HostSnapshot, row: int, vcpus: int, memory_mb: int, disk_gb: int) -> None:
-    """Nova's ``consume_from_request`` numbers, written into the shared snapshot."""
+    """Nova's ``consume_from_request`` numbers (§2.3), written into the shared snapshot:
+    RAM, disk (root + ephemeral), vCPUs, one more instance and one more IO operation."""
     snapshot.update_host(
         row,
         free_ram_mb=snapshot.num("free_ram_mb")[row] - memory_mb,
         free_disk_mb=snapshot.num("free_disk_mb")[row] - disk_gb * 1024,
         vcpus_used=snapshot.num("vcpus_used")[row] + vcpus,
         num_instances=snapshot.num("num_instances")[row] + 1,
+        num_io_ops=snapshot.num("num_io_ops")[row] + 1,
     )
 
 
