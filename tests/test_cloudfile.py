@@ -29,6 +29,12 @@ def test_the_example_cloud_loads_with_two_cells_and_more_than_fifty_hosts():
     assert cloud.server_groups["web"].hosts == ["c1-w01", "c1-w02"]
 
 
+def test_every_host_is_a_node_with_its_service_record_even_without_a_service_block():
+    snap = parse_cloud(minimal(), CONFIG, now=0.0).snapshot
+    assert snap.num("has_service").tolist() == [True]
+    assert load_cloud(str(EXAMPLE), now=1000.0).snapshot.num("has_service").all()
+
+
 def test_usage_is_derived_from_instances_and_reserved_options_when_not_given():
     doc = {
         "flavors": [{"name": "f", "vcpus": 2, "memory_mb": 1024, "root_gb": 10, "ephemeral_gb": 5}],

@@ -379,6 +379,18 @@ def test_a_requested_cell_is_the_only_cell_queried_even_when_it_is_disabled():
     assert decision.hosts == [("a", "a")]
 
 
+def test_a_compute_node_without_a_service_record_is_never_scheduled_to():
+    # Nova's host manager skips such a node (§10.2.3), even when placement offers it.
+    serviceless = host("a", free_ram_mb=8192)
+    serviceless.record.service = None
+    snap = cloud(serviceless, host("b", free_ram_mb=1024))
+    s = Scheduler(filters=[], weighers=[FreeRam()])
+    assert run(s, snap, spec())[0].hosts == [("b", "b")]
+    assert run(s, snap, spec(), placement=False)[0].hosts == [("b", "b")]
+    with pytest.raises(NoValidHost):
+        run(s, snap, spec(force_hosts=["a"]))
+
+
 def test_without_a_requested_cell_only_enabled_cells_are_queried():
     from berth.model import CellMapping, Destination
 

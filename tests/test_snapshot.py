@@ -51,6 +51,20 @@ def test_a_report_updates_one_row_in_place_and_a_new_node_is_appended():
     assert snap.num("free_ram_mb")[1] == 1999
 
 
+def test_a_node_without_a_service_record_is_marked_and_keeps_none():
+    records = [HostRecord("a"), HostRecord("b", service=ServiceRecord(host="b", disabled=True))]
+    one_by_one = HostSnapshot()
+    for record in records:
+        one_by_one.upsert(record)
+    for snap in (HostSnapshot.from_records(records), one_by_one):
+        assert snap.num("has_service").tolist() == [False, True]
+        assert snap.obj("service")[0] is None
+        assert WorkingSet(snap, NOW).host_state(0).service == {}
+    snap = HostSnapshot.from_records(records)
+    snap.upsert(HostRecord("a", service=ServiceRecord(host="a")))  # the service registers
+    assert snap.num("has_service").tolist() == [True, True]
+
+
 def test_duplicate_nodes_are_refused():
     with pytest.raises(ValueError, match="duplicate compute node a/a"):
         HostSnapshot.from_records([HostRecord("a"), HostRecord("a")])

@@ -11,8 +11,8 @@ Per request::
     deep-copy the spec ─ check the server-group policy has its filter/weigher
       │               ─ let every enabled filter validate the request up front
       ▼
-    hosts = rows placement returned candidates for (all rows on a rebuild),
-            minus disabled cells, restricted to the requested cell
+    hosts = rows placement returned candidates for (all rows on a rebuild), with a
+            service record, minus disabled cells, restricted to the requested cell
       │
       ▼  for each instance k (its uuid set on the spec; no uuids: Nova's legacy path,
       │  spec.num_instances hosts, nothing claimed, alternates without candidates)
@@ -556,8 +556,9 @@ class Scheduler:
                 )
 
     def _initial_rows(self, req: _Request, candidates: CandidateSet | None) -> np.ndarray:
-        """Rows in play: placement's answer (or every row), in the requested cell when the
-        request names one (and may not cross cells), else in the enabled cells."""
+        """Rows in play: placement's answer (or every row), with a service record, in the
+        requested cell when the request names one (and may not cross cells), else in the
+        enabled cells."""
         snapshot = req.ws.snapshot
         n = len(snapshot)
         keep = np.zeros(n, dtype=bool)
@@ -566,6 +567,8 @@ class Scheduler:
         else:
             by_row = candidates.by_row
             keep[np.fromiter(by_row, dtype=np.int64, count=len(by_row))] = True
+        # A compute node without a service record is skipped (§10.2.3).
+        keep &= snapshot.num("has_service")
         cell_codes = snapshot.codes("cell_uuid")
         cell_table = snapshot.table("cell_uuid")
         disabled: frozenset[str] = snapshot.disabled_cells

@@ -53,8 +53,10 @@ FLOAT_COLUMNS: tuple[str, ...] = (
     "disk_allocation_ratio",
     "updated",
 )
-#: Service columns ComputeFilter evaluates in bulk.
-SERVICE_COLUMNS: tuple[str, ...] = ("service_disabled", "service_forced_down", "service_heartbeat")
+#: Service columns ComputeFilter evaluates in bulk, and whether the node has a service
+#: record at all (Nova's host manager skips a compute node without one, §10.2.3).
+SERVICE_COLUMNS: tuple[str, ...] = ("service_disabled", "service_forced_down", "service_heartbeat",
+                                    "has_service")
 #: Interned (low-cardinality) fields.
 INTERNED_COLUMNS: tuple[str, ...] = (
     "cell_uuid",
@@ -386,7 +388,9 @@ class HostRecord:
 
     Field names are HostState's (reference §2.1). ``num_instances``, ``num_io_ops`` and
     ``failed_builds`` come from ``stats`` (``num_instances``, ``io_workload``,
-    ``failed_builds``) unless given explicitly.
+    ``failed_builds``) unless given explicitly. ``service`` is the node's nova-compute
+    service row; a node without one (None) is in the snapshot but never scheduled to,
+    as Nova's host manager skips it (§10.2.3).
     """
 
     host: str
@@ -459,6 +463,7 @@ class HostSnapshot:
         self._num["service_disabled"] = np.zeros(capacity, dtype=bool)
         self._num["service_forced_down"] = np.zeros(capacity, dtype=bool)
         self._num["service_heartbeat"] = np.full(capacity, math.nan)
+        self._num["has_service"] = np.zeros(capacity, dtype=bool)
         self._interned: dict[str, Interned] = {name: Interned(capacity) for name in INTERNED_COLUMNS}
         self._obj: dict[str, np.ndarray] = {
             name: np.empty(capacity, dtype=object) for name in OBJECT_COLUMNS
@@ -615,12 +620,16 @@ class HostSnapshot:
                     column[i] = _stat_int(stats_list[i], stat)  # raises as _write does
             num[name][start:end] = column
 
-        raw_services = f["service"]
-        services = (list(raw_services) if all(raw_services)
-                    else [service or ServiceRecord(host=host)
-                          for service, host in zip(raw_services, hosts)])
+        # A node without a service record keeps None (the pipeline leaves it out); its
+        # service columns read as a default record's (enabled, never seen up).
+        services = list(f["service"])
+        present = [service is not None for service in services]
+        num["has_service"][start:end] = np.fromiter(present, dtype=bool, count=n)
         if n:
-            disabled, forced_down, seen_up, created = zip(*map(_SERVICE_FIELDS, services))
+            defaulted = (services if all(present)
+                       else [service or ServiceRecord(host=host)
+                             for service, host in zip(services, hosts)])
+            disabled, forced_down, seen_up, created = zip(*map(_SERVICE_FIELDS, defaulted))
             num["service_disabled"][start:end] = np.fromiter(map(bool, disabled), dtype=bool,
                                                             count=n)
             num["service_forced_down"][start:end] = np.fromiter(map(bool, forced_down),
@@ -692,6 +701,7 @@ class HostSnapshot:
         num["ram_allocation_ratio"][row] = _num(record.ram_allocation_ratio)
         num["disk_allocation_ratio"][row] = _num(record.disk_allocation_ratio)
         num["updated"][row] = _num(record.updated)
+        num["has_service"][row] = record.service is not None
         service = record.service or ServiceRecord(host=record.host)
         num["service_disabled"][row] = bool(service.disabled)
         num["service_forced_down"][row] = bool(service.forced_down)
@@ -720,7 +730,7 @@ class HostSnapshot:
         obj["metrics"][row] = list(record.metrics or [])
         obj["numa_topology"][row] = record.numa_topology
         obj["pci_stats"][row] = record.pci_stats
-        obj["service"][row] = service
+        obj["service"][row] = record.service
 
     # ----------------------------------------------------------------- updates
     def _changed(self, structure: bool = True) -> None:

@@ -105,6 +105,7 @@ def test_a_report_round_trips_through_json() -> None:
     record = agent.host_record(now=100.0)
     again = report_to_record(record_to_report(record))
     assert again == record
+    assert again.service is not None  # an agent's node always has its service record
 
 
 def test_agents_report_periodically_until_stopped(stack: Stack) -> None:
