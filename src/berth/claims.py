@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from berth.config import SchedulerConfig
 from berth.filters.base import Reject
 from berth.model.request import RequestSpec
 from berth.snapshot import HostSnapshot
@@ -93,34 +94,53 @@ def requested_resources(spec: RequestSpec) -> dict[str, int]:
 class InMemoryPlacement:
     """Candidates and claims computed from a snapshot's own capacity columns.
 
-    Capacity per row, as the compute reports it to placement: VCPU ``vcpus_total`` at
-    ``cpu_allocation_ratio``, MEMORY_MB ``total_usable_ram_mb`` at ``ram_allocation_ratio``,
-    DISK_GB ``total_usable_disk_gb`` at ``disk_allocation_ratio``; usage is what the host
-    reports as used (reserved amounts included). Claims add to that usage.
+    Each row is the inventory its compute would report to placement (as the compute
+    agents do): VCPU ``vcpus_total`` at ``cpu_allocation_ratio``, MEMORY_MB
+    ``total_usable_ram_mb`` at ``ram_allocation_ratio``, DISK_GB ``total_usable_disk_gb``
+    at ``disk_allocation_ratio``, each with ``reserved`` from ``config``'s
+    ``reserved_host_cpus`` / ``reserved_host_memory_mb`` / ``reserved_host_disk_mb``
+    (rounded up to GB; at most the total), ``max_unit`` the total. Placement's capacity
+    rule then holds (§8.5): ``used + amount <= (total - reserved) * ratio``, where
+    ``used`` (the allocations) is what the host reports as used minus its reserved
+    amount — the compute counts the reserved amount as used, placement does not. Claims
+    add to ``used``. Without ``config`` nothing is reserved: the snapshot's usage is
+    taken as placement's (hand-built snapshots that report no reserved amount).
     """
 
     RESOURCE_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
 
-    def __init__(self, snapshot: HostSnapshot) -> None:
+    def __init__(self, snapshot: HostSnapshot, config: SchedulerConfig | None = None) -> None:
         self.snapshot = snapshot
+
+        def column(values: np.ndarray) -> np.ndarray:
+            return np.nan_to_num(values, nan=0.0)
+
+        total = {
+            "VCPU": column(snapshot.num("vcpus_total")),
+            "MEMORY_MB": column(snapshot.num("total_usable_ram_mb")),
+            "DISK_GB": column(snapshot.num("total_usable_disk_gb")),
+        }
+        ratio = {
+            "VCPU": column(snapshot.num("cpu_allocation_ratio")),
+            "MEMORY_MB": column(snapshot.num("ram_allocation_ratio")),
+            "DISK_GB": column(snapshot.num("disk_allocation_ratio")),
+        }
+        reported_used = {
+            "VCPU": column(snapshot.num("vcpus_used")),
+            "MEMORY_MB": total["MEMORY_MB"] - column(snapshot.num("free_ram_mb")),
+            "DISK_GB": total["DISK_GB"] - column(snapshot.num("free_disk_mb")) / 1024.0,
+        }
+        option = {
+            "VCPU": config.reserved_host_cpus,
+            "MEMORY_MB": config.reserved_host_memory_mb,
+            "DISK_GB": math.ceil(config.reserved_host_disk_mb / 1024),
+        } if config is not None else dict.fromkeys(total, 0)
+        reserved = {rc: np.minimum(float(option[rc]), total[rc]) for rc in total}
         self.capacity: dict[str, np.ndarray] = {
-            "VCPU": snapshot.num("vcpus_total") * snapshot.num("cpu_allocation_ratio"),
-            "MEMORY_MB": snapshot.num("total_usable_ram_mb") * snapshot.num("ram_allocation_ratio"),
-            "DISK_GB": snapshot.num("total_usable_disk_gb") * snapshot.num("disk_allocation_ratio"),
-        }
-        self.max_unit: dict[str, np.ndarray] = {
-            "VCPU": snapshot.num("vcpus_total").copy(),
-            "MEMORY_MB": snapshot.num("total_usable_ram_mb").copy(),
-            "DISK_GB": snapshot.num("total_usable_disk_gb").copy(),
-        }
+            rc: (total[rc] - reserved[rc]) * ratio[rc] for rc in total}
+        self.max_unit: dict[str, np.ndarray] = {rc: total[rc].copy() for rc in total}
         self.used: dict[str, np.ndarray] = {
-            "VCPU": snapshot.num("vcpus_used").copy(),
-            "MEMORY_MB": snapshot.num("total_usable_ram_mb") - snapshot.num("free_ram_mb"),
-            "DISK_GB": snapshot.num("total_usable_disk_gb") - snapshot.num("free_disk_mb") / 1024.0,
-        }
-        for arrays in (self.capacity, self.max_unit, self.used):
-            for rc, arr in arrays.items():
-                arrays[rc] = np.nan_to_num(arr, nan=0.0)
+            rc: np.maximum(reported_used[rc] - reserved[rc], 0.0) for rc in total}
         self._rows_by_provider = {provider_id(snapshot, r): r for r in range(len(snapshot))}
         self.allocations: dict[str, dict[int, dict[str, int]]] = {}
 

@@ -75,7 +75,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         ignore_hosts=args.ignore_host or None,
     )
     prepare_request(spec, config)
-    placement = InMemoryPlacement(cloud.snapshot)
+    placement = InMemoryPlacement(cloud.snapshot, config)
     rng = random.Random(args.seed)
     # Named before scheduling (as Nova's API does), so the dry run claims like a boot.
     uuids = new_instance_uuids(rng, spec.num_instances)

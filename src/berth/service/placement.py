@@ -30,6 +30,7 @@ import httpx
 import numpy as np
 
 from berth.claims import CANDIDATES_MICROVERSION, CandidateSet
+from berth.config import SchedulerConfig
 from berth.filters.base import Reject
 from berth.model.request import RequestSpec
 from berth.placement import candidates as engine
@@ -271,6 +272,7 @@ def placement_rejections(
     candidates: CandidateSet,
     spec: RequestSpec,
     index: Mapping[str, int] | None = None,
+    config: SchedulerConfig | None = None,
 ) -> dict[int, Reject]:
     """Why each row placement left out got no candidate, for an explanation.
 
@@ -279,8 +281,8 @@ def placement_rejections(
     capacity or limit condition, with its numbers), and a node the store has no provider
     for says so. Otherwise placement's answer carries no reasons: a row whose reported
     capacity cannot hold the flavor gets that estimate (as ``berth schedule`` computes
-    candidates offline), any other a generic reason (traits, aggregates, a disabled
-    compute, the limit).
+    candidates offline, with ``config``'s reserved amounts), any other a generic reason
+    (traits, aggregates, a disabled compute, the limit).
     """
     if index is None:
         index = rows_by_uuid(snapshot)
@@ -308,7 +310,7 @@ def placement_rejections(
     if left and known is None:
         from berth.claims import InMemoryPlacement
 
-        estimate = InMemoryPlacement(snapshot).candidates(
+        estimate = InMemoryPlacement(snapshot, config).candidates(
             spec, np.asarray(left, dtype=np.int64)).rejections
     for row in left:
         if known is not None and uuids[row] not in known:

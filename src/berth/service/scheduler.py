@@ -187,7 +187,7 @@ class SchedulerService:
         candidates = candidate_set(snapshot, answer, self.feed.uuid_rows)
         if explain:
             candidates.rejections = placement_rejections(snapshot, answer, candidates, spec,
-                                                         self.feed.uuid_rows)
+                                                         self.feed.uuid_rows, self.config)
         return candidates
 
     def refresh(self) -> HostSnapshot:
