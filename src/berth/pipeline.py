@@ -300,10 +300,16 @@ def _best(levels: list[_Level], rows: np.ndarray, weights: np.ndarray) -> list[i
 
 
 def _zone_of(aggregates: list[Any]) -> str | None:
-    """The first ``availability_zone`` among a host's aggregates (Selection's AZ)."""
+    """Selection's AZ (§8.4): a value of ``availability_zone`` from the host's aggregates
+    that carry the key, read as ``aggregate_metadata_get_by_host`` reads it (§1.2: each
+    value split on ``,`` and stripped); None when no aggregate carries it.
+
+    Nova takes the first element of that set, an arbitrary one when there are several;
+    Berth takes the first piece in aggregate order, so the answer is reproducible.
+    """
     for agg in aggregates:
         if "availability_zone" in agg.metadata:
-            return str(agg.metadata["availability_zone"])
+            return str(agg.metadata["availability_zone"]).split(",")[0].strip()
     return None
 
 

@@ -45,3 +45,15 @@ def test_the_pipelines_selection_carries_integer_scheduler_limits() -> None:
     selection = decision.selections[0][0]
     assert selection.limits == {"memory_mb": 1501}
     assert selection.to_dict()["limits"] == {"memory_mb": 1501}
+
+
+@pytest.mark.parametrize(("metadata", "zone"), [
+    pytest.param({"availability_zone": " az1 "}, "az1", id="the value is stripped as Nova splits and strips it"),
+    pytest.param({"availability_zone": "az1, az2"}, "az1", id="of a comma list the first piece is taken"),
+    pytest.param({"other": "x"}, "nova", id="without the key it is default_availability_zone"),
+])
+def test_the_selections_zone_is_read_from_aggregate_metadata_like_nova(metadata, zone) -> None:
+    snap = cloud(host("a").in_aggregate("agg", **metadata))
+    decision = Scheduler(filters=[], weighers=[]).select_destinations(
+        spec(), snap, now=NOW, rng=random.Random(0))
+    assert decision.selections[0][0].availability_zone == zone
