@@ -141,6 +141,14 @@ def test_forced_hosts_run_the_filters_when_the_request_is_a_check_type():
         run(s, snap, spec(force_hosts=["bravo"], hints={"_nova_check_type": "resize"}))
 
 
+def test_an_empty_check_type_hint_still_lets_forced_hosts_skip_the_filters():
+    # Nova tests the hint's value, not its presence (host_manager.get_filtered_hosts).
+    snap = cloud(host("bravo"), host("alpha"))
+    s = Scheduler(filters=[NotInAz()], weighers=[])
+    decision, _ = run(s, snap, spec(force_hosts=["bravo"], hints={"_nova_check_type": []}))
+    assert decision.hosts == [("bravo", "bravo")]
+
+
 def test_ignored_hosts_are_removed_case_insensitively_and_force_nodes_is_case_sensitive():
     snap = cloud(host("alpha", node="n1"), host("alpha", node="N2"), host("charlie"))
     s = Scheduler(filters=[], weighers=[])

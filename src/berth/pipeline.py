@@ -692,8 +692,9 @@ class Scheduler:
         if spec.force_nodes:
             mask = np.isin(snapshot.obj("nodename")[rows], list(spec.force_nodes))
             rows = self._apply(req, "force_nodes", rows, mask, Reject.of("not a forced node"))
-        hints = spec.scheduler_hints or {}
-        if (spec.force_hosts or spec.force_nodes) and "_nova_check_type" not in hints:
+        # Nova reads the hint's value (an empty list is no check type).
+        check_type = (spec.scheduler_hints or {}).get("_nova_check_type")
+        if (spec.force_hosts or spec.force_nodes) and not check_type:
             if req.current is not None:
                 for f in self.filters:
                     req.current.steps.append(FilterStep(type(f).__name__, len(rows), len(rows),
