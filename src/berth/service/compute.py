@@ -78,6 +78,16 @@ record_counter = sa.Table(
     sa.Column("seq", sa.BigInteger, nullable=False),
 )
 
+#: The change number of the last :meth:`ComputeRecordStore.set_aggregates`. The rows of
+#: ``berth_host_aggregates`` carry it too, but an emptied set has no row left to carry
+#: it, so a scheduler could not tell "no aggregates any more" from "nothing changed".
+aggregates_changed = sa.Table(
+    "berth_host_aggregates_changed",
+    records_metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+)
+
 
 # --------------------------------------------------------------------------- reports
 def record_to_report(record: HostRecord) -> dict[str, Any]:
@@ -152,12 +162,13 @@ class ComputeRecordStore:
         self._top_conn: RawConnection | None = None
         self._top_lock = threading.Lock()
         records_metadata.create_all(engine)
-        try:
-            with engine.begin() as conn:
-                if conn.execute(sa.select(record_counter.c.id)).first() is None:
-                    conn.execute(sa.insert(record_counter).values(id=1, seq=0))
-        except sa.exc.IntegrityError:  # another process created it meanwhile
-            pass
+        for table in (record_counter, aggregates_changed):
+            try:
+                with engine.begin() as conn:
+                    if conn.execute(sa.select(table.c.id)).first() is None:
+                        conn.execute(sa.insert(table).values(id=1, seq=0))
+            except sa.exc.IntegrityError:  # another process created it meanwhile
+                pass
 
     @staticmethod
     def _next_seq(conn: sa.Connection) -> int:
@@ -187,6 +198,8 @@ class ComputeRecordStore:
             conn.execute(sa.delete(host_aggregates))
             if rows:
                 conn.execute(sa.insert(host_aggregates), [{**r, "seq": seq} for r in rows])
+            conn.execute(sa.update(aggregates_changed).where(aggregates_changed.c.id == 1)
+                         .values(seq=seq))
 
     def aggregates(self) -> list[Aggregate]:
         """Every host aggregate, by id."""
@@ -227,18 +240,31 @@ class ComputeRecordStore:
         # Change numbers are taken under the counter's row lock by each writer, so
         # everything up to ``top`` has committed once ``top`` is visible.
         with self.engine.connect() as conn, conn.begin():
-            top = int(conn.execute(sa.select(record_counter.c.seq)).scalar_one())
+            top = int(conn.execute(sa.select(record_counter.c.seq)
+                                   .where(record_counter.c.id == 1)).scalar_one())
             if top == since:
                 return [], top, False
             rows = conn.execute(sa.select(compute_nodes.c.report)
                                 .where(compute_nodes.c.seq > since, compute_nodes.c.seq <= top)
                                 .order_by(compute_nodes.c.seq)).all()
-            agg_changed = conn.execute(
-                sa.select(sa.func.count()).select_from(host_aggregates)
-                .where(host_aggregates.c.seq > since)).scalar_one() > 0
-            if not agg_changed and since == 0:
-                agg_changed = True
-        return [json.loads(r.report) for r in rows], top, bool(agg_changed)
+            agg_seq = int(conn.execute(sa.select(aggregates_changed.c.seq)
+                                       .where(aggregates_changed.c.id == 1)).scalar_one())
+        agg_changed = since == 0 or agg_seq > since
+        return [json.loads(r.report) for r in rows], top, agg_changed
+
+    def report_of(self, uuid: str) -> dict[str, Any] | None:
+        """The last report stored for the compute node ``uuid``, or None."""
+        with self.engine.connect() as conn:
+            text = conn.execute(sa.select(compute_nodes.c.report)
+                                .where(compute_nodes.c.uuid == uuid)).scalar()
+        return None if text is None else dict(json.loads(text))
+
+    def reports(self) -> list[dict[str, Any]]:
+        """Every stored report, by host and node name."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(compute_nodes.c.report)
+                                .order_by(compute_nodes.c.host, compute_nodes.c.nodename)).all()
+        return [dict(json.loads(r.report)) for r in rows]
 
 
 class RowIndex(dict[str, int]):
@@ -290,6 +316,9 @@ class ComputeNodeSpec:
 
     ``vcpus`` are shared (VCPU) CPUs and ``pcpus`` dedicated ones (PCPU, like
     ``[compute] cpu_dedicated_set``). Ratios None resolve per reference §10.3.
+    ``stats`` are extra host stats reported as they are (ComputeCapabilitiesFilter's
+    ``stats.*`` keys); ``io_workload`` is the I/O-heavy operations the node runs besides
+    this system's builds (the ``io_workload`` stat, IoOpsFilter's ``num_io_ops``).
     """
 
     host: str
@@ -313,9 +342,11 @@ class ComputeNodeSpec:
     cpu_allocation_ratio: float | None = None
     ram_allocation_ratio: float | None = None
     disk_allocation_ratio: float | None = None
+    stats: dict[str, str] = field(default_factory=dict)
+    io_workload: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("vcpus", "memory_mb", "local_gb", "pcpus"):
+        for name in ("vcpus", "memory_mb", "local_gb", "pcpus", "io_workload"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"compute node {self.host}: {name} must be an integer >= 0, "
@@ -324,6 +355,37 @@ class ComputeNodeSpec:
             from berth.cloudfile import stable_uuid
 
             self.uuid = stable_uuid("node", self.host, self.nodename or self.host)
+
+
+#: Stats an agent computes itself; any other stat of a node is its own (``node.stats``).
+AGENT_STATS = frozenset({"num_instances", "io_workload", "failed_builds"})
+
+
+def node_from_record(record: HostRecord, traits: Iterable[str] = (), pcpus: int = 0) -> ComputeNodeSpec:
+    """The node a stored record describes, for an agent re-created on a restart.
+
+    A record does not hold what only placement knows: the provider's ``traits``
+    (COMPUTE_STATUS_DISABLED is the service's state, not the node's, and is dropped)
+    and its PCPU total (``pcpus``). The ratios are the record's resolved ones.
+    """
+    stats = {str(k): str(v) for k, v in (record.stats or {}).items() if k not in AGENT_STATS}
+    raw_io = str((record.stats or {}).get("io_workload", "0"))
+    io_workload = int(raw_io) if raw_io.isdigit() else 0
+    if not raw_io.isdigit():
+        stats["io_workload"] = raw_io  # reported as the node reported it
+    return ComputeNodeSpec(
+        host=record.host, nodename=record.nodename, uuid=record.uuid, cell_uuid=record.cell_uuid,
+        vcpus=int(record.vcpus_total), memory_mb=int(record.total_usable_ram_mb),
+        local_gb=int(record.total_usable_disk_gb), pcpus=pcpus,
+        hypervisor_type=record.hypervisor_type or "QEMU",
+        hypervisor_version=int(record.hypervisor_version or 0), cpu_info=record.cpu_info,
+        supported_instances=[list(s) for s in record.supported_instances],
+        host_ip=record.host_ip, numa_topology=record.numa_topology, pci_stats=record.pci_stats,
+        metrics=list(record.metrics), traits=sorted(set(traits) - {STATUS_DISABLED_TRAIT}),
+        cpu_allocation_ratio=record.cpu_allocation_ratio,
+        ram_allocation_ratio=record.ram_allocation_ratio,
+        disk_allocation_ratio=record.disk_allocation_ratio,
+        stats=stats, io_workload=io_workload)
 
 
 def resolved_ratio(value: float | None, kind: str, config: SchedulerConfig) -> float:
@@ -367,12 +429,33 @@ class _Placed:
     flavor: Flavor
 
 
+def _flavor_of(resources: Mapping[str, int], flavor_id: int | str | None) -> Flavor:
+    """The flavor numbers an allocation on one node stands for (VCPU and PCPU are both
+    the flavor's vCPUs; disk is root + ephemeral, counted here as root)."""
+    return Flavor(name="restored", id=flavor_id,
+                  vcpus=int(resources.get("VCPU", 0)) + int(resources.get("PCPU", 0)),
+                  memory_mb=int(resources.get("MEMORY_MB", 0)),
+                  root_gb=int(resources.get("DISK_GB", 0)))
+
+
+def _int_stat(stats: Mapping[str, Any], key: str) -> int:
+    try:
+        return max(0, int(stats.get(key, 0) or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
 class ComputeAgent:
     """One compute node's reporter (Nova's resource tracker and service heartbeat).
 
-    ``register()`` creates the provider and publishes everything; ``report()`` publishes
-    state and heartbeat (and inventories/traits when they changed); ``spawn``/``destroy``
-    change the node's usage; ``start(interval)`` reports periodically in a thread.
+    ``register()`` takes over the usage of the node's stored record (a restart), creates
+    the provider and publishes everything; ``report()`` publishes state and heartbeat;
+    ``spawn``/``destroy`` change the node's usage; ``start(interval)`` reports (and
+    re-publishes inventories/traits when they changed) periodically in a thread.
+
+    The agent owns its provider's traits and aggregate membership: registration
+    replaces them with the node's own, so nothing an earlier run published survives
+    (traits set on the provider by other means are removed too).
     """
 
     def __init__(
@@ -391,13 +474,21 @@ class ComputeAgent:
         self.disabled = False
         self.disabled_reason: str | None = None
         self.forced_down = False
-        #: A silent agent does not report periodically (a host that is down).
+        #: A silent agent does not report periodically (a host that is down); what it
+        #: still publishes keeps its last heartbeat.
         self.silent = False
+        #: Consecutive failed builds (reset by a successful one), reported as the
+        #: ``failed_builds`` stat while ``[compute]
+        #: consecutive_build_service_disable_threshold`` is non-zero.
         self.failed_builds = 0
         self.created_at = clock()
+        #: The heartbeat of the last report (None before the first).
+        self.last_heartbeat: float | None = None
         self._placed: dict[str, _Placed] = {}
         #: Usage by workloads this system did not place (seeded clouds), as a flavor.
         self.baseline: Flavor | None = None
+        #: Instances this system did not place and knows only by count (seeded clouds).
+        self.baseline_instances = 0
         self._published_inventory: dict[str, dict[str, Any]] | None = None
         self._published_traits: set[str] | None = None
         self._lock = threading.RLock()
@@ -409,6 +500,11 @@ class ComputeAgent:
         """The compute node uuid (= the root resource provider uuid)."""
         assert self.node.uuid is not None
         return self.node.uuid
+
+    @property
+    def down(self) -> bool:
+        """The host does not run builds: its agent is silent or its service forced down."""
+        return self.silent or self.forced_down
 
     # ----------------------------------------------------------------- placement side
     def traits(self) -> set[str]:
@@ -429,7 +525,10 @@ class ComputeAgent:
                 return self.client.get_provider(self.uuid).generation
 
     def sync_placement(self, aggregates: Sequence[Aggregate] | None = None) -> None:
-        """Publish inventories and traits (and aggregates when given) if they changed."""
+        """Publish inventories and traits when they differ from what this agent last
+        published (always on its first call, so a provider left from an earlier run
+        loses what the node no longer has), and, when ``aggregates`` is given, the
+        node's membership in them — an empty membership too."""
         with self._lock:
             inventory = inventories_for(self.node, self.config)
             traits = self.traits()
@@ -439,15 +538,15 @@ class ComputeAgent:
                     if inventory != self._published_inventory:
                         generation = self.client.set_inventories(self.uuid, generation, inventory)
                         self._published_inventory = inventory
-                    if traits != self._published_traits and (traits or self._published_traits):
+                    if self._published_traits is None or traits != self._published_traits:
                         for trait in traits:
                             if trait.startswith("CUSTOM_"):
                                 self.client.create_trait(trait)
                         generation = self.client.set_provider_traits(
                             self.uuid, generation, sorted(traits))
                         self._published_traits = traits
-                    mine = sorted(a.uuid for a in aggregates or () if self.node.host in a.hosts)
-                    if mine:
+                    if aggregates is not None:
+                        mine = sorted(a.uuid for a in aggregates if self.node.host in a.hosts)
                         self.client.set_aggregates(self.uuid, generation, mine)
                     return
                 except ConflictError as exc:
@@ -474,9 +573,19 @@ class ComputeAgent:
             self.report()
 
     def record_failed_build(self) -> None:
-        """Count a failed build (reported as stats ``failed_builds``)."""
+        """Count a failed build (the ``failed_builds`` stat, BuildFailureWeigher's
+        input), as Nova's compute does only while ``[compute]
+        consecutive_build_service_disable_threshold`` is non-zero."""
+        if not self.config.compute.consecutive_build_service_disable_threshold:
+            return
         with self._lock:
             self.failed_builds += 1
+
+    def record_successful_build(self) -> None:
+        """A build succeeded: the failures are no longer consecutive (Nova resets its
+        counter the same way)."""
+        with self._lock:
+            self.failed_builds = 0
 
     def set_disabled(self, disabled: bool, reason: str | None = None) -> None:
         """Disable/enable the service: the trait and the service row change together."""
@@ -493,6 +602,7 @@ class ComputeAgent:
         with self._lock:
             placed = list(self._placed.values())
             baseline = [self.baseline] if self.baseline is not None else []
+            baseline_instances = self.baseline_instances
             failed = self.failed_builds
             disabled, reason, forced = self.disabled, self.disabled_reason, self.forced_down
         flavors = [p.flavor for p in placed] + baseline
@@ -502,8 +612,13 @@ class ComputeAgent:
             f.root_gb + f.ephemeral_gb for f in flavors)
         cpu_info = node.cpu_info if isinstance(node.cpu_info, str) else json.dumps(
             dict(node.cpu_info), sort_keys=True)
-        stats = {"num_instances": str(len(placed)), "io_workload": "0",
-                 "failed_builds": str(failed)}
+        stats = dict(node.stats)
+        stats.setdefault("io_workload", str(node.io_workload))
+        stats["num_instances"] = str(len(placed) + baseline_instances)
+        # Nova's computes report failed_builds only while the threshold is non-zero.
+        stats.pop("failed_builds", None)
+        if config.compute.consecutive_build_service_disable_threshold:
+            stats["failed_builds"] = str(failed)
         service = ServiceRecord(host=node.host, disabled=disabled, disabled_reason=reason,
                                 forced_down=forced, last_seen_up=now, created_at=self.created_at,
                                 updated_at=now)
@@ -527,14 +642,67 @@ class ComputeAgent:
         )
 
     def report(self, now: float | None = None) -> int:
-        """Publish state and heartbeat; returns the record's change number."""
-        now = self.clock() if now is None else now
+        """Publish state and heartbeat (now, or ``now``); returns the record's change
+        number. A silent agent publishes its state under its last heartbeat: a host
+        that is down stays down however its usage changes."""
+        with self._lock:
+            if now is None:
+                silent_beat = self.last_heartbeat if self.silent else None
+                now = self.clock() if silent_beat is None else silent_beat
+            self.last_heartbeat = now
         return self.records.publish(self.uuid, record_to_report(self.host_record(now)), now)
 
     def register(self, aggregates: Sequence[Aggregate] | None = None) -> None:
-        """Create the provider, publish inventories/traits/aggregates, then the record."""
+        """Take over the stored record's usage (:meth:`restore_usage`), create the
+        provider, publish inventories/traits/aggregates, then the record."""
+        self.restore_usage()
         self.sync_placement(aggregates)
         self.report()
+
+    def restore_usage(self) -> None:
+        """Take over what the node's stored record says it runs, as a compute service
+        restarted on the same database does (Nova reads its instances back from its
+        database; the usage a fresh agent reports must not drop them).
+
+        Every instance of the record that still holds an allocation on this node is
+        placed again, sized by that allocation (so the reports agree with placement);
+        instances without one are gone. The rest of the provider's usage — consumers
+        this agent does not know as instances, such as a seeded cloud's pre-existing
+        workload — becomes the ``baseline``. ``failed_builds`` and the last heartbeat
+        come back too. Nothing happens without a stored record.
+        """
+        previous = self.records.report_of(self.uuid)
+        if previous is None:
+            return
+        record = report_to_record(previous)
+        placed: dict[str, _Placed] = {}
+        for uuid, instance in record.instances.items():
+            held = self.client.get_allocations(uuid).allocations.get(self.uuid)
+            if not held:
+                LOG.info("compute %s: instance %s holds no allocation here any more; "
+                         "not restored", self.node.host, uuid)
+                continue
+            placed[uuid] = _Placed(instance, _flavor_of(held, instance.instance_type_id))
+        try:
+            usages = self.client.provider_usages(self.uuid)
+        except NotFoundError:
+            usages = {}
+        known = [p.flavor for p in placed.values()]
+        rest = Flavor(
+            name="preexisting",
+            vcpus=max(0, usages.get("VCPU", 0) + usages.get("PCPU", 0)
+                      - sum(f.vcpus for f in known)),
+            memory_mb=max(0, usages.get("MEMORY_MB", 0) - sum(f.memory_mb for f in known)),
+            root_gb=max(0, usages.get("DISK_GB", 0) - sum(f.root_gb for f in known)))
+        stats = record.stats or {}
+        with self._lock:
+            self._placed.update(placed)
+            self.baseline = rest if (rest.vcpus or rest.memory_mb or rest.root_gb) else None
+            self.baseline_instances = max(
+                0, _int_stat(stats, "num_instances") - len(record.instances))
+            self.failed_builds = _int_stat(stats, "failed_builds")
+            if record.service is not None and record.service.last_seen_up is not None:
+                self.last_heartbeat = float(record.service.last_seen_up)
 
     # ----------------------------------------------------------------- periodic
     def start(self, interval: float | None = None) -> None:
