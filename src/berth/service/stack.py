@@ -2,7 +2,7 @@
 
 :func:`open_stack` opens (and migrates) the database, builds the Placement WSGI app over
 it and typed clients that call it in process (``httpx.WSGITransport``) — or over HTTP
-when ``placement_url`` is given — plus the compute-record store. Schedulers of an
+when ``placement_url`` is given — plus the compute-record and server-group stores. Schedulers of an
 in-process stack skip the API and call the store directly
 (:class:`~berth.placement.local.LocalPlacement`: same semantics, no JSON); compute agents
 always go through the client. From a :class:`Stack` come scheduler services, compute
@@ -21,11 +21,19 @@ import httpx
 from berth.claims import CANDIDATES_MICROVERSION
 from berth.config import SchedulerConfig
 from berth.model.aggregate import Aggregate
-from berth.placement.client import PlacementClient
+from berth.placement.client import NotFoundError, PlacementClient
 from berth.placement.local import LocalPlacement
 from berth.request_filters import NetworkLookup
-from berth.service.compute import ComputeAgent, ComputeNodeSpec, ComputeRecordStore, SnapshotFeed
+from berth.service.compute import (
+    ComputeAgent,
+    ComputeNodeSpec,
+    ComputeRecordStore,
+    SnapshotFeed,
+    node_from_record,
+    report_to_record,
+)
 from berth.service.conductor import ComputeDriver, Conductor, FakeDriver
+from berth.service.groups import ServerGroupStore
 from berth.service.placement import PlacementCandidates, PlacementClaimer
 from berth.service.scheduler import SchedulerService
 
@@ -45,6 +53,12 @@ class Stack:
     #: The store behind ``placement_app`` (its kept connections close with the stack).
     store: Any = None
     agents: dict[str, ComputeAgent] = field(default_factory=dict)
+    #: Server groups (same database); opened over ``engine`` when not given.
+    groups: ServerGroupStore = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.groups is None:
+            self.groups = ServerGroupStore(self.engine)
 
     def scheduler(
         self,
@@ -74,6 +88,53 @@ class Stack:
         agents = [self.agent(n) for n in nodes]
         for agent in agents:
             agent.register(aggs)
+        return agents
+
+    def resume_agents(self) -> list[ComputeAgent]:
+        """Agents for the stored compute nodes that have none in this stack yet, each
+        rebuilt from its last record (plus its provider's traits and PCPU total) and
+        registered again, taking over its instances and usage.
+
+        A restarted ``berth serve`` keeps its hosts reporting this way. The service
+        state comes back as stored (disabled and its reason, forced down). A node whose
+        last heartbeat lags the newest stored one by more than the effective
+        ``service_down_time`` was down when the system stopped and stays silent:
+        measured against the newest heartbeat rather than the clock, so the time the
+        system itself was stopped does not count against every host.
+        """
+        from berth.filters.compute import effective_service_down_time
+
+        records = [report_to_record(r) for r in self.records.reports()]
+        records = [r for r in records if r.host not in self.agents and r.uuid]
+        if not records:
+            return []
+        down_time = effective_service_down_time(self.config.service_down_time,
+                                                self.config.report_interval)
+        beats = [r.service.last_seen_up for r in records
+                 if r.service is not None and r.service.last_seen_up is not None]
+        newest = max(beats, default=0.0)
+        aggregates = self.records.aggregates()
+        agents = []
+        for record in records:
+            assert record.uuid is not None
+            try:
+                _, traits = self.client.get_provider_traits(record.uuid)
+                _, inventory = self.client.get_inventories(record.uuid)
+            except NotFoundError:  # registration creates the provider again
+                traits, inventory = [], {}
+            pcpus = int(inventory.get("PCPU", {}).get("total", 0))
+            agent = self.agent(node_from_record(record, traits, pcpus))
+            service = record.service
+            if service is not None:
+                agent.disabled = service.disabled
+                agent.disabled_reason = service.disabled_reason if service.disabled else None
+                agent.forced_down = service.forced_down
+                if service.created_at is not None:
+                    agent.created_at = service.created_at
+            beat = service.last_seen_up if service is not None else None
+            agent.silent = beat is None or newest - beat > down_time
+            agent.register(aggregates)
+            agents.append(agent)
         return agents
 
     def conductor(self, scheduler: SchedulerService, driver: ComputeDriver | None = None) -> Conductor:

@@ -1,0 +1,83 @@
+"""A stack re-creates the agents of the hosts an earlier run stored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from berth.model.aggregate import Aggregate
+from berth.model.request import Flavor
+from berth.service.compute import SnapshotFeed
+from berth.service.stack import Stack
+
+from .builders import node, reopen
+from .conftest import fresh_stack
+
+SMALL = Flavor(name="small", vcpus=2, memory_mb=1024, root_gb=10, id=7)
+
+
+@pytest.fixture
+def first(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
+    """The stack of the run before a restart."""
+    st = fresh_stack(template_db, tmp_path)
+    yield st
+    st.close()
+
+
+def test_stored_hosts_get_agents_that_report_what_they_reported_before(first: Stack) -> None:
+    agg = Aggregate(1, "a", uuid="11111111-2222-3333-4444-555555555555", hosts=("h1",))
+    h1, h2 = first.register_hosts([node("h1", traits=["CUSTOM_FAST"], pcpus=2,
+                                        stats={"rack": "r7"}), node("h2")], [agg])
+    first.client.put_allocations("00000000-0000-4000-8000-00000000000a",
+                                 {h1.uuid: {"VCPU": 2, "MEMORY_MB": 1024, "DISK_GB": 10}},
+                                 project_id="p", user_id="u", consumer_generation=None)
+    h1.spawn("00000000-0000-4000-8000-00000000000a", SMALL, "p")
+    h2.set_disabled(True, "maintenance")
+    before = {r["host"]: r for r in first.records.reports()}
+    again = reopen(first)
+    try:
+        resumed = again.resume_agents()
+        assert sorted(a.node.host for a in resumed) == ["h1", "h2"]
+        after = {r["host"]: r for r in again.records.reports()}
+        for host in ("h1", "h2"):
+            for field in ("vcpus_used", "free_ram_mb", "free_disk_mb", "stats", "instances",
+                          "cpu_info", "supported_instances"):
+                assert after[host][field] == before[host][field], (host, field)
+            assert after[host]["service"]["disabled"] == before[host]["service"]["disabled"]
+        assert again.agents["h2"].disabled_reason == "maintenance"
+        assert sorted(again.client.get_provider_traits(h1.uuid)[1]) == ["CUSTOM_FAST"]
+        assert again.client.get_inventories(h1.uuid)[1]["PCPU"]["total"] == 2
+        assert again.client.get_aggregates(h1.uuid)[1] == [agg.uuid]
+        assert not any(a.silent for a in resumed)
+        # Heartbeats are fresh again: the time the system was stopped does not count.
+        assert after["h1"]["service"]["last_seen_up"] >= before["h1"]["service"]["last_seen_up"]
+    finally:
+        again.close()
+
+
+def test_a_host_that_was_down_when_the_system_stopped_stays_down(first: Stack) -> None:
+    up, down = first.register_hosts([node("up"), node("down")])
+    stale = up.clock() - 3600
+    down.report(now=stale)
+    again = reopen(first)
+    try:
+        again.resume_agents()
+        assert again.agents["down"].silent and not again.agents["up"].silent
+        snap = SnapshotFeed(again.records).refresh()
+        row = snap.row_of("down")
+        assert row is not None and snap.num("service_heartbeat")[row] == stale
+    finally:
+        again.close()
+
+
+def test_hosts_that_already_have_an_agent_are_not_resumed(first: Stack) -> None:
+    first.register_hosts([node("h1"), node("h2")])
+    again = reopen(first)
+    try:
+        again.register_hosts([node("h1")])
+        assert [a.node.host for a in again.resume_agents()] == ["h2"]
+        assert again.resume_agents() == []
+    finally:
+        again.close()
