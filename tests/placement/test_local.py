@@ -155,3 +155,19 @@ def test_reads_follow_the_microversion(pair: Pair, pair39: Pair) -> None:
     assert local36.get_allocations(consumer).consumer_type is None  # 1.38+ only
     assert local39.get_allocations(consumer).consumer_type == "INSTANCE"
     local39.delete_allocations(consumer)
+
+
+def test_a_claim_at_the_allocation_requests_microversion_records_no_consumer_type(
+    pair39: Pair,
+) -> None:
+    """Nova claims at the allocation request's version (1.36): no consumer type is sent,
+    so placement records none and later reads say "unknown"."""
+    api, local = pair39
+    rp = api.list_providers(name="cn0")[0].uuid
+    for client in (api, local):
+        consumer = str(uuid.uuid4())
+        client.put_allocations(consumer, {rp: {"VCPU": 1}}, project_id="p", user_id="u",
+                               consumer_generation=None, microversion="1.36")
+        assert local.get_allocations(consumer).consumer_type == "unknown"
+        assert api.get_allocations(consumer) == local.get_allocations(consumer)
+        client.delete_allocations(consumer)

@@ -145,8 +145,9 @@ class PlacementClient:
         *,
         json: Any = None,
         params: Any = None,
+        headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
-        resp = self._http.request(method, path, json=json, params=params)
+        resp = self._http.request(method, path, json=json, params=params, headers=headers)
         if resp.status_code >= 400:
             raise _error(resp)
         return resp
@@ -273,20 +274,26 @@ class PlacementClient:
         user_id: str,
         consumer_generation: int | None,
         consumer_type: str = "INSTANCE",
+        microversion: str | None = None,
     ) -> None:
         """PUT /allocations/{consumer}: claim (replace) the consumer's allocations.
 
         ``consumer_generation`` is None for a new consumer; a ConflictError with
-        ``is_generation_conflict`` means someone else changed it first.
+        ``is_generation_conflict`` means someone else changed it first. ``microversion``
+        overrides the client's for this call (Nova claims at the allocation request's
+        version); ``consumer_type`` is sent only from 1.38, where the API takes it.
         """
-        body = {
+        body: dict[str, Any] = {
             "allocations": {rp: {"resources": dict(res)} for rp, res in allocations.items()},
             "project_id": project_id,
             "user_id": user_id,
             "consumer_generation": consumer_generation,
-            "consumer_type": consumer_type,
         }
-        self._call("PUT", f"/allocations/{consumer}", json=body)
+        if microversion is None or microversion_tuple(microversion) >= (1, 38):
+            body["consumer_type"] = consumer_type
+        headers = (None if microversion is None
+                   else {"OpenStack-API-Version": f"placement {microversion}"})
+        self._call("PUT", f"/allocations/{consumer}", json=body, headers=headers)
 
     def delete_allocations(self, consumer: str) -> None:
         """DELETE /allocations/{consumer}."""
@@ -302,6 +309,12 @@ class PlacementClient:
         if user_id is not None:
             params["user_id"] = user_id
         return dict(self._call("GET", "/usages", params=params).json()["usages"])
+
+
+def microversion_tuple(text: str) -> tuple[int, int]:
+    """``"1.36"`` as ``(1, 36)``."""
+    major, _, minor = text.partition(".")
+    return int(major), int(minor)
 
 
 def _params(filters: Mapping[str, str | Sequence[str]]) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from berth.placement import candidates as engine
 from berth.placement import errors, schemas
-from berth.placement.client import ConsumerAllocations, error_class
+from berth.placement.client import ConsumerAllocations, error_class, microversion_tuple
 from berth.placement.store import UNSET, ConsumerWrite, PlacementStore
 from berth.placement.web import error_detail
 
@@ -53,8 +53,7 @@ class LocalPlacement:
         options: engine.CandidateOptions = engine.DEFAULT_OPTIONS,
     ) -> None:
         self.store = store
-        major, minor = microversion.split(".")
-        self.version: tuple[int, int] = (int(major), int(minor))
+        self.version: tuple[int, int] = microversion_tuple(microversion)
         self.options = options
 
     def close(self) -> None:
@@ -102,8 +101,11 @@ class LocalPlacement:
         user_id: str,
         consumer_generation: int | None,
         consumer_type: str = "INSTANCE",
+        microversion: str | None = None,
     ) -> None:
-        """PUT /allocations/{consumer}: claim (replace) the consumer's allocations."""
+        """PUT /allocations/{consumer}: claim (replace) the consumer's allocations, at
+        ``microversion`` when given (else this instance's)."""
+        version = self.version if microversion is None else microversion_tuple(microversion)
         uuid = schemas.normalize_uuid(consumer)
         if uuid is None:
             raise error_class(400)(400, errors.UNDEFINED_CODE,
@@ -118,8 +120,8 @@ class LocalPlacement:
             project_id=project_id,
             user_id=user_id,
             allocations=items,
-            consumer_type=consumer_type if self.version >= (1, 38) else None,
-            generation=consumer_generation if self.version >= (1, 28) else UNSET,
+            consumer_type=consumer_type if version >= (1, 38) else None,
+            generation=consumer_generation if version >= (1, 28) else UNSET,
         )
         with _as_client_errors():
             self.store.write_allocations([write], post=False)

@@ -126,8 +126,9 @@ class PlacementAccess(Protocol):
     def put_allocations(
         self, consumer: str, allocations: Mapping[str, Mapping[str, int]], *, project_id: str,
         user_id: str, consumer_generation: int | None, consumer_type: str = "INSTANCE",
+        microversion: str | None = None,
     ) -> None:
-        """PUT /allocations/{consumer}."""
+        """PUT /allocations/{consumer} (at ``microversion`` when given)."""
         ...
 
     def delete_allocations(self, consumer: str) -> None:
@@ -375,7 +376,9 @@ class PlacementClaimer:
         spec: RequestSpec,
         version: str | None,
     ) -> bool:
-        """PUT the allocation; True on 204, False when placement refuses it.
+        """PUT the allocation at the allocation request's microversion ``version`` (as
+        Nova does: 1.36 sends no consumer type, so placement records "unknown"); True on
+        204, False when placement refuses it.
 
         The first PUT assumes a new consumer (generation None), which saves a round trip
         for every fresh instance. If the consumer already exists (a move), placement
@@ -405,6 +408,7 @@ class PlacementClaimer:
                     project_id=spec.project_id or "unknown",
                     user_id=spec.user_id or "unknown",
                     consumer_generation=generation,
+                    microversion=version,
                 )
             except ConflictError as exc:
                 if not exc.is_generation_conflict:
