@@ -49,6 +49,7 @@ from berth.config import SchedulerConfig  # noqa: E402
 from berth.filters.base import BaseHostFilter  # noqa: E402
 from berth.filters.registry import DEFAULT_ENABLED_FILTERS  # noqa: E402
 from berth.filters.registry import load_builtin as load_filter  # noqa: E402
+from berth.model.request import new_instance_uuids  # noqa: E402
 from berth.pipeline import Scheduler  # noqa: E402
 from berth.snapshot import HostSnapshot  # noqa: E402
 from berth.weighers.base import BaseHostWeigher  # noqa: E402
@@ -177,8 +178,10 @@ def bench_size(
 
                 def call(i: int, scheduler: Scheduler = scheduler, spec: Any = spec,
                          cands: CandidateSet = cands) -> Any:
+                    rng = random.Random(i)
                     return scheduler.select_destinations(
-                        spec, snapshot, now=NOW, rng=random.Random(i), candidates=cands)
+                        spec, snapshot, now=NOW, rng=rng, candidates=cands,
+                        instance_uuids=new_instance_uuids(rng, spec.num_instances))
 
                 repeat = args.repeat if not per_host else perhost_repeat(args, n, num)
                 wall, cpu = time_calls(call, repeat, warmup=1 if not per_host else 0)
