@@ -1,0 +1,121 @@
+"""The conductor builds each instance on its own and leaves no claim behind for an
+instance it did not build; the fake driver fails as told and on hosts that are down."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from berth.errors import MaxRetriesExceeded
+from berth.model.request import Flavor, RequestSpec
+from berth.model.selection import Selection
+from berth.service.conductor import BuildFailed, FakeDriver
+from berth.service.stack import Stack
+
+from .builders import node
+from .conftest import TEST_CONFIG, fresh_stack
+
+TINY = Flavor(name="tiny", vcpus=1, memory_mb=512, root_gb=1, id=1)
+
+
+def _spec(num: int = 1, **fields: object) -> RequestSpec:
+    return RequestSpec(flavor=TINY, num_instances=num, **fields)  # type: ignore[arg-type]
+
+
+def _usage(stack: Stack) -> dict[str, int]:
+    """VCPU used per host in placement."""
+    return {host: stack.client.provider_usages(agent.uuid).get("VCPU", 0)
+            for host, agent in stack.agents.items()}
+
+
+class ExplodingDriver(FakeDriver):
+    """A driver with a bug on one host: it raises something that is not BuildFailed."""
+
+    def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
+        if selection.service_host == "h1":
+            raise RuntimeError("driver bug")
+        super().spawn(selection, instance_uuid, spec)
+
+
+@pytest.fixture
+def one_attempt(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
+    """Hosts h0-h2 with 8192 + 256 x i MB and ``max_attempts = 1`` (no alternates).
+
+    RAMWeigher spreads: the first instance goes to h2, and after its 512 MB the second
+    to h1 (8448 MB free against h2's 8192).
+    """
+    st = fresh_stack(template_db, tmp_path, TEST_CONFIG.replace("scheduler", max_attempts=1))
+    st.register_hosts([node(f"h{i}", memory_mb=8192 + i * 256) for i in range(3)])
+    yield st
+    st.close()
+
+
+def test_an_instance_out_of_hosts_does_not_stop_the_others_nor_leak_claims(
+        one_attempt: Stack) -> None:
+    service = one_attempt.scheduler(seed=1)
+    conductor = one_attempt.conductor(service, FakeDriver(fail_hosts={"h2"},
+                                                          agents=one_attempt.agents))
+    uuids = service.new_instance_uuids(2)
+    outcome = conductor.build_all(service.select_destinations(_spec(2), uuids), _spec(2))
+    assert [(b.instance_uuid, b.host) for b in outcome.built] == [(uuids[1], "h1")]
+    (failure,) = outcome.failed
+    assert failure.instance_uuid == uuids[0] and failure.tried == ["h2"]
+    assert isinstance(failure.error, MaxRetriesExceeded)
+    # Placement holds exactly the built instance.
+    assert _usage(one_attempt) == {"h0": 0, "h1": 1, "h2": 0}
+
+
+def test_build_instances_builds_the_others_before_raising_the_failure(
+        one_attempt: Stack) -> None:
+    service = one_attempt.scheduler(seed=1)
+    conductor = one_attempt.conductor(service, FakeDriver(fail_hosts={"h2"},
+                                                          agents=one_attempt.agents))
+    with pytest.raises(MaxRetriesExceeded) as caught:
+        conductor.build_instances(_spec(2))
+    built, failed = caught.value.details["built"], caught.value.details["failed"]
+    assert len(built) == 1 and len(failed) == 1
+    assert _usage(one_attempt) == {"h0": 0, "h1": 1, "h2": 0}
+
+
+def test_an_unexpected_driver_error_releases_that_instance_claim_and_builds_the_rest(
+        stack: Stack) -> None:
+    # h1 first (8448 MB), then h0 (8192 against h1's 7936).
+    stack.register_hosts([node(f"h{i}", memory_mb=8192 + i * 256) for i in range(2)])
+    service = stack.scheduler(seed=1)
+    conductor = stack.conductor(service, ExplodingDriver(agents=stack.agents))
+    decision = service.select_destinations(_spec(2), service.new_instance_uuids(2))
+    outcome = conductor.build_all(decision, _spec(2))
+    assert [b.host for b in outcome.built] == ["h0"]
+    (failure,) = outcome.failed
+    assert "internal error" in failure.error.message
+    assert _usage(stack) == {"h0": 1, "h1": 0}
+
+
+def test_a_build_on_a_down_host_fails_and_does_not_bring_its_heartbeat_back(
+        stack: Stack) -> None:
+    (h0,) = stack.register_hosts([node("h0")])
+    stale = h0.clock() - 3600
+    h0.report(now=stale)
+    h0.silent = True
+    driver = FakeDriver(agents=stack.agents)
+    selection = Selection(h0.uuid, "h0", "h0", None)
+    with pytest.raises(BuildFailed, match="the host is down"):
+        driver.spawn(selection, "00000000-0000-4000-8000-000000000001", _spec())
+    assert h0.last_heartbeat == stale and h0.failed_builds == 0
+    h0.silent, h0.forced_down = False, True
+    with pytest.raises(BuildFailed, match="the host is down"):
+        driver.spawn(selection, "00000000-0000-4000-8000-000000000001", _spec())
+
+
+def test_a_successful_build_resets_the_host_failed_builds(stack: Stack) -> None:
+    (h0,) = stack.register_hosts([node("h0")])
+    driver = FakeDriver(fail_first={"h0": 2}, agents=stack.agents)
+    selection = Selection(h0.uuid, "h0", "h0", None)
+    for _ in range(2):
+        with pytest.raises(BuildFailed):
+            driver.spawn(selection, "00000000-0000-4000-8000-000000000001", _spec())
+    assert h0.failed_builds == 2
+    driver.spawn(selection, "00000000-0000-4000-8000-000000000001", _spec())
+    assert h0.failed_builds == 0
