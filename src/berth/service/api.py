@@ -3,7 +3,9 @@
 Routes (JSON in, JSON out)::
 
     POST /boot          schedule and build instances (below)
-    GET  /hosts         every compute node with its usage as the scheduler sees it
+    GET  /hosts         every compute node with its usage and liveness as the scheduler
+                        sees it (``up``, ``forced_down``, ``heartbeat_age_s``: why
+                        ComputeFilter passes or rejects it)
     GET  /healthz       {"status": "ok"}
     *    /placement/... the Placement API (same database)
 
@@ -15,6 +17,18 @@ Routes (JSON in, JSON out)::
      "hints": {"key": "value" | ["v1", "v2"]},
      "num": 1, "project_id": "demo", "user_id": "demo", "availability_zone": null,
      "force_hosts": [], "ignore_hosts": [], "explain": false}
+
+Every field is checked before anything is scheduled, and a 400 names the field:
+``num`` is 1 to :data:`MAX_INSTANCES_PER_REQUEST` (Nova's API has no fixed cap, only
+quotas; Berth has no quotas, so one request is bounded instead); ``explain`` is a
+boolean; ``project_id``, ``user_id`` and ``availability_zone`` are strings (or null);
+an image object has only ``id``, ``name``, ``disk_format`` (strings) and
+``properties`` (an object); every hint value is a string or a list of strings, and
+``same_host``/``different_host`` hold instance uuids, as Nova's API schema requires.
+``hints.group`` names a server group by uuid (as in Nova) or by name (Berth's
+convenience; an ambiguous name is a 400 asking for the uuid): the request gets the
+group as ``instance_group`` with the hosts its members run on now, and the instances
+built join its members. An unknown group is a 400 naming ``hints.group``.
 
 With ``"explain": true`` the answer (and every NoValidHost error body, also when placement
 or a request filter refused before any filter ran) carries ``"diagnosis"``: per instance,
@@ -30,9 +44,21 @@ Answer 200::
                                     "allocation_request", ...}],
                     "allocation_request": {...}, "allocation_request_version": "1.36"}]}
 
-Errors: 400 ``berth.input.*`` (malformed body, naming the field), 409 for scheduling
-failures (``berth.scheduling.no_valid_host``, ``...max_retries_exceeded``), as
-``{"error": {"code": ..., "message": ...}}``.
+Each instance is built on its own (seed 004): one that fails on its host and every
+alternate does not stop the others. When any instance was not built the answer is 409
+with what was built and what was not, and no claim is left for an instance that was not
+built::
+
+    {"error": {"code": <the first failure's code>,
+               "message": "1 of 3 instances not built (2 built): <the first failure's>"},
+     "instances": [<built, as above>],
+     "failed": [{"instance_uuid": ..., "tried": [hosts],
+                 "error": {"code": "berth.scheduling.max_retries_exceeded", ...}}]}
+
+Errors: 400 ``berth.input.*`` (malformed body, naming the field; ``Malformed JSON``
+for a body that does not parse or nests too deeply), 409 for scheduling failures
+(``berth.scheduling.no_valid_host``, ``...unsupported_policy``,
+``...max_retries_exceeded``), as ``{"error": {"code": ..., "message": ...}}``.
 """
 
 from __future__ import annotations
@@ -40,20 +66,29 @@ from __future__ import annotations
 import json
 import logging
 import math
+import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from berth.errors import BerthError, InputError, NoValidHost, SchedulingError
 from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
+from berth.filters.compute import effective_service_down_time
 from berth.model.image_props import ImagePropertyError, show
 from berth.model.request import Flavor, ImageMeta, ImageMetaProps, RequestSpec
-from berth.service.conductor import Conductor
+from berth.service.conductor import BuildOutcome, Conductor
+from berth.service.groups import ServerGroupStore
 from berth.service.scheduler import SchedulerService, selection_dict
 
 LOG = logging.getLogger(__name__)
 
 PLACEMENT_PREFIX = "/placement"
 MAX_BODY = 1 << 20
+#: The most instances one ``POST /boot`` may ask for (``berth boot --num`` too). Nova
+#: bounds a multi-create only by quotas, which Berth does not have; every instance costs
+#: a host list, a claim and a build, so an unbounded ``num`` could exhaust the server.
+MAX_INSTANCES_PER_REQUEST = 1000
+#: Hints whose values Nova's API schema requires to be instance uuids.
+UUID_HINTS = ("same_host", "different_host")
 
 #: Flavors ``berth serve`` knows without a cloud file (Nova's classic defaults).
 DEFAULT_FLAVORS: dict[str, Flavor] = {
@@ -70,10 +105,23 @@ StartResponse = Callable[..., Any]
 
 
 def _int(body: Mapping[str, Any], key: str, where: str, default: int | None = None,
-         minimum: int = 0) -> int:
+         minimum: int = 0, maximum: int | None = None) -> int:
     value = body.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{where}{key}: expected an integer >= {minimum}, got {value!r}")
+        expected = (f"an integer >= {minimum}" if maximum is None
+                    else f"an integer from {minimum} to {maximum}")
+        raise InputError(f"{where}{key}: expected {expected}, got {show(value)}",
+                         field=f"{where}{key}")
+    if maximum is not None and value > maximum:
+        raise InputError(f"{where}{key}: at most {maximum} per request, got {show(value)}",
+                         field=f"{where}{key}")
+    return value
+
+
+def _optional_str(body: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
+    value = body.get(key, default)
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"{key}: expected a string, got {show(value)}", field=key)
     return value
 
 
@@ -115,9 +163,17 @@ def parse_image(value: Any, images: Mapping[str, ImageMeta]) -> ImageMeta | None
         return images[value]
     if not isinstance(value, Mapping):
         raise InputError(f"image: expected an image name or an object, got {value!r}")
-    props = value.get("properties") or {}
+    unknown = set(value) - {"id", "name", "disk_format", "properties"}
+    if unknown:
+        raise InputError(f"image: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+    for key in ("id", "name", "disk_format"):
+        if value.get(key) is not None and not isinstance(value[key], str):
+            raise InputError(f"image.{key}: expected a string, got {show(value[key])}",
+                             field=f"image.{key}")
+    props = value.get("properties")
+    props = {} if props is None else props
     if not isinstance(props, Mapping):
-        raise InputError(f"image.properties: expected an object, got {props!r}")
+        raise InputError(f"image.properties: expected an object, got {show(props)}")
     try:
         properties = ImageMetaProps(props)
     except ImagePropertyError as exc:
@@ -131,8 +187,40 @@ def _str_list(value: Any, where: str) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise InputError(f"{where}: expected a list of strings, got {value!r}")
+        raise InputError(f"{where}: expected a list of strings, got {show(value)}", field=where)
     return list(value) or None
+
+
+def parse_hints(value: Any) -> dict[str, list[str]] | None:
+    """Scheduler hints: each value a string or a list of strings (a string becomes a
+    one-element list); ``same_host``/``different_host`` values instance uuids and
+    ``group`` exactly one server group, as Nova's API schema requires."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InputError(f"hints: expected an object, got {show(value)}", field="hints")
+    hints: dict[str, list[str]] = {}
+    for key, item in value.items():
+        where = f"hints.{key}"
+        if isinstance(item, str):
+            items = [item]
+        elif isinstance(item, list) and all(isinstance(v, str) for v in item):
+            items = list(item)
+        else:
+            raise InputError(f"{where}: expected a string or a list of strings, got {show(item)}",
+                             field=where)
+        if key in UUID_HINTS:
+            for v in items:
+                try:
+                    uuidlib.UUID(v)
+                except ValueError:
+                    raise InputError(f"{where}: expected instance uuids, got {show(v)}",
+                                     field=where) from None
+        if key == "group" and len(items) != 1:
+            raise InputError(f"{where}: expected one server group (its uuid or name), got "
+                             f"{show(item)}", field=where)
+        hints[str(key)] = items
+    return hints or None
 
 
 def parse_boot(body: Any, flavors: Mapping[str, Flavor], images: Mapping[str, ImageMeta]) -> RequestSpec:
@@ -142,24 +230,29 @@ def parse_boot(body: Any, flavors: Mapping[str, Flavor], images: Mapping[str, Im
     unknown = set(body) - {"flavor", "image", "hints", "num", "project_id", "user_id",
                            "availability_zone", "force_hosts", "ignore_hosts", "explain"}
     if unknown:
-        raise InputError(f"body: unknown field(s) {', '.join(sorted(unknown))}")
+        raise InputError(f"body: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
     if "flavor" not in body:
         raise InputError("flavor: required field is missing")
-    hints = body.get("hints") or {}
-    if not isinstance(hints, Mapping):
-        raise InputError(f"hints: expected an object, got {hints!r}")
+    if not isinstance(body.get("explain", False), bool):
+        raise InputError(f"explain: expected true or false, got {show(body['explain'])}",
+                         field="explain")
     return RequestSpec(
         flavor=parse_flavor(body["flavor"], flavors), image=parse_image(body.get("image"), images),
-        scheduler_hints=dict(hints) or None, num_instances=_int(body, "num", "", 1, minimum=1),
-        project_id=str(body.get("project_id", "demo")), user_id=str(body.get("user_id", "demo")),
-        availability_zone=body.get("availability_zone"),
+        scheduler_hints=parse_hints(body.get("hints")),
+        num_instances=_int(body, "num", "", 1, minimum=1, maximum=MAX_INSTANCES_PER_REQUEST),
+        project_id=_optional_str(body, "project_id", "demo") or "demo",
+        user_id=_optional_str(body, "user_id", "demo") or "demo",
+        availability_zone=_optional_str(body, "availability_zone"),
         force_hosts=_str_list(body.get("force_hosts"), "force_hosts"),
         ignore_hosts=_str_list(body.get("ignore_hosts"), "ignore_hosts"),
     )
 
 
 class SchedulerApp:
-    """WSGI app: the scheduler routes, with Placement mounted under ``/placement``."""
+    """WSGI app: the scheduler routes, with Placement mounted under ``/placement``.
+
+    ``groups`` resolves ``hints.group``; without it a request naming a group is a 400.
+    """
 
     def __init__(
         self,
@@ -168,12 +261,14 @@ class SchedulerApp:
         placement_app: Any,
         flavors: Mapping[str, Flavor] | None = None,
         images: Mapping[str, ImageMeta] | None = None,
+        groups: ServerGroupStore | None = None,
     ) -> None:
         self.service = service
         self.conductor = conductor
         self.placement_app = placement_app
         self.flavors = dict(flavors or DEFAULT_FLAVORS)
         self.images = dict(images or {})
+        self.groups = groups
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "") or "/"
@@ -187,7 +282,8 @@ class SchedulerApp:
                 if method != "POST":
                     return _reply(start_response, 405, {"error": {"code": "berth.http.method",
                                                                   "message": "use POST"}})
-                return _reply(start_response, 200, self.boot(_read_json(environ)))
+                answer = self.boot(_read_json(environ))
+                return _reply(start_response, 409 if answer.get("failed") else 200, answer)
             if path == "/hosts" and method == "GET":
                 return _reply(start_response, 200, self.hosts())
             if path == "/healthz" and method == "GET":
@@ -210,9 +306,13 @@ class SchedulerApp:
                                                           "message": "internal error (logged)"}})
 
     def boot(self, body: Any) -> dict[str, Any]:
-        """Schedule and build; the placements per instance."""
+        """Schedule and build; the placements per instance, and the instances that
+        failed (under ``"failed"``, with an ``"error"``) when some did."""
         spec = parse_boot(body, self.flavors, self.images)
         explain = bool(body.get("explain", False))
+        group_ref = spec.get_scheduler_hint("group")
+        if group_ref is not None:
+            spec.instance_group = self._group(group_ref)
         # The API names the instances before it asks for hosts, as Nova's does.
         uuids = self.service.new_instance_uuids(spec.num_instances)
         try:
@@ -221,17 +321,21 @@ class SchedulerApp:
             if explain and exc.diagnosis is None:
                 exc.diagnosis = self._refusal_diagnosis()
             raise
-        out = []
-        for uuid, hosts in zip(decision.instance_uuids, decision.selections):
-            result = self.conductor.build_one(uuid, hosts, spec)
-            built = next((s for s in hosts if s.service_host == result.host), hosts[0])
-            entry = {"instance_uuid": uuid, "tried": result.tried, **selection_dict(built)}
-            entry["alternates"] = [selection_dict(s) for s in hosts[1:]]
-            out.append(entry)
-        answer: dict[str, Any] = {"instances": out}
+        outcome = self.conductor.build_all(decision, spec)
+        if spec.instance_group is not None and self.groups is not None:
+            self.groups.add_members(spec.instance_group.uuid,
+                                    [b.instance_uuid for b in outcome.built])
+        answer = _boot_answer(decision.selections, decision.instance_uuids, outcome)
         if decision.diagnosis is not None:
             answer["diagnosis"] = decision.diagnosis.to_dict()
         return answer
+
+    def _group(self, ref: str) -> Any:
+        """The server group ``hints.group`` names, with its members' current hosts."""
+        if self.groups is None:
+            raise InputError(f"hints.group: this server keeps no server groups, so "
+                             f"{ref!r} names none", field="hints.group")
+        return self.groups.resolve(ref, self.service.refresh())
 
     def _refusal_diagnosis(self) -> Diagnosis:
         """The explanation of a NoValidHost raised before any filter ran (a request
@@ -245,8 +349,16 @@ class SchedulerApp:
                                             steps=[step])])
 
     def hosts(self) -> dict[str, Any]:
-        """Every node's capacity and usage from the scheduler's snapshot."""
+        """Every node's capacity, usage and liveness from the scheduler's snapshot.
+
+        ``up`` is ComputeFilter's verdict on the service alone: not disabled, not forced
+        down, and a heartbeat no older than the effective ``service_down_time``
+        (``heartbeat_age_s`` is null for a node that never reported one).
+        """
         snap = self.service.refresh()
+        config = self.service.config
+        down_time = effective_service_down_time(config.service_down_time, config.report_interval)
+        now = self.service.clock()
         rows = []
         # Rows change only under the service's lock, which a concurrent /boot may hold
         # meanwhile; a row read twice is at worst one report apart.
@@ -260,9 +372,46 @@ class SchedulerApp:
                 "free_ram_mb": _num(snap.num("free_ram_mb")[row]),
                 "free_disk_mb": _num(snap.num("free_disk_mb")[row]),
                 "num_instances": _num(snap.num("num_instances")[row]),
-                "disabled": bool(snap.num("service_disabled")[row]),
+                **_liveness(snap, row, now, down_time),
             })
         return {"hosts": rows}
+
+
+def _liveness(snap: Any, row: int, now: float, down_time: int) -> dict[str, Any]:
+    """A node's service state as ComputeFilter judges it."""
+    disabled = bool(snap.num("service_disabled")[row])
+    forced_down = bool(snap.num("service_forced_down")[row])
+    beat = float(snap.num("service_heartbeat")[row])
+    age = None if math.isnan(beat) else round(abs(now - beat), 1)
+    service = snap.obj("service")[row]
+    return {"disabled": disabled,
+            "disabled_reason": getattr(service, "disabled_reason", None) if disabled else None,
+            "forced_down": forced_down, "heartbeat_age_s": age,
+            "up": not disabled and not forced_down and age is not None and age <= down_time}
+
+
+def _boot_answer(selections: Any, uuids: Any, outcome: BuildOutcome) -> dict[str, Any]:
+    """The answer of ``POST /boot``: each built instance with its host list, and (with
+    an overall ``error``) those that were not built."""
+    hosts_of = dict(zip(uuids, selections))
+    out = []
+    for result in outcome.built:
+        hosts = hosts_of[result.instance_uuid]
+        built = next((s for s in hosts if s.service_host == result.host), hosts[0])
+        entry = {"instance_uuid": result.instance_uuid, "tried": result.tried,
+                 **selection_dict(built)}
+        entry["alternates"] = [selection_dict(s) for s in hosts[1:]]
+        out.append(entry)
+    answer: dict[str, Any] = {"instances": out}
+    if outcome.failed:
+        first = outcome.failed[0].error
+        answer["error"] = {"code": first.code, "message": (
+            f"{len(outcome.failed)} of {len(uuids)} instances not built "
+            f"({len(outcome.built)} built): {first.message}")}
+        answer["failed"] = [{"instance_uuid": f.instance_uuid, "tried": f.tried,
+                             "error": {"code": f.error.code, "message": f.error.message}}
+                            for f in outcome.failed]
+    return answer
 
 
 def _num(value: float) -> int | None:
@@ -278,13 +427,17 @@ def _read_json(environ: dict[str, Any]) -> Any:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
         raise InputError("Content-Length: not an integer") from None
+    if length < 0:
+        raise InputError(f"Content-Length: expected a size >= 0, got {length}")
     if length > MAX_BODY:
         raise InputError(f"body: larger than {MAX_BODY} bytes")
     raw = environ["wsgi.input"].read(length) if length else b""
     try:
         return json.loads(raw or b"null")
-    except ValueError as exc:
-        raise InputError(f"body: not valid JSON: {exc}") from None
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise InputError(f"body: Malformed JSON: {exc}") from None
+    except RecursionError:
+        raise InputError("body: Malformed JSON: nesting too deep") from None
 
 
 def _json_default(value: Any) -> Any:

@@ -1,0 +1,181 @@
+"""The scheduler API checks every body field, builds each instance on its own, resolves
+server groups, and shows why a host is up or down."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from berth.config import SchedulerConfig
+from berth.model.request import InstanceGroup
+from berth.service.api import MAX_INSTANCES_PER_REQUEST, SchedulerApp
+from berth.service.conductor import FakeDriver
+from berth.service.stack import Stack
+
+from .builders import node
+from .conftest import fresh_stack
+
+UUID_A = "00000000-0000-4000-8000-00000000000a"
+
+
+def _client(stack: Stack, driver: FakeDriver | None = None) -> httpx.Client:
+    service = stack.scheduler(seed=3)
+    app = SchedulerApp(service, stack.conductor(service, driver), stack.placement_app,
+                       groups=stack.groups)
+    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth")
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"num": MAX_INSTANCES_PER_REQUEST + 1}, "num: at most 1000 per request, got 1001"),
+    ({"num": 10**12}, "num: at most 1000 per request"),
+    ({"num": 0}, "num: expected an integer from 1 to 1000, got 0"),
+    ({"availability_zone": 5}, "availability_zone: expected a string, got 5"),
+    ({"availability_zone": ["az1"]}, "availability_zone: expected a string"),
+    ({"explain": "yes"}, "explain: expected true or false, got 'yes'"),
+    ({"project_id": 7}, "project_id: expected a string, got 7"),
+    ({"user_id": {"a": 1}}, "user_id: expected a string"),
+    ({"hints": ["a"]}, "hints: expected an object"),
+    ({"hints": {"query": {"a": 1}}}, "hints.query: expected a string or a list of strings"),
+    ({"hints": {"x": ["a", 1]}}, "hints.x: expected a string or a list of strings"),
+    ({"hints": {"same_host": "not-a-uuid"}}, "hints.same_host: expected instance uuids, "
+                                             "got 'not-a-uuid'"),
+    ({"hints": {"different_host": [UUID_A, "x"]}}, "hints.different_host: expected instance "
+                                                   "uuids, got 'x'"),
+    ({"hints": {"group": ["g1", "g2"]}}, "hints.group: expected one server group"),
+    ({"hints": {"group": "nope"}}, "hints.group: no server group named or with uuid 'nope'"),
+    ({"image": {"name": "x", "os": "linux"}}, "image: unknown field(s) os"),
+    ({"image": {"id": 5}}, "image.id: expected a string, got 5"),
+    ({"image": {"disk_format": ["qcow2"]}}, "image.disk_format: expected a string"),
+    ({"image": {"properties": []}}, "image.properties: expected an object"),
+    ({"force_hosts": "h0"}, "force_hosts: expected a list of strings, got 'h0'"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_a_bad_field_is_a_400_naming_it(stack: Stack, body: dict[str, object],
+                                        message: str) -> None:
+    stack.register_hosts([node("h0")])
+    with _client(stack) as http:
+        resp = http.post("/boot", json={"flavor": "m1.tiny", **body})
+        assert resp.status_code == 400, resp.text
+        assert message in resp.json()["error"]["message"]
+    assert stack.client.provider_usages(stack.agents["h0"].uuid).get("VCPU", 0) == 0
+
+
+def test_deeply_nested_json_is_malformed_json_not_a_500(stack: Stack) -> None:
+    with _client(stack) as http:
+        resp = http.post("/boot", content=b"[" * 100_000 + b"]" * 100_000,
+                         headers={"Content-Type": "application/json"})
+        assert resp.status_code == 400
+        assert resp.json()["error"]["message"] == "body: Malformed JSON: nesting too deep"
+
+
+def test_a_negative_content_length_is_refused(stack: Stack) -> None:
+    app = SchedulerApp(stack.scheduler(), stack.conductor(stack.scheduler()), stack.placement_app)
+    statuses: list[str] = []
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/boot", "CONTENT_LENGTH": "-1",
+               "wsgi.input": None}
+    body = json.loads(b"".join(app(environ, lambda status, headers: statuses.append(status))))
+    assert statuses == ["400 Bad Request"] and "Content-Length" in body["error"]["message"]
+
+
+# ----------------------------------------------------------------- multi-create
+@pytest.fixture
+def one_attempt(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
+    """Hosts h0-h2 with 8192 + 256 x i MB, ``max_attempts = 1``: the first instance of a
+    request goes to h2, the second to h1."""
+    from .conftest import TEST_CONFIG
+
+    st = fresh_stack(template_db, tmp_path, TEST_CONFIG.replace("scheduler", max_attempts=1))
+    st.register_hosts([node(f"h{i}", memory_mb=8192 + i * 256) for i in range(3)])
+    yield st
+    st.close()
+
+
+def test_a_partly_failed_multi_create_is_a_409_listing_built_and_failed(
+        one_attempt: Stack) -> None:
+    with _client(one_attempt, FakeDriver(fail_hosts={"h2"}, agents=one_attempt.agents)) as http:
+        resp = http.post("/boot", json={"flavor": "m1.tiny", "num": 2})
+    assert resp.status_code == 409
+    data = resp.json()
+    assert data["error"]["code"] == "berth.scheduling.max_retries_exceeded"
+    assert data["error"]["message"].startswith("1 of 2 instances not built (1 built): ")
+    (built,) = data["instances"]
+    (failed,) = data["failed"]
+    assert built["host"] == "h1" and failed["tried"] == ["h2"]
+    assert failed["error"]["code"] == "berth.scheduling.max_retries_exceeded"
+    usages = {h: one_attempt.client.provider_usages(a.uuid).get("VCPU", 0)
+              for h, a in one_attempt.agents.items()}
+    assert usages == {"h0": 0, "h1": 1, "h2": 0}
+
+
+# ----------------------------------------------------------------- server groups
+GROUPS_CONFIG = SchedulerConfig.from_dict({"filter_scheduler": {
+    "enabled_filters": ["ComputeFilter", "ServerGroupAffinityFilter",
+                        "ServerGroupAntiAffinityFilter"],
+    "weight_classes": ["RAMWeigher"]}})
+
+
+@pytest.fixture
+def grouped(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
+    """Three equal hosts, the group filters, an anti-affinity and an affinity group."""
+    st = fresh_stack(template_db, tmp_path, GROUPS_CONFIG)
+    st.register_hosts([node(f"h{i}") for i in range(3)])
+    st.groups.put(InstanceGroup(policy="anti-affinity", name="spread",
+                                uuid="aaaaaaaa-0000-4000-8000-000000000001"))
+    st.groups.put(InstanceGroup(policy="affinity", name="pack",
+                                uuid="aaaaaaaa-0000-4000-8000-000000000002"))
+    yield st
+    st.close()
+
+
+def test_anti_affinity_holds_across_requests_and_members_are_recorded(grouped: Stack) -> None:
+    with _client(grouped) as http:
+        hosts = []
+        for _ in range(3):
+            resp = http.post("/boot", json={"flavor": "m1.tiny", "hints": {"group": "spread"}})
+            assert resp.status_code == 200, resp.text
+            hosts.append(resp.json()["instances"][0]["host"])
+        assert sorted(hosts) == ["h0", "h1", "h2"]
+        resp = http.post("/boot", json={"flavor": "m1.tiny",
+                                        "hints": {"group": "aaaaaaaa-0000-4000-8000-000000000001"}})
+        assert resp.status_code == 409 and "No valid host" in resp.json()["error"]["message"]
+    (group,) = grouped.groups.find("spread")
+    assert len(group.members) == 3
+
+
+def test_affinity_follows_the_host_of_the_first_member(grouped: Stack) -> None:
+    with _client(grouped) as http:
+        first = http.post("/boot", json={"flavor": "m1.tiny", "hints": {"group": ["pack"]}})
+        host = first.json()["instances"][0]["host"]
+        # Without the group RAMWeigher would spread onto another host.
+        later = http.post("/boot", json={"flavor": "m1.tiny", "num": 2,
+                                         "hints": {"group": "pack"}})
+        assert later.status_code == 200, later.text
+        assert {i["host"] for i in later.json()["instances"]} == {host}
+
+
+def test_a_group_hint_without_a_group_store_is_a_400(stack: Stack) -> None:
+    service = stack.scheduler()
+    app = SchedulerApp(service, stack.conductor(service), stack.placement_app)
+    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://b") as http:
+        resp = http.post("/boot", json={"flavor": "m1.tiny", "hints": {"group": "g"}})
+    assert resp.status_code == 400 and resp.json()["error"]["message"].startswith("hints.group:")
+
+
+# ----------------------------------------------------------------- /hosts
+def test_hosts_show_why_compute_filter_passes_or_rejects_each_host(stack: Stack) -> None:
+    up, silent, forced, disabled = stack.register_hosts(
+        [node(h) for h in ("up", "silent", "forced", "disabled")])
+    silent.report(now=silent.clock() - 3600)
+    forced.forced_down = True
+    forced.report()
+    disabled.set_disabled(True, "maintenance")
+    with _client(stack) as http:
+        hosts = {h["host"]: h for h in http.get("/hosts").json()["hosts"]}
+    assert hosts["up"]["up"] and hosts["up"]["heartbeat_age_s"] < 60
+    assert not hosts["silent"]["up"] and hosts["silent"]["heartbeat_age_s"] >= 3600
+    assert hosts["forced"]["forced_down"] and not hosts["forced"]["up"]
+    assert not hosts["disabled"]["up"]
+    assert hosts["disabled"]["disabled_reason"] == "maintenance"
