@@ -286,10 +286,11 @@ def _decide(scheduler: Scheduler, snap: HostSnapshot, req: RequestSpec, seed: in
     shuffle=st.booleans(),
     seed=st.integers(0, 2**16),
     placement=st.booleans(),
+    tie_salt=st.one_of(st.none(), st.integers(0, 2**64 - 1)),
 )
 def test_the_columnar_pipeline_chooses_what_the_per_host_pipeline_chooses(
     case: tuple[HostSnapshot, RequestSpec], filter_names: list[str], weigher_set: str,
-    subset_size: int, shuffle: bool, seed: int, placement: bool,
+    subset_size: int, shuffle: bool, seed: int, placement: bool, tie_salt: int | None,
 ) -> None:
     snap, req = case
     if req.instance_group is not None and req.instance_group.policy in {"affinity",
@@ -311,7 +312,7 @@ def test_the_columnar_pipeline_chooses_what_the_per_host_pipeline_chooses(
 
     def build(per_host: bool) -> Scheduler:
         return Scheduler(config, filters=[filters_by_name[n](config) for n in filter_names],
-                         weighers=weighers, per_host=per_host)
+                         weighers=weighers, per_host=per_host, tie_salt=tie_salt)
 
     columnar = _decide(build(False), snap, req, seed, placement)
     reference = _decide(build(True), snap, req, seed, placement)
@@ -328,11 +329,13 @@ def test_partial_ordering_matches_a_full_stable_sort_over_many_instances_with_ti
             "filter_scheduler", host_subset_size=subset_size,
             shuffle_best_same_weighed_hosts=shuffle)
         for seed in range(3):
-            req = spec(memory_mb=4096, num_instances=10)
-            got = [_decide(Scheduler(config, filters=[], weighers=[FewValues(config)],
-                                     per_host=per_host), snap, req, seed, True)
-                   for per_host in (False, True)]
-            assert got[0] == got[1]
+            for salt in (None, seed * 7919 + 1):
+                req = spec(memory_mb=4096, num_instances=10)
+                got = [_decide(Scheduler(config, filters=[], weighers=[FewValues(config)],
+                                         per_host=per_host, tie_salt=salt), snap, req, seed,
+                               True)
+                       for per_host in (False, True)]
+                assert got[0] == got[1]
 
 
 # ---------------------------------------------------------------------- snapshot
@@ -401,9 +404,11 @@ def test_hosts_consumed_by_earlier_instances_are_weighed_again() -> None:
     policy=st.sampled_from([None, "anti-affinity", "soft-affinity"]),
     subset_size=st.integers(1, 3),
     seed=st.integers(0, 1000),
+    tie_salt=st.one_of(st.none(), st.integers(0, 2**64 - 1)),
 )
 def test_multi_creates_on_bigger_clouds_match_instance_by_instance(
     free: list[int], io: list[int], policy: str | None, subset_size: int, seed: int,
+    tie_salt: int | None,
 ) -> None:
     # Many near-equal hosts and eight instances: consumption keeps moving the extremes
     # of the RAM/CPU/IO ranges, and anti-affinity removes each chosen host.
@@ -421,7 +426,8 @@ def test_multi_creates_on_bigger_clouds_match_instance_by_instance(
     assume(policy != "anti-affinity" or "ServerGroupAntiAffinityFilter" in names)
     req = spec(memory_mb=2048, num_instances=8 if policy != "anti-affinity" else 5, group=group)
     got = [_decide(Scheduler(config, filters=[names[n](config) for n in wanted],
-                             weighers=[cls(config) for _, cls in WEIGHERS], per_host=per_host),
+                             weighers=[cls(config) for _, cls in WEIGHERS], per_host=per_host,
+                             tie_salt=tie_salt),
                    snap, req, seed, True)
            for per_host in (False, True)]
     assert got[0] == got[1]

@@ -15,7 +15,7 @@ from berth.filters.base import BaseHostFilter, Reject
 from berth.host_state import HostState
 from berth.model import InstanceGroup, RequestSpec
 from berth.model.request import new_instance_uuids
-from berth.pipeline import Scheduler
+from berth.pipeline import Scheduler, tie_keys
 from berth.weighers.base import BaseHostWeigher
 from builders import NOW, cloud, host, spec
 
@@ -170,6 +170,33 @@ def test_the_same_seed_gives_the_same_subset_choice_and_different_seeds_spread()
     assert first[0] == first[1] == first[2]
     spread = {run(s, snap, spec(), seed=seed)[0].hosts[0] for seed in range(40)}
     assert len(spread) == 4  # only the best four hosts (all tie, input order) are eligible
+
+
+def test_equal_hosts_are_walked_in_the_schedulers_own_tie_order():
+    # Nova walks equally weighed hosts in the arbitrary order of a set, different in each
+    # scheduler process: schedulers with their own salt start on different hosts, each
+    # the same every time; without a salt, ties go by row.
+    snap = cloud(*(host(f"h{i:02d}") for i in range(32)))
+    firsts = {}
+    for salt in (None, 1, 2, 3, 2**63 + 5):
+        s = Scheduler(filters=[], weighers=[FreeRam()], tie_salt=salt)
+        hosts = [run(s, snap, spec(), seed=seed)[0].hosts[0] for seed in range(3)]
+        assert len(set(hosts)) == 1
+        firsts[salt] = hosts[0]
+    assert firsts[None] == ("h00", "h00")
+    assert len({firsts[salt] for salt in (1, 2, 3, 2**63 + 5)}) > 1
+    # The alternates follow the same order: the tied hosts by ascending tie key.
+    order = [s for s in run(Scheduler(filters=[], weighers=[FreeRam()], tie_salt=7), snap,
+                            spec())[0].selections[0]]
+    keys = tie_keys(7, np.array([int(sel.service_host[1:]) for sel in order]))
+    assert list(keys) == sorted(keys)
+
+
+def test_the_tie_order_only_breaks_ties():
+    snap = cloud(*(host(f"h{i}", free_ram_mb=1024 * (i + 1)) for i in range(6)))
+    for salt in (None, 11, 12):
+        s = Scheduler(filters=[], weighers=[FreeRam()], tie_salt=salt)
+        assert run(s, snap, spec())[0].hosts == [("h5", "h5")]
 
 
 def test_no_valid_host_rolls_back_the_claims_already_made_for_the_request():

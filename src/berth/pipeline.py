@@ -21,7 +21,8 @@ Per request::
       │     ├ enabled filters in order; once-per-request ones only for k = 0;
       │     │ on a rebuild only RUN_ON_REBUILD ones; stop when no host is left
       │     ├ rank (weighers, or least-cost functions), stable, best first; only the
-      │     │ head of the order is materialized (HostOrder), exactly as a full sort
+      │     │ head of the order is materialized (HostOrder), exactly as a full sort;
+      │     │ the first ranking's ties go by row, or by the scheduler's tie order
       │     ├ shuffle the hosts tied for best (shuffle_best_same_weighed_hosts)
       │     └ pick at random among the best host_subset_size; it goes first
       ├ claim the first candidate of the first host that accepts (the rest keep order)
@@ -149,7 +150,7 @@ class _Request:
     placement_step: FilterStep | None = None
     version: str | None = None
     #: One entry per ranking done in this request (see :class:`_Level`).
-    levels: list[_Level] = field(default_factory=list)
+    levels: _Levels = field(default_factory=lambda: _Levels())
     #: The bulk view of the last host list filtered or ranked: the next filter, the
     #: ranker and the next instance share it (and its interned codes) while no host is
     #: filtered out (the pipeline passes the very same array then).
@@ -171,10 +172,35 @@ class _Request:
 # claim walk (almost always the first host) and a few same-cell alternates. So a ranking
 # is kept as a *level*: the explicit first entries of the order (``prefix``) and, for the
 # rest, the rule "descending weight, ties by the previous level's order" (the first level's
-# ties go by ascending row, the order hosts enter the pipeline in). Any head of the order
+# ties go by ascending row, the order hosts enter the pipeline in, or by the scheduler's
+# tie order, see :func:`tie_keys`). Any head of the order
 # can then be produced exactly, with a partial selection (``np.partition``) and a sort of
 # the few candidates, instead of a full sort of 100,000 hosts. ``tests/test_paths_agree``
 # proves the result equals the full stable sort (the per-host reference path).
+
+
+def tie_keys(salt: int, rows: np.ndarray) -> np.ndarray:
+    """Each row's place among equally weighed hosts for a scheduler with tie salt
+    ``salt``: a 64-bit mix (splitmix64) of salt and row, distinct for distinct rows.
+
+    Nova walks hosts in the order of a Python set of (host, node) keys, which string
+    hashing makes arbitrary and different in every scheduler process, but stable within
+    one. Several Nova schedulers in front of identical hosts therefore start on different
+    hosts, where schedulers that all break ties by row would all claim the same one.
+    A per-scheduler salt gives Berth the same spread, reproducibly.
+    """
+    offset = (salt * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF  # wraps as uint64 would
+    z = rows.astype(np.uint64) + np.uint64(offset)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+class _Levels(list["_Level"]):
+    """The rankings of one request; ``salt`` orders the first ranking's ties (None: by
+    ascending row)."""
+
+    salt: int | None = None
 
 
 class _Level:
@@ -235,8 +261,9 @@ class _Level:
         return np.where(found, by_row[at_clipped], -1)
 
 
-def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndarray:
-    """The first ``m`` of ``rows`` in the order of ``levels[level]`` (level -1: by row).
+def _head(levels: _Levels, level: int, rows: np.ndarray, m: int) -> np.ndarray:
+    """The first ``m`` of ``rows`` in the order of ``levels[level]`` (level -1: by row,
+    or by :func:`tie_keys` when the levels carry a salt).
 
     ``rows`` must be a subset of that level's hosts. Exactly the stable-sort result:
     the prefix first, then the rest by descending weight with ties in the previous
@@ -248,6 +275,11 @@ def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndar
     if len(rows) == 1:
         return rows
     if level < 0:
+        if levels.salt is not None:
+            keys = tie_keys(levels.salt, rows)
+            if m == 1:
+                return rows[[int(np.argmin(keys))]]
+            return rows[np.argsort(keys)[:m]]
         return np.sort(rows)[:m] if m < len(rows) else np.sort(rows)
     lvl = levels[level]
     aligned = lvl.aligned if rows is lvl.rows else None  # weights of ``rows`` as they are
@@ -286,7 +318,7 @@ def _head(levels: list[_Level], level: int, rows: np.ndarray, m: int) -> np.ndar
     return np.concatenate([head, ordered[:need]])
 
 
-def _best(levels: list[_Level], rows: np.ndarray, weights: np.ndarray) -> list[int]:
+def _best(levels: _Levels, rows: np.ndarray, weights: np.ndarray) -> list[int]:
     """``_head(levels, len(levels) - 1, rows, 1)`` for the level just appended (empty
     prefix, ``weights`` aligned with ``rows``): the highest weight, ties in the previous
     level's order, in three passes over the hosts instead of a partition."""
@@ -320,7 +352,7 @@ class HostOrder:
     the whole order, computing it in growing chunks.
     """
 
-    def __init__(self, levels: list[_Level], level: int, full: np.ndarray | None = None) -> None:
+    def __init__(self, levels: _Levels, level: int, full: np.ndarray | None = None) -> None:
         self._levels = levels
         self._level = level
         self._full = full
@@ -329,7 +361,7 @@ class HostOrder:
     @classmethod
     def empty(cls) -> HostOrder:
         """No hosts."""
-        return cls([], -1, np.empty(0, dtype=np.int64))
+        return cls(_Levels(), -1, np.empty(0, dtype=np.int64))
 
     @property
     def is_explicit(self) -> bool:
@@ -386,6 +418,11 @@ class Scheduler:
     ``host_passes`` host by host, every weigher's ``_weigh_object``/``weight_multiplier``
     host by host, and a full stable sort per instance. It is the reference the columnar
     path is benchmarked and property-tested against; decisions are identical.
+
+    ``tie_salt`` orders equally weighed hosts of a request's first ranking by
+    :func:`tie_keys` instead of by row, as each Nova scheduler process walks hosts in its
+    own arbitrary order (the scheduler service gives each process its own salt). A ranker
+    that orders hosts itself (least-cost weighing) keeps row order.
     """
 
     def __init__(
@@ -396,9 +433,11 @@ class Scheduler:
         weighers: Sequence[BaseHostWeigher] | None = None,
         ranker: Ranker | None = None,
         per_host: bool = False,
+        tie_salt: int | None = None,
     ) -> None:
         self.config = config or SchedulerConfig.default()
         self.per_host = per_host
+        self.tie_salt = tie_salt
         self.filters = list(filters) if filters is not None else plugins.load_filters(self.config)
         if ranker is None and self.config.filter_scheduler.weighing_strategy == "least_cost":
             from berth.weighers.least_cost import LeastCostRanker
@@ -466,6 +505,7 @@ class Scheduler:
         ws.memo["instances"] = num_instances  # rankers memoize only for multi-creates
         req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None,
                        claiming=claiming)
+        req.levels.salt = self.tie_salt
         req.version = placement.version if claiming and placement is not None else None
 
         initial = self._initial_rows(req, placement)
@@ -617,6 +657,9 @@ class Scheduler:
         filtered = self._filtered_hosts(req, rows, index)
         if len(filtered) == 0:
             return HostOrder.empty()
+        if index == 0 and self.tie_salt is not None and isinstance(self.ranker, PerHostRanker):
+            # Nova's shape: the hosts enter the first ranking in this scheduler's order.
+            filtered = filtered[np.argsort(tie_keys(self.tie_salt, filtered))]
         hosts = req.hosts(filtered)
         ranking = self.ranker.rank(hosts, req.spec)
         weights = ranking.weights

@@ -90,6 +90,11 @@ class SchedulerService:
     ``clock`` gives the scheduling instant; ``seed`` makes decisions replayable;
     ``freeze_heap`` (default on) lets the service freeze its long-lived heap, see
     :meth:`_freeze_long_lived`.
+
+    Each service breaks ties among equally weighed hosts in its own order (the core's
+    ``tie_salt``, derived from ``seed``, or random without one), as every Nova scheduler
+    process walks hosts in its own arbitrary order: several schedulers in front of
+    identical hosts then do not all claim the same host first.
     """
 
     def __init__(
@@ -110,7 +115,7 @@ class SchedulerService:
         self.feed = feed
         self.candidates = candidates
         self.claimer = claimer
-        self.scheduler = scheduler or Scheduler(config)
+        self.scheduler = scheduler or Scheduler(config, tie_salt=tie_salt(seed))
         self.network_lookup = network_lookup
         self.min_compute_version = min_compute_version
         self.clock = clock
@@ -271,6 +276,13 @@ class SchedulerService:
                 continue
             consume_row(snapshot, row, flavor.vcpus, flavor.memory_mb,
                         flavor.root_gb + flavor.ephemeral_gb)
+
+
+def tie_salt(seed: int | None) -> int:
+    """A scheduler's tie salt: derived from its seed (replayable), random without one."""
+    if seed is None:
+        return random.SystemRandom().getrandbits(64)
+    return random.Random(f"berth.tie-order:{seed}").getrandbits(64)
 
 
 def consume_row(snapshot: HostSnapshot, row: int, vcpus: int, memory_mb: int, disk_gb: int) -> None:
