@@ -1,34 +1,55 @@
 """``berth serve`` and ``berth boot``: the resource store and scheduler as a service.
 
     berth serve [--db URL] [--host H] [--port N] [--cloud FILE] [--config-file nova.conf]
-    berth boot --flavor F [--num N] [--hint k=v ...] [--image NAME] [--url URL] [--explain]
-               [--json]
+                [--threads N] [--seed N] [--no-resume]
+                [--fail-host HOST ...] [--fail-first HOST=N ...]
+    berth boot --flavor F [--num N] [--hint k=v ...] [--group G] [--image NAME] [--url URL]
+               [--explain] [--json]
 
 ``serve`` opens (and migrates) the database — the embedded SQLite file
 ``./berth.sqlite`` by default, or any SQLAlchemy URL such as
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test`` — and serves the scheduler API
 (:mod:`berth.service.api`) with the Placement API under ``/placement``. With ``--cloud``
 every host of the cloud file is registered through the compute-agent path (provider,
-inventories, traits, aggregates, record) and its instances get their allocations; the
-agents then report every ``[DEFAULT] report_interval`` seconds. ``boot`` posts to
-``/boot`` and prints where each instance went. ``--flavor`` is a flavor name the server
-knows (the cloud file's, or m1.tiny ... m1.xlarge) or ``VCPUS,RAM_MB,DISK_GB``.
+inventories, traits, aggregates, record) with its stats, ``io_workload`` and
+``failed_builds``, its instances get their allocations, and the file's server groups
+are stored; the agents then report every ``[DEFAULT] report_interval`` seconds.
+
+A restart keeps what ran: an agent takes over the instances and usage of its host's
+stored record, and the hosts an earlier run stored that the cloud file does not name
+(all of them without ``--cloud``) get their agents back from their records, so they
+keep reporting instead of going down after ``service_down_time``. ``--no-resume`` skips
+the latter for a database whose hosts report from elsewhere. A cloud file that would
+take a resource class away from a host whose allocations use it is refused before
+anything is written.
+
+``--fail-host`` and ``--fail-first`` tell the fake compute driver to fail builds, so the
+conductor's rescheduling onto alternates can be watched; a host that is down (silent in
+the file, or forced down) fails every build anyway.
+
+``boot`` posts to ``/boot`` and prints where each instance went (and, on a partial
+failure, which instances were not built; exit status 6). ``--flavor`` is a flavor name
+the server knows (the cloud file's, or m1.tiny ... m1.xlarge) or ``VCPUS,RAM_MB,DISK_GB``;
+``--group`` names a server group (uuid or name), the same as ``--hint group=G``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import signal
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from berth.cloudfile import load_cloud, stable_uuid
-from berth.errors import InputError
+from berth.errors import CloudFileError, InputError
+from berth.filters.compute import effective_service_down_time
 from berth.model.request import Flavor
-from berth.placement.client import PlacementAPIError
+from berth.placement.client import NotFoundError, PlacementAPIError
 
 if TYPE_CHECKING:
     from berth.explain import Diagnosis
@@ -46,18 +67,33 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--db", default=DEFAULT_DB,
                    help=f"SQLAlchemy URL or SQLite path (default {DEFAULT_DB})")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT,
+                   help=f"port, 0-65535, 0 for any free one (default {DEFAULT_PORT})")
     p.add_argument("--cloud", help="cloud file whose hosts are registered at start-up")
     p.add_argument("--config-file", action="append", help="nova.conf (repeatable)")
-    p.add_argument("--threads", type=int, default=8, help="server threads (default 8)")
+    p.add_argument("--threads", type=positive_int, default=8, help="server threads (default 8)")
     p.add_argument("--seed", type=int, default=None, help="random seed of the scheduler")
+    p.add_argument("--no-resume", action="store_true",
+                   help="do not re-create agents for the hosts stored by an earlier run (for "
+                        "a database whose hosts report from elsewhere); they go down after "
+                        "service_down_time unless something reports for them")
+    p.add_argument("--fail-host", action="append", default=[], metavar="HOST",
+                   help="the fake driver fails every build on HOST (repeatable): the "
+                        "conductor reschedules onto the alternates")
+    p.add_argument("--fail-first", action="append", default=[], type=host_count,
+                   metavar="HOST=N", help="the fake driver fails the first N builds on HOST "
+                                          "(repeatable)")
     p.set_defaults(func=cmd_serve)
 
     b = subparsers.add_parser("boot", help="ask a running 'berth serve' to place instances")
     b.add_argument("--flavor", required=True, help="flavor name, or VCPUS,RAM_MB,DISK_GB")
-    b.add_argument("--num", type=int, default=1, help="number of instances (default 1)")
+    b.add_argument("--num", type=instance_count, default=1,
+                   help="number of instances (default 1; at most the API's "
+                        "MAX_INSTANCES_PER_REQUEST)")
     b.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                    help="scheduler hint; repeat a key for a list")
+    b.add_argument("--group", help="server group (name or uuid) the instances join; the "
+                                   "same as --hint group=GROUP")
     b.add_argument("--image", help="image name known to the server")
     b.add_argument("--availability-zone", "--az", dest="availability_zone")
     b.add_argument("--project", default="demo")
@@ -71,6 +107,53 @@ def add_commands(subparsers: Any) -> None:
     b.add_argument("--json", action="store_true",
                    help="print the JSON answer as the server sent it (errors too)")
     b.set_defaults(func=cmd_boot)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def instance_count(text: str) -> int:
+    """An argparse type: a number of instances, 1 to the API's bound."""
+    # Imported here: the API module pulls in the whole scheduler, which every other
+    # ``berth`` command would then pay for at start-up.
+    from berth.service.api import MAX_INSTANCES_PER_REQUEST
+
+    value = positive_int(text)
+    if value > MAX_INSTANCES_PER_REQUEST:
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_INSTANCES_PER_REQUEST} instances per request, got {value}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0-65535 (0: any free port)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {value}")
+    return value
+
+
+def host_count(text: str) -> tuple[str, int]:
+    """An argparse type: ``HOST=N`` with N >= 1."""
+    host, sep, count = text.partition("=")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"expected HOST=N, got {text!r}")
+    try:
+        return host, positive_int(count)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST=N with N a positive integer, got {text!r}") from None
 
 
 # ----------------------------------------------------------------------------- boot
@@ -99,9 +182,14 @@ def cmd_boot(args: argparse.Namespace) -> int:
     """POST /boot and print the placements."""
     import httpx
 
+    hints = _hints(args.hint)
+    if args.group:
+        if hints.get("group", [args.group]) != [args.group]:
+            raise InputError(f"--group {args.group!r} and --hint group={hints['group'][0]!r} "
+                             "disagree; give one")
+        hints["group"] = [args.group]
     body: dict[str, Any] = {"flavor": flavor_argument(args.flavor), "num": args.num,
-                            "hints": _hints(args.hint), "project_id": args.project,
-                            "user_id": args.user}
+                            "hints": hints, "project_id": args.project, "user_id": args.user}
     if args.image:
         body["image"] = args.image
     if args.availability_zone:
@@ -123,25 +211,40 @@ def cmd_boot(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return 0 if resp.status_code == 200 else _exit_code(resp.status_code, data)
     verbose = bool(getattr(args, "verbose", False))
+    if not isinstance(data, dict):
+        print(f"error: {resp.status_code} from {args.url}: {resp.text[:200]}", file=sys.stderr)
+        return 1
+    if data.get("instances"):
+        # Also in a 409 that built some of the instances: those exist.
+        _print_instances(data["instances"])
+    for failed in data.get("failed") or []:
+        err = failed.get("error", {})
+        print(f"instance {failed.get('instance_uuid')} not built (tried "
+              f"{','.join(failed.get('tried') or []) or 'no host'}): {err.get('message')}",
+              file=sys.stderr)
     if resp.status_code != 200:
-        err = data.get("error", {}) if isinstance(data, dict) else {}
+        err = data.get("error", {})
         print(f"error: {err.get('message', resp.text)} ({err.get('code', resp.status_code)})",
               file=sys.stderr)
-        if isinstance(data, dict) and data.get("diagnosis"):
+        if data.get("diagnosis"):
             _print_diagnosis(data["diagnosis"], verbose)
         return _exit_code(resp.status_code, data)
+    if data.get("diagnosis"):
+        print()
+        _print_diagnosis(data["diagnosis"], verbose)
+    return 0
+
+
+def _print_instances(instances: list[dict[str, Any]]) -> None:
+    """One row per built instance: where it went, the hosts tried, its alternates."""
     rows = [("#", "instance", "host", "node", "tried", "alternates")]
-    for i, inst in enumerate(data["instances"], start=1):
+    for i, inst in enumerate(instances, start=1):
         rows.append((str(i), inst["instance_uuid"], inst["host"], inst["nodename"],
                      ",".join(inst["tried"]),
                      ",".join(a["host"] for a in inst["alternates"]) or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    if data.get("diagnosis"):
-        print()
-        _print_diagnosis(data["diagnosis"], verbose)
-    return 0
 
 
 def _exit_code(status: int, data: Any) -> int:
@@ -227,6 +330,14 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
         num = {name: snap.num(name)[row] for name in (
             "vcpus_total", "total_usable_ram_mb", "total_usable_disk_gb", "hypervisor_version",
             "cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio")}
+        # The host's own stats go with it; the agent counts num_instances and
+        # failed_builds itself and reports a numeric io_workload from the node's.
+        stats = {str(k): str(v) for k, v in (snap.interned_value("stats", row) or {}).items()}
+        io_workload = stats.get("io_workload", "0")
+        if io_workload.isdigit():
+            stats.pop("io_workload", None)
+        for own in ("num_instances", "failed_builds"):
+            stats.pop(own, None)
         nodes.append(ComputeNodeSpec(
             host=snap.obj("host")[row], nodename=snap.obj("nodename")[row],
             uuid=snap.obj("uuid")[row], cell_uuid=snap.interned_value("cell_uuid", row),
@@ -241,14 +352,22 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
             pci_stats=snap.obj("pci_stats")[row], metrics=list(snap.obj("metrics")[row]),
             cpu_allocation_ratio=float(num["cpu_allocation_ratio"]),
             ram_allocation_ratio=float(num["ram_allocation_ratio"]),
-            disk_allocation_ratio=float(num["disk_allocation_ratio"])))
+            disk_allocation_ratio=float(num["disk_allocation_ratio"]),
+            stats=stats, io_workload=int(io_workload) if io_workload.isdigit() else 0))
+    check_against_allocations(stack, nodes, path)
     agents = stack.register_hosts(nodes, snap.aggregates)
+    for group in cloud.server_groups.values():
+        stack.groups.put(group)
     flavors_by_id = {f.id: f for f in cloud.flavors.values()}
     config = stack.config
+    down_time = effective_service_down_time(config.service_down_time, config.report_interval)
     for row, agent in enumerate(agents):
         service = snap.obj("service")[row]
         if service is not None and service.disabled:
             agent.set_disabled(True, service.disabled_reason)
+        failed = snap.num("failed_builds")[row]
+        if "failed_builds" in (snap.interned_value("stats", row) or {}) and not math.isnan(failed):
+            agent.failed_builds = int(failed)
         placed: list[Flavor] = []
         for uuid, inst in snap.obj("instances")[row].items():
             flavor = flavors_by_id.get(inst.instance_type_id)
@@ -281,15 +400,55 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
                 _allocate(stack, stable_uuid("preexisting", agent.uuid, str(i)), agent.uuid,
                           share, "seed")
             agent.baseline = extra
+        # Instances the file counts (stats num_instances) but does not list.
+        agent.baseline_instances = max(
+            0, int(snap.num("num_instances")[row]) - len(snap.obj("instances")[row]))
         down_since = None
         if service is not None:
             agent.forced_down = service.forced_down
             seen = service.last_seen_up
-            if seen is not None and time.time() - seen > config.service_down_time:
+            if seen is not None and time.time() - seen > down_time:
                 # A host the file says is down keeps its old heartbeat and stays silent.
                 agent.silent, down_since = True, seen
         agent.report(now=down_since)
     return dict(cloud.flavors), dict(cloud.images)
+
+
+#: The cloud-file field behind each resource class a node reports.
+_CLASS_FIELDS = {"VCPU": "vcpus", "PCPU": "pcpus", "MEMORY_MB": "memory_mb",
+                 "DISK_GB": "local_gb"}
+
+
+def check_against_allocations(stack: Any, nodes: Sequence[Any], path: str) -> None:
+    """Refuse, before anything is written, a cloud file that would take a resource class
+    away from a host whose stored allocations use it (placement refuses such an
+    inventory, and the store would be left half re-seeded); warn where a host shrinks
+    below what its allocations use (placement allows that: the host is overcommitted
+    and takes no more of that class until they shrink)."""
+    from berth.service.compute import inventories_for
+
+    for node in nodes:
+        try:
+            usages = stack.client.provider_usages(node.uuid)
+        except NotFoundError:
+            continue  # a new host
+        inventory = inventories_for(node, stack.config)
+        for rc, used in sorted(usages.items()):
+            if not used:
+                continue
+            name = _CLASS_FIELDS.get(rc, rc)
+            inv = inventory.get(rc)
+            if inv is None:
+                raise CloudFileError(
+                    f"{path}: host {node.host}: {name} would leave it no {rc} inventory, but "
+                    f"its allocations in the database use {used} {rc}; keep {name} at least "
+                    f"{used} or delete those allocations first (nothing was changed)",
+                    host=node.host, field=name)
+            capacity = int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
+            if capacity < used:
+                LOG.warning("%s: host %s: %s gives %d %s, below the %d its allocations use; "
+                            "it takes no more %s until they shrink", path, node.host, name,
+                            capacity, rc, used, rc)
 
 
 def _share(total: int, parts: int, index: int) -> int:
@@ -311,33 +470,92 @@ def _allocate(stack: Any, consumer: str, rp_uuid: str, flavor: Flavor, project: 
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Run the store and the scheduler API until SIGTERM/SIGINT."""
+    """Run the store and the scheduler API until SIGTERM/SIGINT.
+
+    Start-up order: configuration, the listening socket (a port in use or a bad address
+    fails before the database is touched), the database, the cloud file's hosts, then
+    agents for the hosts an earlier run stored (unless ``--no-resume``). Every start-up
+    problem is one line on stderr and exit status 2 (3 for a bad cloud file).
+    """
     from waitress.server import create_server
 
     from berth.config import SchedulerConfig
     from berth.service.api import DEFAULT_FLAVORS, SchedulerApp
+    from berth.service.conductor import FakeDriver
     from berth.service.stack import open_stack
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    # ``berth`` configured logging at WARNING already; serve logs at INFO.
+    logging.basicConfig(level=logging.INFO, force=True,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for chatty in ("alembic", "httpx"):  # migrations, and every in-process placement call
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     config = SchedulerConfig.from_files(args.config_file) if args.config_file else SchedulerConfig.default()
+    apps: list[Any] = []
+
+    def application(environ: dict[str, Any], start_response: Any) -> Any:
+        return apps[0](environ, start_response)
+
     try:
-        stack = open_stack(args.db, config)
-    except Exception as exc:  # start-up problems are reported, not traced
-        print(f"berth serve: cannot open database {args.db!r}: {exc}", file=sys.stderr)
+        server: Any = create_server(application, host=args.host, port=args.port,
+                                    threads=args.threads, ident="berth",
+                                    clear_untrusted_proxy_headers=True)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        print(f"berth serve: cannot listen on --host {args.host!r} --port {args.port}: {reason}",
+              file=sys.stderr)
         return 2
-    flavors: dict[str, Any] = dict(DEFAULT_FLAVORS)
+    try:
+        try:
+            stack = open_stack(args.db, config)
+        except Exception as exc:  # start-up problems are reported, not traced
+            print(f"berth serve: cannot open database {args.db!r}: {exc}", file=sys.stderr)
+            return 2
+        try:
+            return _serve(args, server, apps, stack, DEFAULT_FLAVORS, SchedulerApp, FakeDriver)
+        finally:
+            stack.close()
+    finally:
+        server.close()
+
+
+def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
+           default_flavors: dict[str, Any], app_class: Any, driver_class: Any) -> int:
+    """Register the hosts, wire the app behind ``server`` and run it."""
+    flavors: dict[str, Any] = dict(default_flavors)
     images: dict[str, Any] = {}
     if args.cloud:
         cloud_flavors, images = seed_from_cloud(stack, args.cloud)
         flavors.update(cloud_flavors)
         LOG.info("registered %d compute nodes from %s", len(stack.agents), args.cloud)
+    if not args.no_resume:
+        resumed = stack.resume_agents()
+        if resumed:
+            names = [a.node.host for a in resumed]
+            LOG.info("resumed %d compute nodes stored by an earlier run: %s%s", len(names),
+                     ", ".join(names[:10]), ", ..." if len(names) > 10 else "")
+    else:
+        stored = {r["host"] for r in stack.records.reports()} - set(stack.agents)
+        if stored:
+            LOG.warning("%d stored hosts have no agent here (--no-resume): they go down "
+                        "after service_down_time unless they report from elsewhere",
+                        len(stored))
+    if not stack.agents:
+        LOG.warning("no compute hosts: every boot fails with NoValidHost until hosts "
+                    "register (start with --cloud FILE)")
+    fail_first = dict(args.fail_first)
+    for option, host in [("--fail-host", h) for h in args.fail_host] + [
+            ("--fail-first", h) for h in fail_first]:
+        if host not in stack.agents:
+            print(f"berth serve: {option} {host}: no compute host {host!r} (known: "
+                  f"{', '.join(sorted(stack.agents)) or 'none'})", file=sys.stderr)
+            return 2
+    driver = driver_class(fail_hosts=set(args.fail_host), fail_first=fail_first,
+                          agents=stack.agents)
     for agent in stack.agents.values():
         agent.start()
     service = stack.scheduler(seed=args.seed)
-    app = SchedulerApp(service, stack.conductor(service), stack.placement_app, flavors, images)
-    server: Any = create_server(app, host=args.host, port=args.port, threads=args.threads,
-                                ident="berth", clear_untrusted_proxy_headers=True)
+    apps.append(app_class(service, stack.conductor(service, driver), stack.placement_app,
+                          flavors, images, groups=stack.groups))
 
     def _stop(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
@@ -346,11 +564,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop)
     print(f"listening on http://{args.host}:{server.effective_port} (db {args.db}; "
           f"placement under /placement)", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.run()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
-        stack.close()
     return 0
