@@ -2,14 +2,17 @@
 # Runs the whole system on the embedded SQLite default: the resource store and the
 # scheduler API (`berth serve`) with the example cloud's hosts registered through their
 # compute agents, then boots instances against it (`berth boot`) and stops the server.
+# The fake compute driver is told that builds on c1-s08 and c1-s10 (the best hosts for
+# m1.large) fail, so the first boot shows the conductor rescheduling onto alternates.
 set -euo pipefail
 BIN=${BIN:-.venv/bin}
 work=$(mktemp -d)
 port=${BERTH_DEMO_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 url="http://127.0.0.1:${port}"
 
-"$BIN/berth" serve --db "sqlite:///${work}/berth.sqlite" --port "$port" \
-    --cloud examples/cloud.yaml --config-file examples/nova.conf >"${work}/serve.log" 2>&1 &
+"$BIN/berth" serve --db "sqlite:///${work}/berth.sqlite" --port "$port" --seed 7 \
+    --cloud examples/cloud.yaml --config-file examples/nova.conf \
+    --fail-host c1-s08 --fail-host c1-s10 >"${work}/serve.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$work"' EXIT
 
@@ -20,6 +23,7 @@ for _ in $(seq 1 120); do
 done
 
 echo "== berth serve is up at ${url}; booting 3 x m1.large (ubuntu) through placement claims"
+echo "   (builds fail on c1-s08 and c1-s10: 'tried' lists the hosts before the alternate that built it)"
 "$BIN/berth" boot --url "$url" --flavor m1.large --image ubuntu --num 3
 echo "== booting 2 x ssd.large"
 "$BIN/berth" boot --url "$url" --flavor ssd.large --num 2
