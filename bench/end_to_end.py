@@ -19,6 +19,13 @@ agent path — one provider and several API calls per host — would dominate th
 10,000 hosts); everything timed goes through the public path. Runs: ``sqlite`` (one
 process), ``pg1`` / ``pg4`` (PostgreSQL with 1 or 4 scheduler processes sharing the
 requests). Printed: placements/s over the whole run and p50/p99 request latency.
+
+The hosts do not report during the run and host states are fresh for every request, as
+in Nova 34, so every host weighs the same and each scheduler fills the first host of its
+own tie order before the next (placement's answer drops a full host); several processes
+start on different hosts, as Nova's do. ``--option
+filter_scheduler.consume_between_reports=true`` times Berth's opt-in spreading between
+reports instead.
 """
 
 from __future__ import annotations
