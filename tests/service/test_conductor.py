@@ -119,3 +119,19 @@ def test_a_successful_build_resets_the_host_failed_builds(stack: Stack) -> None:
     assert h0.failed_builds == 2
     driver.spawn(selection, "00000000-0000-4000-8000-000000000001", _spec())
     assert h0.failed_builds == 0
+
+
+def test_an_error_inside_the_scheduler_after_its_claims_releases_them(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack.register_hosts([node(f"h{i}") for i in range(2)])
+    service = stack.scheduler(seed=1)
+    conductor = stack.conductor(service)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("alternates bug")
+
+    # The core claims every instance before it picks the alternates.
+    monkeypatch.setattr(service.scheduler, "_alternates", broken)
+    with pytest.raises(RuntimeError, match="alternates bug"):
+        conductor.build_instances(_spec(2))
+    assert _usage(stack) == {"h0": 0, "h1": 0}

@@ -316,7 +316,7 @@ class SchedulerApp:
         # The API names the instances before it asks for hosts, as Nova's does.
         uuids = self.service.new_instance_uuids(spec.num_instances)
         try:
-            decision = self.service.select_destinations(spec, uuids, explain=explain)
+            decision = self.conductor.select_destinations(spec, uuids, explain=explain)
         except NoValidHost as exc:
             if explain and exc.diagnosis is None:
                 exc.diagnosis = self._refusal_diagnosis()

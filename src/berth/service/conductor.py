@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from berth.config import SchedulerConfig
-from berth.errors import BerthError, MaxRetriesExceeded
+from berth.errors import BerthError, MaxRetriesExceeded, NoValidHost
 from berth.model.request import RequestSpec
 from berth.model.selection import Selection
 from berth.pipeline import Decision
@@ -150,7 +150,7 @@ class Conductor:
         claims for them."""
         if instance_uuids is None:
             instance_uuids = self.scheduler.new_instance_uuids(spec.num_instances)
-        decision = self.scheduler.select_destinations(spec, instance_uuids)
+        decision = self.select_destinations(spec, instance_uuids)
         outcome = self.build_all(decision, spec)
         if outcome.failed:
             # The others were built all the same; the error says which ones.
@@ -159,6 +159,24 @@ class Conductor:
             error.details["failed"] = [f.instance_uuid for f in outcome.failed]
             raise error
         return outcome.built
+
+    def select_destinations(
+        self, spec: RequestSpec, instance_uuids: Sequence[str], *, explain: bool = False
+    ) -> Decision:
+        """Ask the scheduler for host lists, claiming for ``instance_uuids``.
+
+        The scheduler rolls its claims back itself when it raises NoValidHost; on any
+        other error it may have claimed for some instances already, so every instance's
+        claim is released here before the error goes on.
+        """
+        try:
+            return self.scheduler.select_destinations(spec, instance_uuids, explain=explain)
+        except NoValidHost:
+            raise
+        except BaseException:
+            for uuid in instance_uuids:
+                self.claimer.delete(uuid)
+            raise
 
     def build_all(self, decision: Decision, spec: RequestSpec) -> BuildOutcome:
         """Build every instance of ``decision``, each on its own host list.
