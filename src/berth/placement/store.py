@@ -2312,20 +2312,21 @@ class PlacementStore:
         """Delete all allocations of a consumer and the consumer itself."""
         with self._write() as conn:
             # No provider generation changes (Placement's rule): the log carries the
-            # usage given back.
-            for rp_id, rc_id, used in conn.execute(
-                sa.select(
+            # usage given back, taken from the rows the DELETE itself removed (a SELECT
+            # first could disagree with a writer that commits in between).
+            removed = conn.execute(
+                sa.delete(allocations)
+                .where(allocations.c.consumer_id == consumer_uuid)
+                .returning(
                     allocations.c.resource_provider_id,
                     allocations.c.resource_class_id,
                     allocations.c.used,
-                ).where(allocations.c.consumer_id == consumer_uuid)
-            ):
-                self._touch_usage(conn, rp_id, rc_id, -used)
-            result = conn.execute(
-                sa.delete(allocations).where(allocations.c.consumer_id == consumer_uuid)
-            )
-            if not result.rowcount:
+                )
+            ).all()
+            if not removed:
                 raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
+            for rp_id, rc_id, used in removed:
+                self._touch_usage(conn, rp_id, rc_id, -used)
             conn.execute(sa.delete(consumers).where(consumers.c.uuid == consumer_uuid))
 
     # ------------------------------------------------------------------ reshaper
