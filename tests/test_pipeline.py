@@ -199,18 +199,55 @@ def test_the_tie_order_only_breaks_ties():
         assert run(s, snap, spec())[0].hosts == [("h5", "h5")]
 
 
+class RecordingPlacement(InMemoryPlacement):
+    """In-memory placement that remembers which consumers were rolled back."""
+
+    def __init__(self, snapshot):
+        super().__init__(snapshot)
+        self.rolled_back: list[str] = []
+
+    def rollback(self, consumer_uuids):
+        self.rolled_back.extend(consumer_uuids)
+        super().rollback(consumer_uuids)
+
+
 def test_no_valid_host_rolls_back_the_claims_already_made_for_the_request():
     snap = cloud(host("a", free_ram_mb=4096, total_usable_ram_mb=4096),
                  host("b", free_ram_mb=4096, total_usable_ram_mb=4096))
     s = Scheduler(filters=[RamLeft()], weighers=[])
-    placement = InMemoryPlacement(snap)
+    placement = RecordingPlacement(snap)
     req = spec(memory_mb=4096, num_instances=3)
+    rng = random.Random(0)
     with pytest.raises(NoValidHost) as info:
-        s.select_destinations(req, snap, now=NOW, rng=random.Random(0),
-                              candidates=placement.candidates(req), claimer=placement)
+        s.select_destinations(req, snap, now=NOW, rng=rng,
+                              candidates=placement.candidates(req), claimer=placement,
+                              instance_uuids=new_instance_uuids(rng, 3))
     assert "not enough hosts" in str(info.value)
-    assert placement.allocations == {}
+    assert placement.rolled_back and placement.allocations == {}
     assert placement.used["MEMORY_MB"].tolist() == [0.0, 0.0]
+
+
+def test_an_unexpected_error_after_a_claim_rolls_the_claims_back():
+    snap = cloud(host("a"), host("b"), host("c"))
+
+    class Boom(BaseHostFilter):
+        calls = 0
+
+        def filter_all_hosts(self, hosts, spec_obj):
+            Boom.calls += 1
+            if Boom.calls == 2:
+                raise RuntimeError("plugin bug")
+            return np.ones(len(hosts), dtype=bool)
+
+    placement = RecordingPlacement(snap)
+    req = spec(num_instances=2)
+    rng = random.Random(0)
+    with pytest.raises(RuntimeError, match="plugin bug"):
+        Scheduler(filters=[Boom()], weighers=[]).select_destinations(
+            req, snap, now=NOW, rng=rng, candidates=placement.candidates(req),
+            claimer=placement, instance_uuids=new_instance_uuids(rng, 2))
+    assert len(placement.rolled_back) == 1 and placement.allocations == {}
+    assert placement.used["MEMORY_MB"].tolist() == [0.0, 0.0, 0.0]
 
 
 def test_no_candidates_from_placement_is_no_valid_host_with_an_empty_reason():

@@ -524,51 +524,60 @@ class Scheduler:
         claimed_rows: list[int] = []
         claimed_requests: list[dict[str, Any] | None] = []
         index = 0
+        rolled_back = False
         # The claiming path walks the uuids; the legacy path num_instances slots (Nova
         # counts spec.num_instances when the uuid list is empty, and then fails).
         slots = len(uuids) if claiming and uuids is not None else num_instances
-        for index in range(slots):
-            instance_uuid = uuids[index] if uuids else None
-            if instance_uuid:
-                spec.instance_uuid = instance_uuid
-            if req.diagnosis is not None:
-                considered = len(hosts)
-                if index == 0 and req.placement_step is not None:
-                    considered = req.placement_step.hosts_in
-                req.current = InstanceDiagnosis(index, instance_uuid, hosts_considered=considered)
-                req.diagnosis.instances.append(req.current)
-            order = self._sorted_hosts(req, self._next_input(hosts), index)
-            hosts = order
-            if len(order) == 0:
-                break
-            row, alloc_req = self._claim(req, order, instance_uuid, claimer)
-            if row is None:
-                break
-            if claiming and instance_uuid:
-                claimed_uuids.append(instance_uuid)
-            claimed_rows.append(row)
-            claimed_requests.append(alloc_req)
-            if alloc_req is not None:
-                for group in spec.requested_resources or []:
-                    mapping = alloc_req.get("mappings", {}).get(getattr(group, "requester_id", None))
-                    if mapping is not None:
-                        group.provider_uuids = mapping
-            self._consume(req, row, instance_uuid)
-            if req.current is not None:
-                req.current.chosen = (snapshot.obj("host")[row], snapshot.obj("nodename")[row])
+        try:
+            for index in range(slots):
+                instance_uuid = uuids[index] if uuids else None
+                if instance_uuid:
+                    spec.instance_uuid = instance_uuid
+                if req.diagnosis is not None:
+                    considered = len(hosts)
+                    if index == 0 and req.placement_step is not None:
+                        considered = req.placement_step.hosts_in
+                    req.current = InstanceDiagnosis(index, instance_uuid, hosts_considered=considered)
+                    req.diagnosis.instances.append(req.current)
+                order = self._sorted_hosts(req, self._next_input(hosts), index)
+                hosts = order
+                if len(order) == 0:
+                    break
+                row, alloc_req = self._claim(req, order, instance_uuid, claimer)
+                if row is None:
+                    break
+                if claiming and instance_uuid:
+                    claimed_uuids.append(instance_uuid)
+                claimed_rows.append(row)
+                claimed_requests.append(alloc_req)
+                if alloc_req is not None:
+                    for group in spec.requested_resources or []:
+                        mapping = alloc_req.get("mappings", {}).get(getattr(group, "requester_id", None))
+                        if mapping is not None:
+                            group.provider_uuids = mapping
+                self._consume(req, row, instance_uuid)
+                if req.current is not None:
+                    req.current.chosen = (snapshot.obj("host")[row], snapshot.obj("nodename")[row])
 
-        if len(claimed_rows) < num_instances:
-            if claimer is not None and claiming and claimed_uuids:
+            if len(claimed_rows) < num_instances:
+                if claimer is not None and claiming and claimed_uuids:
+                    rolled_back = True
+                    claimer.rollback(claimed_uuids)
+                for row in claimed_rows:
+                    ws.set_updated(row, None)
+                raise NoValidHost("There are not enough hosts available.", diagnosis=req.diagnosis)
+
+            num_alts = self.config.scheduler.max_attempts - 1 if return_alternates else 0
+            assert isinstance(hosts, HostOrder)
+            selections = self._alternates(req, hosts, index, num_alts, claimed_rows, claimed_requests,
+                                          req.version)
+            return Decision(selections, uuids[:len(selections)] if uuids else [], req.diagnosis)
+        except BaseException:
+            # Anything unexpected after a claim (a plugin's error, an interrupt) leaves no
+            # claim behind either; NoValidHost above has rolled back already.
+            if claimer is not None and claiming and claimed_uuids and not rolled_back:
                 claimer.rollback(claimed_uuids)
-            for row in claimed_rows:
-                ws.set_updated(row, None)
-            raise NoValidHost("There are not enough hosts available.", diagnosis=req.diagnosis)
-
-        num_alts = self.config.scheduler.max_attempts - 1 if return_alternates else 0
-        assert isinstance(hosts, HostOrder)
-        selections = self._alternates(req, hosts, index, num_alts, claimed_rows, claimed_requests,
-                                      req.version)
-        return Decision(selections, uuids[:len(selections)] if uuids else [], req.diagnosis)
+            raise
 
     # ------------------------------------------------------------------ steps
     def check_group_policy(self, spec: RequestSpec) -> None:
