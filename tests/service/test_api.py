@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from berth.config import SchedulerConfig
-from berth.model.request import InstanceGroup
-from berth.service.api import MAX_INSTANCES_PER_REQUEST, SchedulerApp
+from berth.model.request import MAX_INSTANCES_PER_REQUEST, InstanceGroup
+from berth.service.api import SchedulerApp
 from berth.service.conductor import FakeDriver
 from berth.service.stack import Stack
 

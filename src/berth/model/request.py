@@ -292,6 +292,12 @@ class RequestSpec:
         return getattr(self, name, None) is not None
 
 
+#: The most instances one request may ask for (``POST /boot``, ``berth boot --num``).
+#: Nova bounds a multi-create only by quotas, which Berth does not have; every instance
+#: costs a host list, a claim and a build, so an unbounded count could exhaust a server.
+MAX_INSTANCES_PER_REQUEST = 1000
+
+
 def new_instance_uuids(rng: random.Random, count: int) -> list[str]:
     """``count`` fresh instance uuids (version 4) drawn from ``rng``.
 

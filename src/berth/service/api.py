@@ -74,7 +74,13 @@ from berth.errors import BerthError, InputError, NoValidHost, SchedulingError
 from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
 from berth.filters.compute import effective_service_down_time
 from berth.model.image_props import ImagePropertyError, show
-from berth.model.request import Flavor, ImageMeta, ImageMetaProps, RequestSpec
+from berth.model.request import (
+    MAX_INSTANCES_PER_REQUEST,
+    Flavor,
+    ImageMeta,
+    ImageMetaProps,
+    RequestSpec,
+)
 from berth.service.conductor import BuildOutcome, Conductor
 from berth.service.groups import ServerGroupStore
 from berth.service.scheduler import SchedulerService, selection_dict
@@ -83,10 +89,6 @@ LOG = logging.getLogger(__name__)
 
 PLACEMENT_PREFIX = "/placement"
 MAX_BODY = 1 << 20
-#: The most instances one ``POST /boot`` may ask for (``berth boot --num`` too). Nova
-#: bounds a multi-create only by quotas, which Berth does not have; every instance costs
-#: a host list, a claim and a build, so an unbounded ``num`` could exhaust the server.
-MAX_INSTANCES_PER_REQUEST = 1000
 #: Hints whose values Nova's API schema requires to be instance uuids.
 UUID_HINTS = ("same_host", "different_host")
 

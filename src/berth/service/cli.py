@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from berth.cloudfile import load_cloud, stable_uuid
 from berth.errors import CloudFileError, InputError
 from berth.filters.compute import effective_service_down_time
-from berth.model.request import Flavor
+from berth.model.request import MAX_INSTANCES_PER_REQUEST, Flavor
 from berth.placement.client import NotFoundError, PlacementAPIError
 
 if TYPE_CHECKING:
@@ -88,8 +88,8 @@ def add_commands(subparsers: Any) -> None:
     b = subparsers.add_parser("boot", help="ask a running 'berth serve' to place instances")
     b.add_argument("--flavor", required=True, help="flavor name, or VCPUS,RAM_MB,DISK_GB")
     b.add_argument("--num", type=instance_count, default=1,
-                   help="number of instances (default 1; at most the API's "
-                        "MAX_INSTANCES_PER_REQUEST)")
+                   help="number of instances (default 1, at most "
+                        f"{MAX_INSTANCES_PER_REQUEST})")
     b.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                    help="scheduler hint; repeat a key for a list")
     b.add_argument("--group", help="server group (name or uuid) the instances join; the "
@@ -121,11 +121,7 @@ def positive_int(text: str) -> int:
 
 
 def instance_count(text: str) -> int:
-    """An argparse type: a number of instances, 1 to the API's bound."""
-    # Imported here: the API module pulls in the whole scheduler, which every other
-    # ``berth`` command would then pay for at start-up.
-    from berth.service.api import MAX_INSTANCES_PER_REQUEST
-
+    """An argparse type: a number of instances, 1 to the request bound."""
     value = positive_int(text)
     if value > MAX_INSTANCES_PER_REQUEST:
         raise argparse.ArgumentTypeError(
