@@ -131,3 +131,36 @@ def test_four_schedulers_fill_a_cloud_without_overcommitting(pg_database: str) -
           f"{retries} conflict retries, {sum(c['exhausted'] for c in claims)} out of retries, "
           f"{sum(c['refusals'] for c in claims)} refusals")
     stack.close()
+
+
+def _open_together(url: str, barrier: Any, queue: Any) -> None:
+    """Open a stack as soon as every process is ready; report the error, if any."""
+    from berth.placement.db import create_db_engine
+    from berth.service.stack import open_stack
+
+    barrier.wait()
+    try:
+        open_stack(url, _config(), engine=create_db_engine(url)).close()
+        queue.put(None)
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        queue.put(repr(exc))
+
+
+def test_schedulers_starting_together_on_a_fresh_database_create_its_tables_once(
+    pg_database: str,
+) -> None:
+    """The service's own tables (compute records, server groups) are created by whichever
+    process comes first; the others wait for it instead of failing."""
+    from berth.placement.db import prepare
+
+    prepare(pg_database).dispose()  # the migrated placement schema, no service tables yet
+    ctx = multiprocessing.get_context("spawn")
+    barrier, queue = ctx.Barrier(PROCESSES), ctx.Queue()
+    procs = [ctx.Process(target=_open_together, args=(pg_database, barrier, queue))
+             for _ in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    errors = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert errors == [None] * PROCESSES

@@ -255,6 +255,16 @@ def run_migrations(engine: Engine) -> None:
             conn.commit()
 
 
+def create_tables(engine: Engine, metadata: sa.MetaData) -> None:
+    """``metadata.create_all`` for tables kept beside the migrated schema (the scheduler
+    service's), safe when several processes start together on one database: on
+    PostgreSQL they take turns on the migration lock, on SQLite on the write lock."""
+    with engine.connect().execution_options(immediate=True) as conn, conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+        metadata.create_all(conn)
+
+
 def sync_standards(engine: Engine) -> None:
     """Insert the standard resource classes (ids 0..20) and traits that are missing."""
     now = utcnow()

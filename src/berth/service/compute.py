@@ -8,8 +8,8 @@ A compute node publishes two things, as Nova's resource tracker does:
   PCPU (ratio 1) when it has dedicated CPUs — its traits (``COMPUTE_STATUS_DISABLED``
   while the service is disabled) and its aggregate membership;
 * to the **compute-record store** (:class:`ComputeRecordStore`, tables ``berth_compute_*``
-  in the same SQL database, created with ``create_all``; the placement migrations are
-  untouched): capabilities and state — hypervisor, ``cpu_info``, supported instances,
+  in the same SQL database, created by the first process to start, with ``create_all``;
+  the placement migrations are untouched): capabilities and state — hypervisor, ``cpu_info``, supported instances,
   NUMA topology, PCI pools, metrics, stats, usage, instances and the service row with
   its heartbeat.
 
@@ -40,6 +40,7 @@ from berth.model.aggregate import Aggregate
 from berth.model.compute import Instance, MetricItem, ServiceRecord
 from berth.model.request import Flavor
 from berth.placement.client import ConflictError, NotFoundError, PlacementClient
+from berth.placement.db import create_tables
 from berth.placement.store import RawConnection
 from berth.snapshot import HostRecord, HostSnapshot
 
@@ -161,7 +162,7 @@ class ComputeRecordStore:
         self.engine = engine
         self._top_conn: RawConnection | None = None
         self._top_lock = threading.Lock()
-        records_metadata.create_all(engine)
+        create_tables(engine, records_metadata)
         for table in (record_counter, aggregates_changed):
             try:
                 with engine.begin() as conn:

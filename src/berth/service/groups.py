@@ -23,6 +23,7 @@ from sqlalchemy.engine import Engine
 
 from berth.errors import InputError
 from berth.model.request import InstanceGroup
+from berth.placement.db import create_tables
 from berth.snapshot import HostSnapshot
 
 groups_metadata = sa.MetaData()
@@ -61,7 +62,7 @@ class ServerGroupStore:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        groups_metadata.create_all(engine)
+        create_tables(engine, groups_metadata)
 
     def put(self, group: InstanceGroup) -> None:
         """Store ``group`` (by uuid): name, policy and rules as given; the members stored
