@@ -45,6 +45,7 @@ from berth.extra_specs.validators import (
          "powervm:shared_weight": "255", "powervm:processor_compatibility": "POWER6+_Enhanced",
          "powervm:dedicated_sharing_mode": "keep_idle_procs", "powervm:shared_proc_pool_name": "pool1"},
         {"hw:cpu_realtime": "YES", "hw:vif_multiqueue_enabled": "0"},
+        {"hw:pmem": "small,small, large"},
     ],
     ids=[
         "no extra specs",
@@ -66,6 +67,7 @@ from berth.extra_specs.validators import (
         "VMware strings",
         "PowerVM LPAR settings",
         "booleans in any accepted spelling",
+        "persistent memory namespaces",
     ],
 )
 def test_good_flavors_have_no_problems(extra_specs: dict[str, str]) -> None:

@@ -352,7 +352,8 @@ def builtin_validators() -> list[ExtraSpecValidator]:
         v("hw:time_hpet", "Expose an HPET timer.", _BOOL),
         v("hw:ephemeral_encryption", "Encrypt ephemeral storage.", _BOOL),
         v("hw:ephemeral_encryption_format", "Ephemeral encryption format.", _enum("luks", "plain")),
-        v("hw:vpmem", "Virtual persistent memory labels (comma-separated).",
+        v("hw:pmem", "Virtual persistent memory namespaces: labels, comma-separated (each "
+          "asks placement for one CUSTOM_PMEM_NAMESPACE_<LABEL>).",
           {"type": str, "pattern": r"[^,\s]+(?:\s*,\s*[^,\s]+)*"}),
         v("hw_rng:allowed", "Allow a random number generator device.", _BOOL),
         v("hw_rng:rate_bytes", "RNG bytes allowed per period.", _int(0)),
