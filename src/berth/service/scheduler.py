@@ -7,7 +7,7 @@ Written down once (reference §8.1)::
     refresh the host snapshot from compute reports (only what changed)
       │
       ▼  not a rebuild:
-    request filters (§9)            RequestFilterFailed -> NoValidHost(reason)
+    request filters (§9)            RequestFilterFailed -> NoValidHost("Scheduling failed: ...")
       ▼
     placement query (§8.5)          unknown forced host/node -> NoValidHost
       ▼
