@@ -36,6 +36,12 @@ def test_defaults_are_nova_34s():
     assert c.cpu_allocation_ratio is None
     assert c.service_down_time == 60 and c.default_availability_zone == "nova"
     assert c.compute_fill_first_cost_fn_weight == -1.0
+    assert c.workarounds.disable_group_policy_check_upcall is False
+
+
+def test_the_late_group_policy_check_is_turned_off_by_its_workaround(tmp_path):
+    path = write(tmp_path, "[workarounds]\ndisable_group_policy_check_upcall = true\n")
+    assert SchedulerConfig.from_files([path]).workarounds.disable_group_policy_check_upcall is True
 
 
 def test_the_configuration_is_immutable():

@@ -197,6 +197,10 @@ DEFAULT_OPTS: list[cfg.Opt] = [
 WORKAROUNDS_OPTS: list[cfg.Opt] = [
     cfg.BoolOpt("disable_fallback_pcpu_query", default=False,
                 help="Do not retry a PCPU query with VCPU."),
+    cfg.BoolOpt("disable_group_policy_check_upcall", default=False,
+                help="Skip the late check of a hard server-group policy when a build "
+                     "reaches its host (a build that would break affinity or "
+                     "anti-affinity, as two racing boots can, is otherwise rescheduled)."),
 ]
 
 COMPUTE_OPTS: list[cfg.Opt] = [
