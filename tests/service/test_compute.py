@@ -11,6 +11,7 @@ from berth.model.compute import MetricItem
 from berth.model.request import Flavor
 from berth.service.compute import (
     ComputeNodeSpec,
+    RunningInstances,
     SnapshotFeed,
     inventories_for,
     record_to_report,
@@ -85,6 +86,21 @@ def test_the_feed_applies_only_changed_reports_in_place(stack: Stack) -> None:
     assert snap.num("num_instances")[row] == 1 and snap.num("free_disk_mb")[row] == 35 * 1024
     assert snap.obj("instances")[row]["inst-1"].instance_type_id == 7
     assert feed.uuid_rows[agents[1].uuid] == row
+
+
+def test_where_instances_run_follows_each_host_s_latest_report(stack: Stack) -> None:
+    h0, h1 = stack.register_hosts([ComputeNodeSpec(host=f"h{i}", vcpus=8, memory_mb=4096,
+                                                    local_gb=40) for i in range(2)])
+    tiny = Flavor(name="f", vcpus=1, memory_mb=256, root_gb=1, id=1)
+    h0.spawn("a", tiny)
+    running = RunningInstances(stack.records)
+    assert running.hosts_of(["a", "never-built"]) == {"a": "h0"}
+    # Later reports are read at the next look: no scheduler snapshot in between.
+    h1.spawn("b", tiny)
+    h0.destroy("a")
+    assert running.hosts_of(["a", "b"]) == {"b": "h1"}
+    h0.report()  # nothing changed: still nowhere
+    assert running.hosts_of(["a"]) == {}
 
 
 def test_aggregates_reach_the_snapshot(stack: Stack) -> None:

@@ -52,3 +52,14 @@ def test_members_are_added_once_and_survive_a_new_definition_of_the_group(
     stack.groups.put(InstanceGroup(policy="soft-affinity", uuid=GROUP_UUID, name="db"))
     (group,) = stack.groups.find("db")
     assert group.policy == "soft-affinity" and group.members == [MEMBER, "m2", "m3"]
+
+
+def test_members_that_were_not_built_leave_the_group_and_the_others_stay(
+        stack: Stack) -> None:
+    stack.groups.put(InstanceGroup(policy="affinity", uuid=GROUP_UUID, name="db",
+                                   members=[MEMBER]))
+    stack.groups.add_members(GROUP_UUID, ["m2", "m3", "m2"])
+    stack.groups.remove_members(GROUP_UUID, ["m3", "not-a-member"])
+    group = stack.groups.get(GROUP_UUID)
+    assert group is not None and group.members == [MEMBER, "m2"]
+    assert stack.groups.get("bbbbbbbb-0000-4000-8000-000000000001") is None

@@ -310,6 +310,51 @@ class SnapshotFeed:
         return self.snapshot
 
 
+class RunningInstances:
+    """Where each instance runs, as its host last reported it: the compute side's view
+    (Nova's instances and their ``host``), read from the record store, never from a
+    scheduler's snapshot.
+
+    Kept current like :class:`SnapshotFeed`, without the snapshot: every look first
+    applies the reports changed since the previous look (nearly always none, one read
+    of the change counter), so a look costs the changes since the last one, not a scan
+    of every host. An instance runs on a host from the first report of that host that
+    lists it until a report of that host no longer does; an instance no report lists
+    (never built, or its build failed) runs nowhere.
+    """
+
+    def __init__(self, store: ComputeRecordStore) -> None:
+        self.store = store
+        self.seq = 0
+        #: node key -> the instances its last report listed
+        self._listed: dict[str, frozenset[str]] = {}
+        #: instance -> (node key, host)
+        self._where: dict[str, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def hosts_of(self, instance_uuids: Iterable[str]) -> dict[str, str]:
+        """The host each of ``instance_uuids`` runs on now; those running nowhere are
+        left out."""
+        with self._lock:
+            self._catch_up()
+            where = self._where
+            return {u: where[u][1] for u in instance_uuids if u in where}
+
+    def _catch_up(self) -> None:
+        reports, top, _ = self.store.changes(self.seq)
+        for report in reports:
+            host = report["host"]
+            node = report.get("uuid") or f"{host}/{report.get('nodename') or host}"
+            listed = frozenset(i["uuid"] for i in report.get("instances") or ())
+            for gone in self._listed.get(node, frozenset()) - listed:
+                if self._where.get(gone, ("",))[0] == node:  # not since reported elsewhere
+                    del self._where[gone]
+            for uuid in listed:
+                self._where[uuid] = (node, host)
+            self._listed[node] = listed
+        self.seq = top
+
+
 # --------------------------------------------------------------------------- agent
 @dataclass
 class ComputeNodeSpec:

@@ -8,14 +8,18 @@ members in table ``berth_server_groups`` (created with ``create_all``, beside th
 compute records) and derives ``hosts`` at every request from where the members run
 now, as the hosts last reported them (:func:`member_hosts`).
 
-Groups come from a cloud file's ``server_groups`` (``berth serve --cloud``); a boot into
-a group adds the instances it built to the members (:meth:`ServerGroupStore.add_members`).
+Groups come from a cloud file's ``server_groups`` (``berth serve --cloud``). A boot into
+a group adds its instances to the members before they are scheduled, as Nova's API
+does, so a concurrent boot's late check counts them once they run
+(:meth:`ServerGroupStore.add_members`); the instances that end up not built leave the
+group again (:meth:`ServerGroupStore.remove_members`). Nova keeps a failed instance as a
+member until the instance is deleted; Berth keeps no instance that was not built.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import sqlalchemy as sa
@@ -58,7 +62,8 @@ def member_hosts(snapshot: HostSnapshot, members: Iterable[str]) -> list[str]:
 
 
 class ServerGroupStore:
-    """Server groups in SQL; members are only ever added (a multi-create adds several)."""
+    """Server groups in SQL; a boot's instances join before it is scheduled and those
+    not built leave after it (a multi-create adds several)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -89,6 +94,12 @@ class ServerGroupStore:
                                 .order_by(server_groups.c.name, server_groups.c.uuid)).all()
         return [_group(r) for r in rows]
 
+    def get(self, uuid: str) -> InstanceGroup | None:
+        """The group ``uuid`` as stored now, or None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(server_groups).where(server_groups.c.uuid == uuid)).first()
+        return None if row is None else _group(row)
+
     def find(self, ref: str) -> list[InstanceGroup]:
         """The group whose uuid is ``ref``, else every group named ``ref``."""
         with self.engine.connect() as conn:
@@ -117,15 +128,34 @@ class ServerGroupStore:
 
     def add_members(self, uuid: str, members: Iterable[str]) -> None:
         """Add instances to a group's members (each once), atomically."""
-        new = list(members)
-        if not new:
-            return
+        new = list(dict.fromkeys(members))
+
+        def add(current: list[str]) -> list[str]:
+            have = set(current)
+            return current + [m for m in new if m not in have]
+
+        if new:
+            self._edit_members(uuid, add)
+
+    def remove_members(self, uuid: str, members: Iterable[str]) -> None:
+        """Remove instances from a group's members, atomically; a group that is gone
+        meanwhile has nothing left to remove."""
+        gone = set(members)
+        if gone:
+            self._edit_members(uuid, lambda current: [m for m in current if m not in gone],
+                               missing_ok=True)
+
+    def _edit_members(self, uuid: str, edit: Callable[[list[str]], list[str]],
+                      missing_ok: bool = False) -> None:
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
             stored = conn.execute(sa.select(server_groups.c.members)
                                   .where(server_groups.c.uuid == uuid).with_for_update()).scalar()
             if stored is None:
+                if missing_ok:
+                    return
                 raise InputError(f"server group {uuid}: no such group")
             current = list(json.loads(stored))
-            current += [m for m in new if m not in current]
-            conn.execute(sa.update(server_groups).where(server_groups.c.uuid == uuid)
-                         .values(members=json.dumps(current)))
+            edited = edit(current)
+            if edited != current:
+                conn.execute(sa.update(server_groups).where(server_groups.c.uuid == uuid)
+                             .values(members=json.dumps(edited)))
