@@ -27,8 +27,10 @@ an image object has only ``id``, ``name``, ``disk_format`` (strings) and
 ``same_host``/``different_host`` hold instance uuids, as Nova's API schema requires.
 ``hints.group`` names a server group by uuid (as in Nova) or by name (Berth's
 convenience; an ambiguous name is a 400 asking for the uuid): the request gets the
-group as ``instance_group`` with the hosts its members run on now, and the instances
-built join its members. An unknown group is a 400 naming ``hints.group``.
+group as ``instance_group`` with the hosts its members run on now. The instances join
+its members before they are scheduled (as in Nova, so a concurrent boot's late group
+check counts them once they run), and those not built leave it again. An unknown group
+is a 400 naming ``hints.group``.
 
 With ``"explain": true`` the answer (and every NoValidHost error body, also when placement
 or a request filter refused before any filter ran) carries ``"diagnosis"``: per instance,
@@ -315,18 +317,15 @@ class SchedulerApp:
         group_ref = spec.get_scheduler_hint("group")
         if group_ref is not None:
             spec.instance_group = self._group(group_ref)
-        # The API names the instances before it asks for hosts, as Nova's does.
+        # The API names the instances before it asks for hosts, as Nova's does; they
+        # are group members from then on (those not built leave the group again).
         uuids = self.service.new_instance_uuids(spec.num_instances)
         try:
-            decision = self.conductor.select_destinations(spec, uuids, explain=explain)
+            decision, outcome = self.conductor.schedule_and_build(spec, uuids, explain=explain)
         except NoValidHost as exc:
             if explain and exc.diagnosis is None:
                 exc.diagnosis = self._refusal_diagnosis()
             raise
-        outcome = self.conductor.build_all(decision, spec)
-        if spec.instance_group is not None and self.groups is not None:
-            self.groups.add_members(spec.instance_group.uuid,
-                                    [b.instance_uuid for b in outcome.built])
         answer = _boot_answer(decision.selections, decision.instance_uuids, outcome)
         if decision.diagnosis is not None:
             answer["diagnosis"] = decision.diagnosis.to_dict()

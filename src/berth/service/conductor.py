@@ -12,6 +12,15 @@ fail does the build request fail" — that instance's build request): one instan
 out of hosts does not stop the others (:meth:`Conductor.build_all`), and when it is done
 no instance that was not built holds a claim, whatever went wrong.
 
+A boot into a server group (:meth:`Conductor.schedule_and_build`) adds its instances to
+the group's members before they are scheduled, as Nova's API does, and removes those that
+end up not built. Every build into a hard-policy group goes through the late group check
+first (:mod:`berth.service.group_check`, Nova's ``_validate_instance_group_policy``): a
+build that would break the policy, as two racing boots can, is a :class:`BuildFailed`
+like any other and goes on to the alternates. The check sits here, in the conductor's
+per-build call into the compute side (:meth:`Conductor.spawn`), not in the driver: a
+driver only builds, and a custom one gets the check without re-implementing it.
+
 The compute driver is pluggable (:class:`ComputeDriver`); :class:`FakeDriver` can be told
 to fail on given hosts or for a host's first N attempts, for tests and simulations.
 """
@@ -29,7 +38,9 @@ from berth.errors import BerthError, MaxRetriesExceeded, NoValidHost
 from berth.model.request import RequestSpec
 from berth.model.selection import Selection
 from berth.pipeline import Decision
-from berth.service.compute import ComputeAgent
+from berth.service.compute import ComputeAgent, RunningInstances
+from berth.service.group_check import HARD_POLICIES, GroupPolicyCheck, GroupPolicyViolation
+from berth.service.groups import ServerGroupStore
 from berth.service.placement import PlacementClaimer
 from berth.service.scheduler import SchedulerService
 
@@ -41,7 +52,10 @@ class BuildFailed(Exception):
 
 
 class ComputeDriver(Protocol):
-    """Builds instances on hosts."""
+    """Builds instances on hosts. Server-group policies are not a driver's business:
+    the conductor checks them before it calls :meth:`spawn`. The host should report
+    the instance by the time ``spawn`` returns (the late group check reads the
+    reports)."""
 
     def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
         """Build ``instance_uuid`` on the selection's host or raise :class:`BuildFailed`."""
@@ -126,7 +140,14 @@ class BuildOutcome:
 
 class Conductor:
     """Schedules, builds, and reschedules onto alternates (reference §8.6, Nova's
-    ``build_instances`` with host lists)."""
+    ``build_instances`` with host lists).
+
+    ``groups`` is where boots record their instances as group members (none: the
+    members live only in the request). ``group_check`` is the late group check; the
+    conductors of one process should share one (its lock and its builds in flight), as
+    :meth:`~berth.service.stack.Stack.conductor` does; without it the conductor makes
+    its own over the scheduler's record store.
+    """
 
     def __init__(
         self,
@@ -134,11 +155,16 @@ class Conductor:
         driver: ComputeDriver,
         claimer: PlacementClaimer | None = None,
         config: SchedulerConfig | None = None,
+        groups: ServerGroupStore | None = None,
+        group_check: GroupPolicyCheck | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.driver = driver
         self.claimer = claimer or scheduler.claimer
         self.config = config or scheduler.config
+        self.groups = groups
+        self.group_check = group_check or GroupPolicyCheck(
+            RunningInstances(scheduler.feed.store), groups)
 
     def build_instances(
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None = None
@@ -150,8 +176,7 @@ class Conductor:
         claims for them."""
         if instance_uuids is None:
             instance_uuids = self.scheduler.new_instance_uuids(spec.num_instances)
-        decision = self.select_destinations(spec, instance_uuids)
-        outcome = self.build_all(decision, spec)
+        _, outcome = self.schedule_and_build(spec, instance_uuids)
         if outcome.failed:
             # The others were built all the same; the error says which ones.
             error = outcome.failed[0].error
@@ -159,6 +184,37 @@ class Conductor:
             error.details["failed"] = [f.instance_uuid for f in outcome.failed]
             raise error
         return outcome.built
+
+    def schedule_and_build(
+        self, spec: RequestSpec, instance_uuids: Sequence[str], *, explain: bool = False
+    ) -> tuple[Decision, BuildOutcome]:
+        """One boot: the instances join the request's server group, the scheduler
+        chooses (and claims) hosts, each instance is built on its own host list.
+
+        The instances are members before they are scheduled, as Nova's API adds them,
+        so a concurrent boot's late check counts each one once it runs. Those that end
+        up not built leave the group again, whatever went wrong (NoValidHost too). The
+        request's group (``spec.instance_group``) gains the instances as well.
+        """
+        group = spec.instance_group
+        stored = group is not None and bool(group.uuid) and self.groups is not None
+        if group is not None:
+            known = set(group.members)
+            group.members.extend(u for u in instance_uuids if u not in known)
+            if stored:
+                assert self.groups is not None
+                self.groups.add_members(group.uuid, instance_uuids)
+        built: set[str] = set()
+        try:
+            decision = self.select_destinations(spec, instance_uuids, explain=explain)
+            outcome = self.build_all(decision, spec)
+            built.update(b.instance_uuid for b in outcome.built)
+            return decision, outcome
+        finally:
+            unbuilt = [u for u in instance_uuids if u not in built]
+            if stored and unbuilt:
+                assert group is not None and self.groups is not None
+                self.groups.remove_members(group.uuid, unbuilt)
 
     def select_destinations(
         self, spec: RequestSpec, instance_uuids: Sequence[str], *, explain: bool = False
@@ -231,7 +287,7 @@ class Conductor:
             attempts += 1
             tried.append(selection.service_host)
             try:
-                self.driver.spawn(selection, instance_uuid, spec)
+                self.spawn(selection, instance_uuid, spec)
             except BuildFailed as exc:
                 LOG.info("%s; rescheduling", exc)
                 # The claim on the failed host goes before another host is claimed.
@@ -246,3 +302,19 @@ class Conductor:
             f"Exceeded maximum number of retries. Exhausted all hosts available for retrying "
             f"build failures for instance {instance_uuid}.",
             instance_uuid=instance_uuid, tried=tried)
+
+    def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
+        """The per-build call into the compute side: the late group check (for a hard
+        policy, unless ``[workarounds] disable_group_policy_check_upcall``), then the
+        driver's build. A violation is a :class:`BuildFailed` with Nova's message; it
+        never reaches the driver, so the host does not count it as a failed build."""
+        group = spec.instance_group
+        if (group is None or group.policy not in HARD_POLICIES
+                or self.config.workarounds.disable_group_policy_check_upcall):
+            self.driver.spawn(selection, instance_uuid, spec)
+            return
+        try:
+            with self.group_check.admit(group, instance_uuid, selection.service_host):
+                self.driver.spawn(selection, instance_uuid, spec)
+        except GroupPolicyViolation as exc:
+            raise BuildFailed(f"Build of instance {instance_uuid} was re-scheduled: {exc}") from None

@@ -28,11 +28,13 @@ from berth.service.compute import (
     ComputeAgent,
     ComputeNodeSpec,
     ComputeRecordStore,
+    RunningInstances,
     SnapshotFeed,
     node_from_record,
     report_to_record,
 )
 from berth.service.conductor import ComputeDriver, Conductor, FakeDriver
+from berth.service.group_check import GroupPolicyCheck
 from berth.service.groups import ServerGroupStore
 from berth.service.placement import PlacementCandidates, PlacementClaimer
 from berth.service.scheduler import SchedulerService
@@ -55,10 +57,15 @@ class Stack:
     agents: dict[str, ComputeAgent] = field(default_factory=dict)
     #: Server groups (same database); opened over ``engine`` when not given.
     groups: ServerGroupStore = None  # type: ignore[assignment]
+    #: The late server-group check every conductor of this stack shares (one lock per
+    #: group and one set of builds in flight for the process).
+    group_check: GroupPolicyCheck = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.groups is None:
             self.groups = ServerGroupStore(self.engine)
+        if self.group_check is None:
+            self.group_check = GroupPolicyCheck(RunningInstances(self.records), self.groups)
 
     def scheduler(
         self,
@@ -138,8 +145,10 @@ class Stack:
         return agents
 
     def conductor(self, scheduler: SchedulerService, driver: ComputeDriver | None = None) -> Conductor:
-        """A conductor over ``scheduler``; the default driver reports through the agents."""
-        return Conductor(scheduler, driver or FakeDriver(agents=self.agents))
+        """A conductor over ``scheduler``, recording group members in ``groups`` and
+        sharing ``group_check``; the default driver reports through the agents."""
+        return Conductor(scheduler, driver or FakeDriver(agents=self.agents),
+                         groups=self.groups, group_check=self.group_check)
 
     def close(self) -> None:
         """Stop agents, close clients and the engine's pool."""
