@@ -256,6 +256,8 @@ class SchedulerApp:
     """WSGI app: the scheduler routes, with Placement mounted under ``/placement``.
 
     ``groups`` resolves ``hints.group``; without it a request naming a group is a 400.
+    The conductor records the boot's instances as the group's members (its own
+    ``groups``, the same store when both come from one stack).
     """
 
     def __init__(

@@ -197,13 +197,12 @@ class Conductor:
         request's group (``spec.instance_group``) gains the instances as well.
         """
         group = spec.instance_group
-        stored = group is not None and bool(group.uuid) and self.groups is not None
+        group_uuid = group.uuid if group is not None and self.groups is not None else ""
         if group is not None:
             known = set(group.members)
             group.members.extend(u for u in instance_uuids if u not in known)
-            if stored:
-                assert self.groups is not None
-                self.groups.add_members(group.uuid, instance_uuids)
+        if group_uuid and self.groups is not None:
+            self.groups.add_members(group_uuid, instance_uuids)
         built: set[str] = set()
         try:
             decision = self.select_destinations(spec, instance_uuids, explain=explain)
@@ -211,10 +210,9 @@ class Conductor:
             built.update(b.instance_uuid for b in outcome.built)
             return decision, outcome
         finally:
-            unbuilt = [u for u in instance_uuids if u not in built]
-            if stored and unbuilt:
-                assert group is not None and self.groups is not None
-                self.groups.remove_members(group.uuid, unbuilt)
+            if group_uuid and self.groups is not None:
+                self.groups.remove_members(group_uuid,
+                                           [u for u in instance_uuids if u not in built])
 
     def select_destinations(
         self, spec: RequestSpec, instance_uuids: Sequence[str], *, explain: bool = False
