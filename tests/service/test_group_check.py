@@ -9,6 +9,8 @@ late check is for.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -237,3 +239,32 @@ def test_a_boot_racing_another_into_an_anti_affinity_group_is_rescheduled(
     assert group is not None
     assert sorted(group.members) == sorted([inner["instance_uuid"], outer["instance_uuid"]])
     assert _members_by_host(grouped) == {inner["host"]: 1, outer["host"]: 1}
+
+
+class SlowDriver(FakeDriver):
+    """Builds take a while, so boots in threads overlap."""
+
+    def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
+        time.sleep(0.05)
+        super().spawn(selection, instance_uuid, spec)
+
+
+def test_concurrent_boots_into_an_anti_affinity_group_end_one_per_host(grouped: Stack) -> None:
+    _group(grouped, "anti-affinity")
+    service = grouped.scheduler(seed=1)
+    app = SchedulerApp(service, grouped.conductor(service, SlowDriver(agents=grouped.agents)),
+                       grouped.placement_app, groups=grouped.groups)
+    statuses: list[int] = []
+
+    def boot() -> None:
+        with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://b") as http:
+            statuses.append(http.post("/boot", json={"flavor": "m1.tiny",
+                                                     "hints": {"group": "g"}}).status_code)
+
+    threads = [threading.Thread(target=boot) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == [200] * 3
+    assert _members_by_host(grouped) == {"h0": 1, "h1": 1, "h2": 1}
