@@ -60,3 +60,11 @@ def stack(request: pytest.FixtureRequest, template_db: Path, tmp_path: Path) -> 
     st = fresh_stack(template_db, tmp_path, through_api=request.param == "through-api")
     yield st
     st.close()
+
+
+@pytest.fixture
+def first(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
+    """The stack of the run before a restart (the restart tests reopen its database)."""
+    st = fresh_stack(template_db, tmp_path)
+    yield st
+    st.close()

@@ -3,10 +3,7 @@ publishes again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from berth.model.aggregate import Aggregate
 from berth.model.request import Flavor
@@ -17,14 +14,6 @@ from .builders import node, reopen
 from .conftest import TEST_CONFIG, fresh_stack
 
 SMALL = Flavor(name="small", vcpus=2, memory_mb=1024, root_gb=10, id=7)
-
-
-@pytest.fixture
-def first(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
-    """The stack of the run before a restart."""
-    st = fresh_stack(template_db, tmp_path)
-    yield st
-    st.close()
 
 
 def _row(stack: Stack, host: str) -> tuple[object, int]:

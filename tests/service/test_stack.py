@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from berth.model.aggregate import Aggregate
 from berth.model.request import Flavor
 from berth.service.compute import SnapshotFeed
 from berth.service.stack import Stack
 
 from .builders import node, reopen
-from .conftest import fresh_stack
 
 SMALL = Flavor(name="small", vcpus=2, memory_mb=1024, root_gb=10, id=7)
-
-
-@pytest.fixture
-def first(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
-    """The stack of the run before a restart."""
-    st = fresh_stack(template_db, tmp_path)
-    yield st
-    st.close()
 
 
 def test_stored_hosts_get_agents_that_report_what_they_reported_before(first: Stack) -> None:
