@@ -627,8 +627,8 @@ class HostSnapshot:
         num["has_service"][start:end] = np.fromiter(present, dtype=bool, count=n)
         if n:
             defaulted = (services if all(present)
-                       else [service or ServiceRecord(host=host)
-                             for service, host in zip(services, hosts)])
+                         else [service or ServiceRecord(host=host)
+                               for service, host in zip(services, hosts)])
             disabled, forced_down, seen_up, created = zip(*map(_SERVICE_FIELDS, defaulted))
             num["service_disabled"][start:end] = np.fromiter(map(bool, disabled), dtype=bool,
                                                             count=n)

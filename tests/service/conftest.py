@@ -68,3 +68,18 @@ def first(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
     st = fresh_stack(template_db, tmp_path)
     yield st
     st.close()
+
+
+@pytest.fixture
+def one_attempt(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
+    """Hosts h0-h2 with 8192 + 256 x i MB and ``max_attempts = 1`` (no alternates).
+
+    RAMWeigher spreads: the first instance of a request goes to h2, and after its 512 MB
+    the second to h1 (8448 MB free against h2's 8192).
+    """
+    from .builders import node  # builders reads this module's TEST_CONFIG
+
+    st = fresh_stack(template_db, tmp_path, TEST_CONFIG.replace("scheduler", max_attempts=1))
+    st.register_hosts([node(f"h{i}", memory_mb=8192 + i * 256) for i in range(3)])
+    yield st
+    st.close()

@@ -81,18 +81,6 @@ def test_a_negative_content_length_is_refused(stack: Stack) -> None:
 
 
 # ----------------------------------------------------------------- multi-create
-@pytest.fixture
-def one_attempt(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
-    """Hosts h0-h2 with 8192 + 256 x i MB, ``max_attempts = 1``: the first instance of a
-    request goes to h2, the second to h1."""
-    from .conftest import TEST_CONFIG
-
-    st = fresh_stack(template_db, tmp_path, TEST_CONFIG.replace("scheduler", max_attempts=1))
-    st.register_hosts([node(f"h{i}", memory_mb=8192 + i * 256) for i in range(3)])
-    yield st
-    st.close()
-
-
 def test_a_partly_failed_multi_create_is_a_409_listing_built_and_failed(
         one_attempt: Stack) -> None:
     with _client(one_attempt, FakeDriver(fail_hosts={"h2"}, agents=one_attempt.agents)) as http:

@@ -3,9 +3,6 @@ instance it did not build; the fake driver fails as told and on hosts that are d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from berth.errors import MaxRetriesExceeded
@@ -15,7 +12,6 @@ from berth.service.conductor import BuildFailed, FakeDriver
 from berth.service.stack import Stack
 
 from .builders import node
-from .conftest import TEST_CONFIG, fresh_stack
 
 TINY = Flavor(name="tiny", vcpus=1, memory_mb=512, root_gb=1, id=1)
 
@@ -37,19 +33,6 @@ class ExplodingDriver(FakeDriver):
         if selection.service_host == "h1":
             raise RuntimeError("driver bug")
         super().spawn(selection, instance_uuid, spec)
-
-
-@pytest.fixture
-def one_attempt(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
-    """Hosts h0-h2 with 8192 + 256 x i MB and ``max_attempts = 1`` (no alternates).
-
-    RAMWeigher spreads: the first instance goes to h2, and after its 512 MB the second
-    to h1 (8448 MB free against h2's 8192).
-    """
-    st = fresh_stack(template_db, tmp_path, TEST_CONFIG.replace("scheduler", max_attempts=1))
-    st.register_hosts([node(f"h{i}", memory_mb=8192 + i * 256) for i in range(3)])
-    yield st
-    st.close()
 
 
 def test_an_instance_out_of_hosts_does_not_stop_the_others_nor_leak_claims(

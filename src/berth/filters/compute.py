@@ -33,6 +33,19 @@ def effective_service_down_time(service_down_time: int, report_interval: int) ->
     return service_down_time
 
 
+def services_up(
+    disabled: np.ndarray, forced_down: np.ndarray, heartbeat: np.ndarray, now: float,
+    down_time: float,
+) -> np.ndarray:
+    """ComputeFilter's rule over service columns: enabled, not forced down, and a
+    heartbeat no older than ``down_time`` (a NaN heartbeat, never seen, is down)."""
+    age = np.abs(now - heartbeat)
+    with np.errstate(invalid="ignore"):
+        up = age <= down_time
+    result: np.ndarray = ~disabled.astype(bool) & ~forced_down.astype(bool) & up
+    return result
+
+
 class ComputeFilter(BaseHostFilter):
     """Pass hosts whose compute service is enabled and up."""
 
@@ -70,11 +83,7 @@ class ComputeFilter(BaseHostFilter):
         return None
 
     def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:
-        """Vectorized over the service columns (NaN heartbeat = never seen = down)."""
-        disabled = hosts.col("service_disabled").astype(bool)
-        forced = hosts.col("service_forced_down").astype(bool)
-        age = np.abs(hosts.ws.now - hosts.col("service_heartbeat"))
-        with np.errstate(invalid="ignore"):
-            up = age <= self.service_down_time
-        result: np.ndarray = ~disabled & ~forced & up
-        return result
+        """Vectorized over the service columns (:func:`services_up`)."""
+        return services_up(hosts.col("service_disabled"), hosts.col("service_forced_down"),
+                           hosts.col("service_heartbeat"), hosts.ws.now,
+                           self.service_down_time)

@@ -74,7 +74,7 @@ from typing import Any
 
 from berth.errors import BerthError, InputError, NoValidHost, SchedulingError
 from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
-from berth.filters.compute import effective_service_down_time
+from berth.filters.compute import effective_service_down_time, services_up
 from berth.model.image_props import ImagePropertyError, show
 from berth.model.request import (
     MAX_INSTANCES_PER_REQUEST,
@@ -362,6 +362,8 @@ class SchedulerApp:
         config = self.service.config
         down_time = effective_service_down_time(config.service_down_time, config.report_interval)
         now = self.service.clock()
+        up = services_up(snap.num("service_disabled"), snap.num("service_forced_down"),
+                         snap.num("service_heartbeat"), now, down_time)
         rows = []
         # Rows change only under the service's lock, which a concurrent /boot may hold
         # meanwhile; a row read twice is at worst one report apart.
@@ -375,22 +377,21 @@ class SchedulerApp:
                 "free_ram_mb": _num(snap.num("free_ram_mb")[row]),
                 "free_disk_mb": _num(snap.num("free_disk_mb")[row]),
                 "num_instances": _num(snap.num("num_instances")[row]),
-                **_liveness(snap, row, now, down_time),
+                **_liveness(snap, row, now, bool(up[row])),
             })
         return {"hosts": rows}
 
 
-def _liveness(snap: Any, row: int, now: float, down_time: int) -> dict[str, Any]:
-    """A node's service state as ComputeFilter judges it."""
+def _liveness(snap: Any, row: int, now: float, up: bool) -> dict[str, Any]:
+    """A node's service state, with ComputeFilter's verdict ``up``."""
     disabled = bool(snap.num("service_disabled")[row])
-    forced_down = bool(snap.num("service_forced_down")[row])
     beat = float(snap.num("service_heartbeat")[row])
-    age = None if math.isnan(beat) else round(abs(now - beat), 1)
     service = snap.obj("service")[row]
     return {"disabled": disabled,
             "disabled_reason": getattr(service, "disabled_reason", None) if disabled else None,
-            "forced_down": forced_down, "heartbeat_age_s": age,
-            "up": not disabled and not forced_down and age is not None and age <= down_time}
+            "forced_down": bool(snap.num("service_forced_down")[row]),
+            "heartbeat_age_s": None if math.isnan(beat) else round(abs(now - beat), 1),
+            "up": up}
 
 
 def _boot_answer(selections: Any, uuids: Any, outcome: BuildOutcome) -> dict[str, Any]:

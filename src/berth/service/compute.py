@@ -9,9 +9,9 @@ A compute node publishes two things, as Nova's resource tracker does:
   while the service is disabled) and its aggregate membership;
 * to the **compute-record store** (:class:`ComputeRecordStore`, tables ``berth_compute_*``
   in the same SQL database, created by the first process to start, with ``create_all``;
-  the placement migrations are untouched): capabilities and state — hypervisor, ``cpu_info``, supported instances,
-  NUMA topology, PCI pools, metrics, stats, usage, instances and the service row with
-  its heartbeat.
+  the placement migrations are untouched): capabilities and state — hypervisor,
+  ``cpu_info``, supported instances, NUMA topology, PCI pools, metrics, stats, usage,
+  instances and the service row with its heartbeat.
 
 Every write to the record store takes the next value of one change counter, so a
 scheduler reads only what changed since its last look (:class:`SnapshotFeed`) and

@@ -219,9 +219,9 @@ class Conductor:
     ) -> Decision:
         """Ask the scheduler for host lists, claiming for ``instance_uuids``.
 
-        The scheduler rolls its claims back itself when it raises NoValidHost; on any
-        other error it may have claimed for some instances already, so every instance's
-        claim is released here before the error goes on.
+        The core rolls its own claims back when it raises; an error in the scheduler
+        service after the core has returned (its claims made) would not, so on any error
+        but NoValidHost every instance's claim is released here before the error goes on.
         """
         try:
             return self.scheduler.select_destinations(spec, instance_uuids, explain=explain)

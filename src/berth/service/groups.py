@@ -52,13 +52,11 @@ def _group(row: Any) -> InstanceGroup:
 
 
 def member_hosts(snapshot: HostSnapshot, members: Iterable[str]) -> list[str]:
-    """The hosts (sorted, each once) whose reported instances include a member."""
-    wanted = set(members)
-    if not wanted:
-        return []
-    hosts, instances = snapshot.obj("host"), snapshot.obj("instances")
-    return sorted({hosts[row] for row in range(len(snapshot))
-                   if not wanted.isdisjoint(instances[row] or ())})
+    """The hosts (sorted, each once) whose reported instances include a member, looked
+    up in the snapshot's instance index (built once per snapshot change)."""
+    rows = snapshot.instance_rows()
+    hosts = snapshot.obj("host")
+    return sorted({hosts[rows[m]] for m in members if m in rows})
 
 
 class ServerGroupStore:

@@ -245,13 +245,13 @@ class SchedulerService:
         self.scheduler.check_group_policy(spec)
         snapshot = self.feed.refresh()
         now = self.clock()
-        if instance_uuids is None and not spec.is_rebuild():
-            instance_uuids = self.new_instance_uuids(spec.num_instances)
         if spec.is_rebuild():
             return self.scheduler.select_destinations(
                 spec, snapshot, now=now, rng=self.rng, candidates=None, claimer=None,
                 instance_uuids=instance_uuids, return_alternates=return_alternates,
                 explain=explain)
+        if instance_uuids is None:
+            instance_uuids = self.new_instance_uuids(spec.num_instances)
         # The request filters and the query fill in the spec (destination, traits);
         # the caller's spec stays as it was.
         import copy
