@@ -117,6 +117,103 @@ def test_bad_numa_extra_specs_fail_validation_up_front() -> None:
         NUMATopologyFilter().validate_request(spec(extra_specs={"hw:numa_nodes": "many"}))
 
 
+# ------------------------------------------------------------------------ page sizes (issue 19)
+# The issue's host cell, alone on a host: memory_usage leaves 1792 MB, every 4 KiB page is
+# used, 4096 free 2 MiB pages (8 GiB), pCPU 34 pinned and 35-37 free.
+ISSUE_CELL = {"id": 2, "cpuset": "24-33", "pcpuset": "34-37", "memory": 16384, "memory_usage": 14592,
+              "pinned_cpus": [34], "siblings": [[34], [35], [36], [37]],
+              "mempages": [{"size_kb": 4, "total": 2097152, "used": 2097152},
+                           {"size_kb": 2048, "total": 4096, "used": 0}]}
+# Two cells for hw:mem_page_size=any: cell 0 is tried first (cpu_usage 0) and has a free
+# 1 GiB page but a single CPU; cell 1 has the CPUs and only 2 MiB pages free.
+ANY_TRAP = {"cells": [
+    {"id": 0, "cpuset": "0", "memory": 4096,
+     "mempages": [{"size_kb": 4, "total": 524288}, {"size_kb": 2048, "total": 512},
+                  {"size_kb": 1048576, "total": 1}]},
+    {"id": 1, "cpuset": "1-4", "memory": 4096, "cpu_usage": 1,
+     "mempages": [{"size_kb": 4, "total": 524288}, {"size_kb": 2048, "total": 512},
+                  {"size_kb": 1048576, "total": 0}]},
+]}
+
+
+@pytest.mark.parametrize(
+    ("vcpus", "memory_mb", "extra_specs", "ram_ratio", "passes"),
+    [
+        # Nova: passes. Only the free 2 MiB pages count for a page size request
+        # (2097152 KiB <= 8388608 KiB, a multiple of 2048); avail_memory is not read and the
+        # RAM ratio limit is not applied to dedicated guests.
+        (1, 2048, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"}, 1.0, True),
+        (1, 3072, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"}, 1.0, True),
+        # Nova: passes. "2048" is an explicit size in KiB, checked the same way.
+        (1, 3072, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "2048"}, 1.0, True),
+        # Nova: passes. "2MB" is the same size with a unit.
+        (1, 2048, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "2MB"}, 1.0, True),
+        # Nova: fails. small = the 4 KiB pages, none free.
+        (1, 2048, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "small"}, 1.0, False),
+        # Nova: fails. No page size: a pinned guest needs free 4 KiB pages.
+        (1, 2048, {"hw:cpu_policy": "dedicated"}, 1.0, False),
+        # Nova: fails. 1 GiB is not a size this cell lists (Nova raises here; see
+        # docs/architecture.md).
+        (1, 2048, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "1GB"}, 1.0, False),
+        # Nova: fails. A mixed guest is held to the RAM ratio: 14592 + 2048 > 16384 * 1.0.
+        (2, 2048, {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0",
+                   "hw:mem_page_size": "large"}, 1.0, False),
+        # Nova: passes. 16640 <= 16384 * 1.5.
+        (2, 2048, {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0",
+                   "hw:mem_page_size": "large"}, 1.5, True),
+        # Nova: fails. A shared guest is held to the RAM ratio too.
+        (1, 2048, {"hw:mem_page_size": "large"}, 1.0, False),
+    ],
+    ids=["dedicated large 2048 MB passes on free huge pages",
+         "dedicated large 3072 MB passes on free huge pages",
+         "dedicated with an explicit 2048 KiB size passes",
+         "dedicated with 2MB passes",
+         "dedicated small fails on used small pages",
+         "dedicated without a page size fails on used small pages",
+         "dedicated with a 1 GiB size the cell lacks fails",
+         "mixed large fails the RAM ratio",
+         "mixed large passes a higher RAM ratio",
+         "shared large fails the RAM ratio"],
+)
+def test_page_size_requests_on_the_issue_cell(
+    vcpus: int, memory_mb: int, extra_specs: dict[str, str], ram_ratio: float, passes: bool
+) -> None:
+    snap = cloud(host("h1", numa_topology=numa({"cells": [ISSUE_CELL]}), ram_allocation_ratio=ram_ratio))
+    f = NUMATopologyFilter()
+    req = request(vcpus=vcpus, memory_mb=memory_mb, extra_specs=extra_specs)
+    assert passes_per_host(f, snap, req) == passes_bulk(f, snap, req) == [passes]
+
+
+@pytest.mark.parametrize(
+    ("page_size", "passes"),
+    [("any", False), ("large", False), ("2048", True), ("small", True)],
+    ids=["any fails: the 1 GiB size picked on cell 0 stays for cell 1",
+         "large fails the same way",
+         "an explicit 2048 KiB passes on cell 1",
+         "small passes: 4 KiB stays, and cell 1 has it"],
+)
+def test_the_page_size_picked_on_a_failed_cell_stays_for_the_next_cells(page_size: str, passes: bool) -> None:
+    # Nova: with any, trying cell 0 first writes 1048576 KiB (its free 1 GiB page fits
+    # 1024 MB) into the request, then fails on CPUs (2 vCPUs, 1 CPU); cell 1 is then asked
+    # for 1 GiB pages, of which it has none free, and the host fails.
+    snap = cloud(host("h1", numa_topology=numa(ANY_TRAP)), host("h2", numa_topology=numa(ANY_TRAP)))
+    f = NUMATopologyFilter()
+    req = request(vcpus=2, memory_mb=1024, extra_specs={"hw:mem_page_size": page_size})
+    before = copy.deepcopy(req.numa_topology)
+    assert passes_per_host(f, snap, req) == passes_bulk(f, snap, req) == [passes, passes]
+    assert req.numa_topology == before  # each host starts from the request as asked
+
+
+def test_a_request_without_an_image_is_read_as_one_without_image_properties() -> None:
+    # Deliberate deviation: Nova's filter reads spec.image.properties unconditionally and
+    # raises on every host; Berth treats a missing image as one without properties.
+    snap = cloud(host("h1", numa_topology=numa({"cells": [ISSUE_CELL]})))
+    f = NUMATopologyFilter()
+    req = request(vcpus=1, memory_mb=2048, no_image=True,
+                  extra_specs={"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"})
+    assert passes_per_host(f, snap, req) == passes_bulk(f, snap, req) == [True]
+
+
 # ------------------------------------------------------------------------ allocation candidates
 def pci_host(name: str, rps: list[str]) -> Any:
     pools = [{"vendor_id": "8086", "product_id": "1520", "numa_node": i % 2, "count": 1, "rp_uuid": rp}
@@ -200,6 +297,8 @@ TOPOLOGIES = [
                 "memory": 16384, "network_metadata": {"physnets": ["physnet0"]}},
                {"id": 1, "cpuset": "8-15", "pcpuset": "8-15", "memory": 16384},
                {"id": 2, "cpuset": "16-19", "memory": 1024, "network_metadata": {"tunneled": True}}]},
+    ANY_TRAP,
+    {"cells": [dict(ISSUE_CELL, id=0), dict(ANY_TRAP["cells"][1], id=1, pcpuset="5-6")]},
 ]
 EXTRA_SPECS = [
     {},
@@ -212,6 +311,9 @@ EXTRA_SPECS = [
     {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0"},
     {"hw:mem_page_size": "large"},
     {"hw:mem_page_size": "small", "hw:numa_nodes": "2"},
+    {"hw:mem_page_size": "any"},
+    {"hw:mem_page_size": "2048", "hw:cpu_policy": "dedicated"},
+    {"hw:mem_page_size": "large", "hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0"},
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from berth.hardware.numa import (
+    MEMPAGES_ANY,
     MEMPAGES_LARGE,
     MEMPAGES_SMALL,
     CellNetworkMetadata,
@@ -301,6 +303,196 @@ def test_without_a_page_size_shared_guests_check_total_and_pinned_guests_free_sm
     assert numa_fit_instance_to_host(topo(full), guest(dedicated(1, memory=512))) is None
 
 
+# ------------------------------------------------------------------------ page sizes as Nova 34 decides
+# Nova's rules (_numa_fit_instance_cell), quoted in the comments below:
+#   [page]   with a page size asked for, only the free pages of that size count:
+#            memory_kib <= free_kib and memory_kib % size_kb == 0 (avail_memory is not read);
+#   [small]  without one, the smallest page size must fit: its free pages for dedicated and
+#            mixed guests, all of its pages for shared ones;
+#   [ratio]  memory_usage + mem <= memory * ram_allocation_ratio, for shared and mixed guests
+#            only, never dedicated ones;
+#   [cpus]   dedicated vCPUs need free pCPUs; shared vCPUs need len(cpuset) host CPUs.
+# The issue's host cell: 1792 MB of memory_usage left, every 4 KiB page used, 8 GiB of
+# free 2 MiB pages, three free pCPUs (35-37).
+MB = 1024  # KiB per MB
+
+
+def issue_cell(**changes: Any) -> NUMACell:
+    fields: dict[str, Any] = dict(
+        cpus="24-33", pcpus="34-37", memory=16384, memory_usage=14592, pinned="34",
+        siblings=["34", "35", "36", "37"],
+        mempages=(NUMAPagesTopology(4, 2097152, used=2097152), NUMAPagesTopology(2048, 4096)))
+    fields.update(changes)
+    return cell(2, **fields)
+
+
+def mixed(memory: int, **kw: Any) -> InstanceNUMACell:
+    """Two vCPUs: vCPU 0 shared, vCPU 1 pinned."""
+    return InstanceNUMACell(0, cpuset={0}, pcpuset={1}, memory=memory, cpu_policy="mixed", **kw)
+
+
+NO_OVERCOMMIT = NUMATopologyLimits(cpu_allocation_ratio=16.0, ram_allocation_ratio=1.0)
+
+
+@pytest.mark.parametrize(
+    ("guest_cell", "host_cell", "limits", "placed"),
+    [
+        # Nova: fits. [page] large = every size but the smallest = 2048 KiB; 2048 MB =
+        # 2097152 KiB <= 4096 * 2048 KiB free, a multiple of 2048. avail_memory (1792 MB) is
+        # not read, and [ratio] (14592 + 2048 > 16384 * 1.0) does not apply to dedicated.
+        (dedicated(1, memory=2048, pagesize=MEMPAGES_LARGE), issue_cell(), NO_OVERCOMMIT, (2, 2048)),
+        # Nova: fits. [page] 3072 MB = 3145728 KiB <= 8388608 KiB free.
+        (dedicated(1, memory=3072, pagesize=MEMPAGES_LARGE), issue_cell(), NO_OVERCOMMIT, (2, 2048)),
+        # Nova: fits. [page] hw:mem_page_size=2048 is 2048 KiB, checked exactly as large was.
+        (dedicated(1, memory=3072, pagesize=2048), issue_cell(), NO_OVERCOMMIT, (2, 2048)),
+        # Nova: fits. [page] no limits given: still only the 2 MiB pages count.
+        (dedicated(1, memory=2048, pagesize=MEMPAGES_LARGE), issue_cell(), None, (2, 2048)),
+        # Nova: rejected. [page] small = 4 KiB pages; 0 KiB of them free.
+        (dedicated(1, memory=2048, pagesize=MEMPAGES_SMALL), issue_cell(), NO_OVERCOMMIT, None),
+        # Nova: rejected. [small] no page size: the free 4 KiB pages count for pinned guests.
+        (dedicated(1, memory=2048), issue_cell(), NO_OVERCOMMIT, None),
+        # Nova: rejected. [page] 1000 free 2 MiB pages = 2048000 KiB < 2097152 KiB.
+        (dedicated(1, memory=2048, pagesize=MEMPAGES_LARGE),
+         issue_cell(mempages=(NUMAPagesTopology(4, 2097152, used=2097152),
+                              NUMAPagesTopology(2048, 4096, used=3096))), NO_OVERCOMMIT, None),
+        # Nova: rejected. [page] 1025 MB = 1049600 KiB is not a whole number of 2 MiB pages.
+        (dedicated(1, memory=1025, pagesize=2048), issue_cell(), NO_OVERCOMMIT, None),
+        # Nova: rejected. [page] a 1 GiB size listed with no page (as libvirt reports it).
+        (dedicated(1, memory=2048, pagesize=1048576),
+         issue_cell(mempages=(NUMAPagesTopology(4, 2097152, used=2097152),
+                              NUMAPagesTopology(2048, 4096), NUMAPagesTopology(1048576, 0))),
+         NO_OVERCOMMIT, None),
+        # Nova: rejected. [page] fits, but [cpus]: 35-37 pinned too, no free pCPU.
+        (dedicated(1, memory=2048, pagesize=MEMPAGES_LARGE), issue_cell(pinned="34-37"),
+         NO_OVERCOMMIT, None),
+        # Nova: rejected. [page] fits, but mixed guests are held to [ratio]:
+        # 14592 + 2048 = 16640 > 16384 * 1.0.
+        (mixed(2048, pagesize=MEMPAGES_LARGE), issue_cell(), NO_OVERCOMMIT, None),
+        # Nova: fits. [ratio] 16640 <= 16384 * 1.5 = 24576.
+        (mixed(2048, pagesize=MEMPAGES_LARGE), issue_cell(), LIMITS, (2, 2048)),
+        # Nova: rejected. Shared guests are held to [ratio] as well: 16640 > 16384.
+        (shared(1, memory=2048, pagesize=MEMPAGES_LARGE), issue_cell(), NO_OVERCOMMIT, None),
+        # Nova: fits. [small] a shared guest without a page size counts all 4 KiB pages
+        # (8 GiB), used or not, and [ratio] 14592 + 1024 <= 16384 * 1.5.
+        (shared(1, memory=1024), issue_cell(), LIMITS, (2, None)),
+    ],
+    ids=[
+        "dedicated large fits in free 2 MiB pages though memory_usage leaves less",
+        "dedicated large with 3072 MB fits the same way",
+        "an explicit 2048 KiB size fits the same way",
+        "without limits the huge pages alone decide",
+        "dedicated small fails: every 4 KiB page is used",
+        "dedicated without a page size fails on the used 4 KiB pages",
+        "dedicated large fails when too few 2 MiB pages are free",
+        "memory that is not a whole number of pages fails",
+        "an explicit 1 GiB size fails when the cell has no 1 GiB page",
+        "dedicated large fails without a free pCPU",
+        "mixed large is held to the RAM allocation ratio",
+        "mixed large fits under a higher RAM allocation ratio",
+        "shared large is held to the RAM allocation ratio",
+        "shared without a page size checks total small pages",
+    ],
+)
+def test_page_sizes_decide_memory_as_nova_does(
+    guest_cell: InstanceNUMACell, host_cell: NUMACell, limits: NUMATopologyLimits | None,
+    placed: tuple[int, int | None] | None,
+) -> None:
+    """``placed``: (host cell id, page size chosen) of the fitted guest cell, or None."""
+    fitted = numa_fit_instance_to_host(topo(host_cell), guest(guest_cell), limits)
+    assert (None if fitted is None else (fitted.cells[0].id, fitted.cells[0].pagesize)) == placed
+
+
+def test_a_huge_page_guest_on_the_issue_cell_is_consumed_from_its_2_mib_pages() -> None:
+    fitted, after = consume(topo(issue_cell()), guest(dedicated(1, memory=2048, pagesize=MEMPAGES_LARGE)),
+                            NO_OVERCOMMIT)
+    assert fitted is not None and fitted.cells[0].cpu_pinning == {0: 35}
+    used = after.cells[0]
+    # 2048 MB / 2 MiB = 1024 pages; memory_usage grows past memory, as in Nova.
+    assert [p.used for p in used.mempages] == [2097152, 1024]
+    assert used.memory_usage == 14592 + 2048 and used.pinned_cpus == {34, 35}
+
+
+def test_a_cell_with_empty_siblings_pins_as_one_thread_per_core() -> None:
+    # Deliberate deviation: Nova raises ValueError here (max() of the empty siblings list
+    # in _pack_instance_onto_cores); Berth counts every dedicated CPU as its own core.
+    host = topo(issue_cell(siblings=[]))
+    assert pinning(host, guest(dedicated(2, memory=2048, pagesize=MEMPAGES_LARGE))) == {0: 35, 1: 36}
+
+
+# Two host cells for "any": cell 0 is tried first (equal free memory, lower cpu_usage) and
+# has a free 1 GiB page but one CPU; cell 1 has the CPUs but only 2 MiB pages free (its
+# 1 GiB size is listed with no page, as libvirt reports it).
+ONE_CPU_WITH_1G = cell(0, cpus="0", memory=4096, mempages=(
+    NUMAPagesTopology(4, 524288), NUMAPagesTopology(2048, 512), NUMAPagesTopology(1048576, 1)))
+CPUS_WITH_2M = cell(1, cpus="1-4", memory=4096, cpu_usage=1, mempages=(
+    NUMAPagesTopology(4, 524288), NUMAPagesTopology(2048, 512), NUMAPagesTopology(1048576, 0)))
+
+
+@pytest.mark.parametrize(
+    ("host", "pagesize", "fits_on"),
+    [
+        # Nova: rejected. Permutation (cell 0): any tries 1 GiB first, 1048576 KiB fit in
+        # the free 1 GiB page, so the request's page size becomes 1048576; then [cpus]
+        # 2 vCPUs > 1 CPU fails. Permutation (cell 1): asks for 1048576 KiB, 0 free.
+        (topo(ONE_CPU_WITH_1G, CPUS_WITH_2M), MEMPAGES_ANY, None),
+        # Nova: rejected. large picks 1 GiB on cell 0 the same way and keeps it.
+        (topo(ONE_CPU_WITH_1G, CPUS_WITH_2M), MEMPAGES_LARGE, None),
+        # Nova: fits on cell 1. An explicit 2048 KiB never changes.
+        (topo(ONE_CPU_WITH_1G, CPUS_WITH_2M), 2048, 1),
+        # Nova: fits on cell 1. small picks 4 KiB on cell 0, which cell 1 has too.
+        (topo(ONE_CPU_WITH_1G, CPUS_WITH_2M), MEMPAGES_SMALL, 1),
+        # Nova: fits on cell 1. With cell 0's 1 GiB page used, any picks 2 MiB there, and
+        # 2 MiB pages are free on cell 1.
+        (topo(dataclasses.replace(ONE_CPU_WITH_1G, mempages=(
+            NUMAPagesTopology(4, 524288), NUMAPagesTopology(2048, 512),
+            NUMAPagesTopology(1048576, 1, used=1))), CPUS_WITH_2M), MEMPAGES_ANY, 1),
+        # Nova: fits on cell 1. Alone, cell 1 gets a fresh choice: 1 GiB none free, 2 MiB fits.
+        (topo(CPUS_WITH_2M), MEMPAGES_ANY, 1),
+        # Nova: fits on cell 1. Cell 0 has no free page of any size: its page check fails
+        # before a size is picked, nothing is written, and cell 1 gets a fresh choice.
+        (topo(dataclasses.replace(ONE_CPU_WITH_1G, mempages=(
+            NUMAPagesTopology(4, 524288, used=524288), NUMAPagesTopology(2048, 512, used=512),
+            NUMAPagesTopology(1048576, 1, used=1))), CPUS_WITH_2M), MEMPAGES_ANY, 1),
+    ],
+    ids=[
+        "any keeps the 1 GiB size picked on a cell that failed on CPUs, and fails",
+        "large keeps the 1 GiB size picked on a cell that failed on CPUs, and fails",
+        "an explicit 2 MiB size fits on the second cell",
+        "small keeps 4 KiB, which the second cell has",
+        "any picking 2 MiB on the first cell still fits on the second",
+        "any on a host of only the second cell fits",
+        "a cell failing on its pages writes no size",
+    ],
+)
+def test_a_page_size_picked_in_one_permutation_stays_for_the_next(
+    host: NUMATopology, pagesize: int, fits_on: int | None
+) -> None:
+    inst = guest(shared(2, memory=1024, pagesize=pagesize))
+    fitted = numa_fit_instance_to_host(host, inst, LIMITS)
+    assert (fitted.cells[0].id if fitted else None) == fits_on
+    assert inst.cells[0].pagesize == pagesize  # the caller's request is never changed
+
+
+def test_a_multi_cell_guest_keeps_the_size_picked_for_each_of_its_cells() -> None:
+    # Three host cells, two guest cells of 2 vCPUs and 1024 MB each, any. The order is
+    # cell 0, 1, 2 (equal memory, cpu_usage 0, 1, 2). Permutation (0, 1): guest cell 0
+    # picks 1 GiB on cell 0, then fails [cpus]. (0, 2) fails the same way. (1, 0), (1, 2),
+    # (2, 0), (2, 1): guest cell 0 now asks for 1 GiB, and cells 1 and 2 have none free.
+    # Nova: rejected, though (1, 2) with 2 MiB pages would fit.
+    cells = [ONE_CPU_WITH_1G, CPUS_WITH_2M,
+             dataclasses.replace(CPUS_WITH_2M, id=2, cpuset=frozenset(range(5, 9)), cpu_usage=2)]
+    inst = guest(shared(2, memory=1024, pagesize=MEMPAGES_ANY),
+                 shared(2, memory=1024, pagesize=MEMPAGES_ANY, cell_id=1, start=2))
+    assert numa_fit_instance_to_host(topo(*cells), inst, LIMITS) is None
+    # Nova: fits on (1, 2) once cell 0 has no 1 GiB page to offer. (0, 1) and (0, 2): guest
+    # cell 0 picks 2 MiB on cell 0 and fails [cpus]. (1, 0): guest cell 0 fits on cell 1
+    # with 2 MiB; guest cell 1 picks 2 MiB on cell 0 and fails [cpus]. (1, 2): both fit.
+    cells[0] = dataclasses.replace(ONE_CPU_WITH_1G, mempages=ONE_CPU_WITH_1G.mempages[:2])
+    fitted = numa_fit_instance_to_host(topo(*cells), inst, LIMITS)
+    assert fitted is not None
+    assert [(c.id, c.pagesize) for c in fitted.cells] == [(1, 2048), (2, 2048)]
+
+
 # ------------------------------------------------------------------------ PCI and networks
 def pci_on(node: int | None, count: int = 1) -> dict[str, Any]:
     return {"vendor_id": "8086", "product_id": "1520", "numa_node": node, "count": count}
@@ -396,6 +588,7 @@ HOSTS = [
     topo(cell(0, cpus="0-3", pcpus="4-9", siblings=["4,5,6", "7,8,9"]),
          cell(1, cpus="10-11", pcpus="12-13", memory=2048,
               mempages=(NUMAPagesTopology(4, 524288), NUMAPagesTopology(2048, 256)))),
+    topo(dataclasses.replace(ONE_CPU_WITH_1G, pcpuset=frozenset({9, 10})), CPUS_WITH_2M, issue_cell()),
 ]
 
 
@@ -413,7 +606,7 @@ def guest_request(draw: Any) -> InstanceNUMATopology:
         pcpus = cpus if policy == "dedicated" else ({min(cpus)} if policy == "mixed" else set())
         cells.append(InstanceNUMACell(
             i, cpuset=cpus - pcpus, pcpuset=pcpus, memory=draw(st.sampled_from([256, 512, 1024])),
-            pagesize=draw(st.sampled_from([None, None, MEMPAGES_SMALL, MEMPAGES_LARGE, 2048])),
+            pagesize=draw(st.sampled_from([None, None, MEMPAGES_SMALL, MEMPAGES_LARGE, MEMPAGES_ANY, 2048])),
             cpu_policy=policy, cpu_thread_policy=thread))
     emulator = draw(st.sampled_from([None, "isolate"])) if policy else None
     return guest(*cells, emulator=emulator)

@@ -8,6 +8,23 @@ cpu/ram_allocation_ratio, emulator threads, PCI and network NUMA affinity).
 Options: ``[compute] packing_host_numa_cells_allocation_strategy`` (fill the busiest
 cells first instead of spreading). The operator's levers are the host's allocation
 ratios and that option; the request's are the flavor's ``hw:*`` extra specs.
+
+Memory per guest cell, as Nova 34 decides it: with ``hw:mem_page_size`` only the free
+pages of the chosen size count (the cell's memory is a whole number of them), so a
+huge-page guest fits a cell whose ``memory_usage`` is high as long as its huge pages
+are free; without a page size the smallest pages count (the free ones for pinned
+guests), or the cell's memory when it lists no pages. The ``ram_allocation_ratio``
+limit applies to shared and mixed guests, never to dedicated ones.
+
+``hw:mem_page_size=any`` (also ``small`` and ``large``) follows Nova including a side
+effect: Nova writes the size it picks for a guest cell into the request while it tries
+one ordering of host cells, and when that ordering then fails (on CPUs, say) the next
+orderings ask for that size only. So a host fails when the first cell tried has free
+1 GiB pages but too few CPUs and the cell with the CPUs has only 2 MiB pages free,
+although a fresh choice would fit there. Berth keeps this on purpose: it is what every
+Nova deployment does, and Berth's contract is Nova's decision host by host, so a host
+Nova refuses is refused here too rather than "fixed" into a placement Nova would never
+make (a mixed fleet, or a move back to Nova, would otherwise see different answers).
 """
 
 from __future__ import annotations

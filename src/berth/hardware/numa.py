@@ -1074,10 +1074,15 @@ def _pack_instance_onto_cores(
     return fitted
 
 
-def _pagesize_request_fits(host_cell: NUMACell, instance_cell: InstanceNUMACell) -> int | None:
-    """The page size (KiB) serving an explicit request on this cell, or None."""
+def _pagesize_request_fits(host_cell: NUMACell, request: int, memory_mb: int) -> int | None:
+    """The page size (KiB) that serves a page size request on this cell, or None.
+
+    ``request`` is ``small`` (the smallest size the cell lists), ``large`` (the others,
+    biggest first), ``any`` (all of them, biggest first) or an explicit size in KiB. A
+    size serves when the guest cell's memory fits in its free pages and is a whole number
+    of them.
+    """
     sizes = sorted((p.size_kb for p in host_cell.mempages), reverse=True)
-    request = instance_cell.pagesize
     if request == MEMPAGES_SMALL:
         candidates = sizes[-1:]
     elif request == MEMPAGES_LARGE:
@@ -1085,8 +1090,8 @@ def _pagesize_request_fits(host_cell: NUMACell, instance_cell: InstanceNUMACell)
     elif request == MEMPAGES_ANY:
         candidates = sizes
     else:
-        candidates = [int(request or 0)]
-    memory_kb = instance_cell.memory * 1024
+        candidates = [request]
+    memory_kb = memory_mb * 1024
     for size in candidates:
         if host_cell.can_fit_pagesize(size, memory_kb):
             return size
@@ -1096,28 +1101,33 @@ def _pagesize_request_fits(host_cell: NUMACell, instance_cell: InstanceNUMACell)
 def _fit_cell(
     host_cell: NUMACell,
     instance_cell: InstanceNUMACell,
+    pagesize: int | None,
     limits: NUMATopologyLimits | None,
     cpuset_reserved: int = 0,
 ) -> InstanceNUMACell | None:
-    """Nova's ``_numa_fit_instance_cell``: the fitted copy of the cell, or None."""
+    """Nova's ``_numa_fit_instance_cell``: the fitted copy of the cell, or None.
+
+    ``pagesize`` is the page size (KiB) that :func:`_pagesize_request_fits` found for
+    the guest cell's request on this host cell, or None when the guest asks for none
+    (``instance_cell.pagesize`` is not read). With a page size, its free pages were the
+    whole memory check: ``avail_memory`` is not read. Without one, the smallest pages
+    must hold the memory (their free pages for pinned guests, all of them otherwise), or,
+    on a cell listing no pages, the free memory (pinned) or the cell's memory (shared).
+    The CPU and RAM allocation ratio limits apply to shared and mixed guests only.
+    """
     pinned = instance_cell.cpu_policy in _PINNING_POLICIES
-    fitted_pagesize: int | None = None
-    if instance_cell.pagesize:
-        fitted_pagesize = _pagesize_request_fits(host_cell, instance_cell)
-        if not fitted_pagesize:
+    if pagesize is None:
+        if host_cell.mempages:
+            # Overcommit is allowed on small pages, except for pinned guests.
+            smallest = min(p.size_kb for p in host_cell.mempages)
+            if not host_cell.can_fit_pagesize(smallest, instance_cell.memory * 1024, use_free=pinned):
+                return None
+        elif pinned:
+            if host_cell.avail_memory < instance_cell.memory:
+                return None
+        elif host_cell.memory < instance_cell.memory:
+            # A shared instance may not overcommit against itself on one cell.
             return None
-    elif host_cell.mempages:
-        # No page size asked: memory is checked against the smallest pages; only pinned
-        # instances must fit in free memory (no overcommit for them).
-        smallest = min(p.size_kb for p in host_cell.mempages)
-        if not host_cell.can_fit_pagesize(smallest, instance_cell.memory * 1024, use_free=pinned):
-            return None
-    elif pinned:
-        if host_cell.avail_memory < instance_cell.memory:
-            return None
-    elif host_cell.memory < instance_cell.memory:
-        # A shared instance may not overcommit against itself on one cell.
-        return None
 
     if pinned and len(instance_cell.pcpuset) + cpuset_reserved > len(host_cell.pcpuset):
         return None
@@ -1127,8 +1137,6 @@ def _fit_cell(
     fitted: InstanceNUMACell | None = instance_cell
     if pinned:
         if len(instance_cell.pcpuset) + cpuset_reserved > host_cell.avail_pcpus:
-            return None
-        if instance_cell.memory > host_cell.avail_memory:
             return None
         fitted = _pack_instance_onto_cores(host_cell, instance_cell, cpuset_reserved)
         if fitted is None:
@@ -1146,8 +1154,8 @@ def _fit_cell(
         fitted = instance_cell.copy()
     assert fitted is not None
     fitted.id = host_cell.id
-    if fitted_pagesize:
-        fitted.pagesize = fitted_pagesize
+    if pagesize is not None:
+        fitted.pagesize = pagesize
     return fitted
 
 
@@ -1228,7 +1236,9 @@ def numa_fit_instance_to_host(
     Permutations of the ordered host cells (:func:`order_host_cells`) are tried in turn;
     one is accepted when every cell fits, the PCI requests can be served from those
     cells and network NUMA affinity holds. ``pack`` defaults to ``limits.pack``.
-    The arguments are never modified.
+    As in Nova, the page size picked for a guest cell that asks for ``small``, ``large``
+    or ``any`` is the size asked for in every later permutation, even when the
+    permutation that picked it failed (on CPUs, say). The arguments are never modified.
     """
     if not host or not instance:
         return None
@@ -1239,12 +1249,24 @@ def numa_fit_instance_to_host(
     network_metadata = limits.network_metadata if limits is not None else None
     cells = order_host_cells(host, instance, pci_requests, pci_stats, pack)
     isolate_emulator = instance.emulator_threads_isolated
+    # The page size each guest cell asks for. Nova writes the size it picks for a cell
+    # (for small, large or any) into the request as soon as the cell's pages fit, before
+    # its CPUs are checked, and does not undo it when the permutation fails: the next
+    # permutations ask for that exact size. Kept here per call, so the caller's request
+    # stays untouched (Nova's filter works on a copy of the request per host).
+    requested = [c.pagesize for c in instance.cells]
     for perm in itertools.permutations(cells, len(instance.cells)):
         fitted: list[InstanceNUMACell] = []
-        for host_cell, instance_cell in zip(perm, instance.cells):
+        for i, (host_cell, instance_cell) in enumerate(zip(perm, instance.cells)):
+            asked, pagesize = requested[i], None
+            if asked:
+                pagesize = _pagesize_request_fits(host_cell, asked, instance_cell.memory)
+                if pagesize is None:
+                    break
+                requested[i] = pagesize
             # Emulator threads get their pCPU on the host cell of guest cell 0.
             reserved = 1 if isolate_emulator and not fitted else 0
-            cell = _fit_cell(host_cell, instance_cell, limits, reserved)
+            cell = _fit_cell(host_cell, instance_cell, pagesize, limits, reserved)
             if cell is None:
                 break
             fitted.append(cell)
