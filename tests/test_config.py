@@ -70,8 +70,14 @@ def test_available_filters_repeats_accumulate_like_nova(tmp_path):
          "nova.scheduler.filters.standard_filters", ("nova.scheduler.filters.standard_filters",)),
         ("scheduler_host_subset_size", "filter_scheduler", "host_subset_size", "4", 4),
         ("scheduler_max_attempts", "scheduler", "max_attempts", "5", 5),
+        ("metrics_weight_setting", "metrics", "weight_setting", "cpu.percent=-1.0, load=2",
+         ("cpu.percent=-1.0", "load=2")),
+        ("image_isolated", "filter_scheduler", "isolated_images", "img-a,img-b", ("img-a", "img-b")),
+        ("host_isolated", "filter_scheduler", "isolated_hosts", "h1,h2", ("h1", "h2")),
     ],
-    ids=lambda v: v if isinstance(v, str) and v.startswith("scheduler_") else "",
+    ids=["scheduler_default_filters", "scheduler_weight_classes", "scheduler_available_filters",
+         "scheduler_host_subset_size", "scheduler_max_attempts", "metrics_weight_setting",
+         "image_isolated", "host_isolated"],
 )
 def test_the_seeds_deprecated_names_are_accepted_with_a_warning(tmp_path, caplog, old, group, new, value, expected):
     path = write(tmp_path, f"[DEFAULT]\n{old} = {value}\n")
@@ -93,6 +99,23 @@ def test_an_old_flag_file_is_read_like_nova_conf(tmp_path):
     assert c.least_cost_functions == ("nova.scheduler.least_cost.compute_fill_first_cost_fn",)
     assert c.ram_allocation_ratio == 1.5
     assert c.filter_scheduler.host_subset_size == 2
+
+
+def test_the_seeds_isolated_hosts_flags_are_read_from_a_flag_file(tmp_path, caplog):
+    path = write(tmp_path, "--image_isolated=img-a,img-b\n--host_isolated=h1\n", name="nova.flags")
+    with caplog.at_level(logging.WARNING):
+        c = SchedulerConfig.from_files([path])
+    assert c.filter_scheduler.isolated_images == ("img-a", "img-b")
+    assert c.filter_scheduler.isolated_hosts == ("h1",)
+    assert "image_isolated" in caplog.text and "host_isolated" in caplog.text
+
+
+def test_metrics_weight_setting_in_the_metrics_group_is_an_old_name_too(tmp_path, caplog):
+    path = write(tmp_path, "[metrics]\nmetrics_weight_setting = cpu.percent=-1.0\n")
+    with caplog.at_level(logging.WARNING):
+        c = SchedulerConfig.from_files([path])
+    assert c.metrics.weight_setting == ("cpu.percent=-1.0",)
+    assert "metrics_weight_setting" in caplog.text
 
 
 def test_a_custom_cost_functions_weight_option_is_registered_from_the_function_list(tmp_path):

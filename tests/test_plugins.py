@@ -112,6 +112,13 @@ def test_the_old_name_compute_capability_filter_is_an_alias(caplog):
     assert "old name" in caplog.text
 
 
+@pytest.mark.parametrize("name", ["RamWeigher", "nova.scheduler.weights.ram.RamWeigher"])
+def test_seed_003s_ram_weigher_is_an_old_name_of_the_ram_weigher(caplog, name):
+    config = SchedulerConfig.from_dict({"filter_scheduler": {"weight_classes": [name]}})
+    assert plugins.names(plugins.load_weighers(config)) == ["RAMWeigher"]
+    assert "RamWeigher is an old name of RAMWeigher" in caplog.text
+
+
 def test_the_plugins_extra_spec_validators_are_registered_by_entry_point(installed_acme):
     from berth.extra_specs.validators import check_flavor, default_registry
 

@@ -7,7 +7,8 @@ immutable :class:`SchedulerConfig` that the core receives as an argument: nothin
 core reads a global at call time.
 
 Deprecated names the seeds use (``scheduler_default_filters``, ``scheduler_weight_classes``,
-``scheduler_available_filters``, ...) are accepted with a warning through oslo.config's
+``scheduler_available_filters``, ``metrics_weight_setting``, ``image_isolated``,
+``host_isolated``, ...) are accepted with a warning through oslo.config's
 ``deprecated_name`` machinery.
 """
 
@@ -122,9 +123,12 @@ FILTER_SCHEDULER_OPTS: list[cfg.Opt] = [
                 help="Shuffle the hosts that tie for the best weight."),
     cfg.StrOpt("image_properties_default_architecture", choices=ARCHITECTURES,
                help="ImagePropertiesFilter: architecture assumed for images without one."),
-    cfg.ListOpt("isolated_images", default=[], deprecated_opts=_d("isolated_images"),
+    # Seeds 001-002 call the IsolatedHostsFilter flags image_isolated and host_isolated.
+    cfg.ListOpt("isolated_images", default=[],
+                deprecated_opts=_d("isolated_images") + _d("image_isolated"),
                 help="IsolatedHostsFilter: images that may run only on isolated hosts."),
-    cfg.ListOpt("isolated_hosts", default=[], deprecated_opts=_d("isolated_hosts"),
+    cfg.ListOpt("isolated_hosts", default=[],
+                deprecated_opts=_d("isolated_hosts") + _d("host_isolated"),
                 help="IsolatedHostsFilter: hosts reserved for isolated images."),
     cfg.BoolOpt("restrict_isolated_hosts_to_isolated_images", default=True,
                 deprecated_opts=_d("restrict_isolated_hosts_to_isolated_images"),
@@ -152,7 +156,11 @@ FILTER_SCHEDULER_OPTS: list[cfg.Opt] = [
 
 METRICS_OPTS: list[cfg.Opt] = [
     cfg.FloatOpt("weight_multiplier", default=1.0, help="MetricsWeigher multiplier."),
-    cfg.ListOpt("weight_setting", default=[], help="name=ratio pairs of metrics to weigh."),
+    # Seed 000 writes the option as metrics_weight_setting.
+    cfg.ListOpt("weight_setting", default=[],
+                deprecated_opts=_d("metrics_weight_setting")
+                + [cfg.DeprecatedOpt("metrics_weight_setting", group="metrics")],
+                help="name=ratio pairs of metrics to weigh."),
     cfg.BoolOpt("required", default=True,
                 help="Raise when a host lacks a metric of weight_setting."),
     cfg.FloatOpt("weight_of_unavailable", default=-10000.0,

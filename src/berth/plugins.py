@@ -38,6 +38,8 @@ DEPRECATED_FILTER_NAMES = {
     "ComputeCapabilitesFilter": "ComputeCapabilitiesFilter",
 }
 NOVA_WEIGHER_PREFIX = "nova.scheduler.weights."
+#: Names older documents use for a built-in weigher (seed 003 says RamWeigher).
+DEPRECATED_WEIGHER_NAMES = {"RamWeigher": "RAMWeigher"}
 
 
 def _import_path(path: str, option: str) -> Any:
@@ -142,6 +144,10 @@ def weigher_classes(config: SchedulerConfig) -> list[type[BaseHostWeigher]]:
     classes: list[type[BaseHostWeigher]] = []
     for path in config.filter_scheduler.weight_classes:
         short = path.rsplit(".", 1)[-1]
+        if short in DEPRECATED_WEIGHER_NAMES and (path == short or path.startswith(NOVA_WEIGHER_PREFIX)) \
+                and short not in plugins:
+            LOG.warning("%s: %s is an old name of %s", option, short, DEPRECATED_WEIGHER_NAMES[short])
+            path = short = DEPRECATED_WEIGHER_NAMES[short]
         if path in ALL_WEIGHERS_NAMES:
             found = [load_builtin_weigher(name) for name in BUILTIN_WEIGHERS]
         elif path in BUILTIN_WEIGHERS or (path.startswith(NOVA_WEIGHER_PREFIX) and short in BUILTIN_WEIGHERS):
