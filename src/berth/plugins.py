@@ -167,7 +167,13 @@ def weigher_classes(config: SchedulerConfig) -> list[type[BaseHostWeigher]]:
 
 def load_weighers(config: SchedulerConfig) -> list[BaseHostWeigher]:
     """Instantiate the configured weighers, in order (once, at start-up)."""
-    return [_instantiate(cls, config) for cls in weigher_classes(config)]
+    classes = weigher_classes(config)
+    for cls in classes:
+        if not cls.implements_weighing():
+            raise PluginNotFound(
+                f"[filter_scheduler] weight_classes: weigher {cls.__name__} implements "
+                "neither _weigh_object nor weigh_objects")
+    return [_instantiate(cls, config) for cls in classes]
 
 
 def names(objs: Iterable[Any]) -> list[str]:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from berth import plugins
-from berth.errors import UnsupportedPolicy
+from berth.errors import ConfigError, PluginNotFound, UnsupportedPolicy
 from berth.filters.base import BaseHostFilter
 from berth.model import InstanceGroup
 from berth.pipeline import Scheduler
@@ -326,3 +326,52 @@ def test_hosts_the_memo_has_not_seen_start_it_over():
         fresh = WeigherRanker(weighers).rank(ws.hosts(rows), req).weights
         ws.memo["instances"] = 5
         np.testing.assert_array_equal(memoized, fresh)
+
+
+class RankByNameWeigher(BaseHostWeigher):
+    """Seed 000's second shape: only ``weigh_objects``, which sees every host at once."""
+
+    def weigh_objects(self, weighed_obj_list, weight_properties):
+        names = sorted(w.obj.host for w in weighed_obj_list)
+        # The alphabetically last host weighs most; values are not clamped by the handler.
+        return [names.index(w.obj.host) * 10.0 for w in weighed_obj_list]
+
+
+def test_a_weigher_overriding_only_weigh_objects_ranks_hosts_on_both_paths():
+    snapshot = cloud(host("b"), host("c"), host("a"))
+    weigher = RankByNameWeigher(config())
+    # raw b 10, c 20, a 0 -> normalized 0.5, 1.0, 0.0
+    assert weights_of([weigher], snapshot, spec()) == [0.5, 1.0, 0.0]
+    for per_host in (False, True):
+        sched = Scheduler(config(), filters=[], weighers=[weigher], per_host=per_host)
+        decision = sched.select_destinations(spec(), snapshot, now=NOW, rng=random.Random(0))
+        assert decision.hosts == [("c", "c")]
+
+
+def test_a_weigh_objects_list_of_the_wrong_length_names_the_weigher():
+    class ShortWeigher(BaseHostWeigher):
+        def weigh_objects(self, weighed_obj_list, weight_properties):
+            return [1.0]
+
+    sched = Scheduler(config(), filters=[], weighers=[ShortWeigher(config())])
+    with pytest.raises(ConfigError, match="ShortWeigher: weigh_objects returned 1 weights for 2 hosts"):
+        sched.select_destinations(spec(), cloud(host("a"), host("b")), now=NOW, rng=random.Random(0))
+
+
+def test_seed_000s_spelling_weight_objects_is_taken_as_weigh_objects(caplog):
+    class SpelledLikeTheSeedWeigher(BaseHostWeigher):
+        def weight_objects(self, weighed_obj_list, weight_properties):
+            return [float(w.obj.free_ram_mb) for w in weighed_obj_list]
+
+    assert "old spelling of weigh_objects" in caplog.text
+    snapshot = cloud(host("a", free_ram_mb=100), host("b", free_ram_mb=300))
+    assert weights_of([SpelledLikeTheSeedWeigher(config())], snapshot, spec()) == [0.0, 1.0]
+
+
+def test_a_weigher_implementing_no_weighing_method_fails_at_start_up(monkeypatch):
+    class EmptyWeigher(BaseHostWeigher):
+        pass
+
+    monkeypatch.setattr(plugins, "weigher_classes", lambda conf: [EmptyWeigher])
+    with pytest.raises(PluginNotFound, match="EmptyWeigher implements neither"):
+        plugins.load_weighers(config())

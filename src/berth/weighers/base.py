@@ -5,6 +5,13 @@ the class's ``minval``/``maxval``, normalizes it to [0, 1] across the hosts in p
 (:func:`normalize`), multiplies it by ``weight_multiplier(host)`` (per host, because
 aggregate metadata can override it) and sums over weighers. Higher total wins.
 
+A weigher that needs every host at once may override ``weigh_objects`` alone (seed 000
+allows it): it returns one raw weight per host, which the handler normalizes as usual
+(Nova clamps to ``minval``/``maxval`` only inside the base ``weigh_objects``, so such a
+weigher's values are not clamped). Seed 000 spells the two methods ``weight_objects``
+and ``_weight_object``; a class defining those names gets them under Nova's names, with
+a warning.
+
 Built-ins also implement the bulk methods :meth:`BaseHostWeigher.weigh_all_hosts` and
 :meth:`BaseHostWeigher.multipliers_all_hosts`; property tests prove they agree with the
 per-host methods within 1e-9.
@@ -12,16 +19,24 @@ per-host methods within 1e-9.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from berth.errors import ConfigError
+
 if TYPE_CHECKING:
     from berth.config import SchedulerConfig
     from berth.host_state import Hosts, HostState
     from berth.model.request import RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+#: Seed 000's spellings of the weigher methods -> Nova's names.
+SEED_METHOD_NAMES = {"weight_objects": "weigh_objects", "_weight_object": "_weigh_object"}
 
 
 def normalize(
@@ -69,6 +84,21 @@ class BaseHostWeigher:
     minval: ClassVar[float | None] = None
     maxval: ClassVar[float | None] = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for old, new in SEED_METHOD_NAMES.items():
+            if old in cls.__dict__ and new not in cls.__dict__:
+                LOG.warning("%s.%s: %s is an old spelling of %s; using it as %s",
+                            cls.__module__, cls.__name__, old, new, new)
+                setattr(cls, new, cls.__dict__[old])
+
+    @classmethod
+    def implements_weighing(cls) -> bool:
+        """Whether the class gives raw weights: ``_weigh_object``, ``weigh_objects`` or
+        the bulk ``weigh_all_hosts`` overridden."""
+        return any(getattr(cls, m) is not getattr(BaseHostWeigher, m)
+                   for m in ("_weigh_object", "weigh_objects", "weigh_all_hosts"))
+
     def __init__(self, config: SchedulerConfig | None = None) -> None:
         if config is None:
             from berth.config import SchedulerConfig
@@ -105,13 +135,33 @@ class BaseHostWeigher:
 
     # -- Berth's bulk contract -------------------------------------------------------
     def weigh_all_hosts(self, hosts: Hosts, weight_properties: RequestSpec) -> np.ndarray:
-        """Raw clamped weights of all ``hosts`` (built-ins override with array code)."""
+        """Raw clamped weights of all ``hosts`` (built-ins override with array code).
+
+        A weigher that overrides only ``weigh_objects`` gets its list, unclamped as in
+        Nova; a list of the wrong length or of non-numbers is a ``ConfigError`` naming
+        the weigher.
+        """
+        if type(self).weigh_objects is not BaseHostWeigher.weigh_objects:
+            return self._weigh_objects_column(hosts, weight_properties)
         raw = np.fromiter(
             (self._weigh_object(h, weight_properties) for h in hosts.states()),
             dtype=float,
             count=len(hosts),
         )
         return self.clamp_all(raw)
+
+    def _weigh_objects_column(self, hosts: Hosts, weight_properties: RequestSpec) -> np.ndarray:
+        name = type(self).__name__
+        weights = self.weigh_objects([WeighedHost(h) for h in hosts.states()], weight_properties)
+        try:
+            raw = np.array(list(weights), dtype=float)
+        except (TypeError, ValueError):
+            raise ConfigError(f"weigher {name}: weigh_objects returned {weights!r}; "
+                              "it must return one number per host", weigher=name) from None
+        if raw.shape != (len(hosts),):
+            raise ConfigError(f"weigher {name}: weigh_objects returned {raw.size} weights "
+                              f"for {len(hosts)} hosts", weigher=name)
+        return raw
 
     def clamp_all(self, raw: np.ndarray) -> np.ndarray:
         """Apply ``minval``/``maxval`` to an array of raw weights."""
