@@ -110,3 +110,18 @@ def test_flavor_check_reports_a_bad_extra_spec(capsys):
 def test_malformed_arguments_are_one_line_errors(capsys, argv):
     code, _, err = run(capsys, *argv)
     assert code == 3 and err.startswith("error:")
+
+
+def test_seed_001s_flag_file_ranks_by_cost_and_explains_costs(capsys, caplog, tmp_path):
+    flags = tmp_path / "nova.flags"
+    flags.write_text("--least_cost_functions=nova.scheduler.least_cost.compute_fill_first_cost_fn\n"
+                     "--compute_fill_first_cost_fn_weight=-1.0\n")
+    code, out, _ = run(capsys, "schedule", CLOUD, "--config-file", str(flags), "--flavor",
+                       "m1.small", "--seed", "1", "--now", NOW, "--explain")
+    assert code == 0
+    assert "hosts are ranked by least cost" in caplog.text  # the notice, on stderr
+    header = next(line for line in out.splitlines() if "top hosts by" in line)
+    assert "top hosts by cost (lower is better" in header
+    costs = [float(line.split()[1]) for line in out.splitlines()[out.splitlines().index(header) + 2:]
+             if line.startswith("    ") and not line.startswith("     ")]
+    assert costs and costs == sorted(costs) and costs[0] < 0  # -free RAM: spreading

@@ -146,7 +146,8 @@ FILTER_SCHEDULER_OPTS: list[cfg.Opt] = [
     # Berth's own lever between the weighers and the pre-Grizzly least-cost functions.
     cfg.StrOpt("weighing_strategy", default="weighers", choices=("weighers", "least_cost"),
                help="Berth: rank hosts with weight_classes (Nova) or with the legacy "
-                    "least_cost_functions (lowest total cost wins)."),
+                    "least_cost_functions (lowest total cost wins). Left unset, naming "
+                    "[DEFAULT] least_cost_functions selects least_cost."),
     # Berth's own lever: Nova 34 builds fresh host states for every request (§2.4).
     cfg.BoolOpt("consume_between_reports", default=False,
                 help="Berth extension, what Nova did before Queens: keep each request's "
@@ -415,6 +416,7 @@ class SchedulerConfig:
                     except (ValueError, TypeError) as exc:
                         raise ConfigError(f"[{group}] {name} = {value!r}: {exc}") from exc
             values = _read_all(conf)
+            _imply_least_cost(conf, values)
         finally:
             for path in temp_files:
                 os.unlink(path)
@@ -457,6 +459,30 @@ def _read_all(conf: cfg.ConfigOpts) -> dict[str, dict[str, Any]]:
                 raise ConfigError(f"[{group}] {name}: {exc}") from exc
         values[group] = group_values
     return values
+
+
+def _imply_least_cost(conf: cfg.ConfigOpts, values: dict[str, dict[str, Any]]) -> None:
+    """Naming ``least_cost_functions`` selects least-cost weighing (seeds 001-002).
+
+    Seed 001's flag file (``--least_cost_functions=...``,
+    ``--compute_fill_first_cost_fn_weight=-1.0``) has no Berth switch in it: a reader who
+    names cost functions means them to rank hosts. Unless ``[filter_scheduler]
+    weighing_strategy`` is set explicitly (either way), it becomes ``least_cost``, with a
+    notice. Nova 34 has no such option, so a modern nova.conf never triggers this.
+    """
+    def explicit(name: str, group: str | None = None) -> bool:
+        try:
+            location = conf.get_location(name, group).location
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+            return False
+        return location is not cfg.Locations.opt_default
+
+    if explicit("weighing_strategy", "filter_scheduler") or not explicit("least_cost_functions"):
+        return
+    values["filter_scheduler"]["weighing_strategy"] = "least_cost"
+    LOG.warning("[DEFAULT] least_cost_functions is set: hosts are ranked by least cost "
+                "(cost = sum of weight x function, lowest wins) instead of by weight_classes; "
+                "set [filter_scheduler] weighing_strategy = weighers to keep the weighers")
 
 
 def _register_cost_function_weights(conf: cfg.ConfigOpts) -> None:

@@ -71,6 +71,9 @@ class InstanceDiagnosis:
     weighing: list[HostWeighing] = field(default_factory=list)
     chosen: tuple[str, str] | None = None
     claim_failures: list[tuple[str, str]] = field(default_factory=list)
+    #: "weight" (weighers: higher is better) or "cost" (least-cost functions: lower is
+    #: better; a host's cost is minus its ranking weight, its terms the cost shares).
+    ranked_by: str = "weight"
 
     @property
     def hosts_available(self) -> int:
@@ -121,6 +124,7 @@ class InstanceDiagnosis:
             "hosts_available": self.hosts_available,
             "chosen": list(self.chosen) if self.chosen else None,
             "claim_failures": [list(c) for c in self.claim_failures],
+            "ranked_by": self.ranked_by,
             "steps": [
                 {
                     "name": s.name,
@@ -144,6 +148,7 @@ class InstanceDiagnosis:
                     "host": w.host,
                     "nodename": w.nodename,
                     "weight": w.weight,
+                    **({"cost": -w.weight} if self.ranked_by == "cost" else {}),
                     "terms": [
                         {
                             "weigher": t.weigher,
@@ -197,26 +202,45 @@ def diagnosis_lines(diagnosis: Diagnosis, *, verbose: bool = False) -> list[str]
         if inst.claim_failures:
             lines.append("  claims refused on: " + ", ".join(h for h, _ in inst.claim_failures))
         if inst.weighing:
-            # Only weighers that change something for the hosts shown get a column.
-            names = [t.weigher for t in inst.weighing[0].terms]
-            shown = [i for i, _ in enumerate(names)
-                     if any(w.terms[i].contribution != 0 for w in inst.weighing)]
-            quiet = len(names) - len(shown)
-            lines.append("  top hosts by weight"
-                         + (f" ({quiet} weighers add 0 here):" if quiet else ":"))
-            rows: list[tuple[str, ...]] = [("host", "weight") + tuple(
-                names[i].replace("Weigher", "").replace("ServerGroup", "") for i in shown)]
-            for w in inst.weighing:
-                rows.append((w.host, f"{w.weight:.4f}") + tuple(
-                    f"{w.terms[i].contribution:+.3f}" for i in shown))
-            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-            for row in rows:
-                lines.append("    " + "  ".join(c.ljust(wd) for c, wd in zip(row, widths)).rstrip())
-            if verbose:
-                for w in inst.weighing:
-                    for t in w.terms:
-                        lines.append(
-                            f"    {w.host} {t.weigher}: raw {t.raw:g}, normalized "
-                            f"{t.normalized:.4f} x multiplier {t.multiplier:g} = "
-                            f"{t.contribution:+.4f}")
+            lines.extend(_weighing_lines(inst, verbose))
+    return lines
+
+
+def _weighing_lines(inst: InstanceDiagnosis, verbose: bool) -> list[str]:
+    """The table of the best hosts: by weight and weigher (higher is better), or, for a
+    least-cost ranking, by cost and cost function with seed 001's signs (lower is
+    better: ``cost = Σ weight × function``)."""
+    by_cost = inst.ranked_by == "cost"
+    lines: list[str] = []
+    # Only weighers that change something for the hosts shown get a column.
+    names = [t.weigher for t in inst.weighing[0].terms]
+    shown = [i for i, _ in enumerate(names)
+             if any(w.terms[i].contribution != 0 for w in inst.weighing)]
+    quiet = len(names) - len(shown)
+    if by_cost:
+        lines.append("  top hosts by cost (lower is better; cost = sum of weight x function)"
+                     + (f" ({quiet} functions add 0 here):" if quiet else ":"))
+    else:
+        lines.append("  top hosts by weight"
+                     + (f" ({quiet} weighers add 0 here):" if quiet else ":"))
+    rows: list[tuple[str, ...]] = [("host", "cost" if by_cost else "weight") + tuple(
+        names[i].replace("Weigher", "").replace("ServerGroup", "") for i in shown)]
+    for w in inst.weighing:
+        total = -w.weight if by_cost else w.weight
+        rows.append((w.host, f"{total + 0.0:.4f}") + tuple(
+            f"{w.terms[i].contribution:+.3f}" for i in shown))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        lines.append("    " + "  ".join(c.ljust(wd) for c, wd in zip(row, widths)).rstrip())
+    if verbose:
+        for w in inst.weighing:
+            for t in w.terms:
+                if by_cost:
+                    lines.append(f"    {w.host} {t.weigher}: value {t.raw:g} x weight "
+                                 f"{t.multiplier:g} = cost {t.contribution:+.4f}")
+                else:
+                    lines.append(
+                        f"    {w.host} {t.weigher}: raw {t.raw:g}, normalized "
+                        f"{t.normalized:.4f} x multiplier {t.multiplier:g} = "
+                        f"{t.contribution:+.4f}")
     return lines

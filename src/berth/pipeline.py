@@ -805,6 +805,7 @@ class Scheduler:
         assert req.current is not None
         snapshot = req.ws.snapshot
         req.current.weighing = []
+        req.current.ranked_by = "cost" if ranking.by_cost else "weight"
         position = {row: pos for pos, row in enumerate(hosts.rows.tolist())}
         for row in order.head(EXPLAIN_TOP_HOSTS).tolist():
             pos = position[row]

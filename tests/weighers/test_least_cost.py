@@ -189,3 +189,51 @@ def test_the_scheduler_fails_at_start_up_not_at_the_first_request():
         Scheduler(conf, filters=[])
     assert err.value.code == "berth.config.cost_weight_not_found"
     assert exit_code_for(err.value) == 2
+
+
+def test_seed_001s_flag_file_alone_selects_least_cost_with_a_notice(tmp_path, caplog):
+    flags = tmp_path / "nova.conf"
+    flags.write_text(f"--least_cost_functions={FILL_FIRST}\n"
+                     "--compute_fill_first_cost_fn_weight=-1.0\n")
+    with caplog.at_level(logging.WARNING):
+        conf = SchedulerConfig.from_files([flags])
+    assert conf.filter_scheduler.weighing_strategy == "least_cost"
+    assert "hosts are ranked by least cost" in caplog.text
+    assert isinstance(Scheduler(conf, filters=[]).ranker, LeastCostRanker)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({}, "weighers"),
+        ({"filter_scheduler": {"weighing_strategy": "weighers"},
+          "DEFAULT": {"least_cost_functions": [FILL_FIRST]}}, "weighers"),
+        ({"DEFAULT": {"compute_fill_first_cost_fn_weight": 1.0}}, "weighers"),
+    ],
+    ids=["nothing set keeps the weighers", "an explicit strategy wins over the function list",
+         "a weight alone names no function"],
+)
+def test_only_a_named_function_list_implies_least_cost(values, expected):
+    assert config(**values).filter_scheduler.weighing_strategy == expected
+
+
+def test_the_explain_table_shows_costs_with_the_seeds_signs():
+    from berth.explain import diagnosis_lines
+
+    conf = config(DEFAULT={"least_cost_functions": [FILL_FIRST, NOOP], "noop_cost_fn_weight": 2.0})
+    snap = cloud(host("a", free_ram_mb=2048), host("b", free_ram_mb=4096))
+    decision = Scheduler(conf, filters=[]).select_destinations(
+        spec(), snap, now=NOW, rng=random.Random(1), explain=True, return_alternates=False)
+    instance = decision.diagnosis.instances[0]
+    assert instance.ranked_by == "cost"
+    lines = diagnosis_lines(decision.diagnosis, verbose=True)
+    table = lines[lines.index(next(x for x in lines if "top hosts by cost" in x)):]
+    assert "lower is better" in table[0]
+    # cost = -1.0 x free RAM + 2.0 x 1: b -4094 (lowest, first), a -2046
+    assert table[1].split() == ["host", "cost", "compute_fill_first_cost_fn", "noop_cost_fn"]
+    assert table[2].split() == ["b", "-4094.0000", "-4096.000", "+2.000"]
+    assert table[3].split() == ["a", "-2046.0000", "-2048.000", "+2.000"]
+    assert "    b compute_fill_first_cost_fn: value 4096 x weight -1 = cost -4096.0000" in lines
+    as_json = instance.to_dict()
+    assert as_json["ranked_by"] == "cost"
+    assert [w["cost"] for w in as_json["weighing"]] == [-4094.0, -2046.0]

@@ -295,6 +295,7 @@ def diagnosis_from_dict(data: Any) -> Diagnosis:
             hosts_considered=int(item.get("hosts_considered", 0)), steps=steps,
             weighing=weighing, chosen=(chosen[0], chosen[1]) if chosen else None,
             claim_failures=[(c[0], c[1]) for c in item.get("claim_failures") or []],
+            ranked_by="cost" if item.get("ranked_by") == "cost" else "weight",
         ))
     return Diagnosis(instances)
 

@@ -33,13 +33,14 @@ class WeigherColumn:
 class Ranking:
     """Weights aligned with the ranked hosts, and the best-first order (positions).
 
-    ``order`` may be left out: it is then the stable descending sort of ``weights``,
+    ``by_cost`` marks a least-cost ranking (explanations then show costs, lower is
+    better, as seed 001 defines them). ``order`` may be left out: it is then the stable descending sort of ``weights``,
     computed only if someone reads it. The pipeline does not: it needs only the best
     ``host_subset_size`` hosts and a few alternates, which it finds without sorting every
     host (:attr:`explicit_order` tells it whether it may).
     """
 
-    __slots__ = ("weights", "_order", "_columns", "_columns_fn")
+    __slots__ = ("weights", "_order", "_columns", "_columns_fn", "by_cost")
 
     def __init__(
         self,
@@ -47,8 +48,12 @@ class Ranking:
         order: np.ndarray | None = None,
         columns: list[WeigherColumn] | None = None,
         columns_fn: Callable[[], list[WeigherColumn]] | None = None,
+        by_cost: bool = False,
     ) -> None:
         self.weights = weights
+        #: True for least-cost rankings: ``weights`` are minus the costs, and each
+        #: column's ``multiplier * normalized`` is the function's share of the cost.
+        self.by_cost = by_cost
         self._order = order
         self._columns = columns
         self._columns_fn = columns_fn

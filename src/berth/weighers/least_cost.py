@@ -10,10 +10,13 @@ with the most free RAM costs least: spreading; a positive weight fills hosts fir
 ``noop_cost_fn`` (1). Custom functions are named by dotted path and take
 ``(host_state, weighing_properties)`` (the RequestSpec) and return a number.
 
-Select with ``[filter_scheduler] weighing_strategy = least_cost``. The ranking reports
-``weight = -cost`` so the pipeline's stable "higher is better" sort picks the first host
-of minimum cost, and one explanation column per function (raw and normalized = the
-function's value, multiplier = its weight, contribution = its share of the cost).
+Select with ``[filter_scheduler] weighing_strategy = least_cost``, or, as seed 001's flag
+file does, by naming ``least_cost_functions`` while leaving ``weighing_strategy`` unset
+(a notice says so). The ranking reports ``weight = -cost`` so the pipeline's stable
+"higher is better" sort picks the first host of minimum cost, and one explanation column
+per function (raw and normalized = the function's value, multiplier = its weight,
+contribution = its share of the cost). It is marked ``by_cost``: explanations show the
+cost itself, with the seed's signs (lower is better), not the internal weight.
 """
 
 from __future__ import annotations
@@ -190,4 +193,4 @@ class LeastCostRanker:
             )
         # The order is implied: a stable descending sort of -cost is the ascending cost
         # order with ties in input order, so the pipeline may take only the head it needs.
-        return Ranking(-costs, None, columns)
+        return Ranking(-costs, None, columns, by_cost=True)
