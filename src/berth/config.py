@@ -472,10 +472,10 @@ def _imply_least_cost(conf: cfg.ConfigOpts, values: dict[str, dict[str, Any]]) -
     """
     def explicit(name: str, group: str | None = None) -> bool:
         try:
-            location = conf.get_location(name, group).location
+            info = conf.get_location(name, group)
         except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
             return False
-        return location is not cfg.Locations.opt_default
+        return info is not None and info.location is not cfg.Locations.opt_default
 
     if explicit("weighing_strategy", "filter_scheduler") or not explicit("least_cost_functions"):
         return
