@@ -290,6 +290,43 @@ def test_fail_host_makes_the_conductor_reschedule_onto_an_alternate(
     assert instance["tried"] == ["big"]  # each host failed its first build only
 
 
+def test_with_retry_filter_serve_reschedules_through_the_scheduler_and_boot_shows_it(
+        tmp_path: Path, stopper: list[subprocess.Popen[str]]) -> None:
+    # The pre-alternates flow of seeds 000-002: RAMWeigher ranks big, mid, small; big and
+    # mid fail every build, small its first; each failure goes back to the scheduler with
+    # the hosts tried so far, and RetryFilter keeps the request off them.
+    cloud = _cloud(tmp_path, "hosts:\n" + "".join(
+        f"  - {{host: {h}, vcpus: 8, memory_mb: {ram}, local_gb: 100}}\n"
+        for h, ram in (("big", 16896), ("mid", 12800), ("small", 8704))))
+    conf = tmp_path / "nova.conf"
+    conf.write_text("[filter_scheduler]\nenabled_filters = RetryFilter, ComputeFilter\n"
+                    "[scheduler]\nmax_attempts = 3\n")
+    proc, url = _serve(tmp_path / "b.sqlite", "--cloud", cloud, "--config-file", str(conf),
+                       "--fail-host", "big", "--fail-host", "mid", "--fail-first", "small=1")
+    stopper.append(proc)
+    _wait_up(proc, url)
+
+    def boot() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "berth.cli", "boot", "--flavor", "m1.tiny",
+                               "--url", url, "--json"], capture_output=True, text=True, timeout=60)
+
+    first = boot()  # big, mid, small all fail: a fourth attempt is beyond max_attempts
+    assert first.returncode == 6, first.stderr
+    (failure,) = json.loads(first.stdout)["failed"]
+    assert failure["tried"] == ["big", "mid", "small"]
+    assert "Exceeded maximum number of retries (3)" in failure["error"]["message"]
+
+    second = boot()
+    assert second.returncode == 0, second.stderr
+    (instance,) = json.loads(second.stdout)["instances"]
+    assert instance["tried"] == ["big", "mid", "small"] and instance["host"] == "small"
+    assert instance["alternates"] == []  # the scheduler chose small, not an alternate
+    log = _stop(proc)
+    assert "asking the scheduler again (attempt 2 of 3, RetryFilter excludes big/big)" in log
+    assert "(attempt 3 of 3, RetryFilter excludes big/big, mid/mid)" in log
+    assert "Traceback" not in log
+
+
 def test_an_unknown_fail_host_is_refused_at_start_up(tmp_path: Path) -> None:
     proc, _ = _serve(tmp_path / "b.sqlite", "--cloud", _cloud(tmp_path), "--fail-host", "zz")
     out, _ = proc.communicate(timeout=60)

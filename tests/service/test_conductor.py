@@ -3,15 +3,18 @@ instance it did not build; the fake driver fails as told and on hosts that are d
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from berth.errors import MaxRetriesExceeded
+from berth.errors import MaxRetriesExceeded, NoValidHost
 from berth.model.request import Flavor, RequestSpec
 from berth.model.selection import Selection
 from berth.service.conductor import BuildFailed, FakeDriver
 from berth.service.stack import Stack
 
 from .builders import node
+from .conftest import TEST_CONFIG, fresh_stack
 
 TINY = Flavor(name="tiny", vcpus=1, memory_mb=512, root_gb=1, id=1)
 
@@ -118,3 +121,110 @@ def test_an_error_inside_the_scheduler_after_its_claims_releases_them(
     with pytest.raises(RuntimeError, match="alternates bug"):
         conductor.build_instances(_spec(2))
     assert _usage(stack) == {"h0": 0, "h1": 0}
+
+
+# ------------------------------------------------ RetryFilter: reschedule via the scheduler
+RETRY_CONFIG = TEST_CONFIG.replace(
+    "filter_scheduler", available_filters=["berth.filters.all_filters"],
+    enabled_filters=["RetryFilter", "ComputeFilter"])
+
+
+def _retry_stack(template_db: Path, tmp_path: Path, **scheduler: int) -> Stack:
+    config = RETRY_CONFIG.replace("scheduler", **scheduler) if scheduler else RETRY_CONFIG
+    st = fresh_stack(template_db, tmp_path, config)
+    st.register_hosts([node(f"h{i}", memory_mb=8192 + i * 256) for i in range(3)])
+    return st
+
+
+def test_with_retry_filter_a_failed_build_asks_the_scheduler_again_with_the_tried_hosts(
+        template_db: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    st = _retry_stack(template_db, tmp_path)
+    try:
+        service = st.scheduler(seed=1)
+        conductor = st.conductor(service, FakeDriver(fail_hosts={"h2", "h1"}, agents=st.agents))
+        asked: list[object] = []
+        real = service.select_destinations
+
+        def spy(spec: RequestSpec, uuids: object = None, **kw: object) -> object:
+            asked.append(None if spec.retry is None else (
+                spec.num_instances, spec.retry.num_attempts,
+                [(r.host, r.hypervisor_hostname) for r in spec.retry.hosts]))
+            return real(spec, uuids, **kw)  # type: ignore[arg-type]
+
+        service.select_destinations = spy  # type: ignore[method-assign]
+        with caplog.at_level("INFO"):
+            (result,) = conductor.build_instances(_spec())
+        # h2 (most RAM) fails, then h1; the third attempt lands on h0.
+        assert result.tried == ["h2", "h1", "h0"] and result.host == "h0"
+        assert asked == [None, (1, 2, [("h2", "h2")]), (1, 3, [("h2", "h2"), ("h1", "h1")])]
+        assert "asking the scheduler again (attempt 2 of 3" in caplog.text
+        assert result.host_list is not None and [s.service_host for s in result.host_list] == ["h0"]
+        assert _usage(st) == {"h0": 1, "h1": 0, "h2": 0}
+    finally:
+        st.close()
+
+
+def test_with_retry_filter_more_than_max_attempts_is_max_retries_exceeded(
+        template_db: Path, tmp_path: Path) -> None:
+    st = _retry_stack(template_db, tmp_path, max_attempts=2)
+    try:
+        service = st.scheduler(seed=1)
+        conductor = st.conductor(service, FakeDriver(fail_hosts={"h0", "h1", "h2"},
+                                                     agents=st.agents))
+        with pytest.raises(MaxRetriesExceeded, match=r"Exceeded maximum number of retries \(2\)") as caught:
+            conductor.build_instances(_spec())
+        assert caught.value.details["failed"] and not caught.value.details["built"]
+        assert _usage(st) == {"h0": 0, "h1": 0, "h2": 0}
+    finally:
+        st.close()
+
+
+def test_with_retry_filter_every_host_tried_is_no_valid_host_from_the_scheduler(
+        template_db: Path, tmp_path: Path) -> None:
+    st = _retry_stack(template_db, tmp_path, max_attempts=5)
+    try:
+        service = st.scheduler(seed=1)
+        conductor = st.conductor(service, FakeDriver(fail_hosts={"h0", "h1", "h2"},
+                                                     agents=st.agents))
+        outcome = conductor.build_all(*_decided(service, 1))
+        (failure,) = outcome.failed
+        assert isinstance(failure.error, NoValidHost)
+        assert failure.tried == ["h2", "h1", "h0"]
+        assert _usage(st) == {"h0": 0, "h1": 0, "h2": 0}
+    finally:
+        st.close()
+
+
+def test_with_retry_filter_a_single_forced_host_is_not_rescheduled(
+        template_db: Path, tmp_path: Path) -> None:
+    st = _retry_stack(template_db, tmp_path)
+    try:
+        service = st.scheduler(seed=1)
+        driver = FakeDriver(fail_hosts={"h1"}, agents=st.agents)
+        conductor = st.conductor(service, driver)
+        with pytest.raises(MaxRetriesExceeded, match="single forced host is not rescheduled"):
+            conductor.build_instances(_spec(force_hosts=["h1"]))
+        assert [host for _, host in driver.attempts] == ["h1"]
+    finally:
+        st.close()
+
+
+def test_with_retry_filter_each_instance_of_a_multi_create_retries_on_its_own(
+        template_db: Path, tmp_path: Path) -> None:
+    st = _retry_stack(template_db, tmp_path)
+    try:
+        service = st.scheduler(seed=1)
+        conductor = st.conductor(service, FakeDriver(fail_hosts={"h2"}, agents=st.agents))
+        results = conductor.build_instances(_spec(2))
+        # Instance 1: h2 fails, then h1; instance 2 was sent to h1 and builds there.
+        assert sorted((r.tried, r.host) for r in results) == [
+            (["h1"], "h1"), (["h2", "h1"], "h1")]
+        assert _usage(st) == {"h0": 0, "h1": 2, "h2": 0}
+    finally:
+        st.close()
+
+
+def _decided(service: object, num: int) -> tuple[object, RequestSpec]:
+    spec = _spec(num)
+    return service.select_destinations(  # type: ignore[attr-defined]
+        spec, service.new_instance_uuids(num)), spec  # type: ignore[attr-defined]

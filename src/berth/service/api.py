@@ -400,7 +400,7 @@ def _boot_answer(selections: Any, uuids: Any, outcome: BuildOutcome) -> dict[str
     hosts_of = dict(zip(uuids, selections))
     out = []
     for result in outcome.built:
-        hosts = hosts_of[result.instance_uuid]
+        hosts = result.host_list or hosts_of[result.instance_uuid]
         built = next((s for s in hosts if s.service_host == result.host), hosts[0])
         entry = {"instance_uuid": result.instance_uuid, "tried": result.tried,
                  **selection_dict(built)}

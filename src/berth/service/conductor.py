@@ -21,12 +21,23 @@ like any other and goes on to the alternates. The check sits here, in the conduc
 per-build call into the compute side (:meth:`Conductor.spawn`), not in the driver: a
 driver only builds, and a custom one gets the check without re-implementing it.
 
+With ``RetryFilter`` in ``[filter_scheduler] enabled_filters`` the conductor reschedules
+as Nova did before alternates (seeds 000-002, Nova's ``populate_retry``): each instance
+is built on its selected host only; when that build fails its claim is deleted and the
+scheduler is asked again for that instance, the request carrying ``retry``
+(``num_attempts`` and the ``[host, node]`` pairs tried so far) so that RetryFilter keeps
+it off the hosts that failed. More than ``max_attempts`` attempts is
+MaxRetriesExceeded; a scheduler that finds no host left answers NoValidHost, and that is
+the instance's error. As in Nova no retry information exists when ``max_attempts`` is 1
+or exactly one host or node is forced: such a build is not rescheduled.
+
 The compute driver is pluggable (:class:`ComputeDriver`); :class:`FakeDriver` can be told
 to fail on given hosts or for a host's first N attempts, for tests and simulations.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -35,7 +46,7 @@ from typing import Protocol
 
 from berth.config import SchedulerConfig
 from berth.errors import BerthError, MaxRetriesExceeded, NoValidHost
-from berth.model.request import RequestSpec
+from berth.model.request import ComputeNodeRef, RequestSpec, SchedulerRetries
 from berth.model.selection import Selection
 from berth.pipeline import Decision
 from berth.service.compute import ComputeAgent, RunningInstances
@@ -112,12 +123,17 @@ class FakeDriver:
 
 @dataclass
 class BuildResult:
-    """Where an instance was built and the hosts tried before it."""
+    """Where an instance was built and the hosts tried before it.
+
+    ``host_list`` is the host list the instance was built from (the selected host and
+    its alternates; after a reschedule through the scheduler, the last one it
+    returned); None: the one of the request's decision."""
 
     instance_uuid: str
     host: str
     nodename: str
     tried: list[str]
+    host_list: list[Selection] | None = None
 
 
 @dataclass
@@ -247,7 +263,7 @@ class Conductor:
             for uuid, hosts in zip(decision.instance_uuids, decision.selections):
                 try:
                     outcome.built.append(self.build_one(uuid, hosts, spec))
-                except MaxRetriesExceeded as exc:
+                except (MaxRetriesExceeded, NoValidHost) as exc:
                     outcome.failed.append(BuildFailure(uuid, exc, list(exc.details.get("tried", []))))
                 except Exception:  # one instance's bug must not strand the others' claims
                     LOG.exception("building %s failed", uuid)
@@ -268,7 +284,10 @@ class Conductor:
         """Build on ``host_list[0]`` (already claimed), else on the alternates in order.
 
         MaxRetriesExceeded after ``max_attempts`` builds or without alternates left; on
-        that or any other error the instance holds no claim any more."""
+        that or any other error the instance holds no claim any more. With RetryFilter
+        enabled the scheduler is asked again instead (:meth:`build_with_retries`)."""
+        if self.reschedules_through_scheduler:
+            return self.build_with_retries(instance_uuid, host_list, spec)
         max_attempts = self.config.scheduler.max_attempts
         tried: list[str] = []
         attempts = 0
@@ -300,6 +319,69 @@ class Conductor:
             f"Exceeded maximum number of retries. Exhausted all hosts available for retrying "
             f"build failures for instance {instance_uuid}.",
             instance_uuid=instance_uuid, tried=tried)
+
+    @property
+    def reschedules_through_scheduler(self) -> bool:
+        """True when RetryFilter is enabled: failed builds go back to the scheduler
+        (seeds 000-002) instead of to the alternates."""
+        return "RetryFilter" in self.config.filter_scheduler.enabled_filters
+
+    def build_with_retries(
+        self, instance_uuid: str, host_list: Sequence[Selection], spec: RequestSpec
+    ) -> BuildResult:
+        """Nova's pre-alternates reschedule loop for one instance (``populate_retry``).
+
+        Attempt 1 is ``host_list[0]`` (claimed by the scheduler). A failed build's claim
+        is deleted, ``retry.num_attempts`` grows and the tried ``[host, node]`` joins
+        ``retry.hosts``; beyond ``max_attempts`` (or with no retry information: one
+        attempt allowed, or a single forced host or node) MaxRetriesExceeded, else the
+        scheduler places this one instance again, with RetryFilter reading ``retry``.
+        Its NoValidHost ends the instance too. No claim is left on any error."""
+        max_attempts = self.config.scheduler.max_attempts
+        forced = len(spec.force_hosts or []) == 1 or len(spec.force_nodes or []) == 1
+        retry = None if max_attempts == 1 or forced else SchedulerRetries(num_attempts=1)
+        hosts = list(host_list[:1])
+        tried: list[str] = []
+        while True:
+            selection = hosts[0]
+            tried.append(selection.service_host)
+            if retry is not None:
+                retry.hosts.append(ComputeNodeRef(selection.service_host, selection.nodename))
+            try:
+                self.spawn(selection, instance_uuid, spec)
+            except BuildFailed as exc:
+                self.claimer.delete(instance_uuid)
+                if retry is None or retry.num_attempts >= max_attempts:
+                    why = ("a build with one attempt allowed or on a single forced host is "
+                           "not rescheduled" if retry is None else
+                           f"Exceeded maximum number of retries ({max_attempts}) for "
+                           f"instance {instance_uuid}")
+                    raise MaxRetriesExceeded(f"{exc}; {why}.", instance_uuid=instance_uuid,
+                                             tried=tried) from None
+                retry.num_attempts += 1
+                LOG.info("%s; asking the scheduler again (attempt %d of %d, RetryFilter "
+                         "excludes %s)", exc, retry.num_attempts, max_attempts,
+                         ", ".join(f"{r.host}/{r.hypervisor_hostname}" for r in retry.hosts))
+                hosts = self._reschedule(instance_uuid, spec, retry, tried)
+                continue
+            except BaseException:
+                self.claimer.delete(instance_uuid)
+                raise
+            return BuildResult(instance_uuid, selection.service_host, selection.nodename,
+                               tried, hosts)
+
+    def _reschedule(self, instance_uuid: str, spec: RequestSpec, retry: SchedulerRetries,
+                    tried: list[str]) -> list[Selection]:
+        """This instance alone, scheduled (and claimed) again with ``retry``."""
+        again = copy.deepcopy(spec)
+        again.num_instances = 1
+        again.retry = copy.deepcopy(retry)
+        try:
+            decision = self.select_destinations(again, [instance_uuid])
+        except NoValidHost as exc:
+            exc.details.update(instance_uuid=instance_uuid, tried=list(tried))
+            raise
+        return list(decision.selections[0])
 
     def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
         """The per-build call into the compute side: the late group check (for a hard
