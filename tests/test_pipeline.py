@@ -571,3 +571,61 @@ def test_alternates_are_the_first_same_cell_hosts_of_the_final_order_per_instanc
     # Each Selection has its own limits dict.
     every = [x for sels in decision.selections for x in sels]
     assert len({id(x.limits) for x in every}) == len(every)
+
+
+# ---------------------------------------- validation of only the filters that run (issue 17)
+def _validating_scheduler():
+    from berth.filters.compute_capabilities import ComputeCapabilitiesFilter
+    from berth.filters.json_filter import JsonFilter
+
+    return Scheduler(None, filters=[RamLeft(), ComputeCapabilitiesFilter(), JsonFilter()],
+                     weighers=[])
+
+
+BAD_QUERY = {"query": "[\"=\", \"$free_ram_mb\""}  # malformed JSON
+BAD_SPEC = {"free_ram_mb": ">= lots"}  # a numeric operator with a word
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"hints": BAD_QUERY}, "query"),
+        ({"extra_specs": BAD_SPEC}, "free_ram_mb"),
+    ],
+    ids=["a malformed JSON query hint", "a malformed capabilities extra spec"],
+)
+def test_a_malformed_spec_of_a_filter_that_runs_is_an_error_naming_it(fields, error):
+    from berth.errors import InputError
+
+    with pytest.raises(InputError, match=error):
+        _validating_scheduler().select_destinations(
+            spec(**fields), cloud(host("a"), host("b")), now=NOW, rng=random.Random(0))
+
+
+def test_a_forced_host_boot_is_not_refused_for_filters_that_do_not_run():
+    # Nova places a forced host without running the filters: the bad hint never matters.
+    decision = _validating_scheduler().select_destinations(
+        spec(hints=BAD_QUERY, extra_specs=BAD_SPEC, force_hosts=["b"]),
+        cloud(host("a"), host("b")), now=NOW, rng=random.Random(0), explain=True)
+    assert decision.hosts == [("b", "b")]
+    skipped = {s.name: s.skipped for s in decision.diagnosis.instances[0].steps}
+    assert skipped["JsonFilter"] == skipped["ComputeCapabilitiesFilter"] == "hosts are forced"
+
+
+def test_a_rebuild_is_not_refused_for_filters_that_do_not_run_on_rebuild():
+    hints = {**BAD_QUERY, "_nova_check_type": ["rebuild"]}
+    decision = _validating_scheduler().select_destinations(
+        spec(hints=hints, extra_specs=BAD_SPEC), cloud(host("a")), now=NOW,
+        rng=random.Random(0), explain=True)
+    assert decision.hosts == [("a", "a")]
+    steps = decision.diagnosis.instances[0].steps
+    assert {s.name: s.skipped for s in steps}["JsonFilter"] == "does not run on rebuild"
+
+
+def test_a_filter_after_the_first_empty_result_is_never_reached_so_never_validated():
+    # RamLeft leaves no host: Nova stops there, NoValidHost, the bad specs unread.
+    with pytest.raises(NoValidHost) as caught:
+        _validating_scheduler().select_destinations(
+            spec(memory_mb=10**6, hints=BAD_QUERY, extra_specs=BAD_SPEC),
+            cloud(host("a"), host("b")), now=NOW, rng=random.Random(0), explain=True)
+    assert "insufficient RAM" in caught.value.diagnosis.summary()

@@ -9,7 +9,6 @@ reads no database, no global and no clock, so the same inputs give the same deci
 Per request::
 
     deep-copy the spec ─ check the server-group policy has its filter/weigher
-      │               ─ let every enabled filter validate the request up front
       ▼
     hosts = rows placement returned candidates for (all rows on a rebuild), with a
             service record, minus disabled cells, restricted to the requested cell
@@ -19,7 +18,9 @@ Per request::
     hosts = sorted_hosts(hosts, k)            # the list only ever shrinks
       │     ├ destination / ignore / force pre-filters (forced hosts skip the filters)
       │     ├ enabled filters in order; once-per-request ones only for k = 0;
-      │     │ on a rebuild only RUN_ON_REBUILD ones; stop when no host is left
+      │     │ on a rebuild only RUN_ON_REBUILD ones; stop when no host is left;
+      │     │ each validates the request when it first runs (a malformed spec of a
+      │     │ filter that does not run for this request is never an error, as in Nova)
       │     ├ rank (weighers, or least-cost functions), stable, best first; only the
       │     │ head of the order is materialized (HostOrder), exactly as a full sort;
       │     │ the first ranking's ties go by row, or by the scheduler's tie order
@@ -151,6 +152,8 @@ class _Request:
     version: str | None = None
     #: One entry per ranking done in this request (see :class:`_Level`).
     levels: _Levels = field(default_factory=lambda: _Levels())
+    #: Filters whose ``validate_request`` has run for this request (by position).
+    validated: set[int] = field(default_factory=set)
     #: The bulk view of the last host list filtered or ranked: the next filter, the
     #: ranker and the next instance share it (and its interned codes) while no host is
     #: filtered out (the pipeline passes the very same array then).
@@ -486,8 +489,6 @@ class Scheduler:
         if copy_spec:
             spec = copy.deepcopy(spec)
         self.check_group_policy(spec)
-        for f in self.filters:
-            f.validate_request(spec)
         uuids = list(instance_uuids) if instance_uuids is not None else None
         num_instances = len(uuids) if uuids else spec.num_instances
         if spec.instance_group is not None and uuids:
@@ -754,7 +755,7 @@ class Scheduler:
             return rows
 
         rebuild = spec.is_rebuild()
-        for f in self.filters:
+        for position, f in enumerate(self.filters):
             name = type(f).__name__
             if not f.run_filter_for_index(index):
                 self._skip(req, name, rows, "runs once per request")
@@ -762,6 +763,12 @@ class Scheduler:
             if rebuild and not f.RUN_ON_REBUILD:
                 self._skip(req, name, rows, "does not run on rebuild")
                 continue
+            if position not in req.validated:
+                # Validated when first reached with hosts to check, as Nova fails only at
+                # a spec a host reaches: forced hosts skip the filters, a rebuild runs only
+                # the rebuild filters, and the chain stops at the first empty result.
+                req.validated.add(position)
+                f.validate_request(spec)
             if self.per_host:
                 # Nova's shape: the base class's host-by-host loop over host_passes.
                 mask = BaseHostFilter.filter_all_hosts(f, req.hosts(rows), spec)

@@ -138,6 +138,10 @@ class BaseHostFilter:
     def validate_request(self, spec_obj: RequestSpec) -> None:
         """Reject a malformed request up front (raise an :class:`~berth.errors.InputError`).
 
-        Called once per request before any host is examined, so that a bad extra spec or
-        hint is an error naming the key and value, never a half-filtered request.
+        Called once per request, when the filter is first about to check hosts (before
+        it examines any), so that a bad extra spec or hint is an error naming the key
+        and value, never a half-filtered host list. A filter that does not run for the
+        request (hosts forced, a rebuild and not ``RUN_ON_REBUILD``, no host left by the
+        filters before it) does not validate either, as Nova raises only at a spec a
+        host actually reaches.
         """
