@@ -29,3 +29,61 @@ def test_no_valid_host_keeps_novas_terse_message_and_carries_the_diagnosis():
     assert str(err) == "No valid host was found. There are not enough hosts available."
     assert err.diagnosis == "d"
     assert str(errors.NoValidHost()) == "No valid host was found."
+
+
+
+# ------------------------------------------------------ categories as Nova's (issue 17)
+def _schedule(filter_name, **fields):
+    import random
+
+    from berth import plugins
+    from berth.config import SchedulerConfig
+    from berth.pipeline import Scheduler
+    from builders import NOW, cloud, host, spec
+
+    config = SchedulerConfig.from_dict({"filter_scheduler": {"enabled_filters": [filter_name]}})
+    sched = Scheduler(config, filters=plugins.load_filters(config), weighers=[])
+    snapshot = cloud(host("a", host_ip=fields.pop("host_ip", "10.0.0.1"),
+                          supported_instances=[["x86_64", "kvm", "hvm"]],
+                          hypervisor_version=6000000, cpu_info=fields.pop("cpu_info", "{}")))
+    sched.select_destinations(spec(**fields), snapshot, now=NOW, rng=random.Random(0))
+
+
+@pytest.mark.parametrize(
+    ("filter_name", "fields", "category", "code"),
+    [
+        ("ComputeCapabilitiesFilter", {"extra_specs": {"free_ram_mb": ">= lots"}},
+         errors.ExtraSpecError, "berth.input.extra_spec"),
+        ("NUMATopologyFilter", {"extra_specs": {"hw:numa_nodes": "zero"}},
+         errors.ExtraSpecError, "berth.input.extra_spec"),
+        ("JsonFilter", {"hints": {"query": "[\"=\""}},
+         errors.SchedulerHintError, "berth.input.scheduler_hint"),
+        ("SimpleCIDRAffinityFilter", {"hints": {"build_near_host_ip": "10.0.0.1", "cidr": "/99"}},
+         errors.SchedulerHintError, "berth.input.scheduler_hint"),
+        ("ImagePropertiesFilter", {"image_props": {"img_hv_requested_version": "six"}},
+         errors.ImagePropertyError, "berth.input.image_property"),
+        ("NUMATopologyFilter", {"image_props": {"hw_numa_nodes": 2},
+                                "extra_specs": {"hw:numa_nodes": "2"}},
+         errors.ImagePropertyError, "berth.input.image_property"),
+        ("SimpleCIDRAffinityFilter", {"host_ip": "10.0.0",
+                                      "hints": {"build_near_host_ip": "10.0.0.1", "cidr": "/24"}},
+         errors.HostStateError, "berth.input.host_state"),
+        ("ImagePropertiesFilter", {"cpu_info": '{"maxphysaddr": {"bits": "many"}}',
+                                   "image_props": {"hw_architecture": "x86_64", "hw_maxphysaddr_bits": 40}},
+         errors.HostStateError, "berth.input.host_state"),
+    ],
+    ids=["a non-numeric extra-spec operand is an extra-spec error",
+         "a bad NUMA extra spec is an extra-spec error",
+         "malformed JSON in the query hint is a hint error",
+         "a cidr hint that makes no network is a hint error",
+         "a version predicate that is no predicate is an image-property error",
+         "an image repeating the flavor's NUMA nodes is an image-property error",
+         "a host IP that is no address is a host-state error",
+         "cpu_info bits that are no number are a host-state error"],
+)
+def test_errors_carry_the_category_novas_would(filter_name, fields, category, code):
+    with pytest.raises(category) as caught:
+        _schedule(filter_name, **fields)
+    assert caught.value.code == code
+    assert errors.exit_code_for(caught.value) == 3
+    assert "Traceback" not in str(caught.value)

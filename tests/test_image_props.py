@@ -108,7 +108,7 @@ def test_a_value_that_does_not_fit_is_an_input_error_naming_the_property(
         ImageMeta(properties=props)  # type: ignore[arg-type]
     assert isinstance(err.value, ImagePropertyError)
     assert message in str(err.value)
-    assert err.value.code == "berth.input.invalid"
+    assert err.value.code == "berth.input.image_property"
 
 
 def test_every_known_field_has_a_type() -> None:

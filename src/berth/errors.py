@@ -6,15 +6,44 @@ classes in one place (:data:`EXIT_CODES`, used by :mod:`berth.cli`).
 
     BerthError                               berth.error
     ├── ConfigError                          berth.config.invalid
-    │   └── PluginNotFound                   berth.config.plugin_not_found
+    │   ├── PluginNotFound                   berth.config.plugin_not_found
+    │   ├── SchedulerCostFunctionNotFound    berth.config.cost_function_not_found
+    │   └── SchedulerWeightFlagNotFound      berth.config.cost_weight_not_found
     ├── InputError                           berth.input.invalid
     │   ├── CloudFileError                   berth.input.cloud_file
     │   ├── ExtraSpecError                   berth.input.extra_spec
-    │   └── SchedulerHintError               berth.input.scheduler_hint
+    │   ├── SchedulerHintError               berth.input.scheduler_hint
+    │   ├── ImagePropertyError               berth.input.image_property
+    │   └── HostStateError                   berth.input.host_state
+    │       └── MissingAllocationRatio       berth.input.host_allocation_ratio
     └── SchedulingError                      berth.scheduling
         ├── NoValidHost                      berth.scheduling.no_valid_host
         ├── UnsupportedPolicy                berth.scheduling.unsupported_policy
-        └── MaxRetriesExceeded               berth.scheduling.max_retries_exceeded
+        ├── MaxRetriesExceeded               berth.scheduling.max_retries_exceeded
+        ├── RequestFilterFailed              berth.scheduling.request_filter
+        ├── ComputeHostMetricNotFound        berth.scheduling.metric_not_found
+        ├── PciRequestFailed                 berth.scheduling.pci_request
+        └── NUMAUsageError                   berth.scheduling.numa_usage
+
+(The classes of the last groups live beside their rule: ``berth.weighers.least_cost``,
+``berth.weighers.cpu``, ``berth.weighers.metrics``, ``berth.request_filters``,
+``berth.hardware``.)
+
+Categories as Nova's. Where Nova fails on a malformed request too, Berth's error is of
+the category Nova's failure belongs to, so that a tool can tell what to fix:
+
+* a flavor extra spec Nova cannot evaluate (a ``ValueError``/``TypeError`` out of its
+  extra-spec operators, ``InvalidCPUAllocationPolicy``, ``InvalidNUMANodesNumber``,
+  ``PciInvalidAlias``, ``PciRequestAliasNotDefined``, a bad ``resources:`` key) is an
+  :class:`ExtraSpecError` naming the key;
+* a scheduler hint Nova cannot use (JsonFilter's ``query``, SimpleCIDRAffinityFilter's
+  ``build_near_host_ip``/``cidr``: a ``ValueError`` or ``netaddr`` error in Nova, or the
+  API's 400) is a :class:`SchedulerHintError` naming the hint;
+* an image property that does not fit its field (Nova's ``ImageMetaProps`` field
+  errors, ``InvalidArchitectureName``, the ``Image*Forbidden`` NUMA/CPU conflicts) is an
+  :class:`ImagePropertyError` naming the property;
+* a value a host reports that a rule cannot read (a ``TypeError``/``ValueError`` on host
+  state in Nova) is a :class:`HostStateError` naming the host.
 """
 
 from __future__ import annotations
@@ -72,6 +101,34 @@ class SchedulerHintError(InputError):
     code = "berth.input.scheduler_hint"
 
 
+class ImagePropertyError(InputError):
+    """An image property value that does not fit its field or the flavor.
+
+    ``key`` is the property as given (``hw_numa_cpus.1``, a legacy name such as
+    ``architecture``), ``problem`` what was expected; callers that know where the
+    properties came from (a cloud file, an API body) name it by their own path
+    (``where``).
+    """
+
+    code = "berth.input.image_property"
+
+    def __init__(self, key: str, value: Any, problem: str, *, where: str | None = None) -> None:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        super().__init__(f"{where or 'image property ' + key}: {problem}, got {shown}",
+                         key=key, value=value, problem=problem)
+        self.key = key
+        self.value = value
+        self.problem = problem
+
+
+class HostStateError(InputError):
+    """A host reports a value a filter or weigher cannot use (a negative hypervisor
+    version, an unparsable IP address or cpu_info field, a missing allocation ratio)."""
+
+    code = "berth.input.host_state"
+
+
 class SchedulingError(BerthError):
     """The request is well-formed but cannot be placed as asked."""
 
@@ -115,6 +172,8 @@ EXIT_CODES: dict[type[BerthError], int] = {
     CloudFileError: 3,
     ExtraSpecError: 3,
     SchedulerHintError: 3,
+    ImagePropertyError: 3,
+    HostStateError: 3,
     SchedulingError: 4,
     NoValidHost: 4,
     UnsupportedPolicy: 5,

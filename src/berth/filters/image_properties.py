@@ -21,7 +21,7 @@ import numpy as np
 from packaging.version import InvalidVersion, Version
 
 from berth.config import ARCHITECTURES
-from berth.errors import InputError
+from berth.errors import HostStateError, ImagePropertyError, InputError
 from berth.filters.base import BaseHostFilter, Reject
 
 if TYPE_CHECKING:
@@ -51,11 +51,8 @@ def _canonicalize(prop: str, value: Any, aliases: dict[str, str], valid: Any) ->
     name = str(value).lower()
     name = aliases.get(name, name)
     if name not in valid:
-        raise InputError(
-            f"image property {prop}={value!r} is not a valid value "
-            f"(expected one of {', '.join(sorted(valid))})",
-            field=prop, value=value,
-        )
+        raise ImagePropertyError(prop, value, f"not a valid value (expected one of "
+                                              f"{', '.join(sorted(valid))})")
     return name
 
 
@@ -96,11 +93,8 @@ def parse_version_predicate(text: str) -> list[tuple[str, Version]]:
             except InvalidVersion:
                 problem = f"{found.group(2)!r} is not a version"
         if problem:
-            raise InputError(
-                f"image property img_hv_requested_version={text!r}: {problem} "
-                "(expected e.g. '>=6.0,<7')",
-                field="img_hv_requested_version", value=text,
-            )
+            raise ImagePropertyError("img_hv_requested_version", text,
+                                     f"{problem} (expected e.g. '>=6.0,<7')")
     return conditions
 
 
@@ -149,10 +143,7 @@ def _image_requirements(
         try:
             bits = int(bits)
         except (TypeError, ValueError):
-            raise InputError(
-                f"image property hw_maxphysaddr_bits={bits!r} is not an integer",
-                field="hw_maxphysaddr_bits", value=bits,
-            ) from None
+            raise ImagePropertyError("hw_maxphysaddr_bits", bits, "not an integer") from None
     return ImageRequirements(
         arch=canonical_architecture(arch),
         hv_type=canonical_hv_type(hv_type),
@@ -181,7 +172,7 @@ def host_maxphysaddr_bits(cpu_info: Any, host: str) -> float | None:
     if not bits:
         return None
     if isinstance(bits, bool) or not isinstance(bits, (int, float)):
-        raise InputError(
+        raise HostStateError(
             f"host {host!r} reports cpu_info maxphysaddr bits {bits!r}, not a number",
             host=host, value=bits,
         )
@@ -210,7 +201,7 @@ def check_host(
             version_ok = True
             if hypervisor_version and req.version_conditions:
                 if hypervisor_version < 0:
-                    raise InputError(f"host {host!r} reports a negative hypervisor_version "
+                    raise HostStateError(f"host {host!r} reports a negative hypervisor_version "
                                      f"{hypervisor_version}", host=host)
                 host_version = Version(version_to_str(int(hypervisor_version)))
                 version_ok = all(_COMPARATORS[op](host_version, v)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import netaddr
 import numpy as np
 
-from berth.errors import InputError, SchedulerHintError
+from berth.errors import HostStateError, SchedulerHintError
 from berth.filters.base import BaseHostFilter, Reject
 
 if TYPE_CHECKING:
@@ -62,8 +62,8 @@ def requested_network(spec_obj: RequestSpec) -> netaddr.IPNetwork | None:
         ) from exc
 
 
-def _bad_host_ip(host: str, host_ip: Any) -> InputError:
-    return InputError(f"host {host}: host_ip {host_ip!r} is not an IP address",
+def _bad_host_ip(host: str, host_ip: Any) -> HostStateError:
+    return HostStateError(f"host {host}: host_ip {host_ip!r} is not an IP address",
                       host=host, host_ip=host_ip)
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from berth.errors import ExtraSpecError, SchedulingError
+from berth.errors import ExtraSpecError, ImagePropertyError, SchedulingError
 
 if TYPE_CHECKING:
     from berth.hardware.pci import InstancePCIRequest, PciDeviceStats
@@ -527,7 +527,11 @@ def _text(value: Any) -> str | None:
     return str(value).strip()
 
 
-def _bad(key: str, value: Any, problem: str) -> ExtraSpecError:
+def _bad(key: str, value: Any, problem: str) -> ExtraSpecError | ImagePropertyError:
+    """The error of the request's side that ``key`` names: a flavor extra spec
+    (``hw:...``, ``resources:...``, ``trait:...``) or an image property (``hw_...``)."""
+    if ":" not in key:
+        return ImagePropertyError(key, value, problem)
     return ExtraSpecError(f"{key}={value!r}: {problem}", key=key, value=value)
 
 

@@ -30,28 +30,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from berth.config import ARCHITECTURES
-from berth.errors import InputError
+from berth.errors import ImagePropertyError
 
 #: Nova's ``ImageMetaProps.NUMA_NODES_MAX``: per-node keys past this index are not read.
 NUMA_NODES_MAX = 128
 
 _TRUE_WORDS = frozenset(["1", "t", "true", "on", "y", "yes"])
-
-
-class ImagePropertyError(InputError):
-    """An image property value that does not fit its field's type.
-
-    ``key`` is the property as given (``hw_numa_cpus.1``, a legacy name such as
-    ``architecture``), ``problem`` what was expected; callers that know where the
-    properties came from (a cloud file, an API body) prefix their own path to them.
-    """
-
-    def __init__(self, key: str, value: Any, problem: str) -> None:
-        super().__init__(f"image property {key}: {problem}, got {show(value)}",
-                         key=key, value=value, problem=problem)
-        self.key = key
-        self.value = value
-        self.problem = problem
 
 
 class _Unfit(ValueError):
@@ -158,7 +142,7 @@ def version_predicate(value: Any) -> str:
     if text.strip():
         try:
             parse_version_predicate(text)
-        except InputError:
+        except ImagePropertyError:
             raise _Unfit("expected a version predicate such as '>=6.0,<7'") from None
     return text
 

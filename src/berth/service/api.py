@@ -181,8 +181,8 @@ def parse_image(value: Any, images: Mapping[str, ImageMeta]) -> ImageMeta | None
     try:
         properties = ImageMetaProps(props)
     except ImagePropertyError as exc:
-        raise InputError(f"image.properties.{exc.key}: {exc.problem}, got {show(exc.value)}",
-                         field=f"image.properties.{exc.key}") from None
+        raise ImagePropertyError(exc.key, exc.value, exc.problem,
+                                 where=f"image.properties.{exc.key}") from None
     return ImageMeta(id=value.get("id"), name=value.get("name"),
                      disk_format=value.get("disk_format"), properties=properties)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from berth.errors import InputError
+from berth.errors import HostStateError
 from berth.weighers.utils import MultiplierWeigher
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from berth.model.request import RequestSpec
 
 
-class MissingAllocationRatio(InputError):
+class MissingAllocationRatio(HostStateError):
     """A host reports no ``cpu_allocation_ratio``, so its free vCPUs cannot be computed.
 
     Nova fails with a TypeError here; real compute nodes always report a ratio.
