@@ -365,3 +365,45 @@ def test_nesting_is_bounded_up_front() -> None:
     deep = '["and", ' * (MAX_DEPTH + 1) + "true" + "]" * (MAX_DEPTH + 1)
     with pytest.raises(SchedulerHintError, match=f"nested more than {MAX_DEPTH} levels deep"):
         JsonFilter().validate_request(spec(hints={"query": deep}))
+
+
+# ------------------------------------------------- $host_ip is an address, as in Nova
+def ip_hosts():  # type: ignore[no-untyped-def]
+    return cloud(host("h1", host_ip="10.0.0.1"), host("h2", host_ip="10.0.0.2"),
+                 host("h3", host_ip=None))
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        (["=", "$host_ip", "10.0.0.1"], [False, False, False]),
+        (["in", "$host_ip", "10.0.0.1", "10.0.0.2"], [False, False, False]),
+        (["=", "$host_ip", "$host_ip"], [True, True, False]),
+        (["not", ["=", "$host_ip", "10.0.0.1"]], [True, True, True]),
+    ],
+    ids=["equal to a string matches no host, as in Nova",
+         "in a list of strings matches no host either",
+         "two addresses compare as addresses (a host without one drops both arguments)",
+         "so its negation passes every host"],
+)
+def test_host_ip_is_an_ip_address_as_in_nova(query: Any, expected: list[bool]) -> None:
+    assert evaluate(query, ip_hosts()) == expected
+
+
+def test_ordering_host_ip_against_a_string_is_an_error_that_says_why() -> None:
+    with pytest.raises(SchedulerHintError, match=r"host h1 .*\$host_ip is an IP address, as in Nova"):
+        evaluate(["<", "$host_ip", "10.0.0.5"], ip_hosts())
+
+
+def test_a_host_rejected_by_a_string_comparison_of_host_ip_is_explained() -> None:
+    req = spec(hints={"query": json.dumps(["=", "$host_ip", "10.0.0.1"])})
+    reject = JsonFilter().check(state(ip_hosts(), "h1"), req)
+    assert reject is not None
+    assert reject.numbers["note"].startswith("$host_ip is an IP address, as in Nova")
+
+
+def test_a_host_ip_that_is_no_address_is_a_host_state_error() -> None:
+    from berth.errors import HostStateError
+
+    with pytest.raises(HostStateError, match="host h1: host_ip '10.0.0' is not an IP address"):
+        evaluate(["=", "$host_ip", "$host_ip"], cloud(host("h1", host_ip="10.0.0")))

@@ -12,6 +12,14 @@ arguments; ``not`` returns a list (truthy when non-empty, so ``["and", ["not", t
 true); a top-level list result is reduced with ``any``; ``$stats.x`` is a string. A falsy
 query (``[]``, ``{}``, ``0``, ``null``) passes every host, as Nova's ``if not query`` does.
 
+``$host_ip`` is an IP address object, as in Nova (its host state's ``host_ip`` is a
+``netaddr.IPAddress``), not a string: ``["=", "$host_ip", "10.0.0.1"]`` is false on every
+host and ``in`` against strings likewise, ``<``/``>``/``<=``/``>=`` against a string raise
+(a SchedulerHintError naming the host here, saying why), and two ``$host_ip`` compare as
+addresses. An explanation of a host this rejects says why (``note``). Berth follows Nova
+rather than compare strings: the same query must pick the same hosts in both; to select
+hosts by address use SimpleCIDRAffinityFilter's hints.
+
 Where Nova raises in the middle of a request, Berth raises a
 :class:`~berth.errors.SchedulerHintError` naming the hint and value: up front (in
 ``validate_request``) for malformed JSON, several ``query`` values, a non-list query, an
@@ -38,6 +46,7 @@ import numpy as np
 
 from berth.errors import SchedulerHintError
 from berth.filters.base import BaseHostFilter, Reject
+from berth.filters.simple_cidr import host_address
 from berth.snapshot import FLOAT_COLUMNS, INT_COLUMNS
 
 if TYPE_CHECKING:
@@ -99,6 +108,9 @@ def _parse_string(string: str, host_state: HostState) -> Any:
     obj = getattr(host_state, path[0], None)
     if obj is None:
         return None
+    if path[0] == "host_ip":
+        # Nova's host state holds an IP address object, not a string (see the module).
+        obj = host_address(host_state.host, obj)
     for item in path[1:]:
         obj = obj.get(item)  # AttributeError on a non-dict, as in Nova
         if obj is None:
@@ -242,10 +254,18 @@ class CompiledQuery:
     program: Program
     paths: frozenset[str]
 
+    @property
+    def host_ip_note(self) -> str | None:
+        """Why ``$host_ip`` never equals a string literal of this query, if it has one."""
+        if "$host_ip" not in self.paths or not _string_literals(self.parsed):
+            return None
+        return HOST_IP_NOTE
+
     def _host_error(self, exc: Exception, host_state: HostState) -> SchedulerHintError:
+        why = f" ({HOST_IP_NOTE})" if "IPAddress" in str(exc) else ""
         return SchedulerHintError(
             f"scheduler hint {HINT}={self.text!r} cannot be evaluated on host "
-            f"{host_state.host} (node {host_state.nodename}): {exc}",
+            f"{host_state.host} (node {host_state.nodename}): {exc}{why}",
             hint=HINT, value=self.text, host=host_state.host, nodename=host_state.nodename,
         )
 
@@ -279,6 +299,22 @@ class CompiledQuery:
                 raise self._host_error(exc, resolve.host_state) from exc
             out[k] = bool(any(result) if isinstance(result, list) else result)
         return out
+
+
+#: Why a query comparing ``$host_ip`` with a string matches nothing, or raises.
+HOST_IP_NOTE = ("$host_ip is an IP address, as in Nova: it never equals a string and "
+                "cannot be ordered against one")
+
+
+def _string_literals(query: Any) -> bool:
+    """Whether a query has a string argument that is not a ``$path``."""
+    for arg in query[1:] if query else ():
+        if isinstance(arg, list):
+            if _string_literals(arg):
+                return True
+        elif isinstance(arg, str) and arg and not arg.startswith("$"):
+            return True
+    return False
 
 
 def _bad(text: str, problem: str) -> SchedulerHintError:
@@ -404,6 +440,9 @@ class JsonFilter(BaseHostFilter):
         compiled = self._query(spec_obj)
         if compiled is None or compiled.evaluate(host_state):
             return None
+        note = compiled.host_ip_note
+        if note is not None:
+            return Reject.of("JSON query false", query=compiled.text, note=note)
         return Reject.of("JSON query false", query=compiled.text)
 
     def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:

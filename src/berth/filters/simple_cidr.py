@@ -64,10 +64,12 @@ def requested_network(spec_obj: RequestSpec) -> netaddr.IPNetwork | None:
 
 def _bad_host_ip(host: str, host_ip: Any) -> HostStateError:
     return HostStateError(f"host {host}: host_ip {host_ip!r} is not an IP address",
-                      host=host, host_ip=host_ip)
+                          host=host, host_ip=host_ip)
 
 
-def _host_address(host: str, host_ip: str) -> netaddr.IPAddress:
+def host_address(host: str, host_ip: str) -> netaddr.IPAddress:
+    """The host's ``host_ip`` as the IP address object Nova's host state holds
+    (:class:`~berth.errors.HostStateError` naming the host when it is none)."""
     try:
         return netaddr.IPAddress(host_ip)
     except (netaddr.AddrFormatError, ValueError, TypeError) as exc:
@@ -128,7 +130,7 @@ class SimpleCIDRAffinityFilter(BaseHostFilter):
         host_ip = host_state.host_ip
         if host_ip is None:
             return Reject.of("host IP unknown", network=str(network))
-        if _host_address(host_state.host, host_ip) in network:
+        if host_address(host_state.host, host_ip) in network:
             return None
         return Reject.of("host IP outside the requested network", host_ip=host_ip,
                          network=str(network))
