@@ -1,10 +1,17 @@
 """AvailabilityZoneFilter: pass hosts in the requested availability zone.
 
-A host's zones are the ``availability_zone`` values of its aggregates; a host in no such
-aggregate is in ``[DEFAULT] default_availability_zone`` (``nova``). The requested zone may
-list several zones separated by commas ("az1,az2"): the host passes if it is in any of
-them. Removed from Nova in 28.0.0 (reference §12.8); kept for the seeds' configurations.
-Lever: the request's zone, the aggregates' ``availability_zone`` metadata.
+A host's zones are the ``availability_zone`` values of its aggregates (a value may list
+several, comma-separated: a host in "az1,az2" is in both); a host in no such aggregate is
+in ``[DEFAULT] default_availability_zone`` (``nova``). The requested zone is one zone,
+compared whole, as Nova's code does. Removed from Nova in 28.0.0 (reference §12.8); kept
+for the seeds' configurations. Lever: the request's zone, the aggregates'
+``availability_zone`` metadata.
+
+Seed 000 says a request may name several zones with a comma and match any of them; Nova's
+filter never split the request (its API refuses such a zone name anyway, and the
+placement pre-filter ``map_az_to_placement_aggregate`` looks for an aggregate whose zone
+is the whole string). Berth follows the code, so that the filter and the pre-filter
+agree; a rejection of a request whose zone has a comma says so (``note``).
 """
 
 from __future__ import annotations
@@ -25,11 +32,8 @@ if TYPE_CHECKING:
 AZ_KEY = "availability_zone"
 
 
-def requested_zones(availability_zone: str) -> list[str]:
-    """The zones of a request: comma-separated, each stripped; the raw string if no piece
-    is left (so ``","`` is compared as is)."""
-    zones = [z.strip() for z in availability_zone.split(",") if z.strip()]
-    return zones or [availability_zone]
+#: Why a requested zone with a comma matches no host (see the module docstring).
+COMMA_NOTE = "a request names one zone: Nova does not split a requested 'az1,az2'"
 
 
 def host_zones(aggregates: Iterable[Aggregate], default_zone: str) -> set[str]:
@@ -41,7 +45,7 @@ def host_zones(aggregates: Iterable[Aggregate], default_zone: str) -> set[str]:
 
 
 class AvailabilityZoneFilter(BaseHostFilter):
-    """Pass hosts in the requested availability zone (any of a comma-separated list)."""
+    """Pass hosts in the requested availability zone (one zone, compared whole)."""
 
     run_filter_once_per_request: ClassVar[bool] = True
 
@@ -51,8 +55,11 @@ class AvailabilityZoneFilter(BaseHostFilter):
         if not requested:
             return None
         zones = host_zones(host_state.aggregates, self.config.default_availability_zone)
-        if any(z in zones for z in requested_zones(requested)):
+        if requested in zones:
             return None
+        if "," in requested:
+            return Reject.of("not in availability zone", requested=requested,
+                             host_zones=",".join(sorted(zones)), note=COMMA_NOTE)
         return Reject.of("not in availability zone", requested=requested,
                          host_zones=",".join(sorted(zones)))
 
@@ -61,14 +68,12 @@ class AvailabilityZoneFilter(BaseHostFilter):
         requested = spec_obj.availability_zone
         if not requested:
             return np.ones(len(hosts), dtype=bool)
-        wanted = requested_zones(requested)
         default = self.config.default_availability_zone
         unique, inverse = hosts.signatures("aggregates")
         snapshot = hosts.snapshot
         verdicts = np.array(
             [
-                any(z in host_zones(snapshot.aggregates_of_signature(int(c)), default)
-                    for z in wanted)
+                requested in host_zones(snapshot.aggregates_of_signature(int(c)), default)
                 for c in unique.tolist()
             ],
             dtype=bool,
