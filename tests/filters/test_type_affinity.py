@@ -90,6 +90,18 @@ def test_type_affinity(type_ids: list, flavor_id: int, expected: bool) -> None: 
     assert passes_bulk(f, snap, req) == [expected]
 
 
+def test_type_affinity_follows_novas_code_not_seed_001s_sentence() -> None:
+    # Seed 001: "only passes hosts that are not already running an instance of the
+    # requested type". Nova's code, which Berth follows, does the opposite.
+    running = cloud(host("same", instances={"a": Instance(uuid="a", instance_type_id=1)}),
+                    host("other", instances={"b": Instance(uuid="b", instance_type_id=2)}))
+    req = spec(flavor_id=1)
+    assert passes_per_host(TypeAffinityFilter(), running, req) == [True, False]
+    import berth.filters.type_affinity as module
+
+    assert module.__doc__ is not None and "For readers of seed 001" in module.__doc__
+
+
 def test_type_affinity_reason_lists_the_other_flavors() -> None:
     instances = {"a": Instance(uuid="a", instance_type_id=2), "b": Instance(uuid="b", instance_type_id=1)}
     snap = cloud(host("h1", instances=instances))

@@ -7,6 +7,11 @@ no such metadata accepts every flavor. Lever: the aggregate's ``instance_type`` 
 TypeAffinityFilter (removed in Nova 17): a host accepts the request only if every instance
 already on it has the requested flavor (``instance_type_id == flavor.id``); an empty host
 accepts any flavor. It reads no option.
+
+For readers of seed 001: its list says TypeAffinityFilter "only passes hosts that are not
+already running an instance of the requested type", the opposite of the rule above.
+Berth follows Nova's code (and the filter's name: instances of one type keep together),
+which always behaved as above; the seed's sentence describes no Nova release.
 """
 
 from __future__ import annotations
