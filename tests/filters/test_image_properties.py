@@ -239,3 +239,13 @@ def test_the_bulk_error_names_the_first_host_in_order_as_the_per_host_path_does(
         errors.append(str(caught.value))
     assert errors[0] == errors[1]
     assert f"'h{order[1] + 1 if order[0] == 0 else order[0] + 1}'" in errors[0]
+
+
+def test_maxphysaddr_bits_are_compared_where_nova_would_raise_a_documented_deviation() -> None:
+    # Nova 34 calls .get on the cpu_info JSON string and raises AttributeError at the first
+    # host whose triple matches; Berth decodes cpu_info and compares the bits
+    # (docs/architecture.md, "Deliberate deviations from Nova").
+    snap = cloud(host("wide", cpu_info='{"maxphysaddr": {"bits": 46}}'),
+                 host("narrow", cpu_info='{"maxphysaddr": {"bits": 39}}'))
+    req = spec(image_props={"hw_architecture": "x86_64", "hw_maxphysaddr_bits": 42})
+    assert both_paths(ImagePropertiesFilter(), snap, req) == [True, False]
