@@ -125,3 +125,53 @@ def test_seed_001s_flag_file_ranks_by_cost_and_explains_costs(capsys, caplog, tm
     costs = [float(line.split()[1]) for line in out.splitlines()[out.splitlines().index(header) + 2:]
              if line.startswith("    ") and not line.startswith("     ")]
     assert costs and costs == sorted(costs) and costs[0] < 0  # -free RAM: spreading
+
+
+MISTYPED_CLOUD = """
+hosts:
+  - {host: h1, vcpus: 8, memory_mb: 8192, local_gb: 100, stats: {gpus: "24"}}
+flavors:
+  - {name: glued, vcpus: 1, memory_mb: 512, extra_specs: {"capabilities:stats:gpus": ">=24"}}
+  - {name: typo, vcpus: 1, memory_mb: 512, extra_specs: {"hw:cpu_polcy": "dedicated"}}
+  - {name: fine, vcpus: 1, memory_mb: 512, extra_specs: {"capabilities:stats:gpus": ">= 24"}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "warned"),
+    [(">=24", "looks like the operator '>='"), ("> 30", "'>' is not an operator"),
+     ("<or> a<or> b", "'<or>' without a space"), (">= 24", None), ("x86_64", None)],
+    ids=["an operator glued to its operand", "'>' that is no operator",
+         "an <or> glued to a candidate", "a well-spaced operator", "a plain value"],
+)
+def test_flavor_check_warns_about_values_that_only_look_like_operators(capsys, value, warned):
+    code, out, _ = run(capsys, "flavor", "check", "--extra-spec", f"capabilities:cpu_info:x={value}")
+    assert code == 0  # valid: Nova compares such a value as a string
+    if warned:
+        assert out.startswith(f"warning: capabilities:cpu_info:x={value!r}: ") and warned in out
+        assert out.rstrip().endswith("1 warning(s)")
+    else:
+        assert "warning" not in out
+
+
+def test_schedule_explain_warns_about_a_glued_operator_and_compares_it_as_nova(capsys, tmp_path):
+    path = tmp_path / "cloud.yaml"
+    path.write_text(MISTYPED_CLOUD)
+    code, out, err = run(capsys, "schedule", str(path), "--flavor", "glued", "--now", NOW,
+                         "--explain")
+    # '>=24' is the string '>=24', which the host's '24' is not: no host, as in Nova.
+    assert code == 4 and err.startswith("error: No valid host was found.")
+    assert "warning: extra spec capabilities:stats:gpus='>=24': looks like the operator '>='" in out
+    code, out, _ = run(capsys, "schedule", str(path), "--flavor", "fine", "--now", NOW, "--explain")
+    assert code == 0 and "warning" not in out
+
+
+def test_cloud_check_and_schedule_enforce_the_registered_validators(capsys, tmp_path):
+    path = tmp_path / "cloud.yaml"
+    path.write_text(MISTYPED_CLOUD)
+    code, out, _ = run(capsys, "cloud", "check", str(path))
+    assert code == 3
+    assert "error: flavor 'typo': hw:cpu_polcy: not a known extra spec in namespace 'hw'" in out
+    assert "warning: flavor 'glued': extra spec capabilities:stats:gpus='>=24'" in out
+    code, _, err = run(capsys, "schedule", str(path), "--flavor", "typo", "--now", NOW)
+    assert code == 3 and err.startswith("error: flavor 'typo': hw:cpu_polcy: not a known")

@@ -126,3 +126,20 @@ def test_the_plugins_extra_spec_validators_are_registered_by_entry_point(install
     assert check_flavor({"acme:foo": "bar"}) == []
     problems = check_flavor({"acme:foo": "qux"})
     assert len(problems) == 1 and "acme:foo" in problems[0]
+
+
+def test_cloud_check_and_schedule_enforce_the_plugins_validator_too(installed_acme, tmp_path, capsys):
+    from berth.cli import main
+    from berth.extra_specs.validators import default_registry
+
+    default_registry.cache_clear()  # plugins are read once per process; this one came later
+    path = tmp_path / "cloud.yaml"
+    path.write_text("hosts:\n  - {host: h1, vcpus: 8, memory_mb: 8192, local_gb: 100}\n"
+                    "flavors:\n"
+                    "  - {name: good, vcpus: 1, memory_mb: 512, extra_specs: {'acme:foo': bar}}\n"
+                    "  - {name: bad, vcpus: 1, memory_mb: 512, extra_specs: {'acme:foo': qux}}\n")
+    assert main(["cloud", "check", str(path)]) == 3
+    assert "error: flavor 'bad': acme:foo='qux': must be one of bar, baz" in capsys.readouterr().out
+    assert main(["schedule", str(path), "--flavor", "bad", "--now", "1800000000"]) == 3
+    assert "error: flavor 'bad': acme:foo='qux'" in capsys.readouterr().err
+    assert main(["schedule", str(path), "--flavor", "good", "--now", "1800000000"]) == 0

@@ -26,6 +26,7 @@ from berth.errors import (
     BerthError,
     CloudFileError,
     ConfigError,
+    ExtraSpecError,
     InputError,
     NoValidHost,
     exit_code_for,
@@ -62,8 +63,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     scheduler = Scheduler(config)
     now = time.time() if args.now is None else args.now
     cloud = load_cloud(args.cloud, config, now=now)
+    flavor = cloud.flavor(args.flavor)
+    warnings = _checked_extra_specs(args.flavor, flavor.extra_specs)
     spec = RequestSpec(
-        flavor=cloud.flavor(args.flavor),
+        flavor=flavor,
         image=cloud.image(args.image) if args.image else None,
         scheduler_hints=_hints(args.hint) or None,
         instance_group=cloud.server_group(args.group) if args.group else None,
@@ -88,20 +91,44 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     except NoValidHost as exc:
         if args.json:
             print(json.dumps({"error": {"code": exc.code, "message": exc.message},
-                              "diagnosis": exc.diagnosis.to_dict() if exc.diagnosis else None}, indent=2))
+                              "diagnosis": exc.diagnosis.to_dict() if exc.diagnosis else None,
+                              **({"warnings": warnings} if args.explain else {})}, indent=2))
         else:
             print(f"error: {exc.message}", file=sys.stderr)
             if exc.diagnosis is not None:
+                _print_warnings(warnings)
                 _print_diagnosis(exc.diagnosis, verbose=args.verbose)
         return exit_code_for(exc)
     if args.json:
-        print(json.dumps(decision.to_dict(), indent=2, default=str))
+        answer = decision.to_dict()
+        if args.explain:
+            answer["warnings"] = warnings
+        print(json.dumps(answer, indent=2, default=str))
         return 0
     _print_decision(decision)
     if decision.diagnosis is not None:
         print()
+        _print_warnings(warnings)
         _print_diagnosis(decision.diagnosis, verbose=args.verbose)
     return 0
+
+
+def _checked_extra_specs(flavor: str, extra_specs: Any) -> list[str]:
+    """Enforce the registered extra-spec validators (built-ins and plugins') on a flavor,
+    as Nova's API does before a flavor is used: ExtraSpecError naming the flavor and every
+    problem. Returns the warnings (valid values that are probably mistyped)."""
+    from berth.extra_specs.validators import check_flavor, flavor_warnings
+
+    problems = check_flavor(extra_specs)
+    if problems:
+        raise ExtraSpecError(f"flavor {flavor!r}: " + "; ".join(problems), flavor=flavor,
+                             problems=problems)
+    return flavor_warnings(extra_specs)
+
+
+def _print_warnings(warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        print(f"warning: extra spec {warning}")
 
 
 def prepare_request(spec: Any, config: Any) -> None:
@@ -135,8 +162,19 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "") -> None:
 def cmd_cloud_check(args: argparse.Namespace) -> int:
     """Validate a cloud file and summarize it."""
     from berth.cloudfile import load_cloud
+    from berth.extra_specs.validators import check_flavor, flavor_warnings
 
     cloud = load_cloud(args.cloud, _load_config(args.config_file), now=time.time())
+    # The registered validators (built-ins and installed plugins'), on every flavor.
+    problems = [f"flavor {name!r}: {problem}" for name, flavor in cloud.flavors.items()
+                for problem in check_flavor(flavor.extra_specs)]
+    for name, flavor in cloud.flavors.items():
+        for warning in flavor_warnings(flavor.extra_specs):
+            print(f"warning: flavor {name!r}: extra spec {warning}")
+    for problem in problems:
+        print(f"error: {problem}")
+    if problems:
+        return exit_code_for(ExtraSpecError(""))
     snap = cloud.snapshot
     print(f"{args.cloud}: ok: {len(snap)} compute nodes, {len(cloud.cells)} cells, "
           f"{len(snap.aggregates)} aggregates, {len(cloud.flavors)} flavors, "
@@ -191,8 +229,9 @@ def cmd_weighers_list(args: argparse.Namespace) -> int:
 
 
 def cmd_flavor_check(args: argparse.Namespace) -> int:
-    """Validate a flavor's extra specs against the registered validators."""
-    from berth.extra_specs.validators import check_flavor
+    """Validate a flavor's extra specs against the registered validators; warn about
+    values that look like an operator the grammar does not see (``>=24``)."""
+    from berth.extra_specs.validators import check_flavor, flavor_warnings
 
     if args.cloud:
         if not args.flavor:
@@ -208,11 +247,15 @@ def cmd_flavor_check(args: argparse.Namespace) -> int:
                 raise InputError(f"--extra-spec {pair!r}: expected key=value")
             specs[key] = value
     problems = check_flavor(specs)
+    warnings = flavor_warnings(specs)
+    for warning in warnings:
+        print(f"warning: {warning}")
     for problem in problems:
         print(f"error: {problem}")
     if problems:
         return exit_code_for(InputError(""))
-    print(f"ok: {len(specs)} extra spec(s) valid")
+    print(f"ok: {len(specs)} extra spec(s) valid"
+          + (f", {len(warnings)} warning(s)" if warnings else ""))
     return 0
 
 

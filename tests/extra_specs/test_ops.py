@@ -188,3 +188,12 @@ def test_the_vectorized_numeric_match_agrees_with_matching_each_value(
     req = compile_requirement(f"{op} {operand}")
     expected = [req.match(repr(v)) for v in values]
     assert req.match_numbers(np.array(values, dtype=float)).tolist() == expected
+
+
+def test_an_operator_glued_to_its_operand_is_a_plain_string_as_in_nova() -> None:
+    from berth.extra_specs.ops import operator_lookalike
+
+    assert not match("24", ">=24") and not match("30", "> 30")
+    assert match(">=24", ">=24")  # exact equality with the whole value
+    assert operator_lookalike(">=24") is not None and operator_lookalike(">= 24") is None
+    assert operator_lookalike("> 30") is not None and operator_lookalike("s>= 2") is None

@@ -197,6 +197,44 @@ def _compile(req: str) -> Requirement:
                        _fn=lambda value: all(w in value for w in all_words))
 
 
+#: Operator words longest first, for finding one glued to its operand (``>=24``).
+_BY_LENGTH = sorted(OPERATORS, key=len, reverse=True)
+
+
+def operator_lookalike(req: str) -> str | None:
+    """Why ``req`` reads like an operator expression that Nova's grammar does not see,
+    or None. Such a value is compared as a plain string (exact equality with the whole
+    value), as Nova does; tools warn about it (``berth flavor check``, ``--explain``).
+
+    Three shapes: an operator glued to its operand (``>=24``, ``s==2.1.0``,
+    ``<in>gcc``), ``<`` or ``>`` (not operators of the grammar: ``> 30``), and an
+    ``<or>`` glued to a candidate (``<or> a<or> b``).
+    """
+    words = req.split()
+    if not words:
+        return None
+    first = words[0]
+    if first == "<or>":
+        glued = next((w for w in words[1:] if "<or>" in w and w != "<or>"), None)
+        if glued is not None:
+            return (f"{glued!r} has '<or>' without a space, so it is one candidate word "
+                    "and the words after it shift; separate every '<or>' with spaces")
+        return None
+    if first in OPERATORS:
+        return None
+    glued_op = next((op for op in _BY_LENGTH if first.startswith(op)), None)
+    if glued_op is not None:
+        spaced = f"{glued_op} {req.strip()[len(glued_op):].strip()}"
+        return (f"looks like the operator {glued_op!r} without a space after it: it is "
+                f"compared as the string {req!r}, as Nova does; write {spaced!r} to compare "
+                "with the operator")
+    if first[0] in "<>":
+        return (f"{first[0]!r} is not an operator of the grammar (use '{first[0]}=' for "
+                f"numbers, 's{first[0]}' for strings): {req!r} is compared as a string, as "
+                "Nova does")
+    return None
+
+
 def _never(value: str) -> bool:
     return False
 

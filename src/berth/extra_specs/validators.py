@@ -35,7 +35,7 @@ import os_resource_classes
 import os_traits
 
 from berth.errors import ConfigError
-from berth.extra_specs.ops import compile_requirement
+from berth.extra_specs.ops import compile_requirement, operator_lookalike
 
 LOG = logging.getLogger(__name__)
 
@@ -526,6 +526,25 @@ class ValidatorRegistry:
             return f" (expected {described})"
         return ""
 
+    def uses_grammar(self, key: str) -> bool:
+        """True when filters match ``key``'s value with the operator grammar: keys
+        without a namespace, and validators declaring ``grammar``."""
+        if ":" not in key:
+            return True
+        validator = self.find(key)
+        return validator is not None and bool(validator.value.get("grammar"))
+
+    def warnings(self, extra_specs: Mapping[str, Any]) -> list[str]:
+        """Values that are valid but probably not what was meant: an operator the
+        grammar does not see (``>=24``), so the value is compared as a string."""
+        found: list[str] = []
+        for key, value in extra_specs.items():
+            if isinstance(key, str) and isinstance(value, str) and self.uses_grammar(key):
+                problem = operator_lookalike(value)
+                if problem is not None:
+                    found.append(f"{key}={value!r}: {problem}")
+        return found
+
     def check_flavor(self, extra_specs: Mapping[str, Any]) -> list[str]:
         """One problem per bad key or value, in key order."""
         problems: list[str] = []
@@ -549,3 +568,11 @@ def check_flavor(
     :func:`default_registry` (built-ins and installed plugins).
     """
     return (registry or default_registry()).check_flavor(extra_specs)
+
+
+def flavor_warnings(
+    extra_specs: Mapping[str, Any], registry: ValidatorRegistry | None = None
+) -> list[str]:
+    """Warnings about a flavor's extra specs that are valid but likely mistyped
+    (:meth:`ValidatorRegistry.warnings`)."""
+    return (registry or default_registry()).warnings(extra_specs)
