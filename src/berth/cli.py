@@ -160,7 +160,8 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "") -> None:
 
 # ----------------------------------------------------------------------------- checks
 def cmd_cloud_check(args: argparse.Namespace) -> int:
-    """Validate a cloud file and summarize it."""
+    """Validate a cloud file (every flavor's extra specs against the registered
+    validators too) and summarize it."""
     from berth.cloudfile import load_cloud
     from berth.extra_specs.validators import check_flavor, flavor_warnings
 
