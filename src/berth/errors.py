@@ -16,16 +16,19 @@ classes in one place (:data:`EXIT_CODES`, used by :mod:`berth.cli`).
     │   ├── ImagePropertyError               berth.input.image_property
     │   └── HostStateError                   berth.input.host_state
     │       └── MissingAllocationRatio       berth.input.host_allocation_ratio
-    └── SchedulingError                      berth.scheduling
-        ├── NoValidHost                      berth.scheduling.no_valid_host
-        ├── UnsupportedPolicy                berth.scheduling.unsupported_policy
-        ├── MaxRetriesExceeded               berth.scheduling.max_retries_exceeded
-        ├── RequestFilterFailed              berth.scheduling.request_filter
-        ├── ComputeHostMetricNotFound        berth.scheduling.metric_not_found
-        ├── PciRequestFailed                 berth.scheduling.pci_request
-        └── NUMAUsageError                   berth.scheduling.numa_usage
+    ├── SchedulingError                      berth.scheduling
+    │   ├── NoValidHost                      berth.scheduling.no_valid_host
+    │   ├── UnsupportedPolicy                berth.scheduling.unsupported_policy
+    │   ├── MaxRetriesExceeded               berth.scheduling.max_retries_exceeded
+    │   ├── RequestFilterFailed              berth.scheduling.request_filter
+    │   ├── ComputeHostMetricNotFound        berth.scheduling.metric_not_found
+    │   ├── PciRequestFailed                 berth.scheduling.pci_request
+    │   └── NUMAUsageError                   berth.scheduling.numa_usage
+    ├── InstanceExists                       berth.conflict.instance_exists
+    └── ServiceUnavailable                   berth.unavailable
 
-(The classes of the last groups live beside their rule: ``berth.weighers.least_cost``,
+(MissingAllocationRatio and the scheduling errors from RequestFilterFailed to
+NUMAUsageError live beside their rule: ``berth.weighers.least_cost``,
 ``berth.weighers.cpu``, ``berth.weighers.metrics``, ``berth.request_filters``,
 ``berth.hardware``.)
 
@@ -163,6 +166,22 @@ class MaxRetriesExceeded(SchedulingError):
     code = "berth.scheduling.max_retries_exceeded"
 
 
+class InstanceExists(BerthError):
+    """An instance uuid that was issued before; uuids are never re-used."""
+
+    code = "berth.conflict.instance_exists"
+
+
+class ServiceUnavailable(BerthError):
+    """The shared database is unreachable or locked past its timeout, and the operation
+    could not be retried safely: the caller should try again later (HTTP 503)."""
+
+    code = "berth.unavailable"
+
+    #: Seconds a client is asked to wait before retrying (``Retry-After``).
+    retry_after = 2
+
+
 #: CLI exit status per error class; the most specific class wins.
 EXIT_CODES: dict[type[BerthError], int] = {
     BerthError: 1,
@@ -178,6 +197,8 @@ EXIT_CODES: dict[type[BerthError], int] = {
     NoValidHost: 4,
     UnsupportedPolicy: 5,
     MaxRetriesExceeded: 6,
+    InstanceExists: 1,
+    ServiceUnavailable: 7,
 }
 
 

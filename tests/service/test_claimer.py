@@ -60,19 +60,14 @@ def test_a_capacity_refusal_is_false_without_retry() -> None:
     assert len(client.puts) == 1 and claimer.stats.refusals == 1
 
 
-def test_an_existing_consumer_is_read_merged_and_sent_with_its_generation() -> None:
+def test_an_existing_consumer_is_refused_never_merged() -> None:
+    # The consumer belongs to another instance: placement's consumer-generation conflict
+    # on a new-consumer PUT is a refusal; nothing is read, merged or sent again.
     client = FakeClient([CONSUMER, None], held={"old": {"VCPU": 2}})
     claimer = PlacementClaimer(client)  # type: ignore[arg-type]
-    assert claimer.claim("c", REQ, SPEC, "1.36")
-    assert client.puts[-1] == ({"old": {"VCPU": 2}, "rp": {"VCPU": 1}}, 3)
-    assert claimer.stats.conflict_retries == 0
-
-
-def test_a_consumer_changing_under_the_claim_is_a_refusal() -> None:
-    client = FakeClient([CONSUMER, CONSUMER], held={"old": {"VCPU": 2}})
-    claimer = PlacementClaimer(client)  # type: ignore[arg-type]
     assert not claimer.claim("c", REQ, SPEC, "1.36")
-    assert claimer.stats.consumer_conflicts == 1
+    assert client.puts == [({"rp": {"VCPU": 1}}, None)]
+    assert claimer.stats.consumer_conflicts == 1 and claimer.stats.conflict_retries == 0
 
 
 def test_an_unreachable_placement_is_a_failed_claim() -> None:

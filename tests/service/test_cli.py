@@ -117,7 +117,7 @@ def test_a_seeded_host_reports_what_the_cloud_file_says(stack: Stack, tmp_path: 
     assert served.interned_value("stats", served.row_of("b1"))["rack"] == "r7"
     (group,) = stack.groups.find("web")
     assert group.policy == "anti-affinity"
-    assert stack.groups.resolve("web", served).hosts == ["b1"]
+    assert stack.groups.resolve("web").hosts == ["b1"]
 
 
 SAME_DECISION_CLOUD = """

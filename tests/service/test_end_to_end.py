@@ -59,13 +59,14 @@ def test_a_request_claims_the_best_host_and_returns_alternates_with_their_reques
 
 
 def test_the_service_names_the_instances_from_its_seed_and_claims_for_them(stack: Stack) -> None:
-    import random
-
     from berth.model.request import new_instance_uuids
+    from berth.service.builds import instance_uuid_rng
 
     stack.register_hosts(_hosts(2))
     decision = stack.scheduler(seed=1).select_destinations(_spec(num_instances=2))
-    assert decision.instance_uuids == new_instance_uuids(random.Random(1), 2)
+    # From the seed and this process's start number on the database.
+    rng = instance_uuid_rng(1, stack.builds.start)
+    assert decision.instance_uuids == new_instance_uuids(rng, 2)
     for uuid in decision.instance_uuids:
         assert stack.client.get_allocations(uuid).allocations
 
@@ -187,16 +188,19 @@ def test_availability_zone_goes_through_placement_aggregates(stack: Stack) -> No
     assert decision.selections[0][0].availability_zone == "az2"
 
 
-def test_a_claim_for_an_existing_consumer_merges_its_allocations(stack: Stack) -> None:
+def test_a_claim_for_an_existing_consumer_is_refused_and_leaves_its_allocations(
+        stack: Stack) -> None:
     agents = stack.register_hosts(_hosts(2))
     claimer = stack.scheduler().claimer
     consumer = "0b8f9c3e-0000-4000-8000-00000000abcd"
     a, b = agents[0].uuid, agents[1].uuid
     assert claimer.claim(consumer, {"allocations": {a: {"resources": {"VCPU": 1}}}}, _spec(), "1.36")
-    # A move: the new host's request is merged with what the consumer holds.
-    assert claimer.claim(consumer, {"allocations": {b: {"resources": {"VCPU": 2}}}}, _spec(), "1.36")
-    assert stack.client.get_allocations(consumer).allocations == {a: {"VCPU": 1}, b: {"VCPU": 2}}
-    assert claimer.stats.conflict_retries == 0 and claimer.stats.successes == 2
+    # Another instance's claim for the same uuid: placement's consumer-generation check
+    # on a new consumer refuses it; the first instance's allocation is untouched.
+    assert not claimer.claim(consumer, {"allocations": {b: {"resources": {"VCPU": 2}}}}, _spec(),
+                             "1.36")
+    assert stack.client.get_allocations(consumer).allocations == {a: {"VCPU": 1}}
+    assert claimer.stats.consumer_conflicts == 1 and claimer.stats.successes == 1
     claimer.rollback([consumer])
     assert stack.client.get_allocations(consumer).allocations == {}
 

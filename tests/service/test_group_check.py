@@ -58,16 +58,27 @@ def grouped(template_db: Path, tmp_path: Path) -> Iterator[Stack]:
 
 class Boot:
     """One boot into the group, done in the conductor's steps so that several boots can
-    be interleaved: join the group, schedule, build (as ``schedule_and_build`` does)."""
+    be interleaved (as ``schedule_and_build`` does them): resolve the group, record the
+    build, join the group; schedule (on first need); build.
+
+    Boots made together resolve the group before any of them is scheduled, as two API
+    processes do when their requests arrive together: none sees the others' claims."""
 
     def __init__(self, stack: Stack, conductor: Conductor) -> None:
         service = conductor.scheduler
         self.conductor = conductor
         self.spec = RequestSpec(flavor=TINY, num_instances=1,
-                                instance_group=stack.groups.resolve(GROUP_UUID, service.refresh()))
+                                instance_group=stack.groups.resolve(GROUP_UUID))
         (self.uuid,) = service.new_instance_uuids(1)
+        stack.builds.begin([self.uuid], "req-test", GROUP_UUID)
         stack.groups.add_members(GROUP_UUID, [self.uuid])
-        self.decision: Decision = conductor.select_destinations(self.spec, [self.uuid])
+        self._decision: Decision | None = None
+
+    @property
+    def decision(self) -> Decision:
+        if self._decision is None:
+            self._decision = self.conductor.select_destinations(self.spec, [self.uuid])
+        return self._decision
 
     @property
     def chosen(self) -> str:
@@ -156,6 +167,7 @@ def test_the_workaround_option_turns_the_check_off(template_db: Path, tmp_path: 
         _group(st, "anti-affinity")
         conductor = st.conductor(st.scheduler(seed=1))
         first, second = Boot(st, conductor), Boot(st, conductor)
+        assert first.chosen == second.chosen
         assert [b.build().built[0].host for b in (first, second)] == [first.chosen] * 2
         assert _members_by_host(st) == {first.chosen: 2}  # what Nova lets happen too
     finally:
@@ -195,7 +207,7 @@ def test_the_instances_a_boot_did_not_build_leave_the_group(grouped: Stack) -> N
     failing = grouped.conductor(service, FakeDriver(fail_hosts={"h0", "h1", "h2"},
                                                     agents=grouped.agents))
     spec = RequestSpec(flavor=TINY, num_instances=2,
-                       instance_group=grouped.groups.resolve(GROUP_UUID, service.refresh()))
+                       instance_group=grouped.groups.resolve(GROUP_UUID))
     with pytest.raises(MaxRetriesExceeded):
         failing.build_instances(spec)
     group = grouped.groups.get(GROUP_UUID)

@@ -1,4 +1,5 @@
-"""Server groups are stored, resolved by uuid or name with their members' hosts, and
+"""Server groups are stored, resolved by uuid or name with the hosts their members are
+claimed on, and
 grow by the instances booted into them."""
 
 from __future__ import annotations
@@ -7,33 +8,37 @@ import pytest
 
 from berth.errors import InputError
 from berth.model.request import Flavor, InstanceGroup
-from berth.service.compute import SnapshotFeed
 from berth.service.stack import Stack
 
 from .builders import node
 
 GROUP_UUID = "aaaaaaaa-0000-4000-8000-000000000001"
 MEMBER = "00000000-0000-4000-8000-00000000000a"
+OTHER = "00000000-0000-4000-8000-00000000000b"
 
 
-def test_a_group_resolves_by_uuid_or_name_with_the_hosts_its_members_run_on(
+def test_a_group_resolves_by_uuid_or_name_with_the_hosts_its_members_are_claimed_on(
         stack: Stack) -> None:
-    h1, _ = stack.register_hosts([node("h1"), node("h2")])
-    h1.spawn(MEMBER, Flavor(name="t", vcpus=1, memory_mb=512), "p")
+    h1, h2 = stack.register_hosts([node("h1"), node("h2")])
+    stack.client.put_allocations(MEMBER, {h1.uuid: {"VCPU": 1, "MEMORY_MB": 512}},
+                                 project_id="p", user_id="u", consumer_generation=None)
+    # A host's report does not place a member; its claim does (h2 reports one with none).
+    h2.spawn(OTHER, Flavor(name="t", vcpus=1, memory_mb=512), "p")
     stack.groups.put(InstanceGroup(policy="anti-affinity", uuid=GROUP_UUID, name="web",
-                                   members=[MEMBER]))
-    snapshot = SnapshotFeed(stack.records).refresh()
+                                   members=[MEMBER, OTHER]))
     for ref in (GROUP_UUID, "web"):
-        group = stack.groups.resolve(ref, snapshot)
-        assert group.policy == "anti-affinity" and group.members == [MEMBER]
+        group = stack.groups.resolve(ref)
+        assert group.policy == "anti-affinity" and group.members == [MEMBER, OTHER]
         assert group.hosts == ["h1"]
+    stack.client.delete_allocations(MEMBER)
+    assert stack.groups.resolve("web").hosts == []
 
 
 def test_an_unknown_group_is_an_input_error_naming_the_hint(stack: Stack) -> None:
     stack.groups.put(InstanceGroup(policy="affinity", uuid=GROUP_UUID, name="db"))
     with pytest.raises(InputError, match=r"hints.group: no server group named or with uuid "
                                          r"'nope' \(known: db\)"):
-        stack.groups.resolve("nope", SnapshotFeed(stack.records).refresh())
+        stack.groups.resolve("nope")
 
 
 def test_a_name_two_groups_share_asks_for_the_uuid(stack: Stack) -> None:
@@ -41,7 +46,7 @@ def test_a_name_two_groups_share_asks_for_the_uuid(stack: Stack) -> None:
         stack.groups.put(InstanceGroup(policy="affinity", uuid=f"{GROUP_UUID[:-1]}{i}",
                                        name="twin"))
     with pytest.raises(InputError, match="2 server groups are named 'twin'; give the uuid"):
-        stack.groups.resolve("twin", SnapshotFeed(stack.records).refresh())
+        stack.groups.resolve("twin")
 
 
 def test_members_are_added_once_and_survive_a_new_definition_of_the_group(

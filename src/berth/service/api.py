@@ -27,7 +27,8 @@ an image object has only ``id``, ``name``, ``disk_format`` (strings) and
 ``same_host``/``different_host`` hold instance uuids, as Nova's API schema requires.
 ``hints.group`` names a server group by uuid (as in Nova) or by name (Berth's
 convenience; an ambiguous name is a 400 asking for the uuid): the request gets the
-group as ``instance_group`` with the hosts its members run on now. The instances join
+group as ``instance_group`` with the hosts its members are claimed on now (in the
+shared database, so across every API and scheduler process). The instances join
 its members before they are scheduled (as in Nova, so a concurrent boot's late group
 check counts them once they run), and those not built leave it again. An unknown group
 is a 400 naming ``hints.group``.
@@ -334,11 +335,12 @@ class SchedulerApp:
         return answer
 
     def _group(self, ref: str) -> Any:
-        """The server group ``hints.group`` names, with its members' current hosts."""
+        """The server group ``hints.group`` names, with the hosts its members are
+        claimed on now."""
         if self.groups is None:
             raise InputError(f"hints.group: this server keeps no server groups, so "
                              f"{ref!r} names none", field="hints.group")
-        return self.groups.resolve(ref, self.service.refresh())
+        return self.groups.resolve(ref)
 
     def _refusal_diagnosis(self) -> Diagnosis:
         """The explanation of a NoValidHost raised before any filter ran (a request

@@ -50,6 +50,7 @@ from berth.errors import CloudFileError, InputError
 from berth.filters.compute import effective_service_down_time
 from berth.model.request import MAX_INSTANCES_PER_REQUEST, Flavor
 from berth.placement.client import NotFoundError, PlacementAPIError
+from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT
 
 if TYPE_CHECKING:
     from berth.explain import Diagnosis
@@ -83,7 +84,23 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--fail-first", action="append", default=[], type=host_count,
                    metavar="HOST=N", help="the fake driver fails the first N builds on HOST "
                                           "(repeatable)")
+    p.add_argument("--build-delay", type=seconds, default=0.0, metavar="SECONDS",
+                   help="the fake driver takes this long per build (builds in flight, for "
+                        "crash tests and demos)")
+    p.add_argument("--build-timeout", type=positive_seconds, default=DEFAULT_BUILD_TIMEOUT,
+                   metavar="SECONDS",
+                   help="a build not updated for this long was abandoned by a crashed "
+                        "process: its claims and group membership are released "
+                        f"(default {DEFAULT_BUILD_TIMEOUT:g})")
+    p.add_argument("--reconcile-interval", type=positive_seconds, default=None,
+                   metavar="SECONDS",
+                   help="seconds between heartbeats and reconciliation rounds (default "
+                        "the smaller of 10 and a quarter of --build-timeout)")
     p.set_defaults(func=cmd_serve)
+
+    from berth.service.audit import add_command as add_audit
+
+    add_audit(subparsers, DEFAULT_DB, positive_seconds)
 
     b = subparsers.add_parser("boot", help="ask a running 'berth serve' to place instances")
     b.add_argument("--flavor", required=True, help="flavor name, or VCPUS,RAM_MB,DISK_GB")
@@ -117,6 +134,25 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds > 0."""
+    value = seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
     return value
 
 
@@ -358,6 +394,9 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
     flavors_by_id = {f.id: f for f in cloud.flavors.values()}
     config = stack.config
     down_time = effective_service_down_time(config.service_down_time, config.report_interval)
+    # The file's instances (and the usage holders beyond them) exist without a build by
+    # Berth: recorded as active builds, so the audit does not take them for orphans.
+    existing: dict[str, str | None] = {}
     for row, agent in enumerate(agents):
         service = snap.obj("service")[row]
         if service is not None and service.disabled:
@@ -370,6 +409,7 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
             flavor = flavors_by_id.get(inst.instance_type_id)
             if flavor is None:
                 continue
+            existing[uuid] = agent.node.host
             _allocate(stack, uuid, agent.uuid, flavor, inst.project_id or "seed")
             agent.spawn(uuid, flavor, inst.project_id, publish=False)
             placed.append(flavor)
@@ -394,8 +434,9 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
                 share = Flavor(name="preexisting", vcpus=_share(extra.vcpus, parts, i),
                                memory_mb=_share(extra.memory_mb, parts, i),
                                root_gb=_share(extra.root_gb, parts, i))
-                _allocate(stack, stable_uuid("preexisting", agent.uuid, str(i)), agent.uuid,
-                          share, "seed")
+                holder = stable_uuid("preexisting", agent.uuid, str(i))
+                existing[holder] = agent.node.host
+                _allocate(stack, holder, agent.uuid, share, "seed")
             agent.baseline = extra
         # Instances the file counts (stats num_instances) but does not list.
         agent.baseline_instances = max(
@@ -408,6 +449,7 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
                 # A host the file says is down keeps its old heartbeat and stays silent.
                 agent.silent, down_since = True, seen
         agent.report(now=down_since)
+    stack.builds.adopt(existing, request_id=f"cloud-file:{path}"[:64])
     return dict(cloud.flavors), dict(cloud.images)
 
 
@@ -547,12 +589,14 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
                   f"{', '.join(sorted(stack.agents)) or 'none'})", file=sys.stderr)
             return 2
     driver = driver_class(fail_hosts=set(args.fail_host), fail_first=fail_first,
-                          agents=stack.agents)
+                          agents=stack.agents, delay=args.build_delay)
     for agent in stack.agents.values():
         agent.start()
     service = stack.scheduler(seed=args.seed)
     apps.append(app_class(service, stack.conductor(service, driver), stack.placement_app,
                           flavors, images, groups=stack.groups))
+    reconciler = stack.reconciler(timeout=args.build_timeout, interval=args.reconcile_interval)
+    reconciler.start()
 
     def _stop(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
@@ -561,6 +605,9 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
     signal.signal(signal.SIGINT, _stop)
     print(f"listening on http://{args.host}:{server.effective_port} (db {args.db}; "
           f"placement under /placement)", flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+    finally:
+        reconciler.stop()
     return 0

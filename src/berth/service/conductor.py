@@ -40,6 +40,8 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
+import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -49,6 +51,7 @@ from berth.errors import BerthError, MaxRetriesExceeded, NoValidHost
 from berth.model.request import ComputeNodeRef, RequestSpec, SchedulerRetries
 from berth.model.selection import Selection
 from berth.pipeline import Decision
+from berth.service.builds import ACTIVE, FAILED, BuildRecords
 from berth.service.compute import ComputeAgent, RunningInstances
 from berth.service.group_check import HARD_POLICIES, GroupPolicyCheck, GroupPolicyViolation
 from berth.service.groups import ServerGroupStore
@@ -78,7 +81,8 @@ class FakeDriver:
     """A driver that succeeds unless told otherwise.
 
     ``fail_hosts`` always fail; ``fail_first`` maps a host to how many of its attempts
-    fail before it succeeds; a host whose agent in ``agents`` is down (silent or forced
+    fail before it succeeds; ``delay`` seconds pass in every build (builds in flight,
+    for crash tests); a host whose agent in ``agents`` is down (silent or forced
     down) fails every build, as a host that is not running builds nothing. Successful
     builds are recorded in ``built`` and, when the host has a :class:`ComputeAgent`,
     accounted and reported by it; the agent also counts the failed builds (not those of
@@ -90,6 +94,7 @@ class FakeDriver:
     agents: Mapping[str, ComputeAgent] = field(default_factory=dict)
     built: dict[str, str] = field(default_factory=dict)
     attempts: list[tuple[str, str]] = field(default_factory=list)
+    delay: float = 0.0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -97,6 +102,8 @@ class FakeDriver:
     def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
         """Fail as configured, else record the instance (and report it via the agent)."""
         host = selection.service_host
+        if self.delay:
+            time.sleep(self.delay)
         agent = self.agents.get(host)
         down = agent is not None and agent.down
         with self._lock:
@@ -158,8 +165,10 @@ class Conductor:
     """Schedules, builds, and reschedules onto alternates (reference §8.6, Nova's
     ``build_instances`` with host lists).
 
-    ``groups`` is where boots record their instances as group members (none: the
-    members live only in the request). ``group_check`` is the late group check; the
+    ``builds`` records every instance from before its claim to its outcome (none: no
+    records, and nothing for the reconciler to recover after a crash). ``groups`` is
+    where boots record their instances as group members (none: the members live only
+    in the request). ``group_check`` is the late group check; the
     conductors of one process should share one (its lock and its builds in flight), as
     :meth:`~berth.service.stack.Stack.conductor` does; without it the conductor makes
     its own over the scheduler's record store.
@@ -173,14 +182,19 @@ class Conductor:
         config: SchedulerConfig | None = None,
         groups: ServerGroupStore | None = None,
         group_check: GroupPolicyCheck | None = None,
+        builds: BuildRecords | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.builds = builds
         self.driver = driver
         self.claimer = claimer or scheduler.claimer
         self.config = config or scheduler.config
         self.groups = groups
-        self.group_check = group_check or GroupPolicyCheck(
-            RunningInstances(scheduler.feed.store), groups)
+        if group_check is None:
+            locator = (groups.placements if groups is not None
+                       else RunningInstances(scheduler.feed.store))
+            group_check = GroupPolicyCheck(locator, groups)
+        self.group_check = group_check
 
     def build_instances(
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None = None
@@ -204,31 +218,82 @@ class Conductor:
     def schedule_and_build(
         self, spec: RequestSpec, instance_uuids: Sequence[str], *, explain: bool = False
     ) -> tuple[Decision, BuildOutcome]:
-        """One boot: the instances join the request's server group, the scheduler
-        chooses (and claims) hosts, each instance is built on its own host list.
+        """One boot: the instances are recorded as building, join the request's server
+        group, the scheduler chooses (and claims) hosts, each instance is built on its
+        own host list, and each record settles as active or failed.
 
-        The instances are members before they are scheduled, as Nova's API adds them,
-        so a concurrent boot's late check counts each one once it runs. Those that end
-        up not built leave the group again, whatever went wrong (NoValidHost too). The
-        request's group (``spec.instance_group``) gains the instances as well.
+        The build records come first, before anything is claimed, so a crash at any
+        later point leaves records the reconciler finds. The instances are members
+        before they are scheduled, as Nova's API adds them, so a concurrent boot's late
+        check counts each one once it is claimed. Those that end up not built leave the
+        group again, whatever went wrong (NoValidHost too). The request's group
+        (``spec.instance_group``) gains the instances as well.
         """
         group = spec.instance_group
         group_uuid = group.uuid if group is not None and self.groups is not None else ""
+        if self.builds is not None:
+            self.builds.begin(instance_uuids, f"req-{uuidlib.uuid4()}", group_uuid or None)
         if group is not None:
             known = set(group.members)
             group.members.extend(u for u in instance_uuids if u not in known)
-        if group_uuid and self.groups is not None:
-            self.groups.add_members(group_uuid, instance_uuids)
         built: set[str] = set()
+        settled: set[str] = set()
         try:
+            if group_uuid and self.groups is not None:
+                self.groups.add_members(group_uuid, instance_uuids)
             decision = self.select_destinations(spec, instance_uuids, explain=explain)
             outcome = self.build_all(decision, spec)
+            self._settle(outcome, settled)
             built.update(b.instance_uuid for b in outcome.built)
             return decision, outcome
+        except BaseException as exc:
+            if self.builds is not None:
+                for uuid in instance_uuids:
+                    if uuid not in settled:
+                        self._settle_one(uuid, FAILED, reason=f"not built: {exc}")
+            raise
         finally:
             if group_uuid and self.groups is not None:
                 self.groups.remove_members(group_uuid,
                                            [u for u in instance_uuids if u not in built])
+
+    def _settle(self, outcome: BuildOutcome, settled: set[str]) -> None:
+        """Settle the build records of ``outcome``. A build whose record is no longer
+        ours (the reconciler took it as abandoned: this process was silent past the
+        build timeout) does not count as built: its claim goes and it moves to
+        ``outcome.failed``."""
+        if self.builds is None:
+            return
+        kept: list[BuildResult] = []
+        for result in outcome.built:
+            if self._settle_one(result.instance_uuid, ACTIVE, host=result.host):
+                kept.append(result)
+            else:
+                LOG.error("build of %s on %s finished after the reconciler gave it up; "
+                          "its claim is released", result.instance_uuid, result.host)
+                self.claimer.delete(result.instance_uuid)
+                outcome.failed.append(BuildFailure(result.instance_uuid, BerthError(
+                    f"build of instance {result.instance_uuid} was abandoned (its process "
+                    f"was silent past the build timeout)"), result.tried))
+            settled.add(result.instance_uuid)
+        outcome.built = kept
+        for failure in outcome.failed:
+            if failure.instance_uuid not in settled:
+                self._settle_one(failure.instance_uuid, FAILED, reason=failure.error.message)
+                settled.add(failure.instance_uuid)
+
+    def _settle_one(self, instance_uuid: str, state: str, *, host: str | None = None,
+                    reason: str | None = None) -> bool:
+        """One record; a database error is logged (the record stays ``building``, turns
+        stale and the reconciler settles it) and counts as not settled."""
+        if self.builds is None:
+            return True
+        try:
+            return self.builds.settle(instance_uuid, state, host=host, reason=reason)
+        except Exception:
+            LOG.exception("could not record %s as %s; the reconciler will", instance_uuid,
+                          state)
+            return False
 
     def select_destinations(
         self, spec: RequestSpec, instance_uuids: Sequence[str], *, explain: bool = False

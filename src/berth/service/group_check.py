@@ -19,21 +19,24 @@ count as a failed build of the host (Nova's ``RESCHEDULED_BY_POLICY``).
 Option: ``[workarounds] disable_group_policy_check_upcall`` (default false) turns the
 check off.
 
-Where members run is read fresh: the group from the :class:`ServerGroupStore` (so a
-concurrent boot's instances, members before they are scheduled, count), the hosts from
-the compute records (:class:`~berth.service.compute.RunningInstances`), plus the builds
-this check has let through that have not finished yet. A build counts as on its host
-from the moment it passes the check (as Nova sets the instance's host before it checks)
-until the driver returns, and afterwards as its host reports it; a member that was never
-built, or whose build failed, runs nowhere and counts nowhere. The lock is held for the
-check alone, not for the driver's build, so builds into one group do not wait for each
-other's drivers.
+Where the other members are, with a group store (the service's case): under the
+group's row lock in the shared database (``SELECT ... FOR UPDATE``; SQLite's write
+lock), so the checks of every process are serialized per group as Nova serializes
+them per compute service, the check reads the group's members and the hosts their
+claims are on (:class:`~berth.service.groups.ClaimedHosts`), counting the members that
+passed their own check (their build record names the host) or are not Berth's builds
+(no record: a cloud file's instances); then, in the same transaction, it records this
+build as admitted on the host. A member that is claimed but not yet checked will be
+checked after this one and see it; a member whose build failed has no claim left and
+counts nowhere (a build rescheduled after passing its check withdraws its admission).
+Concurrent boots' instances count as soon as they pass their check, as Nova counts an
+instance once its ``host`` is set.
 
-The lock and the builds in flight are this process's, as Nova's lock is one compute
-service's: two builds in one process are serialized, two processes building on their own
-hosts are not. A driver must have its host report the instance by the time its
-``spawn`` returns (:class:`~berth.service.conductor.FakeDriver` does, through the
-host's agent), or the check stops seeing that member once its build has finished.
+Without a group store the check reads the group as the request carries it and locates
+members through ``running`` (the compute records,
+:class:`~berth.service.compute.RunningInstances`, whose driver must have its host report
+the instance by the time ``spawn`` returns), under a lock of this process only, plus the
+builds it let through that have not finished.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 from berth.model.request import InstanceGroup
@@ -58,7 +61,9 @@ class GroupPolicyViolation(Exception):
 
 
 class InstanceLocator(Protocol):
-    """Where instances run now (:class:`~berth.service.compute.RunningInstances`)."""
+    """Where instances are now: by their claims
+    (:class:`~berth.service.groups.ClaimedHosts`) or by their hosts' reports
+    (:class:`~berth.service.compute.RunningInstances`)."""
 
     def hosts_of(self, instance_uuids: Iterable[str]) -> dict[str, str]:
         """The host each instance runs on; those running nowhere are left out."""
@@ -66,10 +71,11 @@ class InstanceLocator(Protocol):
 
 
 class GroupPolicyCheck:
-    """Nova's late affinity check, for the builds of one process.
+    """Nova's late affinity check.
 
     ``groups`` None checks against the group as the request carries it (its members as
-    resolved, plus the request's own instances) instead of re-reading it.
+    resolved, plus the request's own instances) instead of re-reading it, and is
+    consistent within this process only.
     """
 
     def __init__(self, running: InstanceLocator, groups: ServerGroupStore | None = None) -> None:
@@ -84,9 +90,23 @@ class GroupPolicyCheck:
     def admit(self, group: InstanceGroup, instance_uuid: str, host: str) -> Iterator[None]:
         """Check that building ``instance_uuid`` on ``host`` keeps ``group``'s policy
         (:class:`GroupPolicyViolation` when not), then count the build as on ``host``
-        while the body (the driver's build) runs."""
+        while the body (the driver's build) runs, and afterwards as long as its claim
+        stays; a body that raises withdraws the admission."""
+        store = self.groups
+        if store is not None and group.uuid:
+            # One process's builds queue here rather than on the database's row lock.
+            with self._lock_of(group.uuid):
+                store.admit(group.uuid, instance_uuid, host,
+                            lambda current, where: judge(current, instance_uuid, host, where))
+            try:
+                yield
+            except BaseException:
+                store.withdraw(instance_uuid)
+                raise
+            return
         with self._lock_of(group.uuid or group.name):
-            self.check(group, instance_uuid, host)
+            where = self._located(group, instance_uuid)
+            judge(group, instance_uuid, host, where)
             with self._guard:
                 self._building[instance_uuid] = host
         try:
@@ -95,41 +115,17 @@ class GroupPolicyCheck:
             with self._guard:
                 self._building.pop(instance_uuid, None)
 
-    def check(self, group: InstanceGroup, instance_uuid: str, host: str) -> None:
-        """Raise :class:`GroupPolicyViolation` when ``instance_uuid`` on ``host`` breaks
-        the group's policy as the group and its members stand now."""
-        current = self._current(group)
-        if current is None or current.policy not in HARD_POLICIES:
-            return
-        others = set(current.members)
+    def _located(self, group: InstanceGroup, instance_uuid: str) -> dict[str, str]:
+        """Where the request's group's other members are, by ``running`` and the builds
+        in flight here."""
+        others = set(group.members)
         others.discard(instance_uuid)
-        if not others:
-            return
+        if group.policy not in HARD_POLICIES or not others:
+            return {}
         where = self.running.hosts_of(others)
         with self._guard:
             where.update((u, h) for u, h in self._building.items() if u in others)
-        name = current.name or current.uuid
-        if current.policy == "anti-affinity":
-            limit = int(current.rules.get("max_server_per_host", 1))
-            here = [u for u, h in where.items() if h == host]
-            if len(here) >= limit:
-                raise GroupPolicyViolation(
-                    f"Anti-affinity instance group policy was violated. Server group "
-                    f"{name}: {len(here)} other member(s) on {host}, max_server_per_host "
-                    f"{limit}")
-        else:
-            hosts = set(where.values())
-            if hosts and host not in hosts:
-                raise GroupPolicyViolation(
-                    f"Affinity instance group policy was violated. Server group {name}: "
-                    f"its other members run on {', '.join(sorted(hosts))}, not {host}")
-
-    def _current(self, group: InstanceGroup) -> InstanceGroup | None:
-        """The group as stored now (None when it is gone: nothing to check, as in
-        Nova), or as the request carries it without a store."""
-        if self.groups is None or not group.uuid:
-            return group
-        return self.groups.get(group.uuid)
+        return where
 
     def _lock_of(self, key: str) -> threading.Lock:
         with self._guard:
@@ -137,3 +133,27 @@ class GroupPolicyCheck:
             if lock is None:
                 lock = self._group_locks[key] = threading.Lock()
             return lock
+
+
+def judge(group: InstanceGroup, instance_uuid: str, host: str, where: Mapping[str, str]) -> None:
+    """Raise :class:`GroupPolicyViolation` when ``instance_uuid`` on ``host`` breaks the
+    hard policy of ``group`` whose members are on the hosts ``where`` says (the
+    instance itself is left out); soft policies pass."""
+    if group.policy not in HARD_POLICIES:
+        return
+    where = {u: h for u, h in where.items() if u != instance_uuid}
+    name = group.name or group.uuid
+    if group.policy == "anti-affinity":
+        limit = int(group.rules.get("max_server_per_host", 1))
+        here = [u for u, h in where.items() if h == host]
+        if len(here) >= limit:
+            raise GroupPolicyViolation(
+                f"Anti-affinity instance group policy was violated. Server group "
+                f"{name}: {len(here)} other member(s) on {host}, max_server_per_host "
+                f"{limit}")
+    else:
+        hosts = set(where.values())
+        if hosts and host not in hosts:
+            raise GroupPolicyViolation(
+                f"Affinity instance group policy was violated. Server group {name}: "
+                f"its other members run on {', '.join(sorted(hosts))}, not {host}")

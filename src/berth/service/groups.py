@@ -5,8 +5,14 @@ hint to the group and adds the new instances to its members, and the conductor f
 the hosts the members run on (``setup_instance_group``) before the scheduler's
 affinity filters read them. Berth stores a group's uuid, name, policy, rules and
 members in table ``berth_server_groups`` (created with ``create_all``, beside the
-compute records) and derives ``hosts`` at every request from where the members run
-now, as the hosts last reported them (:func:`member_hosts`).
+compute records) and derives ``hosts`` at every request from where the members are
+*claimed*: the Placement allocations of the member consumers, mapped from their root
+provider (the compute node) to its host (:class:`ClaimedHosts`). Claims live in the
+shared database and are written before a build starts, so every scheduler and API
+process sees the same placements, including builds still in flight in another process;
+what a host's agent last reported does not enter (Nova reads ``instance.host``, which
+its compute service sets when the build reaches it; see the deliberate deviations in
+docs/architecture.md).
 
 Groups come from a cloud file's ``server_groups`` (``berth serve --cloud``). A boot into
 a group adds its instances to the members before they are scheduled, as Nova's API
@@ -23,12 +29,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from berth.errors import InputError
 from berth.model.request import InstanceGroup
-from berth.placement.db import create_tables
-from berth.snapshot import HostSnapshot
+from berth.placement.db import allocations, create_tables, resource_providers
+from berth.service.builds import BUILDING, builds, builds_metadata
+from berth.service.compute import compute_nodes, records_metadata
 
 groups_metadata = sa.MetaData()
 
@@ -51,12 +58,59 @@ def _group(row: Any) -> InstanceGroup:
                          project_id=row.project_id, user_id=row.user_id)
 
 
-def member_hosts(snapshot: HostSnapshot, members: Iterable[str]) -> list[str]:
-    """The hosts (sorted, each once) whose reported instances include a member, looked
-    up in the snapshot's instance index (built once per snapshot change)."""
-    rows = snapshot.instance_rows()
-    hosts = snapshot.obj("host")
-    return sorted({hosts[rows[m]] for m in members if m in rows})
+class ClaimedHosts:
+    """Where instances are placed, as their claims say: an
+    :class:`~berth.service.group_check.InstanceLocator` over the shared database.
+
+    An instance is on the host of the compute node (root provider) its allocations are
+    against, from the moment its claim is written until the claim is deleted; the host
+    name comes from the node's compute record (the provider's name when there is
+    none). An instance without allocations is nowhere.
+    """
+
+    #: Members looked up per query.
+    CHUNK = 500
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        root = resource_providers.alias("root")
+        rp = resource_providers.alias("rp")
+        self._query = (
+            sa.select(allocations.c.consumer_id,
+                      sa.func.coalesce(compute_nodes.c.host, root.c.name))
+            .select_from(
+                allocations.join(rp, rp.c.id == allocations.c.resource_provider_id)
+                .join(root, root.c.id == sa.func.coalesce(rp.c.root_provider_id, rp.c.id))
+                .outerjoin(compute_nodes, compute_nodes.c.uuid == root.c.uuid))
+            .distinct())
+
+        # Members checked in by the late group check: not a build of Berth's (no
+        # record), or past ``building``, or admitted to a host while building.
+        self._admitted = (
+            self._query.outerjoin(builds, builds.c.instance_uuid == allocations.c.consumer_id)
+            .where(sa.or_(builds.c.state.is_(None), builds.c.state != BUILDING,
+                          builds.c.host.is_not(None))))
+
+    def hosts_of(self, instance_uuids: Iterable[str]) -> dict[str, str]:
+        """The host each instance is claimed on; those without a claim are left out."""
+        with self.engine.connect() as conn:
+            return self._run(conn, self._query, instance_uuids)
+
+    def admitted_hosts_of(self, conn: Connection, instance_uuids: Iterable[str]) -> dict[str, str]:
+        """Like :meth:`hosts_of`, on ``conn``, for the instances that passed the late
+        group check (or that Berth did not build)."""
+        return self._run(conn, self._admitted, instance_uuids)
+
+    def _run(self, conn: Connection, query: sa.Select[Any],
+             instance_uuids: Iterable[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(instance_uuids))
+        where: dict[str, str] = {}
+        for i in range(0, len(wanted), self.CHUNK):
+            chunk = wanted[i:i + self.CHUNK]
+            for consumer, host in conn.execute(
+                    query.where(allocations.c.consumer_id.in_(chunk))):
+                where.setdefault(str(consumer), str(host))
+        return where
 
 
 class ServerGroupStore:
@@ -66,6 +120,10 @@ class ServerGroupStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         create_tables(engine, groups_metadata)
+        # ClaimedHosts reads host names and build states there.
+        create_tables(engine, records_metadata)
+        create_tables(engine, builds_metadata)
+        self.placements = ClaimedHosts(engine)
 
     def put(self, group: InstanceGroup) -> None:
         """Store ``group`` (by uuid): name, policy and rules as given; the members stored
@@ -107,10 +165,10 @@ class ServerGroupStore:
                                     .order_by(server_groups.c.uuid)).all()
         return [_group(r) for r in rows]
 
-    def resolve(self, ref: str, snapshot: HostSnapshot, field: str = "hints.group") -> InstanceGroup:
-        """The group ``ref`` (a uuid or a unique name) with ``hosts`` read from
-        ``snapshot``; an InputError naming ``field`` when there is no such group or the
-        name is ambiguous."""
+    def resolve(self, ref: str, *, field: str = "hints.group") -> InstanceGroup:
+        """The group ``ref`` (a uuid or a unique name) with ``hosts``: where its members
+        are claimed now. An InputError naming ``field`` when there is no such group or
+        the name is ambiguous."""
         found = self.find(ref)
         if not found:
             known = ", ".join(g.name or g.uuid for g in self.all()) or "none"
@@ -121,7 +179,7 @@ class ServerGroupStore:
                              f"the uuid of one of {', '.join(g.uuid for g in found)}",
                              field=field)
         group = found[0]
-        group.hosts = member_hosts(snapshot, group.members)
+        group.hosts = sorted(set(self.placements.hosts_of(group.members).values()))
         return group
 
     def add_members(self, uuid: str, members: Iterable[str]) -> None:
@@ -142,6 +200,33 @@ class ServerGroupStore:
         if gone:
             self._edit_members(uuid, lambda current: [m for m in current if m not in gone],
                                missing_ok=True)
+
+    def admit(self, uuid: str, instance_uuid: str, host: str,
+              decide: Callable[[InstanceGroup, dict[str, str]], None]) -> None:
+        """The late group check's transaction: under the group's row lock (every
+        process's checks of this group take turns), read the group and the hosts its
+        other checked-in members are claimed on, let ``decide`` raise to refuse, then
+        record ``instance_uuid`` as checked in on ``host`` (its build record). A group
+        that is gone has nothing to check."""
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            row = conn.execute(sa.select(server_groups).where(server_groups.c.uuid == uuid)
+                               .with_for_update()).first()
+            if row is None:
+                return
+            group = _group(row)
+            others = [m for m in group.members if m != instance_uuid]
+            decide(group, self.placements.admitted_hosts_of(conn, others) if others else {})
+            conn.execute(sa.update(builds).where(builds.c.instance_uuid == instance_uuid,
+                                                 builds.c.state == BUILDING)
+                         .values(host=host))
+
+    def withdraw(self, instance_uuid: str) -> None:
+        """Undo :meth:`admit` for a build that failed after its check (it goes on to an
+        alternate, or fails)."""
+        with self.engine.begin() as conn:
+            conn.execute(sa.update(builds).where(builds.c.instance_uuid == instance_uuid,
+                                                 builds.c.state == BUILDING)
+                         .values(host=None))
 
     def _edit_members(self, uuid: str, edit: Callable[[list[str]], list[str]],
                       missing_ok: bool = False) -> None:

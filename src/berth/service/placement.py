@@ -13,8 +13,10 @@
   an allocation request is built only for the rows the scheduler reads (the chosen host
   and its alternates) — the same dicts the API would have sent.
 * :class:`PlacementClaimer` writes ``PUT /allocations/{consumer}`` with the project and
-  user and the consumer generation (a move merges the consumer's existing allocations). Generation conflicts are retried a bounded number of times and
-  counted; a refusal (capacity) answers False. ``rollback`` deletes allocations.
+  user for a *new* consumer (consumer generation null): a consumer that exists already
+  belongs to another instance and the claim is refused, never merged into it.
+  Provider-generation conflicts are retried a bounded number of times and counted; a
+  refusal (capacity) answers False. ``rollback`` deletes allocations.
 """
 
 from __future__ import annotations
@@ -339,19 +341,6 @@ class ClaimStats:
         return dict(self.__dict__)
 
 
-def merge_allocations(
-    current: Mapping[str, Mapping[str, int]], new: Mapping[str, Mapping[str, Any]]
-) -> dict[str, dict[str, int]]:
-    """Nova's move-claim payload: the consumer's existing allocations plus the new ones."""
-    merged: dict[str, dict[str, int]] = {rp: dict(res) for rp, res in current.items()}
-    for rp, body in new.items():
-        resources = body.get("resources", body)
-        target = merged.setdefault(rp, {})
-        for rc, amount in resources.items():
-            target[rc] = target.get(rc, 0) + int(amount)
-    return merged
-
-
 class PlacementClaimer:
     """A :class:`~berth.claims.Claimer` writing allocations through the client.
 
@@ -380,34 +369,29 @@ class PlacementClaimer:
         Nova does: 1.36 sends no consumer type, so placement records "unknown"); True on
         204, False when placement refuses it.
 
-        The first PUT assumes a new consumer (generation None), which saves a round trip
-        for every fresh instance. If the consumer already exists (a move), placement
-        answers a consumer-generation conflict; the consumer is then read, its
-        allocations merged with the new ones and its generation sent — Nova's payload.
-        A provider-generation race (placement's "Inventory and/or allocations changed")
-        is retried up to ``attempts`` times in all and counted; a second
-        consumer-generation conflict means someone else is changing the consumer, which
-        Nova reports as AllocationUpdateFailed and Berth as a refused claim.
+        Every claim is for a new instance, so it is sent as a new consumer (consumer
+        generation null, microversion >= 1.28). Placement refuses it with a
+        consumer-generation conflict when the consumer exists: its allocations belong to
+        another instance (a re-issued uuid, or a concurrent claim for the same one), and
+        the claim is refused and counted (``consumer_conflicts``) rather than merged into
+        them. Nova's ``claim_resources`` reads the consumer first and merges what it
+        finds, for its move operations (evacuate); Berth has none, and a merge would let
+        one instance take over another's allocations. A provider-generation race
+        (placement's "Inventory and/or allocations changed") is retried up to
+        ``attempts`` times in all and counted.
         """
         self._count("claims")
         wanted = allocation_request.get("allocations", {})
         allocations: dict[str, dict[str, int]] = {
             rp: dict(body.get("resources", {})) for rp, body in wanted.items()}
-        generation: int | None = None
-        read_consumer = False
         attempt = 0
         while True:
             try:
-                if read_consumer:
-                    current = self.client.get_allocations(consumer_uuid)
-                    if current.allocations:
-                        allocations = merge_allocations(current.allocations, wanted)
-                    generation = current.consumer_generation
                 self.client.put_allocations(
                     consumer_uuid, allocations,
                     project_id=spec.project_id or "unknown",
                     user_id=spec.user_id or "unknown",
-                    consumer_generation=generation,
+                    consumer_generation=None,
                     microversion=version,
                 )
             except ConflictError as exc:
@@ -416,12 +400,9 @@ class PlacementClaimer:
                     LOG.debug("claim for %s refused: %s", consumer_uuid, exc.detail)
                     return False
                 if "consumer generation conflict" in exc.detail:
-                    if not read_consumer:
-                        read_consumer = True
-                        continue
                     self._count("consumer_conflicts")
-                    LOG.warning("claim for %s: the consumer changed meanwhile: %s",
-                                consumer_uuid, exc.detail)
+                    LOG.warning("claim for %s refused: the consumer exists already (another "
+                                "instance's allocations): %s", consumer_uuid, exc.detail)
                     return False
                 attempt += 1
                 if attempt >= self.attempts:

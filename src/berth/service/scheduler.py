@@ -110,6 +110,7 @@ class SchedulerService:
         clock: Callable[[], float] = time.time,
         seed: int | None = None,
         freeze_heap: bool = True,
+        uuid_rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self.feed = feed
@@ -120,6 +121,7 @@ class SchedulerService:
         self.min_compute_version = min_compute_version
         self.clock = clock
         self.rng = random.Random(seed)
+        self.uuid_rng = uuid_rng or self.rng
         self.stats = ServiceStats()
         # The snapshot is shared and refreshed (and, with consume_between_reports,
         # consumed from) in place, so one request at a time per service (run several
@@ -202,10 +204,12 @@ class SchedulerService:
 
     # ----------------------------------------------------------------- entry point
     def new_instance_uuids(self, count: int) -> list[str]:
-        """``count`` instance uuids from the service's seeded generator, for callers that
-        name instances before scheduling them (the API, the conductor), as Nova's API
-        does; drawn from the same generator as the decisions, so a seeded run replays."""
-        return new_instance_uuids(self.rng, count)
+        """``count`` instance uuids, for callers that name instances before scheduling
+        them (the API, the conductor), as Nova's API does: from ``uuid_rng``, by default
+        the decisions' seeded generator (a seeded run replays). A service over a shared
+        database gets its own generator, which a restart never repeats
+        (:func:`~berth.service.builds.instance_uuid_rng`)."""
+        return new_instance_uuids(self.uuid_rng, count)
 
     def select_destinations(
         self,

@@ -24,11 +24,11 @@ from berth.model.aggregate import Aggregate
 from berth.placement.client import NotFoundError, PlacementClient
 from berth.placement.local import LocalPlacement
 from berth.request_filters import NetworkLookup
+from berth.service.builds import BuildRecords, instance_uuid_rng
 from berth.service.compute import (
     ComputeAgent,
     ComputeNodeSpec,
     ComputeRecordStore,
-    RunningInstances,
     SnapshotFeed,
     node_from_record,
     report_to_record,
@@ -37,6 +37,7 @@ from berth.service.conductor import ComputeDriver, Conductor, FakeDriver
 from berth.service.group_check import GroupPolicyCheck
 from berth.service.groups import ServerGroupStore
 from berth.service.placement import PlacementCandidates, PlacementClaimer
+from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT, Reconciler
 from berth.service.scheduler import SchedulerService
 
 
@@ -60,12 +61,18 @@ class Stack:
     #: The late server-group check every conductor of this stack shares (one lock per
     #: group and one set of builds in flight for the process).
     group_check: GroupPolicyCheck = None  # type: ignore[assignment]
+    #: This process's build records (registered as an owner when the stack opens).
+    builds: BuildRecords = None  # type: ignore[assignment]
+    #: Scheduler services made so far (each draws its own instance uuids).
+    schedulers_made: int = 0
 
     def __post_init__(self) -> None:
         if self.groups is None:
             self.groups = ServerGroupStore(self.engine)
+        if self.builds is None:
+            self.builds = BuildRecords(self.engine)
         if self.group_check is None:
-            self.group_check = GroupPolicyCheck(RunningInstances(self.records), self.groups)
+            self.group_check = GroupPolicyCheck(self.groups.placements, self.groups)
 
     def scheduler(
         self,
@@ -74,11 +81,18 @@ class Stack:
         network_lookup: NetworkLookup | None = None,
         min_compute_version: int | None = None,
     ) -> SchedulerService:
-        """A scheduler service with its own snapshot feed and claimer."""
+        """A scheduler service with its own snapshot feed and claimer.
+
+        Its instance uuids come from ``seed``, this process's start number and the
+        service's number in the stack, so a seeded run never re-issues the uuids of an
+        earlier run on the same database, nor of another service."""
+        index = self.schedulers_made
+        self.schedulers_made += 1
         return SchedulerService(
             self.config, SnapshotFeed(self.records), PlacementCandidates(self.candidates_client),
             PlacementClaimer(self.claims_client or self.client), network_lookup=network_lookup,
-            min_compute_version=min_compute_version, seed=seed)
+            min_compute_version=min_compute_version, seed=seed,
+            uuid_rng=instance_uuid_rng(seed, self.builds.start, index))
 
     def agent(self, node: ComputeNodeSpec) -> ComputeAgent:
         """A compute agent for ``node`` (kept in ``agents`` by host name)."""
@@ -145,10 +159,20 @@ class Stack:
         return agents
 
     def conductor(self, scheduler: SchedulerService, driver: ComputeDriver | None = None) -> Conductor:
-        """A conductor over ``scheduler``, recording group members in ``groups`` and
-        sharing ``group_check``; the default driver reports through the agents."""
+        """A conductor over ``scheduler``, recording builds in ``builds`` and group
+        members in ``groups`` and sharing ``group_check``; the default driver reports
+        through the agents."""
         return Conductor(scheduler, driver or FakeDriver(agents=self.agents),
-                         groups=self.groups, group_check=self.group_check)
+                         groups=self.groups, group_check=self.group_check, builds=self.builds)
+
+    def reconciler(self, *, timeout: float | None = None,
+                   interval: float | None = None) -> Reconciler:
+        """A reconciler for this process (not started): its build heartbeat, and the
+        release of claims and group members of builds that crashed processes
+        abandoned (see :mod:`berth.service.reconcile`)."""
+        return Reconciler(self.builds, self.groups, self.claims_client or self.client,
+                          timeout=DEFAULT_BUILD_TIMEOUT if timeout is None else timeout,
+                          interval=interval)
 
     def close(self) -> None:
         """Stop agents, close clients and the engine's pool."""

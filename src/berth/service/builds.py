@@ -1,0 +1,270 @@
+"""Build records: every instance a boot names, from before its claim to its outcome.
+
+Nova's conductor writes an instance record (``vm_state = building``) before it asks the
+scheduler, and a crash leaves that record behind for an operator or a periodic task to
+find. Berth keeps the same thing in table ``berth_builds`` of the shared database:
+
+=================  ==============================================================
+``instance_uuid``  the instance (= the Placement consumer of its claim); never re-used
+``request_id``     the boot it came from (a multi-create shares one)
+``state``          ``building`` (written before anything is claimed), then ``active``
+                   (built, with its ``host``) or ``failed`` (with a ``reason``)
+``owner``          the process whose conductor builds it (a row of ``berth_owners``)
+``group_uuid``     the server group it joined, if any
+=================  ==============================================================
+
+Every process that builds registers once in ``berth_owners`` (a random token, its
+start number, a heartbeat). Its heartbeat (:meth:`BuildRecords.heartbeat`, run by the
+process's reconciler thread) also refreshes ``updated_at`` of the builds it has in
+flight, so a ``building`` record not updated for longer than the build timeout was
+abandoned (its process crashed, or lost the record while the database was down):
+:mod:`berth.service.reconcile` releases its claim and its group membership. Settling a build is a compare-and-swap from ``building`` held by
+this owner (:meth:`BuildRecords.settle`), so a build the reconciler took over is never
+reported built afterwards.
+
+The start number also keeps seeded runs from re-issuing instance uuids: a scheduler
+seeded with ``--seed N`` draws its uuids from ``(N, start number)``
+(:func:`instance_uuid_rng`), which differs at every start on the same database, and the
+table's primary key refuses a uuid that was ever issued (:class:`InstanceExists`).
+
+Times are seconds since the epoch from each process's clock: processes on several
+machines need synchronized clocks (NTP), as Nova's ``service_down_time`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from berth.errors import InstanceExists
+from berth.placement.db import create_tables
+
+builds_metadata = sa.MetaData()
+
+BUILDING, ACTIVE, FAILED = "building", "active", "failed"
+STATES = (BUILDING, ACTIVE, FAILED)
+
+builds = sa.Table(
+    "berth_builds",
+    builds_metadata,
+    sa.Column("instance_uuid", sa.String(36), primary_key=True),
+    sa.Column("request_id", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("owner", sa.String(64), nullable=False, index=True),
+    sa.Column("group_uuid", sa.String(36), nullable=True),
+    sa.Column("host", sa.String(255), nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Index("berth_builds_state_idx", "state", "updated_at"),
+)
+
+owners = sa.Table(
+    "berth_owners",
+    builds_metadata,
+    # The start number: a seeded run's uuids depend on it.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("token", sa.String(64), nullable=False, unique=True),
+    sa.Column("description", sa.String(255), nullable=False),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("heartbeat", sa.Float, nullable=False),
+)
+
+#: Owner of the records of instances Berth did not build (a cloud file's).
+EXTERNAL_OWNER = "external"
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """One row of ``berth_builds``."""
+
+    instance_uuid: str
+    request_id: str
+    state: str
+    owner: str
+    group_uuid: str | None
+    host: str | None
+    reason: str | None
+    created_at: float
+    updated_at: float
+
+
+def _record(row: sa.Row[tuple[object, ...]]) -> BuildRecord:
+    m = row._mapping
+    return BuildRecord(str(m["instance_uuid"]), str(m["request_id"]), str(m["state"]),
+                       str(m["owner"]), m["group_uuid"], m["host"], m["reason"],
+                       float(m["created_at"]), float(m["updated_at"]))
+
+
+def instance_uuid_rng(seed: int | None, start: int, index: int = 0) -> random.Random:
+    """The generator of a scheduler's instance uuids: random without a seed; with one,
+    derived from the seed, the process's start number and the scheduler's ``index`` in
+    the process, so a seeded run replays on a fresh database, while a restart on the
+    same database, or a second scheduler with the same seed, draws other uuids."""
+    if seed is None:
+        return random.Random()
+    return random.Random(f"berth.instance-uuids:{seed}:{start}:{index}")
+
+
+class BuildRecords:
+    """The build records of one process (its owner token), over the shared database.
+
+    Creating one registers the process in ``berth_owners``: :attr:`start` is its start
+    number, :attr:`owner` its token.
+    """
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
+        self.engine = engine
+        self.clock = clock
+        create_tables(engine, builds_metadata)
+        self.owner = uuidlib.uuid4().hex
+        #: Instances this process is building (their records get the heartbeat).
+        self._in_flight: set[str] = set()
+        self._lock = threading.Lock()
+        now = self._now()
+        description = f"{socket.gethostname()}:{os.getpid()}"
+        with engine.begin() as conn:
+            self.start = int(conn.execute(
+                sa.insert(owners).values(token=self.owner, description=description[:255],
+                                         started_at=now, heartbeat=now)
+                .returning(owners.c.id)).scalar_one())
+
+    def _now(self) -> float:
+        return float(self.clock())
+
+    # ----------------------------------------------------------------- this process
+    def heartbeat(self) -> None:
+        """Tell the other processes this one is alive and its builds in flight are not
+        abandoned (their ``updated_at`` moves on)."""
+        now = self._now()
+        with self._lock:
+            flying = sorted(self._in_flight)
+        with self.engine.begin() as conn:
+            conn.execute(sa.update(owners).where(owners.c.token == self.owner)
+                         .values(heartbeat=now))
+            for i in range(0, len(flying), 500):
+                conn.execute(sa.update(builds).where(
+                    builds.c.instance_uuid.in_(flying[i:i + 500]), builds.c.state == BUILDING,
+                    builds.c.owner == self.owner).values(updated_at=now))
+
+    def begin(self, instance_uuids: Sequence[str], request_id: str,
+              group_uuid: str | None = None) -> None:
+        """Record ``instance_uuids`` as building (before anything is claimed for them).
+
+        :class:`InstanceExists` when any of them was ever issued before: nothing is
+        written then."""
+        if not instance_uuids:
+            return
+        now = self._now()
+        rows = [{"instance_uuid": u, "request_id": request_id, "state": BUILDING,
+                 "owner": self.owner, "group_uuid": group_uuid, "host": None, "reason": None,
+                 "created_at": now, "updated_at": now} for u in instance_uuids]
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sa.insert(builds), rows)
+        except sa.exc.IntegrityError:
+            taken = sorted(self.existing(instance_uuids))
+            raise InstanceExists(f"instance uuid(s) issued before: {', '.join(taken)}",
+                                 instances=taken) from None
+        with self._lock:
+            self._in_flight.update(instance_uuids)
+
+    def settle(self, instance_uuid: str, state: str, *, host: str | None = None,
+               reason: str | None = None) -> bool:
+        """Move this process's ``building`` record to ``active`` (on ``host``) or
+        ``failed`` (for ``reason``); False when it is no longer building here (the
+        reconciler took it over: the build must be undone)."""
+        if state not in (ACTIVE, FAILED):
+            raise ValueError(f"a build settles as active or failed, not {state!r}")
+        with self._lock:
+            # Even if the write below fails, the record no longer gets the heartbeat:
+            # it turns stale and the reconciler settles it.
+            self._in_flight.discard(instance_uuid)
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                sa.update(builds)
+                .where(builds.c.instance_uuid == instance_uuid, builds.c.state == BUILDING,
+                       builds.c.owner == self.owner)
+                .values(state=state, host=host, reason=reason, updated_at=self._now()))
+        return done.rowcount == 1
+
+    def adopt(self, hosts: Mapping[str, str | None], request_id: str) -> None:
+        """Record instances that exist without a build by Berth (a cloud file's, or the
+        usage it states beyond them) as ``active``; those recorded already are kept."""
+        if not hosts:
+            return
+        now = self._now()
+        with self.engine.begin() as conn:
+            known = self._existing(conn, hosts)
+            rows = [{"instance_uuid": u, "request_id": request_id, "state": ACTIVE,
+                     "owner": EXTERNAL_OWNER, "group_uuid": None, "host": h, "reason": None,
+                     "created_at": now, "updated_at": now}
+                    for u, h in hosts.items() if u not in known]
+            if rows:
+                conn.execute(sa.insert(builds), rows)
+
+    # ----------------------------------------------------------------- any process
+    def get(self, instance_uuid: str) -> BuildRecord | None:
+        """The record of ``instance_uuid``, or None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(builds)
+                               .where(builds.c.instance_uuid == instance_uuid)).first()
+        return None if row is None else _record(row)
+
+    def existing(self, instance_uuids: Iterable[str]) -> set[str]:
+        """Which of ``instance_uuids`` have a record."""
+        with self.engine.connect() as conn:
+            return self._existing(conn, instance_uuids)
+
+    @staticmethod
+    def _existing(conn: sa.Connection, instance_uuids: Iterable[str]) -> set[str]:
+        wanted = list(dict.fromkeys(instance_uuids))
+        found: set[str] = set()
+        for i in range(0, len(wanted), 500):
+            found.update(conn.execute(sa.select(builds.c.instance_uuid).where(
+                builds.c.instance_uuid.in_(wanted[i:i + 500]))).scalars())
+        return found
+
+    def abandoned(self, timeout: float, now: float | None = None) -> list[BuildRecord]:
+        """``building`` records not updated for ``timeout`` seconds: no live process
+        is building them (a live owner's heartbeat keeps its builds' records fresh)."""
+        cutoff = (self._now() if now is None else now) - timeout
+        query = (sa.select(builds)
+                 .where(builds.c.state == BUILDING, builds.c.updated_at < cutoff)
+                 .order_by(builds.c.created_at))
+        with self.engine.connect() as conn:
+            return [_record(r) for r in conn.execute(query)]
+
+    def fail_abandoned(self, record: BuildRecord, reason: str) -> bool:
+        """Mark an abandoned ``building`` record failed, unless it changed since it was
+        read (its owner's heartbeat came, or another reconciler got there first)."""
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                sa.update(builds)
+                .where(builds.c.instance_uuid == record.instance_uuid,
+                       builds.c.state == BUILDING, builds.c.owner == record.owner,
+                       builds.c.updated_at == record.updated_at)
+                .values(state=FAILED, reason=reason, updated_at=self._now()))
+        return done.rowcount == 1
+
+    def in_state(self, state: str, instance_uuids: Iterable[str] | None = None) -> list[BuildRecord]:
+        """Records in ``state`` (of ``instance_uuids`` only, when given)."""
+        query = sa.select(builds).where(builds.c.state == state)
+        with self.engine.connect() as conn:
+            if instance_uuids is None:
+                return [_record(r) for r in conn.execute(query)]
+            wanted = list(dict.fromkeys(instance_uuids))
+            out: list[BuildRecord] = []
+            for i in range(0, len(wanted), 500):
+                out += [_record(r) for r in conn.execute(
+                    query.where(builds.c.instance_uuid.in_(wanted[i:i + 500])))]
+            return out

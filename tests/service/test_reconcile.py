@@ -1,0 +1,215 @@
+"""Build records, the reconciler and ``berth audit``: claims no build stands behind are
+found and released; uuids are never issued twice.
+
+The crash of a process is played here by a second :class:`BuildRecords` (another
+owner) whose builds stop being updated; tests/service/test_shared_state_postgres.py
+kills real ``berth serve`` processes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from berth.cli import main
+from berth.errors import InstanceExists
+from berth.model.request import Flavor, InstanceGroup, RequestSpec
+from berth.service.builds import ACTIVE, BUILDING, FAILED, BuildRecords
+from berth.service.reconcile import Lease, repair, scan
+from berth.service.stack import Stack
+
+from .builders import node, reopen
+
+GROUP = "aaaaaaaa-0000-4000-8000-0000000000b1"
+U1, U2, U3, ORPHAN = (f"00000000-0000-4000-8000-00000000010{i}" for i in range(4))
+TINY = Flavor(name="tiny", vcpus=1, memory_mb=512, root_gb=1, id=1)
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _claim(stack: Stack, consumer: str, host: int = 0) -> None:
+    rp = list(stack.agents.values())[host].uuid
+    stack.client.put_allocations(consumer, {rp: {"VCPU": 1, "MEMORY_MB": 512}}, project_id="p",
+                                 user_id="u", consumer_generation=None)
+
+
+def _held(stack: Stack, consumer: str) -> dict[str, dict[str, int]]:
+    return stack.client.get_allocations(consumer).allocations
+
+
+# ----------------------------------------------------------------- build records
+def test_a_uuid_issued_once_is_refused_the_second_time(stack: Stack) -> None:
+    stack.builds.begin([U1, U2], "req-1")
+    other = BuildRecords(stack.engine)
+    with pytest.raises(InstanceExists, match=U2):
+        other.begin([U3, U2], "req-2")
+    assert other.existing([U1, U2, U3]) == {U1, U2}  # nothing of the refused boot written
+
+
+def test_a_build_settles_once_and_only_by_its_owner(stack: Stack) -> None:
+    stack.builds.begin([U1], "req-1")
+    assert not BuildRecords(stack.engine).settle(U1, ACTIVE, host="h0")
+    assert stack.builds.settle(U1, ACTIVE, host="h0")
+    assert not stack.builds.settle(U1, FAILED, reason="late")
+    record = stack.builds.get(U1)
+    assert record is not None and (record.state, record.host) == (ACTIVE, "h0")
+
+
+def test_the_heartbeat_keeps_builds_in_flight_from_looking_abandoned(stack: Stack) -> None:
+    clock = Clock()
+    live, dead = BuildRecords(stack.engine, clock=clock), BuildRecords(stack.engine, clock=clock)
+    live.begin([U1], "req-live")
+    dead.begin([U2], "req-dead")
+    clock.now += 100
+    live.heartbeat()
+    assert [b.instance_uuid for b in live.abandoned(60, clock.now)] == [U2]
+
+
+def test_seeded_schedulers_never_draw_the_same_uuids_across_restarts_or_services(
+        first: Stack) -> None:
+    drawn = [first.scheduler(seed=7).new_instance_uuids(3),
+             first.scheduler(seed=7).new_instance_uuids(3)]
+    second = reopen(first)
+    try:
+        drawn.append(second.scheduler(seed=7).new_instance_uuids(3))
+        assert second.builds.start == first.builds.start + 1
+    finally:
+        second.close()
+    assert len({u for batch in drawn for u in batch}) == 9
+
+
+# ----------------------------------------------------------------- the lease
+def test_one_holder_at_a_time_until_the_lease_expires(stack: Stack) -> None:
+    a, b = (Lease(stack.engine, "job", holder, ttl=10) for holder in ("a", "b"))
+    assert a.acquire(100) and not b.acquire(105)
+    assert a.acquire(108)  # renewed until 118
+    assert not b.acquire(117) and b.acquire(119)
+    b.release()
+    assert a.acquire(120)
+
+
+# ----------------------------------------------------------------- scan and repair
+def _crashed_boot(stack: Stack, clock: Clock) -> BuildRecords:
+    """U1 (claimed on h0) and U2 (not yet claimed) of a process that then died, both in
+    GROUP; U3 a failed build whose claim was left behind; ORPHAN claimed with no
+    record."""
+    stack.register_hosts([node("h0"), node("h1")])
+    stack.groups.put(InstanceGroup(policy="anti-affinity", uuid=GROUP, name="g"))
+    dead = BuildRecords(stack.engine, clock=clock)
+    dead.begin([U1, U2], "req-dead", GROUP)
+    stack.groups.add_members(GROUP, [U1, U2])
+    _claim(stack, U1)
+    dead.begin([U3], "req-failed")
+    _claim(stack, U3, host=1)
+    dead.settle(U3, FAILED, reason="driver error")
+    _claim(stack, ORPHAN, host=1)
+    return dead
+
+
+def test_abandoned_builds_and_failed_claims_are_released_and_orphans_only_listed(
+        stack: Stack) -> None:
+    clock = Clock()
+    _crashed_boot(stack, clock)
+    early = scan(stack.builds, stack.groups, timeout=60, now=clock.now + 30)
+    assert not early.abandoned and [h.consumer for h in early.leaked] == [U3]
+
+    later = clock.now + 61
+    findings = scan(stack.builds, stack.groups, timeout=60, now=later)
+    assert sorted(b.instance_uuid for b in findings.abandoned) == [U1, U2]
+    assert sorted(h.consumer for h in findings.leaked) == [U1, U3]
+    assert [h.consumer for h in findings.orphaned] == [ORPHAN]
+    assert findings.stale_members == {GROUP: [U1, U2]}
+    (u3,) = [h for h in findings.leaked if h.consumer == U3]
+    assert u3.resources == {"h1": {"VCPU": 1, "MEMORY_MB": 512}} and u3.reason == "driver error"
+
+    done = repair(findings, stack.builds, stack.groups, stack.client, timeout=60)
+    assert sorted(done.builds_failed) == [U1, U2]
+    assert sorted(done.allocations_deleted) == [U1, U3]
+    assert _held(stack, U1) == {} and _held(stack, U3) == {} and _held(stack, ORPHAN)
+    group = stack.groups.get(GROUP)
+    assert group is not None and group.members == []
+    record = stack.builds.get(U1)
+    assert record is not None and record.state == FAILED and "abandoned" in (record.reason or "")
+    after = scan(stack.builds, stack.groups, timeout=60, now=later)
+    assert not (after.abandoned or after.leaked or after.stale_members)
+    assert [h.consumer for h in after.orphaned] == [ORPHAN]
+
+
+def test_a_build_whose_owner_came_back_is_left_alone(stack: Stack) -> None:
+    clock = Clock()
+    dead = _crashed_boot(stack, clock)
+    findings = scan(stack.builds, stack.groups, timeout=60, now=clock.now + 61)
+    clock.now += 62
+    dead.heartbeat()  # the owner was only slow: its builds in flight move on
+    done = repair(findings, stack.builds, stack.groups, stack.client, timeout=60)
+    assert done.builds_failed == [] and done.allocations_deleted == [U3]
+    assert _held(stack, U1)
+    record = stack.builds.get(U1)
+    assert record is not None and record.state == BUILDING
+
+
+def test_the_reconciler_repairs_under_its_lease_and_skips_while_another_holds_it(
+        stack: Stack) -> None:
+    clock = Clock()
+    _crashed_boot(stack, clock)
+    clock.now += 61
+    rec = stack.reconciler(timeout=60)
+    rec.clock = clock
+    other = Lease(stack.engine, rec.LEASE, "someone-else", ttl=30)
+    assert other.acquire(clock.now)
+    assert rec.run_once() is None and _held(stack, U1)
+    clock.now += 31
+    done = rec.run_once()
+    assert done is not None and sorted(done.allocations_deleted) == [U1, U3]
+
+
+def test_a_boot_records_its_builds_and_settles_them(stack: Stack) -> None:
+    stack.register_hosts([node("h0")])
+    conductor = stack.conductor(stack.scheduler(seed=1))
+    (built,) = conductor.build_instances(RequestSpec(flavor=TINY, project_id="p", user_id="u"))
+    record = stack.builds.get(built.instance_uuid)
+    assert record is not None and (record.state, record.host) == (ACTIVE, "h0")
+    huge = Flavor(name="huge", vcpus=512, memory_mb=512, root_gb=1, id=2)
+    uuids = conductor.scheduler.new_instance_uuids(1)
+    with pytest.raises(Exception, match="No valid host"):
+        conductor.build_instances(RequestSpec(flavor=huge, project_id="p", user_id="u"), uuids)
+    failed = stack.builds.get(uuids[0])
+    assert failed is not None and failed.state == FAILED and "No valid host" in (failed.reason or "")
+
+
+# ----------------------------------------------------------------- berth audit
+def test_audit_lists_then_fixes_planted_orphans_and_leaks(
+        first: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    clock = Clock(1.0)  # long ago: every building record is abandoned by now
+    _crashed_boot(first, clock)
+    db = str(first.engine.url)
+    assert main(["audit", "--db", db, "--json"]) == 8
+    found = json.loads(capsys.readouterr().out)["findings"]
+    assert [h["consumer"] for h in found["orphaned"]] == [ORPHAN]
+    assert sorted(h["consumer"] for h in found["leaked"]) == [U1, U3]
+    assert found["stale_members"] == {GROUP: [U1, U2]}
+    assert main(["audit", "--db", db, "--fix"]) == 0
+    out = capsys.readouterr().out
+    assert "fixed: 3 consumers' allocations deleted, 2 abandoned builds failed, 2 members" in out
+    assert main(["audit", "--db", db]) == 0
+    assert capsys.readouterr().out.startswith("clean:")
+    for consumer in (U1, U3, ORPHAN):
+        assert _held(first, consumer) == {}
+
+
+def test_audit_of_a_missing_database_is_one_line(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "--db", str(tmp_path / "none.sqlite")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"berth audit: --db '{tmp_path / 'none.sqlite'}': no such database file")
+    assert not (tmp_path / "none.sqlite").exists()
