@@ -70,6 +70,14 @@ def test_an_existing_consumer_is_refused_never_merged() -> None:
     assert claimer.stats.consumer_conflicts == 1 and claimer.stats.conflict_retries == 0
 
 
+def test_a_consumer_holding_exactly_this_claim_is_this_claim_committed_before() -> None:
+    # The first attempt committed, its answer was lost, the retry met the consumer.
+    client = FakeClient([CONSUMER], held={"rp": {"VCPU": 1}})
+    claimer = PlacementClaimer(client)  # type: ignore[arg-type]
+    assert claimer.claim("c", REQ, SPEC, "1.36")
+    assert claimer.stats.consumer_conflicts == 0 and claimer.stats.successes == 1
+
+
 def test_an_unreachable_placement_is_a_failed_claim() -> None:
     class Down(FakeClient):
         def put_allocations(self, *a: Any, **k: Any) -> None:

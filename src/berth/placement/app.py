@@ -6,7 +6,9 @@ Pipeline, outermost first (reference 1.1):
 2. CORS preflight, when configured;
 3. noauth2: no ``X-Auth-Token`` outside ``/`` is a 401 in WebOb's plain JSON;
 4. context from the token and headers (no user id is a 401);
-5. fault wrapper: anything unexpected is a JSON 500;
+5. fault wrapper: anything unexpected is a JSON 500; an unavailable database (a lost
+   connection, a lock timeout) is retried where safe, else a 503 with Retry-After
+   (:mod:`berth.placement.dbfaults`);
 6. microversion header (400 / 406 without ``code``);
 7. Content-Length / Content-Type sanity, routing (404, 405 + ``allow``), then the
    endpoint's own checks (microversion 404, Accept 406, media type 415, policy 403)
@@ -24,7 +26,9 @@ from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
+from berth.errors import ServiceUnavailable as BerthUnavailable
 from berth.placement import errors, handlers, policy
+from berth.placement.dbfaults import call_with_retry
 from berth.placement.handlers import Endpoint, always
 from berth.placement.microversion import (
     MAX_VERSION,
@@ -286,7 +290,14 @@ class PlacementApp:
         vary = True
         try:
             try:
-                resp = self._dispatch(req)
+                # A lost connection is retried (a write only if it surely rolled back);
+                # what cannot be retried is a 503 with Retry-After (dbfaults).
+                resp = call_with_retry(lambda: self._dispatch(req),
+                                       safe=req.method in ("GET", "HEAD"),
+                                       what=f"{req.method} {req.path}")
+            except BerthUnavailable as exc:
+                raise errors.ServiceUnavailable(
+                    exc.message, headers=(("Retry-After", str(exc.retry_after)),)) from None
             except sa_exc.DataError as exc:
                 # Values the database cannot store (e.g. NUL characters on PostgreSQL) are
                 # bad input, not a server fault.
@@ -294,8 +305,8 @@ class PlacementApp:
             except sa_exc.OperationalError as exc:
                 if not _transient(exc):
                     raise
-                # A deadlock victim, a serialization failure or a lock wait that timed
-                # out: the client's retry with fresh generations is the remedy.
+                # A deadlock victim or a serialization failure: the client's retry with
+                # fresh generations is the remedy.
                 raise errors.Conflict(
                     "update conflict: Another thread concurrently updated the data. "
                     "Please retry your update",
@@ -420,11 +431,10 @@ class PlacementApp:
 
 
 def _transient(exc: sa_exc.OperationalError) -> bool:
-    """Whether a database error is a lost race rather than a broken database."""
+    """Whether a database error is a lost race (deadlock, serialization failure) rather
+    than a broken database."""
     pgcode = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
-    if pgcode in ("40P01", "40001", "55P03"):
-        return True
-    return "database is locked" in str(exc.orig)
+    return pgcode in ("40P01", "40001")
 
 
 def _reason(status: int) -> str:

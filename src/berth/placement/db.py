@@ -176,18 +176,26 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
 
 
+#: Seconds a SQLite statement waits for another connection's lock before it fails.
+SQLITE_BUSY_TIMEOUT = 30
+
+
 def create_db_engine(url: str) -> Engine:
     """Create an engine for ``url`` (a SQLAlchemy URL or a bare SQLite file path).
 
-    SQLite: WAL journal, a 30 s busy timeout and an ``immediate`` execution option that
-    makes the next transaction start with ``BEGIN IMMEDIATE``.
+    SQLite: WAL journal, a 30 s busy timeout (``?timeout=SECONDS`` in the URL sets
+    another) and an ``immediate`` execution option that makes the next transaction
+    start with ``BEGIN IMMEDIATE``.
     """
     if "://" not in url:
         url = f"sqlite:///{url}"
     if url.startswith("sqlite"):
+        connect_args: dict[str, Any] = {"check_same_thread": False}
+        if "timeout" not in sa.engine.make_url(url).query:
+            connect_args["timeout"] = SQLITE_BUSY_TIMEOUT
         engine = sa.create_engine(
             url,
-            connect_args={"timeout": 30, "check_same_thread": False},
+            connect_args=connect_args,
             pool_size=16,
             max_overflow=16,
         )

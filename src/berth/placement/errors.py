@@ -12,7 +12,8 @@ the store and the allocation-candidate engine never format wire text themselves.
     ├── MethodNotAllowed      405
     ├── NotAcceptable         406
     ├── Conflict              409
-    └── UnsupportedMediaType  415
+    ├── UnsupportedMediaType  415
+    └── ServiceUnavailable    503  (the database is unreachable or locked; Retry-After)
 """
 
 from __future__ import annotations
@@ -101,3 +102,11 @@ class UnsupportedMediaType(PlacementError):
 
     status = 415
     title = "Unsupported Media Type"
+
+
+class ServiceUnavailable(PlacementError):
+    """The database is unreachable or locked past its timeout (after the retries that
+    were safe): try again after ``Retry-After`` seconds."""
+
+    status = 503
+    title = "Service Unavailable"

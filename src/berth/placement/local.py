@@ -11,7 +11,9 @@ keeps a candidates answer as engine objects.
 
 The semantics are the API's: the same store methods, the same microversion rules (the
 candidates microversion is fixed per instance), the same error texts and ``placement.*``
-codes, raised as the client's ``PlacementAPIError`` subclasses.
+codes, raised as the client's ``PlacementAPIError`` subclasses. An unavailable database
+is retried where the API would retry it (:mod:`berth.placement.dbfaults`) and otherwise
+raised as :class:`~berth.errors.ServiceUnavailable`, the API's 503.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from berth.placement import candidates as engine
 from berth.placement import errors, schemas
 from berth.placement.client import ConsumerAllocations, error_class, microversion_tuple
+from berth.placement.dbfaults import call_with_retry
 from berth.placement.store import UNSET, ConsumerWrite, PlacementStore
 from berth.placement.web import error_detail
 
@@ -65,7 +68,7 @@ class LocalPlacement:
         self, params: Mapping[str, str | Sequence[str]]
     ) -> tuple[engine.ProviderGraph, Any, engine.SearchResult]:
         """``(graph, query, result)``: the candidates answer before rendering."""
-        graph = self.store.provider_graph()
+        graph = call_with_retry(self.store.provider_graph, safe=True, what="reading providers")
         with _as_client_errors():
             query, result = engine.search_candidates(graph, _multi(params), self.version,
                                                      self.options)
@@ -81,7 +84,8 @@ class LocalPlacement:
     def get_allocations(self, consumer: str) -> ConsumerAllocations:
         """GET /allocations/{consumer}."""
         with _as_client_errors():
-            data = self.store.consumer_allocations(consumer)
+            data = call_with_retry(lambda: self.store.consumer_allocations(consumer),
+                                   safe=True, what=f"GET /allocations/{consumer}")
         found = bool(data.allocations)
         v = self.version
         return ConsumerAllocations(
@@ -124,13 +128,15 @@ class LocalPlacement:
             generation=consumer_generation if version >= (1, 28) else UNSET,
         )
         with _as_client_errors():
-            self.store.write_allocations([write], post=False)
+            call_with_retry(lambda: self.store.write_allocations([write], post=False),
+                            safe=False, what=f"PUT /allocations/{uuid}")
 
     def delete_allocations(self, consumer: str) -> None:
         """DELETE /allocations/{consumer} (NotFoundError when it has none)."""
         uuid = schemas.normalize_uuid(consumer) or consumer
         with _as_client_errors():
-            self.store.delete_consumer_allocations(uuid)
+            call_with_retry(lambda: self.store.delete_consumer_allocations(uuid), safe=False,
+                            what=f"DELETE /allocations/{uuid}")
 
 
 def _multi(params: Mapping[str, str | Sequence[str]]) -> dict[str, list[str]]:

@@ -36,6 +36,7 @@ EXPLANATIONS: dict[int, str] = {
     409: "There was a conflict when trying to complete your request.",
     415: "The request media type {ctype} is not supported by this server.",
     500: "The server has either erred or is incapable of performing the requested operation.",
+    503: "The server is currently unavailable. Please try again at a later time.",
 }
 
 REASONS: dict[int, str] = {
@@ -51,6 +52,7 @@ REASONS: dict[int, str] = {
     409: "Conflict",
     415: "Unsupported Media Type",
     500: "Internal Server Error",
+    503: "Service Unavailable",
 }
 
 

@@ -61,7 +61,11 @@ built::
 Errors: 400 ``berth.input.*`` (malformed body, naming the field; ``Malformed JSON``
 for a body that does not parse or nests too deeply), 409 for scheduling failures
 (``berth.scheduling.no_valid_host``, ``...unsupported_policy``,
-``...max_retries_exceeded``), as ``{"error": {"code": ..., "message": ...}}``.
+``...max_retries_exceeded``), 503 ``berth.unavailable`` with ``Retry-After`` when the
+database is unreachable or locked past its timeout (reads such as ``GET /hosts`` are
+retried first; a boot is not repeated, and one whose every failed instance failed for
+that reason is a 503 listing what was built), as
+``{"error": {"code": ..., "message": ...}}``.
 """
 
 from __future__ import annotations
@@ -73,7 +77,10 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from berth.errors import BerthError, InputError, NoValidHost, SchedulingError
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
+
+from berth.errors import BerthError, InputError, NoValidHost, SchedulingError, ServiceUnavailable
 from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
 from berth.filters.compute import effective_service_down_time, services_up
 from berth.model.image_props import ImagePropertyError, show
@@ -84,6 +91,7 @@ from berth.model.request import (
     ImageMetaProps,
     RequestSpec,
 )
+from berth.placement.dbfaults import as_unavailable, call_with_retry, describe, unavailable
 from berth.service.conductor import BuildOutcome, Conductor
 from berth.service.groups import ServerGroupStore
 from berth.service.scheduler import SchedulerService, selection_dict
@@ -290,15 +298,29 @@ class SchedulerApp:
                     return _reply(start_response, 405, {"error": {"code": "berth.http.method",
                                                                   "message": "use POST"}})
                 answer = self.boot(_read_json(environ))
-                return _reply(start_response, 409 if answer.get("failed") else 200, answer)
+                return _reply(start_response, _boot_status(answer), answer,
+                              _retry_after(answer))
             if path == "/hosts" and method == "GET":
-                return _reply(start_response, 200, self.hosts())
+                return _reply(start_response, 200,
+                              call_with_retry(self.hosts, safe=True, what="GET /hosts"))
             if path == "/healthz" and method == "GET":
                 return _reply(start_response, 200, {"status": "ok"})
             return _reply(start_response, 404, {"error": {"code": "berth.http.not_found",
                                                           "message": f"no route {method} {path}"}})
         except InputError as exc:
             return _reply(start_response, 400, _error(exc))
+        except ServiceUnavailable as exc:
+            return _reply(start_response, 503, _error(exc),
+                          [("Retry-After", str(exc.retry_after))])
+        except (DBAPIError, SATimeoutError) as exc:
+            if not unavailable(exc):
+                LOG.exception("%s %s failed", method, path)
+                return _reply(start_response, 500, {"error": {
+                    "code": "berth.internal", "message": "internal error (logged)"}})
+            LOG.warning("%s %s: %s", method, path, describe(exc))
+            down = as_unavailable(exc)
+            return _reply(start_response, 503, _error(down),
+                          [("Retry-After", str(down.retry_after))])
         except SchedulingError as exc:
             body = _error(exc)
             diagnosis = getattr(exc, "diagnosis", None)
@@ -420,6 +442,23 @@ def _boot_answer(selections: Any, uuids: Any, outcome: BuildOutcome) -> dict[str
     return answer
 
 
+def _boot_status(answer: Mapping[str, Any]) -> int:
+    """200 when every instance was built; 503 when none of the failures was anything
+    but the database being unavailable; else 409."""
+    failed = answer.get("failed")
+    if not failed:
+        return 200
+    if all(f["error"]["code"] == ServiceUnavailable.code for f in failed):
+        return 503
+    return 409
+
+
+def _retry_after(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if _boot_status(answer) == 503:
+        return [("Retry-After", str(ServiceUnavailable.retry_after))]
+    return []
+
+
 def _num(value: float) -> int | None:
     return None if math.isnan(value) else int(value)
 
@@ -453,10 +492,11 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _reply(start_response: StartResponse, status: int, body: Any) -> list[bytes]:
+def _reply(start_response: StartResponse, status: int, body: Any,
+           headers: Iterable[tuple[str, str]] = ()) -> list[bytes]:
     data = json.dumps(body, default=_json_default).encode()
     reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-              409: "Conflict", 500: "Internal Server Error"}[status]
+              409: "Conflict", 500: "Internal Server Error", 503: "Service Unavailable"}[status]
     start_response(f"{status} {reason}", [("Content-Type", "application/json"),
-                                          ("Content-Length", str(len(data)))])
+                                          ("Content-Length", str(len(data))), *headers])
     return [data]

@@ -27,6 +27,9 @@ seeded with ``--seed N`` draws its uuids from ``(N, start number)``
 (:func:`instance_uuid_rng`), which differs at every start on the same database, and the
 table's primary key refuses a uuid that was ever issued (:class:`InstanceExists`).
 
+Lost database connections are retried where that is safe
+(:mod:`berth.placement.dbfaults`).
+
 Times are seconds since the epoch from each process's clock: processes on several
 machines need synchronized clocks (NTP), as Nova's ``service_down_time`` does.
 """
@@ -45,8 +48,9 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from berth.errors import InstanceExists
+from berth.errors import InstanceExists, ServiceUnavailable
 from berth.placement.db import create_tables
+from berth.placement.dbfaults import call_with_retry, retried
 
 builds_metadata = sa.MetaData()
 
@@ -142,6 +146,7 @@ class BuildRecords:
         return float(self.clock())
 
     # ----------------------------------------------------------------- this process
+    @retried(safe=True)
     def heartbeat(self) -> None:
         """Tell the other processes this one is alive and its builds in flight are not
         abandoned (their ``updated_at`` moves on)."""
@@ -156,6 +161,7 @@ class BuildRecords:
                     builds.c.instance_uuid.in_(flying[i:i + 500]), builds.c.state == BUILDING,
                     builds.c.owner == self.owner).values(updated_at=now))
 
+    @retried(safe=False)
     def begin(self, instance_uuids: Sequence[str], request_id: str,
               group_uuid: str | None = None) -> None:
         """Record ``instance_uuids`` as building (before anything is claimed for them).
@@ -182,13 +188,26 @@ class BuildRecords:
                reason: str | None = None) -> bool:
         """Move this process's ``building`` record to ``active`` (on ``host``) or
         ``failed`` (for ``reason``); False when it is no longer building here (the
-        reconciler took it over: the build must be undone)."""
+        reconciler took it over: the build must be undone).
+        :class:`~berth.errors.ServiceUnavailable` when the database cannot tell."""
         if state not in (ACTIVE, FAILED):
             raise ValueError(f"a build settles as active or failed, not {state!r}")
         with self._lock:
             # Even if the write below fails, the record no longer gets the heartbeat:
             # it turns stale and the reconciler settles it.
             self._in_flight.discard(instance_uuid)
+        try:
+            return call_with_retry(lambda: self._settle(instance_uuid, state, host, reason),
+                                   safe=False, what=f"settling build {instance_uuid}")
+        except ServiceUnavailable:
+            # The connection went during the commit: read what happened, if we can.
+            record = self.get(instance_uuid)
+            if record is not None and (record.state, record.host) == (state, host):
+                return True
+            raise
+
+    def _settle(self, instance_uuid: str, state: str, host: str | None,
+                reason: str | None) -> bool:
         with self.engine.begin() as conn:
             done = conn.execute(
                 sa.update(builds)
@@ -197,6 +216,7 @@ class BuildRecords:
                 .values(state=state, host=host, reason=reason, updated_at=self._now()))
         return done.rowcount == 1
 
+    @retried(safe=False)
     def adopt(self, hosts: Mapping[str, str | None], request_id: str) -> None:
         """Record instances that exist without a build by Berth (a cloud file's, or the
         usage it states beyond them) as ``active``; those recorded already are kept."""
@@ -213,6 +233,7 @@ class BuildRecords:
                 conn.execute(sa.insert(builds), rows)
 
     # ----------------------------------------------------------------- any process
+    @retried(safe=True)
     def get(self, instance_uuid: str) -> BuildRecord | None:
         """The record of ``instance_uuid``, or None."""
         with self.engine.connect() as conn:
@@ -220,6 +241,7 @@ class BuildRecords:
                                .where(builds.c.instance_uuid == instance_uuid)).first()
         return None if row is None else _record(row)
 
+    @retried(safe=True)
     def existing(self, instance_uuids: Iterable[str]) -> set[str]:
         """Which of ``instance_uuids`` have a record."""
         with self.engine.connect() as conn:
@@ -234,6 +256,7 @@ class BuildRecords:
                 builds.c.instance_uuid.in_(wanted[i:i + 500]))).scalars())
         return found
 
+    @retried(safe=True)
     def abandoned(self, timeout: float, now: float | None = None) -> list[BuildRecord]:
         """``building`` records not updated for ``timeout`` seconds: no live process
         is building them (a live owner's heartbeat keeps its builds' records fresh)."""
@@ -256,6 +279,7 @@ class BuildRecords:
                 .values(state=FAILED, reason=reason, updated_at=self._now()))
         return done.rowcount == 1
 
+    @retried(safe=True)
     def in_state(self, state: str, instance_uuids: Iterable[str] | None = None) -> list[BuildRecord]:
         """Records in ``state`` (of ``instance_uuids`` only, when given)."""
         query = sa.select(builds).where(builds.c.state == state)

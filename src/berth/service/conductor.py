@@ -47,10 +47,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from berth.config import SchedulerConfig
-from berth.errors import BerthError, MaxRetriesExceeded, NoValidHost
+from berth.errors import BerthError, MaxRetriesExceeded, NoValidHost, ServiceUnavailable
 from berth.model.request import ComputeNodeRef, RequestSpec, SchedulerRetries
 from berth.model.selection import Selection
 from berth.pipeline import Decision
+from berth.placement.dbfaults import as_unavailable, unavailable
 from berth.service.builds import ACTIVE, FAILED, BuildRecords
 from berth.service.compute import ComputeAgent, RunningInstances
 from berth.service.group_check import HARD_POLICIES, GroupPolicyCheck, GroupPolicyViolation
@@ -266,15 +267,20 @@ class Conductor:
             return
         kept: list[BuildResult] = []
         for result in outcome.built:
-            if self._settle_one(result.instance_uuid, ACTIVE, host=result.host):
+            try:
+                ours = self.builds.settle(result.instance_uuid, ACTIVE, host=result.host)
+                error: BerthError = BerthError(
+                    f"build of instance {result.instance_uuid} was abandoned (its process "
+                    f"was silent past the build timeout)")
+            except ServiceUnavailable as exc:
+                ours, error = False, exc
+            if ours:
                 kept.append(result)
             else:
-                LOG.error("build of %s on %s finished after the reconciler gave it up; "
-                          "its claim is released", result.instance_uuid, result.host)
+                LOG.error("build of %s on %s cannot be recorded (%s); its claim is "
+                          "released", result.instance_uuid, result.host, error.message)
                 self.claimer.delete(result.instance_uuid)
-                outcome.failed.append(BuildFailure(result.instance_uuid, BerthError(
-                    f"build of instance {result.instance_uuid} was abandoned (its process "
-                    f"was silent past the build timeout)"), result.tried))
+                outcome.failed.append(BuildFailure(result.instance_uuid, error, result.tried))
             settled.add(result.instance_uuid)
         outcome.built = kept
         for failure in outcome.failed:
@@ -330,12 +336,17 @@ class Conductor:
                     outcome.built.append(self.build_one(uuid, hosts, spec))
                 except (MaxRetriesExceeded, NoValidHost) as exc:
                     outcome.failed.append(BuildFailure(uuid, exc, list(exc.details.get("tried", []))))
-                except Exception:  # one instance's bug must not strand the others' claims
-                    LOG.exception("building %s failed", uuid)
+                except ServiceUnavailable as exc:  # the database: the others may fare better
+                    self.claimer.delete(uuid)
+                    outcome.failed.append(BuildFailure(uuid, exc, []))
+                except Exception as exc:  # one instance's bug must not strand the others' claims
                     self.claimer.delete(uuid)  # a claim on an alternate may have been made
-                    outcome.failed.append(BuildFailure(
-                        uuid, BerthError(f"internal error building instance {uuid} (logged)"),
-                        []))
+                    if unavailable(exc):
+                        outcome.failed.append(BuildFailure(uuid, as_unavailable(exc), []))
+                    else:
+                        LOG.exception("building %s failed", uuid)
+                        outcome.failed.append(BuildFailure(uuid, BerthError(
+                            f"internal error building instance {uuid} (logged)"), []))
                 settled.add(uuid)
         finally:
             for uuid in decision.instance_uuids:

@@ -14,6 +14,9 @@ what a host's agent last reported does not enter (Nova reads ``instance.host``, 
 its compute service sets when the build reaches it; see the deliberate deviations in
 docs/architecture.md).
 
+Every transaction here is retried when the database connection is lost and a retry is
+safe (:mod:`berth.placement.dbfaults`): reads, and member edits, which are idempotent.
+
 Groups come from a cloud file's ``server_groups`` (``berth serve --cloud``). A boot into
 a group adds its instances to the members before they are scheduled, as Nova's API
 does, so a concurrent boot's late check counts them once they run
@@ -34,6 +37,7 @@ from sqlalchemy.engine import Connection, Engine
 from berth.errors import InputError
 from berth.model.request import InstanceGroup
 from berth.placement.db import allocations, create_tables, resource_providers
+from berth.placement.dbfaults import retried
 from berth.service.builds import BUILDING, builds, builds_metadata
 from berth.service.compute import compute_nodes, records_metadata
 
@@ -91,6 +95,7 @@ class ClaimedHosts:
             .where(sa.or_(builds.c.state.is_(None), builds.c.state != BUILDING,
                           builds.c.host.is_not(None))))
 
+    @retried(safe=True)
     def hosts_of(self, instance_uuids: Iterable[str]) -> dict[str, str]:
         """The host each instance is claimed on; those without a claim are left out."""
         with self.engine.connect() as conn:
@@ -125,6 +130,7 @@ class ServerGroupStore:
         create_tables(engine, builds_metadata)
         self.placements = ClaimedHosts(engine)
 
+    @retried(safe=True)
     def put(self, group: InstanceGroup) -> None:
         """Store ``group`` (by uuid): name, policy and rules as given; the members stored
         already stay members (instances booted into it before a restart)."""
@@ -143,6 +149,7 @@ class ServerGroupStore:
                 conn.execute(sa.update(server_groups).where(server_groups.c.uuid == group.uuid)
                              .values(**values))
 
+    @retried(safe=True)
     def all(self) -> list[InstanceGroup]:
         """Every group, by name then uuid."""
         with self.engine.connect() as conn:
@@ -150,12 +157,14 @@ class ServerGroupStore:
                                 .order_by(server_groups.c.name, server_groups.c.uuid)).all()
         return [_group(r) for r in rows]
 
+    @retried(safe=True)
     def get(self, uuid: str) -> InstanceGroup | None:
         """The group ``uuid`` as stored now, or None."""
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(server_groups).where(server_groups.c.uuid == uuid)).first()
         return None if row is None else _group(row)
 
+    @retried(safe=True)
     def find(self, ref: str) -> list[InstanceGroup]:
         """The group whose uuid is ``ref``, else every group named ``ref``."""
         with self.engine.connect() as conn:
@@ -201,6 +210,7 @@ class ServerGroupStore:
             self._edit_members(uuid, lambda current: [m for m in current if m not in gone],
                                missing_ok=True)
 
+    @retried(safe=False)
     def admit(self, uuid: str, instance_uuid: str, host: str,
               decide: Callable[[InstanceGroup, dict[str, str]], None]) -> None:
         """The late group check's transaction: under the group's row lock (every
@@ -220,6 +230,7 @@ class ServerGroupStore:
                                                  builds.c.state == BUILDING)
                          .values(host=host))
 
+    @retried(safe=True)
     def withdraw(self, instance_uuid: str) -> None:
         """Undo :meth:`admit` for a build that failed after its check (it goes on to an
         alternate, or fails)."""
@@ -228,6 +239,7 @@ class ServerGroupStore:
                                                  builds.c.state == BUILDING)
                          .values(host=None))
 
+    @retried(safe=True)
     def _edit_members(self, uuid: str, edit: Callable[[list[str]], list[str]],
                       missing_ok: bool = False) -> None:
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():

@@ -33,6 +33,7 @@ import numpy as np
 
 from berth.claims import CANDIDATES_MICROVERSION, CandidateSet
 from berth.config import SchedulerConfig
+from berth.errors import ServiceUnavailable
 from berth.filters.base import Reject
 from berth.model.request import RequestSpec
 from berth.placement import candidates as engine
@@ -374,7 +375,8 @@ class PlacementClaimer:
         consumer-generation conflict when the consumer exists: its allocations belong to
         another instance (a re-issued uuid, or a concurrent claim for the same one), and
         the claim is refused and counted (``consumer_conflicts``) rather than merged into
-        them. Nova's ``claim_resources`` reads the consumer first and merges what it
+        them, unless they are exactly this claim (an earlier attempt of it committed and
+        its answer was lost with the database connection). Nova's ``claim_resources`` reads the consumer first and merges what it
         finds, for its move operations (evacuate); Berth has none, and a merge would let
         one instance take over another's allocations. A provider-generation race
         (placement's "Inventory and/or allocations changed") is retried up to
@@ -400,6 +402,9 @@ class PlacementClaimer:
                     LOG.debug("claim for %s refused: %s", consumer_uuid, exc.detail)
                     return False
                 if "consumer generation conflict" in exc.detail:
+                    if self._already_ours(consumer_uuid, allocations):
+                        self._count("successes")
+                        return True
                     self._count("consumer_conflicts")
                     LOG.warning("claim for %s refused: the consumer exists already (another "
                                 "instance's allocations): %s", consumer_uuid, exc.detail)
@@ -422,6 +427,21 @@ class PlacementClaimer:
             self._count("successes")
             return True
 
+    def _already_ours(self, consumer_uuid: str, allocations: Mapping[str, Mapping[str, int]]) -> bool:
+        """Whether the consumer holds exactly this claim: an earlier attempt of this very
+        claim committed although its answer was lost (a connection dropped during the
+        commit, retried as a new consumer). Issued uuids are unique (build records), so
+        another instance never holds the same uuid with the same allocations."""
+        try:
+            current = self.client.get_allocations(consumer_uuid).allocations
+        except (PlacementAPIError, httpx.HTTPError, ServiceUnavailable):
+            return False
+        if current and {rp: dict(r) for rp, r in current.items()} == {
+                rp: dict(r) for rp, r in allocations.items()}:
+            LOG.info("claim for %s had committed before its answer was lost", consumer_uuid)
+            return True
+        return False
+
     def rollback(self, consumer_uuids: Sequence[str]) -> None:
         """DELETE every consumer's allocations (missing ones are fine)."""
         for consumer in consumer_uuids:
@@ -436,7 +456,8 @@ class PlacementClaimer:
             if exc.status != 404:
                 LOG.warning("could not delete allocations of %s: %s", consumer_uuid, exc)
             return False
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ServiceUnavailable) as exc:
+            # The claim stays until the reconciler releases it (its build never settles).
             LOG.warning("placement unreachable deleting allocations of %s: %s", consumer_uuid, exc)
             return False
         return True

@@ -1,0 +1,158 @@
+"""An unavailable database is retried where safe and otherwise a 503 with Retry-After,
+never a 500: in the scheduler API and the Placement API.
+
+SQLite: another connection really holds the write lock (``BEGIN EXCLUSIVE``) past the
+server's busy timeout. PostgreSQL: a real ``berth serve`` process has its backends
+terminated (``pg_terminate_backend``) again and again while requests flow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from berth.service.api import SchedulerApp
+from berth.service.stack import Stack, open_stack
+
+from .builders import node
+from .conftest import TEST_CONFIG
+
+PLACEMENT = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
+CONSUMER = "00000000-0000-4000-8000-0000000000c1"
+TINY = {"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1}}
+
+
+@pytest.fixture
+def impatient(template_db: Path, tmp_path: Path) -> Iterator[tuple[Stack, Path]]:
+    """A stack whose SQLite connections wait 0.3 s for a lock (not 30)."""
+    from berth.placement.db import create_db_engine
+
+    path = tmp_path / "berth.sqlite"
+    shutil.copy(template_db, path)
+    url = f"sqlite:///{path}?timeout=0.3"
+    stack = open_stack(url, TEST_CONFIG, engine=create_db_engine(url))
+    stack.register_hosts([node("h0"), node("h1")])
+    yield stack, path
+    stack.close()
+
+
+@contextlib.contextmanager
+def _write_lock(path: Path) -> Iterator[None]:
+    """Another process's view: a connection holding SQLite's write lock."""
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=5)
+    conn.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+def test_a_sqlite_lock_past_its_timeout_is_a_503_and_reads_still_work(
+        impatient: tuple[Stack, Path]) -> None:
+    stack, path = impatient
+    service = stack.scheduler(seed=1)
+    app = SchedulerApp(service, stack.conductor(service), stack.placement_app,
+                       groups=stack.groups)
+    api = httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth")
+    rp = stack.agents["h0"].uuid
+    claim = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+             "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"}
+    with _write_lock(path):
+        put = api.put(f"/placement/allocations/{CONSUMER}", json=claim, headers=PLACEMENT)
+        assert put.status_code == 503 and put.headers["Retry-After"] == "2", put.text
+        assert "the database is locked" in put.json()["errors"][0]["detail"]
+        boot = api.post("/boot", json=TINY)
+        assert boot.status_code == 503 and boot.headers["Retry-After"] == "2"
+        assert boot.json()["error"]["code"] == "berth.unavailable"
+        # WAL: readers do not wait for the writer.
+        assert api.get("/placement/resource_providers", headers=PLACEMENT).status_code == 200
+        assert api.get("/hosts").status_code == 200
+    # Nothing was half-written: no allocation, no build record, and all works again.
+    assert stack.client.get_allocations(CONSUMER).allocations == {}
+    with stack.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM berth_builds")).scalar() == 0
+    put = api.put(f"/placement/allocations/{CONSUMER}", json=claim, headers=PLACEMENT)
+    assert put.status_code == 204
+    assert api.post("/boot", json=TINY).status_code == 200
+
+
+@pytest.mark.postgres
+def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Path) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from pgdb import fresh_pg_database
+
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text('hosts:\n  - {host: "n{index}", count: 4, vcpus: 64, memory_mb: 65536, '
+                     'local_gb: 1000}\n')
+    with fresh_pg_database("berth_faults") as db, socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "berth.cli", "serve", "--db", db, "--port", str(port),
+             "--cloud", str(cloud)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        admin = sa.create_engine(db, isolation_level="AUTOCOMMIT")
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                        break
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            statuses: list[int] = []
+            odd: list[str] = []
+            stop = threading.Event()
+
+            def traffic(call: str) -> None:
+                with httpx.Client(base_url=url, timeout=60) as client:
+                    while not stop.is_set():
+                        if call == "boot":
+                            r = client.post("/boot", json=TINY)
+                        elif call == "hosts":
+                            r = client.get("/hosts")
+                        else:
+                            r = client.get("/placement/resource_providers", headers=PLACEMENT)
+                        statuses.append(r.status_code)
+                        if r.status_code not in (200, 503):
+                            odd.append(r.text[:500])
+
+            workers = [threading.Thread(target=traffic, args=(c,))
+                       for c in ("boot", "boot", "hosts", "providers")]
+            for w in workers:
+                w.start()
+            for _ in range(5):
+                time.sleep(0.8)
+                with admin.connect() as conn:
+                    conn.execute(sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+            time.sleep(0.5)
+            stop.set()
+            for w in workers:
+                w.join(timeout=60)
+            assert 500 not in statuses, sorted(set(statuses))
+            assert set(statuses) <= {200, 503} and statuses.count(200) > 20, odd
+            # Served normally afterwards, by the same process.
+            assert httpx.post(url + "/boot", json=TINY, timeout=60).status_code == 200
+            assert proc.poll() is None
+        finally:
+            admin.dispose()
+            proc.terminate()
+            proc.communicate(timeout=30)
