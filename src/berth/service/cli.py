@@ -2,7 +2,9 @@
 
     berth serve [--db URL] [--host H] [--port N] [--cloud FILE] [--config-file nova.conf]
                 [--threads N] [--seed N] [--no-resume]
-                [--fail-host HOST ...] [--fail-first HOST=N ...]
+                [--fail-host HOST ...] [--fail-first HOST=N ...] [--build-delay S]
+                [--build-timeout S] [--reconcile-interval S]
+    berth audit [--db URL] [--fix] [--json] [--build-timeout S]
     berth boot --flavor F [--num N] [--hint k=v ...] [--group G] [--image NAME] [--url URL]
                [--explain] [--json]
 
@@ -25,7 +27,13 @@ anything is written.
 
 ``--fail-host`` and ``--fail-first`` tell the fake compute driver to fail builds, so the
 conductor's rescheduling onto alternates can be watched; a host that is down (silent in
-the file, or forced down) fails every build anyway.
+the file, or forced down) fails every build anyway. ``--build-delay`` makes every build
+take that long (builds in flight, for crash tests).
+
+Every ``serve`` runs a reconciler (:mod:`berth.service.reconcile`): its build heartbeat,
+and the release of claims and group memberships of builds that a crashed process
+abandoned ``--build-timeout`` seconds ago. ``audit`` (:mod:`berth.service.audit`) lists
+and fixes what no build stands behind.
 
 ``boot`` posts to ``/boot`` and prints where each instance went (and, on a partial
 failure, which instances were not built; exit status 6). ``--flavor`` is a flavor name
