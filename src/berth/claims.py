@@ -13,7 +13,7 @@ tests; the Placement-backed implementation lives with the store adapter.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -194,7 +194,13 @@ class InMemoryPlacement:
         for row, resources in planned.items():
             for rc, amount in resources.items():
                 self.used[rc][row] += amount
-        self.allocations[consumer_uuid] = planned
+        # A consumer that holds allocations already (an evacuated instance) keeps them:
+        # placement's claim for a move merges the old and the new.
+        held = self.allocations.setdefault(consumer_uuid, {})
+        for row, resources in planned.items():
+            target = held.setdefault(row, {})
+            for rc, amount in resources.items():
+                target[rc] = target.get(rc, 0) + amount
         return True
 
     def rollback(self, consumer_uuids: Sequence[str]) -> None:
@@ -203,3 +209,40 @@ class InMemoryPlacement:
             for row, resources in self.allocations.pop(consumer, {}).items():
                 for rc, amount in resources.items():
                     self.used[rc][row] -= amount
+
+    # ------------------------------------------------------------ moves (berth.moves)
+    def adopt(self, consumer_uuid: str, row: int, resources: Mapping[str, int]) -> None:
+        """Name an allocation the snapshot's usage already counts (an instance the cloud
+        file lists on ``row``), so a move can hand it from consumer to consumer."""
+        self.allocations[consumer_uuid] = {row: {rc: int(v) for rc, v in resources.items() if v}}
+
+    def allocations_of(self, consumer: str) -> dict[str, dict[str, int]]:
+        """The consumer's allocations by provider id."""
+        return {provider_id(self.snapshot, row): dict(res)
+                for row, res in self.allocations.get(consumer, {}).items()}
+
+    def move_allocations(self, source: str, target: str, spec: RequestSpec) -> None:
+        """``target`` takes over every allocation of ``source`` (its own are given back)."""
+        self.rollback([target])
+        moved = self.allocations.pop(source, {})
+        if moved:
+            self.allocations[target] = moved
+
+    def replace_allocations(self, consumer: str, allocations: Mapping[str, Mapping[str, int]],
+                            spec: RequestSpec) -> None:
+        """Set the consumer's allocations to exactly ``allocations`` (no capacity check:
+        only ever allocations the consumer held before)."""
+        self.rollback([consumer])
+        planned = {self._rows_by_provider[rp]: {rc: int(v) for rc, v in res.items()}
+                   for rp, res in allocations.items() if rp in self._rows_by_provider}
+        for row, resources in planned.items():
+            for rc, amount in resources.items():
+                self.used[rc][row] += amount
+        if planned:
+            self.allocations[consumer] = planned
+
+    def delete(self, consumer: str) -> bool:
+        """Give back what the consumer held; False if it held nothing."""
+        held = consumer in self.allocations
+        self.rollback([consumer])
+        return held

@@ -3,6 +3,9 @@
 
     berth schedule CLOUD --flavor NAME [--image NAME] [--hint k=v ...] [--num N]
                    [--config-file nova.conf ...] [--seed S] [--explain] [--json]
+    berth schedule CLOUD (--migrate UUID [--host H] | --resize UUID --flavor NEW |
+                          --evacuate UUID [--host H] | --rebuild UUID --image NAME)
+                   [--allow-cross-cell] [--explain] [--json]
     berth cloud check CLOUD
     berth config check FILE [FILE ...]
     berth filters list | berth weighers list
@@ -58,7 +61,17 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from berth.model import RequestSpec
     from berth.model.request import new_instance_uuids
     from berth.pipeline import Scheduler
+    from berth.schedule_moves import cmd_schedule_move, move_of
 
+    move = move_of(args)
+    if move is not None:
+        return cmd_schedule_move(args, *move)
+    if getattr(args, "host", None) or getattr(args, "allow_cross_cell", False):
+        raise InputError("--host and --allow-cross-cell: only with a move (--migrate, --resize, "
+                         "--evacuate, --rebuild)")
+    if not args.flavor:
+        raise InputError("--flavor: required (except for --migrate, --evacuate and --rebuild)",
+                         field="--flavor")
     config = _load_config(args.config_file)
     scheduler = Scheduler(config)
     now = time.time() if args.now is None else args.now
@@ -277,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schedule", help="schedule a request against a cloud file (offline)")
     p.add_argument("cloud", help="cloud description (YAML or JSON)")
-    p.add_argument("--flavor", required=True, help="flavor name from the cloud file")
+    p.add_argument("--flavor", help="flavor name from the cloud file (required but for a "
+                                    "move; with --resize the new flavor)")
     p.add_argument("--image", help="image name (or id) from the cloud file")
     p.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                    help="scheduler hint; repeat a key for a list")
@@ -295,6 +309,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="explain the decision")
     p.add_argument("--verbose", "-v", action="store_true", help="every rejected host and term")
     p.add_argument("--json", action="store_true", help="print JSON")
+    moves = p.add_mutually_exclusive_group()
+    moves.add_argument("--migrate", metavar="INSTANCE_UUID",
+                       help="cold-migrate an instance the cloud file lists (its host ignored)")
+    moves.add_argument("--resize", metavar="INSTANCE_UUID",
+                       help="resize an instance to --flavor (its host ignored unless "
+                            "allow_resize_to_same_host)")
+    moves.add_argument("--evacuate", metavar="INSTANCE_UUID",
+                       help="evacuate an instance from its host, which must be down")
+    moves.add_argument("--rebuild", metavar="INSTANCE_UUID",
+                       help="rebuild an instance on its host with --image (rebuild filters only)")
+    p.add_argument("--host", help="with --migrate or --evacuate: the requested destination host")
+    p.add_argument("--allow-cross-cell", action="store_true",
+                   help="with --migrate or --resize: the instance may leave its cell")
     p.set_defaults(func=cmd_schedule)
 
     cloud = sub.add_parser("cloud", help="cloud file tools").add_subparsers(dest="action", required=True)

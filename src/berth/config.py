@@ -186,6 +186,9 @@ DEFAULT_OPTS: list[cfg.Opt] = [
     cfg.IntOpt("reserved_host_disk_mb", default=0, min=0, help="Disk kept for the host."),
     cfg.IntOpt("reserved_host_cpus", default=0, min=0, help="CPUs kept for the host."),
     cfg.ListOpt("reserved_huge_pages", help="Per-NUMA-node reserved huge pages."),
+    cfg.BoolOpt("allow_resize_to_same_host", default=False,
+                help="A resize may keep the instance on its host (the host then holds the "
+                     "old and the new flavor until the resize is confirmed)."),
     cfg.IntOpt("service_down_time", default=60, min=1,
                help="Seconds since the last heartbeat after which a service is down."),
     cfg.IntOpt("report_interval", default=10, min=1,

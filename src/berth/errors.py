@@ -14,8 +14,9 @@ classes in one place (:data:`EXIT_CODES`, used by :mod:`berth.cli`).
     │   ├── ExtraSpecError                   berth.input.extra_spec
     │   ├── SchedulerHintError               berth.input.scheduler_hint
     │   ├── ImagePropertyError               berth.input.image_property
-    │   └── HostStateError                   berth.input.host_state
-    │       └── MissingAllocationRatio       berth.input.host_allocation_ratio
+    │   ├── HostStateError                   berth.input.host_state
+    │   │   └── MissingAllocationRatio       berth.input.host_allocation_ratio
+    │   └── InstanceNotFound                 berth.input.instance_not_found
     ├── SchedulingError                      berth.scheduling
     │   ├── NoValidHost                      berth.scheduling.no_valid_host
     │   ├── UnsupportedPolicy                berth.scheduling.unsupported_policy
@@ -23,7 +24,9 @@ classes in one place (:data:`EXIT_CODES`, used by :mod:`berth.cli`).
     │   ├── RequestFilterFailed              berth.scheduling.request_filter
     │   ├── ComputeHostMetricNotFound        berth.scheduling.metric_not_found
     │   ├── PciRequestFailed                 berth.scheduling.pci_request
-    │   └── NUMAUsageError                   berth.scheduling.numa_usage
+    │   ├── NUMAUsageError                   berth.scheduling.numa_usage
+    │   └── MoveRefused                      berth.scheduling.move_refused
+    │       └── AllocationMoveFailed         berth.scheduling.allocation_move_failed
     ├── InstanceExists                       berth.conflict.instance_exists
     └── ServiceUnavailable                   berth.unavailable
 
@@ -132,6 +135,12 @@ class HostStateError(InputError):
     code = "berth.input.host_state"
 
 
+class InstanceNotFound(InputError):
+    """A move names an instance the service (or the cloud file) does not know."""
+
+    code = "berth.input.instance_not_found"
+
+
 class SchedulingError(BerthError):
     """The request is well-formed but cannot be placed as asked."""
 
@@ -182,6 +191,21 @@ class ServiceUnavailable(BerthError):
     retry_after = 2
 
 
+class MoveRefused(SchedulingError):
+    """A move operation cannot start in the instance's present state (a resize waiting
+    for confirmation, a source host still up for an evacuation): Nova's conflict
+    answers (InstanceInvalidState, ComputeServiceInUse)."""
+
+    code = "berth.scheduling.move_refused"
+
+
+class AllocationMoveFailed(MoveRefused):
+    """Placement would not move a consumer's allocations to another consumer (Nova's
+    ``AllocationMoveFailed``): someone else changed them meanwhile."""
+
+    code = "berth.scheduling.allocation_move_failed"
+
+
 #: CLI exit status per error class; the most specific class wins.
 EXIT_CODES: dict[type[BerthError], int] = {
     BerthError: 1,
@@ -193,12 +217,15 @@ EXIT_CODES: dict[type[BerthError], int] = {
     SchedulerHintError: 3,
     ImagePropertyError: 3,
     HostStateError: 3,
+    InstanceNotFound: 3,
     SchedulingError: 4,
     NoValidHost: 4,
     UnsupportedPolicy: 5,
     MaxRetriesExceeded: 6,
     InstanceExists: 1,
     ServiceUnavailable: 7,
+    MoveRefused: 4,
+    AllocationMoveFailed: 4,
 }
 
 

@@ -102,6 +102,28 @@ class ConsumerAllocations:
     consumer_type: str | None
 
 
+@dataclass
+class ConsumerPost:
+    """One consumer's part of a ``POST /allocations`` body."""
+
+    allocations: Mapping[str, Mapping[str, int]]
+    project_id: str
+    user_id: str
+    consumer_generation: int | None
+    consumer_type: str = "INSTANCE"
+
+    def body(self, with_type: bool) -> dict[str, Any]:
+        """The JSON of this consumer (``consumer_type`` only when ``with_type``)."""
+        data: dict[str, Any] = {
+            "allocations": {rp: {"resources": dict(res)} for rp, res in self.allocations.items()},
+            "project_id": self.project_id, "user_id": self.user_id,
+            "consumer_generation": self.consumer_generation,
+        }
+        if with_type:
+            data["consumer_type"] = self.consumer_type
+        return data
+
+
 class PlacementClient:
     """Synchronous client for the Placement API (microversion 1.39 by default)."""
 
@@ -298,6 +320,19 @@ class PlacementClient:
     def delete_allocations(self, consumer: str) -> None:
         """DELETE /allocations/{consumer}."""
         self._call("DELETE", f"/allocations/{consumer}")
+
+    def post_allocations(
+        self, consumers: Mapping[str, ConsumerPost], *, microversion: str | None = None
+    ) -> None:
+        """POST /allocations: replace several consumers' allocations in one transaction
+        (an empty set clears a consumer). ``microversion`` overrides the client's for
+        this call; ``consumer_type`` is sent only from 1.38, where the API takes it."""
+        version = microversion_tuple(microversion) if microversion is not None else None
+        with_type = version is None or version >= (1, 38)
+        body = {consumer: post.body(with_type) for consumer, post in consumers.items()}
+        headers = (None if microversion is None
+                   else {"OpenStack-API-Version": f"placement {microversion}"})
+        self._call("POST", "/allocations", json=body, headers=headers)
 
     def provider_usages(self, uuid: str) -> dict[str, int]:
         """GET .../usages."""

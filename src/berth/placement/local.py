@@ -4,7 +4,8 @@
 the WSGI app for every request would render allocation candidates to JSON only to parse
 them again, and validate a PUT body the scheduler built itself. :class:`LocalPlacement`
 offers the calls the scheduler makes (:meth:`allocation_candidates`,
-:meth:`get_allocations`, :meth:`put_allocations`, :meth:`delete_allocations`) with the
+:meth:`get_allocations`, :meth:`put_allocations`, :meth:`post_allocations`,
+:meth:`delete_allocations`) with the
 same arguments, results and exceptions as :class:`~berth.placement.client.PlacementClient`,
 straight on a :class:`~berth.placement.store.PlacementStore`, plus :meth:`search`, which
 keeps a candidates answer as engine objects.
@@ -24,7 +25,12 @@ from typing import Any
 
 from berth.placement import candidates as engine
 from berth.placement import errors, schemas
-from berth.placement.client import ConsumerAllocations, error_class, microversion_tuple
+from berth.placement.client import (
+    ConsumerAllocations,
+    ConsumerPost,
+    error_class,
+    microversion_tuple,
+)
 from berth.placement.dbfaults import call_with_retry
 from berth.placement.store import UNSET, ConsumerWrite, PlacementStore
 from berth.placement.web import error_detail
@@ -130,6 +136,27 @@ class LocalPlacement:
         with _as_client_errors():
             call_with_retry(lambda: self.store.write_allocations([write], post=False),
                             safe=False, what=f"PUT /allocations/{uuid}")
+
+    def post_allocations(
+        self, consumers: Mapping[str, ConsumerPost], *, microversion: str | None = None
+    ) -> None:
+        """POST /allocations: every consumer's new allocations in one transaction."""
+        version = self.version if microversion is None else microversion_tuple(microversion)
+        writes = []
+        for consumer, post in consumers.items():
+            uuid = schemas.normalize_uuid(consumer)
+            if uuid is None:
+                raise error_class(400)(400, errors.UNDEFINED_CODE, error_detail(
+                    400, f"Malformed consumer_uuid: {consumer}"), None)
+            writes.append(ConsumerWrite(
+                consumer_uuid=uuid, project_id=post.project_id, user_id=post.user_id,
+                allocations=[(schemas.normalize_uuid(rp) or rp.lower(), rc, int(used))
+                             for rp, resources in post.allocations.items()
+                             for rc, used in resources.items()],
+                consumer_type=post.consumer_type if version >= (1, 38) else None,
+                generation=post.consumer_generation if version >= (1, 28) else UNSET))
+        with _as_client_errors():
+            self.store.write_allocations(writes, post=True)
 
     def delete_allocations(self, consumer: str) -> None:
         """DELETE /allocations/{consumer} (NotFoundError when it has none)."""

@@ -7,6 +7,9 @@ Routes (JSON in, JSON out)::
                         sees it (``up``, ``forced_down``, ``heartbeat_age_s``: why
                         ComputeFilter passes or rejects it)
     GET  /healthz       {"status": "ok"}
+    GET  /servers[/{uuid}], POST /servers/{uuid}/{migrate,resize,evacuate,rebuild,
+         confirm-resize,revert-resize}: instances and their moves
+         (:mod:`berth.service.move_api`)
     *    /placement/... the Placement API (same database)
 
 ``POST /boot`` body::
@@ -80,7 +83,14 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
-from berth.errors import BerthError, InputError, NoValidHost, SchedulingError, ServiceUnavailable
+from berth.errors import (
+    BerthError,
+    InputError,
+    InstanceNotFound,
+    NoValidHost,
+    SchedulingError,
+    ServiceUnavailable,
+)
 from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
 from berth.filters.compute import effective_service_down_time, services_up
 from berth.model.image_props import ImagePropertyError, show
@@ -94,6 +104,8 @@ from berth.model.request import (
 from berth.placement.dbfaults import as_unavailable, call_with_retry, describe, unavailable
 from berth.service.conductor import BuildOutcome, Conductor
 from berth.service.groups import ServerGroupStore
+from berth.service.move_api import handle_servers
+from berth.service.moves import MoveService
 from berth.service.scheduler import SchedulerService, selection_dict
 
 LOG = logging.getLogger(__name__)
@@ -265,6 +277,8 @@ class SchedulerApp:
     """WSGI app: the scheduler routes, with Placement mounted under ``/placement``.
 
     ``groups`` resolves ``hints.group``; without it a request naming a group is a 400.
+    ``moves`` serves ``/servers`` (:mod:`berth.service.move_api`); without it those
+    routes answer 404.
     The conductor records the boot's instances as the group's members (its own
     ``groups``, the same store when both come from one stack).
     """
@@ -277,8 +291,10 @@ class SchedulerApp:
         flavors: Mapping[str, Flavor] | None = None,
         images: Mapping[str, ImageMeta] | None = None,
         groups: ServerGroupStore | None = None,
+        moves: MoveService | None = None,
     ) -> None:
         self.service = service
+        self.moves = moves
         self.conductor = conductor
         self.placement_app = placement_app
         self.flavors = dict(flavors or DEFAULT_FLAVORS)
@@ -305,8 +321,15 @@ class SchedulerApp:
                               call_with_retry(self.hosts, safe=True, what="GET /hosts"))
             if path == "/healthz" and method == "GET":
                 return _reply(start_response, 200, {"status": "ok"})
+            if path == "/servers" or path.startswith("/servers/"):
+                body = _read_json(environ) if method == "POST" else None
+                status, answer = handle_servers(self.moves, method, path, body, self.flavors,
+                                                self.images)
+                return _reply(start_response, status, answer)
             return _reply(start_response, 404, {"error": {"code": "berth.http.not_found",
                                                           "message": f"no route {method} {path}"}})
+        except InstanceNotFound as exc:
+            return _reply(start_response, 404, _error(exc))
         except InputError as exc:
             return _reply(start_response, 400, _error(exc))
         except ServiceUnavailable as exc:

@@ -7,6 +7,9 @@
     berth audit [--db URL] [--fix] [--json] [--build-timeout S]
     berth boot --flavor F [--num N] [--hint k=v ...] [--group G] [--image NAME] [--url URL]
                [--explain] [--json]
+    berth migrate UUID [--host H] [--allow-cross-cell]   berth resize UUID --flavor F
+    berth evacuate UUID [--host H]   berth rebuild UUID --image NAME
+    berth confirm-resize UUID   berth revert-resize UUID   berth server UUID
 
 ``serve`` opens (and migrates) the database — the embedded SQLite file
 ``./berth.sqlite`` by default, or any SQLAlchemy URL such as
@@ -34,6 +37,10 @@ Every ``serve`` runs a reconciler (:mod:`berth.service.reconcile`): its build he
 and the release of claims and group memberships of builds that a crashed process
 abandoned ``--build-timeout`` seconds ago. ``audit`` (:mod:`berth.service.audit`) lists
 and fixes what no build stands behind.
+
+``migrate``, ``resize``, ``evacuate``, ``rebuild``, ``confirm-resize`` and
+``revert-resize`` post a move of an instance to ``/servers/{uuid}/...`` and print where
+it went and what the instance and migration consumers hold; ``server`` shows one.
 
 ``boot`` posts to ``/boot`` and prints where each instance went (and, on a partial
 failure, which instances were not built; exit status 6). ``--flavor`` is a flavor name
@@ -132,6 +139,39 @@ def add_commands(subparsers: Any) -> None:
     b.add_argument("--json", action="store_true",
                    help="print the JSON answer as the server sent it (errors too)")
     b.set_defaults(func=cmd_boot)
+
+    # Moves of an instance the server knows (booted through it, or from its cloud file).
+    actions = (
+        ("migrate", "cold-migrate an instance (its host ignored) through a running 'berth serve'"),
+        ("resize", "resize an instance to another flavor"),
+        ("evacuate", "rebuild an instance of a host that is down on another host"),
+        ("rebuild", "rebuild an instance on its own host with another image"),
+        ("confirm-resize", "confirm a migration or resize: the source allocation goes"),
+        ("revert-resize", "revert a migration or resize: back to the source and old flavor"),
+        ("server", "show an instance: host, status, migrations, allocations"),
+    )
+    for name, text in actions:
+        m = subparsers.add_parser(name, help=text)
+        m.add_argument("instance", metavar="INSTANCE_UUID")
+        if name in ("migrate", "evacuate"):
+            m.add_argument("--host", help="the requested destination host")
+        if name in ("migrate", "resize"):
+            m.add_argument("--allow-cross-cell", action="store_true",
+                           help="the instance may leave its cell (Nova's policy rule "
+                                "compute:servers:resize:cross_cell)")
+        if name == "resize":
+            m.add_argument("--flavor", required=True,
+                           help="flavor name, or VCPUS,RAM_MB,DISK_GB")
+        if name == "rebuild":
+            m.add_argument("--image", required=True, help="image name known to the server")
+        if name in ("migrate", "resize", "evacuate", "rebuild"):
+            m.add_argument("--explain", action="store_true",
+                           help="print the diagnosis, as 'berth boot --explain' does")
+            m.add_argument("--verbose", "-v", action="store_true",
+                           help="with --explain: every rejected host and every weigher's term")
+        m.add_argument("--url", default=DEFAULT_URL, help=f"server URL (default {DEFAULT_URL})")
+        m.add_argument("--json", action="store_true", help="print the JSON answer as sent")
+        m.set_defaults(func=cmd_server_action, action=name)
 
 
 def positive_int(text: str) -> int:
@@ -275,6 +315,80 @@ def cmd_boot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_server_action(args: argparse.Namespace) -> int:
+    """POST a move (or confirm/revert) to ``/servers/{uuid}/{action}``, or GET the
+    instance, and print where it is and what its consumers hold."""
+    import httpx
+
+    url = f"{args.url.rstrip('/')}/servers/{args.instance}"
+    body: dict[str, Any] = {}
+    if getattr(args, "host", None):
+        body["host"] = args.host
+    if getattr(args, "allow_cross_cell", False):
+        body["allow_cross_cell"] = True
+    if getattr(args, "flavor", None):
+        body["flavor"] = flavor_argument(args.flavor)
+    if getattr(args, "image", None):
+        body["image"] = args.image
+    if getattr(args, "explain", False):
+        body["explain"] = True
+    try:
+        if args.action == "server":
+            resp = httpx.get(url, timeout=60)
+        else:
+            resp = httpx.post(f"{url}/{args.action}", json=body, timeout=60)
+    except httpx.HTTPError as exc:
+        print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 7
+    try:
+        data = resp.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        print(f"error: {resp.status_code} from {args.url}: {resp.text[:200]}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0 if resp.status_code == 200 else _exit_code(resp.status_code, data)
+    verbose = bool(getattr(args, "verbose", False))
+    if resp.status_code != 200:
+        err = data.get("error", {})
+        print(f"error: {err.get('message', resp.text)} ({err.get('code', resp.status_code)})",
+              file=sys.stderr)
+        if data.get("diagnosis"):
+            _print_diagnosis(data["diagnosis"], verbose)
+        return _exit_code(resp.status_code, data)
+    _print_server(args.action, data)
+    if data.get("diagnosis"):
+        print()
+        _print_diagnosis(data["diagnosis"], verbose)
+    return 0
+
+
+def _print_server(action: str, data: dict[str, Any]) -> None:
+    """Where the instance is (and came from), its status, and each consumer's
+    allocations by provider."""
+    source = data.get("source")
+    if source and action != "server":
+        tried = ",".join(data.get("tried") or []) or "-"
+        alternates = ",".join(a["host"] for a in data.get("alternates") or []) or "-"
+        print(f"{action}: {data['instance_uuid']} {source['host']} -> {data['host']} "
+              f"({data['nodename']}); status {data.get('status')}; tried {tried}; "
+              f"alternates {alternates}")
+    else:
+        print(f"{data['instance_uuid']}: on {data['host']} ({data['nodename']}); status "
+              f"{data.get('status')}" + (f"; flavor {data['flavor']}" if data.get("flavor") else ""))
+    allocations = data.get("allocations") or {}
+    for consumer, label in (("instance", data["instance_uuid"]),
+                            ("migration", data.get("migration_uuid"))):
+        if consumer not in allocations:
+            continue
+        held = allocations[consumer]
+        text = "; ".join(f"{rp} " + ", ".join(f"{rc}={n}" for rc, n in sorted(res.items()))
+                         for rp, res in sorted(held.items())) or "nothing"
+        print(f"  {consumer} consumer {label}: {text}")
+
+
 def _print_instances(instances: list[dict[str, Any]]) -> None:
     """One row per built instance: where it went, the hosts tried, its alternates."""
     rows = [("#", "instance", "host", "node", "tried", "alternates")]
@@ -362,6 +476,7 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
     """Register a cloud file's hosts through their agents; returns (flavors, images)."""
     import time
 
+    from berth.moves import instance_from_cloud
     from berth.service.compute import ComputeNodeSpec
 
     cloud = load_cloud(path, stack.config, now=time.time())
@@ -419,8 +534,14 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
                 continue
             existing[uuid] = agent.node.host
             _allocate(stack, uuid, agent.uuid, flavor, inst.project_id or "seed")
-            agent.spawn(uuid, flavor, inst.project_id, publish=False)
+            agent.spawn(uuid, flavor, inst.project_id, publish=False,
+                        image_properties=inst.image_properties)
             placed.append(flavor)
+            if stack.instances.get(uuid) is None:
+                # Known with its spec from now on, so it can be moved like a booted one.
+                stack.instances.record(uuid, agent.node.host,
+                                       agent.node.nodename or agent.node.host,
+                                       instance_from_cloud(cloud, uuid).spec)
         # Usage the file states beyond its instances (and the reserved amounts) is held
         # by one consumer per host, so placement and the reports agree.
         extra = Flavor(
@@ -601,8 +722,9 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
     for agent in stack.agents.values():
         agent.start()
     service = stack.scheduler(seed=args.seed)
-    apps.append(app_class(service, stack.conductor(service, driver), stack.placement_app,
-                          flavors, images, groups=stack.groups))
+    conductor = stack.conductor(service, driver)
+    apps.append(app_class(service, conductor, stack.placement_app, flavors, images,
+                          groups=stack.groups, moves=stack.moves(conductor)))
     reconciler = stack.reconciler(timeout=args.build_timeout, interval=args.reconcile_interval)
     reconciler.start()
 

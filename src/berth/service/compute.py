@@ -531,6 +531,8 @@ class ComputeAgent:
         #: The heartbeat of the last report (None before the first).
         self.last_heartbeat: float | None = None
         self._placed: dict[str, _Placed] = {}
+        #: Instances moved away whose usage stays until the move is confirmed.
+        self._held: dict[str, _Placed] = {}
         #: Usage by workloads this system did not place (seeded clouds), as a flavor.
         self.baseline: Flavor | None = None
         #: Instances this system did not place and knows only by count (seeded clouds).
@@ -602,11 +604,12 @@ class ComputeAgent:
 
     # ----------------------------------------------------------------- usage
     def spawn(self, instance_uuid: str, flavor: Flavor, project_id: str | None = None,
-              publish: bool = True) -> None:
+              publish: bool = True, image_properties: Mapping[str, Any] | None = None) -> None:
         """Account for a new instance on this node and report."""
         with self._lock:
             self._placed[instance_uuid] = _Placed(
-                Instance(uuid=instance_uuid, instance_type_id=flavor.id, project_id=project_id),
+                Instance(uuid=instance_uuid, instance_type_id=flavor.id, project_id=project_id,
+                         image_properties=dict(image_properties or {})),
                 flavor)
         if publish:
             self.report()
@@ -615,6 +618,35 @@ class ComputeAgent:
         """Forget an instance and report."""
         with self._lock:
             self._placed.pop(instance_uuid, None)
+        if publish:
+            self.report()
+
+    # Moves: the source of a migration keeps the instance's usage (as Nova's resource
+    # tracker counts an outgoing migration) but no longer lists the instance, which
+    # runs on the destination now, until the move is confirmed (release) or reverted
+    # (unhold).
+    def hold(self, instance_uuid: str, publish: bool = True) -> None:
+        """The instance left for another host; its usage stays here."""
+        with self._lock:
+            placed = self._placed.pop(instance_uuid, None)
+            if placed is not None:
+                self._held[instance_uuid] = placed
+        if publish:
+            self.report()
+
+    def release(self, instance_uuid: str, publish: bool = True) -> None:
+        """The move was confirmed: the held usage goes."""
+        with self._lock:
+            self._held.pop(instance_uuid, None)
+        if publish:
+            self.report()
+
+    def unhold(self, instance_uuid: str, publish: bool = True) -> None:
+        """The move was reverted: the instance runs here again, as it was."""
+        with self._lock:
+            placed = self._held.pop(instance_uuid, None)
+            if placed is not None:
+                self._placed[instance_uuid] = placed
         if publish:
             self.report()
 
@@ -647,11 +679,12 @@ class ComputeAgent:
         config, node = self.config, self.node
         with self._lock:
             placed = list(self._placed.values())
+            held = [p.flavor for p in self._held.values()]
             baseline = [self.baseline] if self.baseline is not None else []
             baseline_instances = self.baseline_instances
             failed = self.failed_builds
             disabled, reason, forced = self.disabled, self.disabled_reason, self.forced_down
-        flavors = [p.flavor for p in placed] + baseline
+        flavors = [p.flavor for p in placed] + held + baseline
         vcpus_used = config.reserved_host_cpus + sum(f.vcpus for f in flavors)
         ram_used = config.reserved_host_memory_mb + sum(f.memory_mb for f in flavors)
         disk_used = math.ceil(config.reserved_host_disk_mb / 1024) + sum(

@@ -42,7 +42,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -56,6 +56,7 @@ from berth.service.builds import ACTIVE, FAILED, BuildRecords
 from berth.service.compute import ComputeAgent, RunningInstances
 from berth.service.group_check import HARD_POLICIES, GroupPolicyCheck, GroupPolicyViolation
 from berth.service.groups import ServerGroupStore
+from berth.service.instances import InstanceStore
 from berth.service.placement import PlacementClaimer
 from berth.service.scheduler import SchedulerService
 
@@ -126,7 +127,42 @@ class FakeDriver:
             raise BuildFailed(f"build of {instance_uuid} failed on {host}")
         if agent is not None:
             agent.record_successful_build()
-            agent.spawn(instance_uuid, spec.flavor, spec.project_id)
+            agent.spawn(instance_uuid, spec.flavor, spec.project_id,
+                        image_properties=spec.image.properties.raw if spec.image else None)
+
+
+    # ----------------------------------------------------------------- moves
+    def move(self, selection: Selection, instance_uuid: str, spec: RequestSpec,
+             source_host: str) -> None:
+        """Build the moved instance on the destination (failing as configured, like a
+        spawn); the source keeps its usage until the move is confirmed or reverted.
+        The source of an evacuation is down and does nothing until it comes back."""
+        self.spawn(selection, instance_uuid, spec)
+        source = self.agents.get(source_host)
+        if source is not None:
+            source.hold(instance_uuid)
+
+    def confirm_move(self, instance_uuid: str, source_host: str) -> None:
+        """The move was confirmed: the source lets go of the instance's usage."""
+        source = self.agents.get(source_host)
+        if source is not None:
+            source.release(instance_uuid)
+
+    def revert_move(self, instance_uuid: str, dest_host: str, source_host: str) -> None:
+        """The move was reverted: gone from the destination, back on the source."""
+        dest = self.agents.get(dest_host)
+        if dest is not None:
+            dest.destroy(instance_uuid)
+        source = self.agents.get(source_host)
+        if source is not None:
+            source.unhold(instance_uuid)
+        with self._lock:
+            self.built[instance_uuid] = source_host
+
+    def rebuild(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
+        """Rebuild the instance in place with the spec's image (a build on its own host,
+        failing as configured)."""
+        self.spawn(selection, instance_uuid, spec)
 
 
 @dataclass
@@ -169,8 +205,9 @@ class Conductor:
     ``builds`` records every instance from before its claim to its outcome (none: no
     records, and nothing for the reconciler to recover after a crash). ``groups`` is
     where boots record their instances as group members (none: the members live only
-    in the request). ``group_check`` is the late group check; the
-    conductors of one process should share one (its lock and its builds in flight), as
+    in the request); ``instances`` is where built instances are recorded with their
+    request spec, for moves (none: not recorded). ``group_check`` is the late group
+    check; the conductors of one process should share one (its lock and its builds in flight), as
     :meth:`~berth.service.stack.Stack.conductor` does; without it the conductor makes
     its own over the scheduler's record store.
     """
@@ -184,9 +221,12 @@ class Conductor:
         groups: ServerGroupStore | None = None,
         group_check: GroupPolicyCheck | None = None,
         builds: BuildRecords | None = None,
+        instances: InstanceStore | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.builds = builds
+        #: Where built instances are recorded with their spec (what a move reads back).
+        self.instances = instances
         self.driver = driver
         self.claimer = claimer or scheduler.claimer
         self.config = config or scheduler.config
@@ -246,6 +286,9 @@ class Conductor:
             outcome = self.build_all(decision, spec)
             self._settle(outcome, settled)
             built.update(b.instance_uuid for b in outcome.built)
+            if self.instances is not None:
+                self.instances.record_many((b.instance_uuid, b.host, b.nodename, spec)
+                                           for b in outcome.built)
             return decision, outcome
         except BaseException as exc:
             if self.builds is not None:
@@ -459,18 +502,24 @@ class Conductor:
             raise
         return list(decision.selections[0])
 
-    def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
+    def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec,
+              build: Callable[[], None] | None = None) -> None:
         """The per-build call into the compute side: the late group check (for a hard
         policy, unless ``[workarounds] disable_group_policy_check_upcall``), then the
         driver's build. A violation is a :class:`BuildFailed` with Nova's message; it
-        never reaches the driver, so the host does not count it as a failed build."""
+        never reaches the driver, so the host does not count it as a failed build.
+
+        ``build`` replaces the driver's ``spawn`` (a move builds on the destination
+        with the driver's move call, under the same check, as Nova's destination
+        compute checks the group policy for a move too)."""
+        run = build or (lambda: self.driver.spawn(selection, instance_uuid, spec))
         group = spec.instance_group
         if (group is None or group.policy not in HARD_POLICIES
                 or self.config.workarounds.disable_group_policy_check_upcall):
-            self.driver.spawn(selection, instance_uuid, spec)
+            run()
             return
         try:
             with self.group_check.admit(group, instance_uuid, selection.service_host):
-                self.driver.spawn(selection, instance_uuid, spec)
+                run()
         except GroupPolicyViolation as exc:
             raise BuildFailed(f"Build of instance {instance_uuid} was re-scheduled: {exc}") from None

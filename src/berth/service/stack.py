@@ -36,6 +36,8 @@ from berth.service.compute import (
 from berth.service.conductor import ComputeDriver, Conductor, FakeDriver
 from berth.service.group_check import GroupPolicyCheck
 from berth.service.groups import ServerGroupStore
+from berth.service.instances import InstanceStore
+from berth.service.moves import MoveService, PlacementMoveClaims
 from berth.service.placement import PlacementCandidates, PlacementClaimer
 from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT, Reconciler
 from berth.service.scheduler import SchedulerService
@@ -66,7 +68,12 @@ class Stack:
     #: Scheduler services made so far (each draws its own instance uuids).
     schedulers_made: int = 0
 
+    #: Instances and migrations (same database), for moves; opened when not given.
+    instances: InstanceStore = None  # type: ignore[assignment]
+
     def __post_init__(self) -> None:
+        if self.instances is None:
+            self.instances = InstanceStore(self.engine)
         if self.groups is None:
             self.groups = ServerGroupStore(self.engine)
         if self.builds is None:
@@ -163,7 +170,8 @@ class Stack:
         members in ``groups`` and sharing ``group_check``; the default driver reports
         through the agents."""
         return Conductor(scheduler, driver or FakeDriver(agents=self.agents),
-                         groups=self.groups, group_check=self.group_check, builds=self.builds)
+                         groups=self.groups, group_check=self.group_check, builds=self.builds,
+                         instances=self.instances)
 
     def reconciler(self, *, timeout: float | None = None,
                    interval: float | None = None) -> Reconciler:
@@ -173,6 +181,20 @@ class Stack:
         return Reconciler(self.builds, self.groups, self.claims_client or self.client,
                           timeout=DEFAULT_BUILD_TIMEOUT if timeout is None else timeout,
                           interval=interval)
+
+    def moves(self, conductor: Conductor) -> MoveService:
+        """Move operations over ``conductor`` (its scheduler, claimer and driver), with
+        this stack's instances, server groups and placement."""
+        client = self.claims_client or self.client
+
+        def traits_of(provider: str) -> list[str]:
+            try:
+                return self.client.get_provider_traits(provider)[1]
+            except NotFoundError:
+                return []
+
+        return MoveService(conductor, self.instances, PlacementMoveClaims(client),
+                           groups=self.groups, traits_of=traits_of)
 
     def close(self) -> None:
         """Stop agents, close clients and the engine's pool."""

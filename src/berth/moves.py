@@ -1,0 +1,394 @@
+"""Move operations as Nova 34 asks its scheduler for them: cold migrate, resize,
+evacuate and rebuild.
+
+A move schedules one existing instance again. What differs from a boot is the request
+spec the conductor sends and what happens to the instance's allocations:
+
+=========  ===========================================  ==================================
+operation  the request (reference §1.3, §10.4, §7.2)     allocations (Nova's conductor)
+=========  ===========================================  ==================================
+migrate    ``_nova_check_type=resize``; the source host  before scheduling, the source
+           in ``ignore_hosts`` unless its provider has   allocation moves to the migration
+           ``COMPUTE_SAME_HOST_COLD_MIGRATE``; a named   consumer (``POST /allocations``);
+           host becomes ``requested_destination`` (it    the scheduler claims the
+           may not be the source); the cell is the       destination for the instance
+           instance's, crossed only when allowed         consumer; confirm deletes the
+                                                         migration's, revert moves it back
+resize     as migrate, with the new flavor; the source   as migrate
+           is ignored unless ``allow_resize_to_same_
+           host``; the flavor must change
+evacuate   ``_nova_check_type=evacuate``; the source     the instance consumer keeps the
+           (which must be down) ignored; a named host    source allocation and gains the
+           is the requested destination; the            destination's (the claim merges
+           instance's cell only; no alternates          them) until the source's compute
+                                                         cleans up
+rebuild    ``_nova_check_type=rebuild``; the instance's  nothing is claimed; placement is
+           own host and node forced, so only the         not asked (§8.1.4); the same
+           ``RUN_ON_REBUILD`` filters run on it; with    image is not scheduled at all
+           the new image
+=========  ===========================================  ==================================
+
+Forced hosts of the original boot never carry over (Nova's
+``reset_forced_destinations``), nor do the boot's ignored hosts, retries or destination.
+
+:func:`plan_move` is pure: it takes what is known of the instance and its source host
+and returns a :class:`MovePlan`. :func:`schedule_move`, :func:`revert_move` and
+:func:`confirm_move` move the claims through a :class:`MoveClaims` (placement over HTTP
+or in process for ``berth serve``, the in-memory placement for ``berth schedule``), so
+offline and online moves take one path.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from berth.errors import InputError, MoveRefused
+from berth.model.request import CellMapping, Destination, Flavor, ImageMeta, RequestSpec
+from berth.pipeline import Decision
+
+MIGRATE = "migrate"
+RESIZE = "resize"
+EVACUATE = "evacuate"
+REBUILD = "rebuild"
+#: Every move operation, in the order the CLI and docs list them.
+OPERATIONS = (MIGRATE, RESIZE, EVACUATE, REBUILD)
+
+#: The provider trait that lets a cold migration stay on its host (Nova's
+#: ``_allow_resize_to_same_host`` for a migration; only some drivers report it).
+SAME_HOST_COLD_MIGRATE_TRAIT = "COMPUTE_SAME_HOST_COLD_MIGRATE"
+
+#: Nova's ``Migration.migration_type`` per operation (rebuild records none).
+MIGRATION_TYPES = {MIGRATE: "migration", RESIZE: "resize", EVACUATE: "evacuation"}
+
+
+@dataclass
+class MovingInstance:
+    """What a move needs of an instance: where it runs and the request spec it was
+    booted with (flavor, image, hints, server group, zone, project and user)."""
+
+    uuid: str
+    host: str
+    nodename: str
+    spec: RequestSpec
+    cell_uuid: str | None = None
+
+
+@dataclass
+class MoveRequest:
+    """One move as asked: the operation and its arguments.
+
+    ``host``: the requested destination (migrate, evacuate). ``flavor``: the new flavor
+    (resize). ``image``: the new image (rebuild). ``allow_cross_cell``: the caller may
+    move the instance to another cell (migrate, resize), which Nova grants by the policy
+    rule ``compute:servers:resize:cross_cell``.
+    """
+
+    operation: str
+    host: str | None = None
+    flavor: Flavor | None = None
+    image: ImageMeta | None = None
+    allow_cross_cell: bool = False
+
+
+@dataclass
+class SourceHost:
+    """The instance's host as the move sees it: its nodes' provider traits and whether
+    its compute service is up (ComputeFilter's rule)."""
+
+    traits: frozenset[str] = frozenset()
+    up: bool = True
+
+
+@dataclass
+class MovePlan:
+    """The request to schedule and how the move treats claims.
+
+    ``migration_allocation``: the source allocation moves to the migration consumer
+    first (migrate, resize). ``claims``: the scheduler claims the destination
+    (everything but rebuild). ``schedule``: ask the scheduler at all (a rebuild with
+    the instance's own image does not). ``return_alternates``: a failed build may go on
+    to an alternate (migrate, resize).
+    """
+
+    operation: str
+    instance_uuid: str
+    spec: RequestSpec
+    source_host: str
+    source_node: str
+    migration_allocation: bool
+    claims: bool
+    schedule: bool
+    return_alternates: bool
+
+    @property
+    def migration_type(self) -> str | None:
+        """Nova's migration type of the operation (None for a rebuild)."""
+        return MIGRATION_TYPES.get(self.operation)
+
+
+def plan_move(
+    instance: MovingInstance,
+    request: MoveRequest,
+    *,
+    source: SourceHost,
+    nodes_of: Callable[[str], Sequence[str]],
+    allow_resize_to_same_host: bool = False,
+    config: Any = None,
+) -> MovePlan:
+    """The request spec Nova's API and conductor build for ``request`` on ``instance``.
+
+    ``nodes_of(host)`` lists a host's nodes (none: no such host). ``config`` derives
+    the new NUMA and PCI requests from the flavor and image (as a boot does). Raises
+    :class:`~berth.errors.InputError` for a request Nova's API refuses with 400 and
+    :class:`~berth.errors.MoveRefused` for one it refuses with 409 (evacuating from a
+    host whose service is up).
+    """
+    op = request.operation
+    if op not in OPERATIONS:
+        raise InputError(f"operation: expected one of {', '.join(OPERATIONS)}, got {op!r}",
+                         field="operation")
+    if request.allow_cross_cell and op not in (MIGRATE, RESIZE):
+        raise InputError(f"allow_cross_cell: only migrate and resize may cross cells, not {op}",
+                         field="allow_cross_cell")
+    if request.host is not None and op not in (MIGRATE, EVACUATE):
+        raise InputError(f"host: {op} takes no destination host", field="host")
+    if request.flavor is not None and op != RESIZE:
+        raise InputError(f"flavor: only resize takes a flavor, not {op}", field="flavor")
+    if request.image is not None and op != REBUILD:
+        raise InputError(f"image: only rebuild takes an image, not {op}", field="image")
+
+    spec = copy.deepcopy(instance.spec)
+    spec.instance_uuid = instance.uuid
+    spec.num_instances = 1
+    # Nova's reset_forced_destinations; nothing of the boot's routing carries over.
+    spec.force_hosts = spec.force_nodes = None
+    spec.ignore_hosts = None
+    spec.requested_destination = None
+    spec.retry = None
+    hints = dict(spec.scheduler_hints or {})
+    hints["_nova_check_type"] = ["rebuild" if op == REBUILD else
+                                 "evacuate" if op == EVACUATE else "resize"]
+    spec.scheduler_hints = hints
+
+    schedule = True
+    if op == RESIZE:
+        if request.flavor is None:
+            raise InputError("flavor: resize needs the new flavor", field="flavor")
+        if _same_flavor(request.flavor, instance.spec.flavor):
+            raise InputError(f"flavor: the instance already has flavor {request.flavor.name!r}; "
+                             "a resize must change the flavor", field="flavor")
+        spec.flavor = request.flavor
+    if op == REBUILD:
+        if request.image is None:
+            raise InputError("image: rebuild needs an image", field="image")
+        schedule = not _same_image(request.image, instance.spec.image)
+        spec.image = request.image
+        # The instance's own node, forced: with the rebuild hint the filters still run,
+        # and only those marked RUN_ON_REBUILD judge the new image (§1.1, §10.4).
+        spec.force_hosts = [instance.host]
+        spec.force_nodes = [instance.nodename]
+    if op == EVACUATE and source.up:
+        raise MoveRefused(f"Compute service of {instance.host} is still in use: an instance "
+                          "is evacuated only from a host whose service is down",
+                          instance_uuid=instance.uuid, host=instance.host)
+
+    if op in (MIGRATE, RESIZE, EVACUATE):
+        dest = Destination()
+        if request.host is not None:
+            if request.host == instance.host:
+                raise InputError(f"host: the target host can't be the same one as the "
+                                 f"instance's ({instance.host})", field="host")
+            nodes = list(nodes_of(request.host))
+            if not nodes:
+                raise InputError(f"host: compute host {request.host!r} could not be found",
+                                 field="host")
+            dest.host = request.host
+            # Nova names the node when the host has one (its get_first_node_by_host).
+            dest.node = nodes[0] if len(nodes) == 1 else None
+        if instance.cell_uuid:
+            dest.cell = CellMapping(uuid=instance.cell_uuid)
+            dest.allow_cross_cell_move = request.allow_cross_cell
+        if dest.host or dest.cell:
+            spec.requested_destination = dest
+        if op == EVACUATE:
+            same_host = False
+        elif op == MIGRATE:
+            same_host = SAME_HOST_COLD_MIGRATE_TRAIT in source.traits
+        else:
+            same_host = allow_resize_to_same_host
+        if not same_host:
+            spec.ignore_hosts = [instance.host]
+
+    if config is not None:
+        from berth.hardware.numa import prepare_request
+
+        spec.numa_topology = None
+        spec.pci_requests = None
+        prepare_request(spec, config)
+    return MovePlan(
+        operation=op, instance_uuid=instance.uuid, spec=spec, source_host=instance.host,
+        source_node=instance.nodename, migration_allocation=op in (MIGRATE, RESIZE),
+        claims=op != REBUILD, schedule=schedule, return_alternates=op in (MIGRATE, RESIZE))
+
+
+def _same_flavor(a: Flavor, b: Flavor) -> bool:
+    """Nova compares flavor ids; Berth's flavors are named, and an inline one has no id."""
+    return a.name == b.name and a.id == b.id and (a.vcpus, a.memory_mb, a.root_gb,
+                                                  a.ephemeral_gb, a.swap, a.extra_specs) == (
+        b.vcpus, b.memory_mb, b.root_gb, b.ephemeral_gb, b.swap, b.extra_specs)
+
+
+def _same_image(a: ImageMeta, b: ImageMeta | None) -> bool:
+    """Nova compares image refs; an inline image without an id compares by content."""
+    if b is None:
+        return False
+    if a.id is not None or b.id is not None:
+        return a.id == b.id
+    return (a.name, a.disk_format, a.properties.raw) == (b.name, b.disk_format, b.properties.raw)
+
+
+# --------------------------------------------------------------------------- claims
+Allocations = dict[str, dict[str, int]]
+
+
+class MoveClaims(Protocol):
+    """Placement as a move uses it (Nova's report client: ``get_allocs_for_consumer``,
+    ``move_allocations``, ``put_allocations``, ``delete_allocation_for_instance``)."""
+
+    def allocations_of(self, consumer: str) -> Allocations:
+        """The consumer's allocations by provider (empty when it has none)."""
+        ...
+
+    def move_allocations(self, source: str, target: str, spec: RequestSpec) -> None:
+        """Give ``target`` every allocation of ``source`` (replacing its own) and leave
+        ``source`` with none, in one write; :class:`~berth.errors.AllocationMoveFailed`
+        when that cannot be done."""
+        ...
+
+    def replace_allocations(self, consumer: str, allocations: Mapping[str, Mapping[str, int]],
+                            spec: RequestSpec) -> None:
+        """Set the consumer's allocations to exactly ``allocations``."""
+        ...
+
+    def delete(self, consumer: str) -> bool:
+        """Delete the consumer's allocations; False if it had none."""
+        ...
+
+
+#: ``select(spec, instance_uuids, return_alternates, explain) -> Decision``: the
+#: scheduler as the move calls it (the service's, or the core with in-memory candidates).
+Select = Callable[[RequestSpec, Sequence[str], bool, bool], Decision]
+
+
+def schedule_move(
+    plan: MovePlan, select: Select, claims: MoveClaims, migration_uuid: str | None, *,
+    explain: bool = False,
+) -> tuple[Decision, Allocations]:
+    """Ask for destinations with Nova's claims around the question.
+
+    Migrate and resize first move the source allocation to the migration consumer
+    (``migration_uuid``), so the scheduler's claim for the instance consumer holds the
+    destination alone. Evacuate claims for the instance consumer, which keeps its source
+    allocation (the claim merges them). A rebuild claims nothing. When scheduling
+    raises, every allocation is put back as it was before. Returns the decision and the
+    instance's allocations before the move.
+    """
+    before = claims.allocations_of(plan.instance_uuid) if plan.claims else {}
+    if plan.migration_allocation:
+        if migration_uuid is None:
+            raise ValueError("a migration consumer is needed to migrate or resize")
+        claims.move_allocations(plan.instance_uuid, migration_uuid, plan.spec)
+    try:
+        decision = select(plan.spec, [plan.instance_uuid], plan.return_alternates, explain)
+    except BaseException:
+        revert_move(plan, claims, migration_uuid, before)
+        raise
+    return decision, before
+
+
+def revert_move(plan: MovePlan, claims: MoveClaims, migration_uuid: str | None,
+                before: Mapping[str, Mapping[str, int]]) -> None:
+    """Put the instance's allocations back as they were before the move: the migration
+    consumer's go back to the instance consumer (Nova's
+    ``revert_allocation_for_migration``), or, for an evacuation, the destination's claim
+    is dropped from the instance consumer."""
+    if not plan.claims:
+        return
+    if (plan.migration_allocation and migration_uuid is not None
+            and claims.allocations_of(migration_uuid)):
+        claims.move_allocations(migration_uuid, plan.instance_uuid, plan.spec)
+        return
+    if before:
+        claims.replace_allocations(plan.instance_uuid, before, plan.spec)
+    else:
+        claims.delete(plan.instance_uuid)
+
+
+def drop_destination(plan: MovePlan, claims: MoveClaims,
+                     before: Mapping[str, Mapping[str, int]]) -> None:
+    """A build on the destination failed: the instance consumer gives up the
+    destination's claim before an alternate is claimed (for a migration it held only
+    that one; an evacuated instance keeps its source allocation)."""
+    if not plan.claims:
+        return
+    if plan.migration_allocation or not before:
+        claims.delete(plan.instance_uuid)
+    else:
+        claims.replace_allocations(plan.instance_uuid, before, plan.spec)
+
+
+def confirm_move(claims: MoveClaims, migration_uuid: str) -> bool:
+    """Confirming a resize or migration deletes the migration consumer's (source)
+    allocations; False when it held none."""
+    return claims.delete(migration_uuid)
+
+
+
+def service_is_up(snapshot: Any, row: int, now: float, config: Any) -> bool:
+    """Nova's ``servicegroup_api.service_is_up`` for one node: not forced down and a
+    heartbeat within the effective ``service_down_time``. Unlike ComputeFilter, a
+    disabled service that still reports is up (an evacuation needs it down)."""
+    import numpy as np
+
+    from berth.filters.compute import effective_service_down_time, services_up
+
+    down_time = effective_service_down_time(config.service_down_time, config.report_interval)
+    up = services_up(np.zeros(1, dtype=bool), snapshot.num("service_forced_down")[row:row + 1],
+                     snapshot.num("service_heartbeat")[row:row + 1], now, down_time)
+    return bool(up[0])
+
+
+# --------------------------------------------------------------------------- cloud files
+def instance_from_cloud(cloud: Any, uuid: str) -> MovingInstance:
+    """An instance a cloud file lists on a host, as a move sees it: its host and node,
+    its cell, and the spec it would have been booted with (its flavor, its image — the
+    file's image with those properties — its project, its server group).
+
+    :class:`~berth.errors.InstanceNotFound` when no host lists it, and an InputError
+    when it names no flavor (a move needs the flavor's resources).
+    """
+    from berth.errors import InstanceNotFound
+
+    snapshot = cloud.snapshot
+    row = snapshot.instance_rows().get(uuid)
+    if row is None:
+        raise InstanceNotFound(f"instance {uuid!r}: no host of the cloud file lists it",
+                               field="instance")
+    inst = snapshot.obj("instances")[row][uuid]
+    flavor = next((f for f in cloud.flavors.values()
+                   if inst.instance_type_id is not None and f.id == inst.instance_type_id), None)
+    if flavor is None:
+        raise InputError(f"instance {uuid!r}: it names no flavor in the cloud file, so its "
+                         "resources are unknown; give it 'flavor' to move it", field="instance")
+    image = None
+    if inst.image_properties:
+        image = next((i for name, i in sorted(cloud.images.items())
+                      if dict(i.properties.raw) == dict(inst.image_properties)), None)
+    group = next((g for g in cloud.server_groups.values() if uuid in g.members), None)
+    spec = RequestSpec(flavor=flavor, image=image, instance_group=copy.deepcopy(group),
+                       project_id=inst.project_id or "demo", user_id="demo")
+    return MovingInstance(uuid, snapshot.obj("host")[row], snapshot.obj("nodename")[row], spec,
+                          cell_uuid=snapshot.interned_value("cell_uuid", row))

@@ -1,0 +1,150 @@
+"""``berth schedule CLOUD --migrate|--resize|--evacuate|--rebuild INSTANCE_UUID``: a move
+of an instance the cloud file lists, scheduled offline.
+
+The request is the one ``berth serve`` sends for the same move (:func:`berth.moves.plan_move`)
+and the claims move the same way (:func:`berth.moves.schedule_move`), over the cloud's
+in-memory placement: the instance's allocation is the one its host's usage already
+counts; migrate and resize hand it to the migration consumer before the destination is
+claimed for the instance. The answer prints where the instance would go and what the
+instance and migration consumers would hold (before a confirm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from berth.errors import InputError, SchedulingError, exit_code_for
+from berth.moves import OPERATIONS, MoveRequest, SourceHost, plan_move, schedule_move, service_is_up
+
+
+def move_of(args: argparse.Namespace) -> tuple[str, str] | None:
+    """``(operation, instance uuid)`` when the command line asks for a move."""
+    for op in OPERATIONS:
+        uuid = getattr(args, op, None)
+        if uuid:
+            return op, uuid
+    return None
+
+
+def _refuse_boot_options(args: argparse.Namespace, op: str) -> None:
+    """Options of a boot that a move does not take: one line naming the first."""
+    boot_only: Sequence[tuple[str, Any]] = (
+        ("--num", args.num != 1), ("--group", args.group), ("--hint", args.hint),
+        ("--availability-zone", args.availability_zone), ("--force-host", args.force_host),
+        ("--ignore-host", args.ignore_host))
+    for name, given in boot_only:
+        if given:
+            raise InputError(f"{name}: not used with --{op} (the instance's own request is "
+                             "moved)", field=name)
+    if args.flavor and op != "resize":
+        raise InputError(f"--flavor: only --resize takes a flavor, not --{op}", field="--flavor")
+    if args.image and op != "rebuild":
+        raise InputError(f"--image: only --rebuild takes an image, not --{op}", field="--image")
+    if args.host and op not in ("migrate", "evacuate"):
+        raise InputError(f"--host: only --migrate and --evacuate take a destination, not --{op}",
+                         field="--host")
+
+
+def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
+    """Plan and schedule the move, then print it (or its NoValidHost)."""
+    from berth.claims import InMemoryPlacement, provider_id, requested_resources
+    from berth.cli import _load_config, _print_decision, _print_diagnosis
+    from berth.cloudfile import load_cloud
+    from berth.model.request import new_instance_uuids
+    from berth.moves import instance_from_cloud
+    from berth.pipeline import Scheduler
+
+    _refuse_boot_options(args, op)
+    config = _load_config(args.config_file)
+    scheduler = Scheduler(config)
+    now = time.time() if args.now is None else args.now
+    cloud = load_cloud(args.cloud, config, now=now)
+    snapshot = cloud.snapshot
+    instance = instance_from_cloud(cloud, uuid)
+    request = MoveRequest(
+        op, host=args.host, allow_cross_cell=args.allow_cross_cell,
+        flavor=cloud.flavor(args.flavor) if op == "resize" and args.flavor else None,
+        image=cloud.image(args.image) if op == "rebuild" and args.image else None)
+    row = snapshot.row_of(instance.host, instance.nodename)
+    assert row is not None
+    hosts, nodes = snapshot.obj("host"), snapshot.obj("nodename")
+
+    def nodes_of(host: str) -> list[str]:
+        return [nodes[r] for r in range(len(snapshot)) if hosts[r] == host]
+
+    plan = plan_move(instance, request, source=SourceHost(up=service_is_up(snapshot, row, now, config)),
+                     nodes_of=nodes_of, allow_resize_to_same_host=config.allow_resize_to_same_host,
+                     config=config)
+    placement = InMemoryPlacement(snapshot, config)
+    placement.adopt(uuid, row, requested_resources(instance.spec))
+    rng = random.Random(args.seed)
+    migration_uuid = new_instance_uuids(rng, 1)[0] if plan.migration_type else None
+    source = {"host": instance.host, "nodename": instance.nodename}
+    if not plan.schedule:
+        answer = {"operation": op, "instance_uuid": uuid, "scheduled": False, "source": source,
+                  "message": "the instance's own image: rebuilt in place, the scheduler is not asked"}
+        print(json.dumps(answer, indent=2) if args.json else answer["message"])
+        return 0
+
+    def select(spec: Any, uuids: Sequence[str], alternates: bool, explain: bool) -> Any:
+        rebuild = spec.is_rebuild()
+        return scheduler.select_destinations(
+            spec, snapshot, now=now, rng=rng, instance_uuids=uuids,
+            candidates=None if rebuild else placement.candidates(spec),
+            claimer=None if rebuild else placement,
+            return_alternates=alternates and not args.no_alternates, explain=explain)
+
+    try:
+        decision, _ = schedule_move(plan, select, placement, migration_uuid, explain=args.explain)
+    except SchedulingError as exc:
+        diagnosis = getattr(exc, "diagnosis", None)
+        if args.json:
+            print(json.dumps({"error": {"code": exc.code, "message": exc.message},
+                              "diagnosis": diagnosis.to_dict() if diagnosis else None}, indent=2))
+        else:
+            print(f"error: {exc.message}", file=sys.stderr)
+            if diagnosis is not None:
+                _print_diagnosis(diagnosis, verbose=args.verbose)
+        return exit_code_for(exc)
+
+    row_of_provider = {provider_id(snapshot, r): r for r in range(len(snapshot))}
+
+    def by_host(consumer: str) -> dict[str, dict[str, int]]:
+        """The consumer's allocations by ``host/node``."""
+        return {f"{hosts[row_of_provider[rp]]}/{nodes[row_of_provider[rp]]}": res
+                for rp, res in placement.allocations_of(consumer).items()}
+
+    allocations = {"instance": by_host(uuid)}
+    if migration_uuid is not None:
+        allocations["migration"] = by_host(migration_uuid)
+    if args.json:
+        print(json.dumps({"operation": op, "instance_uuid": uuid, "migration_uuid": migration_uuid,
+                          "source": source, "decision": decision.to_dict(),
+                          "allocations": allocations}, indent=2, default=str))
+        return 0
+    print(f"{op} of {uuid} from {instance.host} ({instance.nodename})")
+    _print_decision(decision)
+    print()
+    print(f"allocations: instance {uuid[:8]}: {_describe(allocations['instance'])}")
+    if migration_uuid is not None:
+        print(f"             migration {migration_uuid[:8]}: "
+              f"{_describe(allocations['migration'])} (deleted on confirm, back to the "
+              "instance on revert)")
+    if decision.diagnosis is not None:
+        print()
+        _print_diagnosis(decision.diagnosis, verbose=args.verbose)
+    return 0
+
+
+def _describe(allocations: dict[str, dict[str, int]]) -> str:
+    if not allocations:
+        return "nothing"
+    return "; ".join(f"{where} " + ", ".join(f"{rc}={n}" for rc, n in sorted(res.items()))
+                     for where, res in sorted(allocations.items()))
+

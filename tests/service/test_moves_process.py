@@ -1,0 +1,168 @@
+"""Moves through a running ``berth serve``: the ``/servers`` routes and the ``berth
+migrate|resize|evacuate|rebuild|confirm-resize|revert-resize|server`` commands, with the
+instance and migration consumers' allocations checked in the Placement API."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from berth.cli import main
+
+from .test_serve_process import _free_port
+
+CLOUD = """
+flavors:
+  - {name: small, vcpus: 1, memory_mb: 1024, root_gb: 10}
+  - {name: big, vcpus: 2, memory_mb: 2048, root_gb: 20}
+images:
+  - {name: x86, properties: {hw_architecture: x86_64}}
+  - {name: arm, properties: {hw_architecture: aarch64}}
+host_defaults:
+  supported_instances: [[x86_64, kvm, hvm]]
+hosts:
+  - {host: n1, vcpus: 8, memory_mb: 8704, local_gb: 100}
+  - {host: n2, vcpus: 8, memory_mb: 12800, local_gb: 100}
+  - {host: n3, vcpus: 8, memory_mb: 16896, local_gb: 100,
+     instances: [{uuid: 0b8f9c3e-0000-4000-8000-0000000000aa, flavor: small, image: x86}]}
+  - {host: n4, vcpus: 8, memory_mb: 8704, local_gb: 100, service: {up: false},
+     instances: [{uuid: 0b8f9c3e-0000-4000-8000-0000000000bb, flavor: small}]}
+"""
+SEEDED = "0b8f9c3e-0000-4000-8000-0000000000aa"
+ON_DOWN_HOST = "0b8f9c3e-0000-4000-8000-0000000000bb"
+CONF = """
+[filter_scheduler]
+enabled_filters = ComputeFilter,ImagePropertiesFilter
+weight_classes = RAMWeigher
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("moves")
+    (tmp / "cloud.yaml").write_text(CLOUD)
+    (tmp / "nova.conf").write_text(CONF)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "berth.cli", "serve", "--db", f"sqlite:///{tmp}/b.sqlite",
+         "--port", str(port), "--cloud", str(tmp / "cloud.yaml"), "--config-file",
+         str(tmp / "nova.conf"), "--seed", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _held(url: str, consumer: str) -> dict[str, dict[str, int]]:
+    """A consumer's allocations by host name, from the Placement API."""
+    headers = {"OpenStack-API-Version": "placement 1.28", "X-Auth-Token": "admin"}
+    names = {p["uuid"]: p["name"] for p in httpx.get(
+        f"{url}/placement/resource_providers", headers=headers).json()["resource_providers"]}
+    allocations = httpx.get(f"{url}/placement/allocations/{consumer}", headers=headers).json()
+    return {names[rp]: a["resources"] for rp, a in allocations["allocations"].items()}
+
+
+SMALL = {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 10}
+BIG = {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 20}
+
+
+def test_migrate_and_confirm_through_the_api(server: str) -> None:
+    booted = httpx.post(f"{server}/boot", json={"flavor": "small"}).json()["instances"][0]
+    uuid = booted["instance_uuid"]
+    assert booted["host"] == "n3"  # the most free RAM
+    resp = httpx.post(f"{server}/servers/{uuid}/migrate", json={"explain": True})
+    assert resp.status_code == 200, resp.text
+    moved = resp.json()
+    assert (moved["host"], moved["status"], moved["source"]["host"]) == ("n2", "VERIFY_RESIZE", "n3")
+    assert moved["diagnosis"]["instances"][0]["steps"][1]["name"] == "ignore_hosts"
+    migration = moved["migration_uuid"]
+    assert _held(server, uuid) == {"n2": SMALL}
+    assert _held(server, migration) == {"n3": SMALL}
+    shown = httpx.get(f"{server}/servers/{uuid}").json()
+    assert shown["migrations"][0]["status"] == "finished"
+    confirmed = httpx.post(f"{server}/servers/{uuid}/confirm-resize").json()
+    assert confirmed["status"] == "ACTIVE"
+    assert _held(server, migration) == {}
+    assert _held(server, uuid) == {"n2": SMALL}
+
+
+def test_resize_and_revert_with_the_cli(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["resize", SEEDED, "--flavor", "big", "--url", server]) == 0
+    out = capsys.readouterr().out
+    assert f"resize: {SEEDED} n3 -> " in out and "status VERIFY_RESIZE" in out
+    assert "migration consumer" in out
+    dest = out.split(" -> ")[1].split()[0]
+    assert dest != "n3"
+    assert _held(server, SEEDED) == {dest: BIG}
+    assert main(["migrate", SEEDED, "--url", server]) == 4
+    assert "VERIFY_RESIZE" in capsys.readouterr().err
+    assert main(["revert-resize", SEEDED, "--url", server]) == 0
+    assert "on n3" in capsys.readouterr().out
+    assert _held(server, SEEDED) == {"n3": SMALL}
+    assert main(["server", SEEDED, "--url", server]) == 0
+    assert "status ACTIVE; flavor small" in capsys.readouterr().out
+
+
+def test_evacuate_from_a_down_host_and_not_from_an_up_one(
+        server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evacuate", SEEDED, "--url", server]) == 4
+    assert "Compute service of n3 is still in use" in capsys.readouterr().err
+    resp = httpx.post(f"{server}/servers/{ON_DOWN_HOST}/evacuate", json={"host": "n1"})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["host"] == "n1"
+    # The instance consumer holds the down source and the destination.
+    assert _held(server, ON_DOWN_HOST) == {"n1": SMALL, "n4": SMALL}
+
+
+def test_rebuild_runs_the_image_filters_on_the_instance_host(
+        server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rebuild", SEEDED, "--image", "arm", "--explain", "--url", server]) == 4
+    captured = capsys.readouterr()
+    assert "No valid host was found" in captured.err
+    assert "ImagePropertiesFilter" in captured.out
+    assert main(["rebuild", SEEDED, "--image", "x86", "--url", server]) == 0
+    assert _held(server, SEEDED) == {"n3": SMALL}
+
+
+@pytest.mark.parametrize("path, body, status, message", [
+    ("/servers/nope/migrate", {}, 404, "no such instance"),
+    (f"/servers/{SEEDED}/migrate", {"host": 3}, 400, "host: expected a host name"),
+    (f"/servers/{SEEDED}/migrate", {"flavor": "big"}, 400, "unknown field(s) flavor"),
+    (f"/servers/{SEEDED}/migrate", {"host": "n9"}, 400, "compute host 'n9' could not be found"),
+    (f"/servers/{SEEDED}/migrate", {"allow_cross_cell": "yes"}, 400, "allow_cross_cell: expected"),
+    (f"/servers/{SEEDED}/resize", {}, 400, "flavor: required field is missing"),
+    (f"/servers/{SEEDED}/resize", {"flavor": "small"}, 400, "already has flavor 'small'"),
+    (f"/servers/{SEEDED}/resize", {"flavor": "nope"}, 400, "no flavor named 'nope'"),
+    (f"/servers/{SEEDED}/rebuild", {"image": 5}, 400, "image: expected an image name"),
+    (f"/servers/{SEEDED}/evacuate", {"allow_cross_cell": True}, 400, "unknown field(s)"),
+    (f"/servers/{SEEDED}/confirm-resize", {"x": 1}, 400, "takes no fields"),
+    (f"/servers/{SEEDED}/confirm-resize", {}, 409, "not VERIFY_RESIZE"),
+    (f"/servers/{SEEDED}/shelve", {}, 404, "no action 'shelve'"),
+], ids=["unknown instance", "host not a string", "a field migrate does not take",
+        "unknown destination host", "a flag that is not a boolean", "resize without a flavor",
+        "resize to the same flavor", "unknown flavor", "image not a name",
+        "evacuate may not cross cells", "confirm with a body", "nothing to confirm",
+        "unknown action"])
+def test_bad_move_requests_get_one_line_errors(server: str, path: str, body: object,
+                                               status: int, message: str) -> None:
+    resp = httpx.post(server + path, json=body)
+    assert resp.status_code == status, resp.text
+    assert message in resp.json()["error"]["message"]
+    assert "\n" not in resp.json()["error"]["message"]
