@@ -149,6 +149,9 @@ class _Request:
     current: InstanceDiagnosis | None = None
     selected_rows: list[int] = field(default_factory=list)
     placement_step: FilterStep | None = None
+    #: The hosts of cells the request may not use (a move kept in its cell, disabled
+    #: cells), explained after placement's step.
+    cell_step: FilterStep | None = None
     version: str | None = None
     #: One entry per ranking done in this request (see :class:`_Level`).
     levels: _Levels = field(default_factory=lambda: _Levels())
@@ -638,11 +641,30 @@ class Scheduler:
                  for c in cell_table],
                 dtype=bool,
             )
+            before = keep.copy()
             keep &= allowed[cell_codes] if len(cell_table) else keep
+            if req.diagnosis is not None:
+                self._record_cells(req, before, keep, only_cell)
         if req.diagnosis is not None and candidates is not None:
             # Placement's own rejections are the first lines of the explanation.
             self._record_placement(req, candidates)
         return np.flatnonzero(keep).astype(np.int64)
+
+    def _record_cells(self, req: _Request, before: np.ndarray, after: np.ndarray,
+                      only_cell: str | None) -> None:
+        """The explanation of the rows the cell rule took out (none: no step)."""
+        dropped = np.flatnonzero(before & ~after)
+        if len(dropped) == 0:
+            return
+        snapshot = req.ws.snapshot
+        name = "requested cell" if only_cell is not None else "enabled cells"
+        reject = (Reject.of("not in the requested cell (no cross-cell move)", cell=only_cell)
+                  if only_cell is not None else Reject.of("cell is disabled"))
+        step = FilterStep(name, int(before.sum()), int(after.sum()))
+        for row in dropped.tolist():
+            step.rejections.append(HostRejection(
+                snapshot.obj("host")[row], snapshot.obj("nodename")[row], name, reject))
+        req.cell_step = step
 
     def _record_placement(self, req: _Request, candidates: CandidateSet) -> None:
         snapshot = req.ws.snapshot
@@ -725,6 +747,8 @@ class Scheduler:
         snapshot = ws.snapshot
         if index == 0 and req.current is not None and req.placement_step is not None:
             req.current.steps.append(req.placement_step)
+        if index == 0 and req.current is not None and req.cell_step is not None:
+            req.current.steps.append(req.cell_step)
         dest = spec.requested_destination
         if dest is not None and dest.host:
             mask = snapshot.obj("host")[rows] == dest.host

@@ -1,0 +1,289 @@
+"""Move operations: the request Nova sends for each (plan_move), CrossCellWeigher and the
+requested destination reached through a move, and ``berth schedule --migrate|--resize|
+--evacuate|--rebuild`` offline with the claims as Nova moves them."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from berth.claims import InMemoryPlacement, requested_resources
+from berth.cli import main
+from berth.config import SchedulerConfig
+from berth.errors import InputError, MoveRefused
+from berth.model.request import CellMapping, Flavor, ImageMeta, InstanceGroup, RequestSpec
+from berth.moves import MoveRequest, MovingInstance, SourceHost, plan_move, schedule_move
+from berth.pipeline import Scheduler
+from berth.snapshot import HostSnapshot
+from builders import NOW as CORE_NOW
+from builders import cloud, host
+
+ROOT = Path(__file__).resolve().parent.parent
+CLOUD = str(ROOT / "examples" / "cloud.yaml")
+CONF = str(ROOT / "examples" / "nova.conf")
+NOW = "1800000000"
+WEB1 = "0b8f9c3e-0000-4000-8000-000000000001"
+
+TINY = Flavor(name="tiny", vcpus=1, memory_mb=512, root_gb=1, id=1)
+SMALL = Flavor(name="small", vcpus=2, memory_mb=1024, root_gb=2, id=2)
+
+
+def _instance(**spec: object) -> MovingInstance:
+    fields: dict[str, object] = {"flavor": TINY, "project_id": "p", "user_id": "u", **spec}
+    return MovingInstance("i-1", "h1", "h1-node", RequestSpec(**fields),  # type: ignore[arg-type]
+                          cell_uuid="cell-a")
+
+
+def _plan(request: MoveRequest, instance: MovingInstance | None = None, *, up: bool = True,
+          traits: frozenset[str] = frozenset(), same_host: bool = False):  # noqa: ANN202
+    nodes = {"h1": ["h1-node"], "h2": ["h2-node"], "ironic": ["n-a", "n-b"]}
+    return plan_move(instance or _instance(), request, source=SourceHost(traits=traits, up=up),
+                     nodes_of=lambda h: nodes.get(h, []), allow_resize_to_same_host=same_host)
+
+
+# ----------------------------------------------------------------- the request per operation
+def test_a_migration_ignores_its_host_asks_its_cell_and_is_a_resize_check() -> None:
+    plan = _plan(MoveRequest("migrate"))
+    spec = plan.spec
+    assert spec.ignore_hosts == ["h1"]
+    assert spec.scheduler_hints == {"_nova_check_type": ["resize"]}
+    assert spec.requested_destination is not None
+    assert spec.requested_destination.cell == CellMapping("cell-a")
+    assert spec.requested_destination.allow_cross_cell_move is False
+    assert (spec.instance_uuid, spec.num_instances) == ("i-1", 1)
+    assert (plan.migration_allocation, plan.claims, plan.return_alternates) == (True, True, True)
+    assert plan.migration_type == "migration"
+
+
+@pytest.mark.parametrize("request_, traits, same_host, ignored", [
+    (MoveRequest("migrate"), frozenset({"COMPUTE_SAME_HOST_COLD_MIGRATE"}), False, None),
+    (MoveRequest("migrate"), frozenset(), True, ["h1"]),
+    (MoveRequest("resize", flavor=SMALL), frozenset(), True, None),
+    (MoveRequest("resize", flavor=SMALL), frozenset({"COMPUTE_SAME_HOST_COLD_MIGRATE"}), False,
+     ["h1"]),
+], ids=["a migration stays allowed by the source node's trait",
+        "allow_resize_to_same_host does not apply to a migration",
+        "a resize stays allowed by allow_resize_to_same_host",
+        "the trait does not apply to a resize"])
+def test_the_source_host_is_ignored_unless_the_operation_may_stay(
+        request_: MoveRequest, traits: frozenset[str], same_host: bool,
+        ignored: list[str] | None) -> None:
+    assert _plan(request_, traits=traits, same_host=same_host).spec.ignore_hosts == ignored
+
+
+def test_a_requested_host_names_its_only_node_and_keeps_the_cell_rule() -> None:
+    dest = _plan(MoveRequest("migrate", host="h2", allow_cross_cell=True)).spec.requested_destination
+    assert dest is not None
+    assert (dest.host, dest.node, dest.allow_cross_cell_move) == ("h2", "h2-node", True)
+    # A host with several nodes: any of them.
+    dest = _plan(MoveRequest("migrate", host="ironic")).spec.requested_destination
+    assert dest is not None and (dest.host, dest.node) == ("ironic", None)
+
+
+def test_the_boot_routing_never_carries_over_to_a_move() -> None:
+    instance = _instance(force_hosts=["h1"], force_nodes=["h1-node"], ignore_hosts=["h9"],
+                         scheduler_hints={"same_host": ["x"], "_nova_check_type": ["rebuild"]})
+    spec = _plan(MoveRequest("resize", flavor=SMALL), instance).spec
+    assert (spec.force_hosts, spec.force_nodes, spec.ignore_hosts) == (None, None, ["h1"])
+    assert spec.scheduler_hints == {"same_host": ["x"], "_nova_check_type": ["resize"]}
+    assert spec.flavor is SMALL
+
+
+def test_evacuate_needs_a_down_source_ignores_it_and_takes_no_alternates() -> None:
+    with pytest.raises(MoveRefused, match="Compute service of h1 is still in use"):
+        _plan(MoveRequest("evacuate"))
+    plan = _plan(MoveRequest("evacuate", host="h2"), up=False)
+    assert plan.spec.ignore_hosts == ["h1"]
+    assert plan.spec.scheduler_hints == {"_nova_check_type": ["evacuate"]}
+    assert plan.spec.requested_destination is not None
+    assert plan.spec.requested_destination.host == "h2"
+    assert (plan.migration_allocation, plan.return_alternates, plan.migration_type) == (
+        False, False, "evacuation")
+
+
+def test_rebuild_forces_the_instance_node_and_a_new_image_only_is_scheduled() -> None:
+    ubuntu = ImageMeta(id="img-1", name="ubuntu")
+    plan = _plan(MoveRequest("rebuild", image=ImageMeta(id="img-2", name="arm")),
+                 _instance(image=ubuntu))
+    assert (plan.spec.force_hosts, plan.spec.force_nodes) == (["h1"], ["h1-node"])
+    assert plan.spec.is_rebuild() and plan.spec.ignore_hosts is None
+    assert (plan.claims, plan.schedule, plan.migration_type) == (False, True, None)
+    assert _plan(MoveRequest("rebuild", image=ubuntu), _instance(image=ubuntu)).schedule is False
+
+
+@pytest.mark.parametrize("request_, message", [
+    (MoveRequest("shelve"), "operation: expected one of migrate, resize, evacuate, rebuild"),
+    (MoveRequest("resize"), "flavor: resize needs the new flavor"),
+    (MoveRequest("resize", flavor=TINY), "already has flavor 'tiny'"),
+    (MoveRequest("rebuild"), "image: rebuild needs an image"),
+    (MoveRequest("migrate", host="h1"), "can't be the same one"),
+    (MoveRequest("migrate", host="h7"), "compute host 'h7' could not be found"),
+    (MoveRequest("resize", flavor=SMALL, host="h2"), "host: resize takes no destination host"),
+    (MoveRequest("migrate", flavor=SMALL), "flavor: only resize takes a flavor"),
+    (MoveRequest("migrate", image=ImageMeta(name="x")), "image: only rebuild takes an image"),
+    (MoveRequest("rebuild", image=ImageMeta(name="x"), allow_cross_cell=True),
+     "only migrate and resize may cross cells"),
+], ids=["an unknown operation", "resize without a flavor", "resize to the same flavor",
+        "rebuild without an image", "migrate to its own host", "migrate to an unknown host",
+        "resize to a named host", "migrate with a flavor", "migrate with an image",
+        "rebuild across cells"])
+def test_a_move_nova_refuses_is_one_line_naming_the_field(request_: MoveRequest,
+                                                          message: str) -> None:
+    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+        _plan(request_)
+
+
+# ----------------------------------------------------------------- through the core
+def _cells_snapshot() -> HostSnapshot:
+    return cloud(host("h1", cell_uuid="cell-a", free_ram_mb=4096),
+                 host("h2", cell_uuid="cell-a", free_ram_mb=2048),
+                 host("h3", cell_uuid="cell-b", free_ram_mb=8192))
+
+
+def _scheduler() -> Scheduler:
+    return Scheduler(SchedulerConfig.from_dict({"filter_scheduler": {
+        "enabled_filters": ["ComputeFilter"], "weight_classes": ["RAMWeigher", "CrossCellWeigher"]}}))
+
+
+def _move_on_core(request: MoveRequest) -> tuple[object, InMemoryPlacement, str]:
+    snapshot = _cells_snapshot()
+    placement = InMemoryPlacement(snapshot)
+    instance = _instance()
+    instance.host, instance.nodename = "h1", "h1"
+    placement.adopt("i-1", 0, requested_resources(instance.spec))
+    plan = plan_move(instance, request, source=SourceHost(), nodes_of=lambda h: [h])
+    scheduler = _scheduler()
+
+    def select(spec, uuids, alternates, explain):  # noqa: ANN001, ANN202
+        return scheduler.select_destinations(
+            spec, snapshot, now=CORE_NOW, rng=random.Random(1), instance_uuids=uuids,
+            candidates=placement.candidates(spec), claimer=placement,
+            return_alternates=alternates, explain=explain)
+
+    decision, _ = schedule_move(plan, select, placement, "m-1", explain=True)
+    return decision, placement, "m-1"
+
+
+def test_cross_cell_weigher_keeps_an_allowed_move_in_its_cell() -> None:
+    decision, placement, migration = _move_on_core(MoveRequest("migrate", allow_cross_cell=True))
+    assert decision.hosts == [("h2", "h2")]  # h3 has more RAM but is in another cell
+    weighing = decision.diagnosis.instances[0].weighing  # type: ignore[attr-defined]
+    raw = {w.host: {t.weigher: t.raw for t in w.terms}["CrossCellWeigher"] for w in weighing}
+    assert raw == {"h2": 1.0, "h3": -1.0}
+    # The migration holds the source, the instance the destination.
+    assert placement.allocations_of(migration) == {"h1/h1": {"VCPU": 1, "MEMORY_MB": 512,
+                                                             "DISK_GB": 1}}
+    assert placement.allocations_of("i-1") == {"h2/h2": {"VCPU": 1, "MEMORY_MB": 512,
+                                                         "DISK_GB": 1}}
+
+
+def test_a_move_not_allowed_to_cross_cells_only_sees_its_cell() -> None:
+    decision, _, _ = _move_on_core(MoveRequest("migrate"))
+    assert decision.hosts == [("h2", "h2")]  # type: ignore[attr-defined]
+    steps = decision.diagnosis.instances[0].steps  # type: ignore[attr-defined]
+    assert [(s.name, s.hosts_in, s.hosts_out) for s in steps[:3]] == [
+        ("placement", 3, 3), ("requested cell", 3, 2), ("ignore_hosts", 2, 1)]
+    assert steps[1].rejections[0].host == "h3"
+    assert "no cross-cell move" in steps[1].rejections[0].reject.reason
+
+
+def test_a_requested_destination_is_the_only_host_considered() -> None:
+    decision, _, _ = _move_on_core(MoveRequest("migrate", host="h3", allow_cross_cell=True))
+    assert decision.hosts == [("h3", "h3")]  # type: ignore[attr-defined]
+    step = decision.diagnosis.instances[0].steps[1]  # type: ignore[attr-defined]
+    assert step.name == "requested destination" and step.hosts_out == 1
+
+
+def test_an_anti_affinity_member_may_stay_where_it_runs() -> None:
+    # ServerGroupAntiAffinityFilter passes the host already running the instance (§3.6).
+    group = InstanceGroup(policy="anti-affinity", uuid="g", members=["i-1", "i-2"],
+                          hosts=["h1", "h2"])
+    plan = _plan(MoveRequest("resize", flavor=SMALL), _instance(instance_group=group),
+                 same_host=True)
+    assert plan.spec.ignore_hosts is None and plan.spec.instance_group is not None
+
+
+# ----------------------------------------------------------------- offline CLI
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_schedule_migrate_moves_the_claim_and_keeps_anti_affinity(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "schedule", CLOUD, "--config-file", CONF, "--migrate", WEB1,
+                       "--seed", "7", "--now", NOW, "--json")
+    assert code == 0
+    data = json.loads(out)
+    chosen = data["decision"]["instances"][0]["selected"]["host"]
+    # web's other member runs on c1-w02; the source c1-w01 is ignored.
+    assert chosen not in {"c1-w01", "c1-w02"}
+    medium = {"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 40}
+    assert data["allocations"] == {"instance": {f"{chosen}/{chosen}": medium},
+                                   "migration": {"c1-w01/c1-w01": medium}}
+    assert data["source"] == {"host": "c1-w01", "nodename": "c1-w01"}
+
+
+def test_schedule_resize_prints_both_consumers(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "schedule", CLOUD, "--config-file", CONF, "--resize", WEB1,
+                       "--flavor", "m1.large", "--seed", "7", "--now", NOW, "--explain")
+    assert code == 0
+    assert out.startswith(f"resize of {WEB1} from c1-w01")
+    assert "VCPU=4" in out and "migration" in out and "ignore_hosts" in out
+
+
+DOWN_CLOUD = """
+flavors: [{name: small, vcpus: 1, memory_mb: 1024, root_gb: 10}]
+images: [{name: arm, properties: {hw_architecture: aarch64}}]
+host_defaults: {supported_instances: [[x86_64, kvm, hvm]]}
+hosts:
+  - {host: up1, vcpus: 8, memory_mb: 8192, local_gb: 100}
+  - {host: gone, vcpus: 8, memory_mb: 8192, local_gb: 100, service: {up: false},
+     instances: [{uuid: 0b8f9c3e-0000-4000-8000-0000000000cc, flavor: small}]}
+  - {host: live, vcpus: 8, memory_mb: 8192, local_gb: 100,
+     instances: [{uuid: 0b8f9c3e-0000-4000-8000-0000000000dd, flavor: small}]}
+"""
+
+
+def test_schedule_evacuate_and_rebuild_offline(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(DOWN_CLOUD)
+    conf = tmp_path / "nova.conf"
+    conf.write_text("[filter_scheduler]\nenabled_filters = ComputeFilter,ImagePropertiesFilter\n")
+    code, out, _ = run(capsys, "schedule", str(cloud), "--config-file", str(conf),
+                       "--evacuate", "0b8f9c3e-0000-4000-8000-0000000000cc", "--json")
+    assert code == 0
+    data = json.loads(out)
+    small = {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 10}
+    assert data["allocations"]["instance"]["gone/gone"] == small
+    assert len(data["allocations"]["instance"]) == 2 and data["allocations"]["migration"] == {}
+    code, _, err = run(capsys, "schedule", str(cloud), "--evacuate",
+                       "0b8f9c3e-0000-4000-8000-0000000000dd")
+    assert code == 4 and "Compute service of live is still in use" in err
+    code, out, err = run(capsys, "schedule", str(cloud), "--config-file", str(conf), "--rebuild",
+                         "0b8f9c3e-0000-4000-8000-0000000000dd", "--image", "arm", "--explain")
+    assert code == 4 and "No valid host" in err
+    # Only the instance's node is in play, ComputeFilter skips it, the image filter refuses.
+    assert "force_nodes" in out and "(skipped: does not run on rebuild)" in out
+    assert "live/live: image properties unsupported" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--migrate", WEB1, "--num", "2"], "--num: not used with --migrate"),
+    (["--migrate", WEB1, "--flavor", "m1.large"], "--flavor: only --resize takes a flavor"),
+    (["--resize", WEB1, "--host", "c1-a01", "--flavor", "m1.large"], "--host: only --migrate"),
+    (["--flavor", "m1.small", "--host", "c1-a01"], "--host and --allow-cross-cell: only with a move"),
+    ([], "--flavor: required"),
+    (["--migrate", "0b8f9c3e-0000-4000-8000-00000000ffff"], "no host of the cloud file lists it"),
+], ids=["a boot option with a move", "a flavor with a migration", "a host with a resize",
+        "a host without a move", "no flavor and no move", "an instance no host lists"])
+def test_schedule_move_arguments_are_checked(argv: list[str], message: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "schedule", CLOUD, *argv)
+    assert code == 3
+    assert message in err
