@@ -19,6 +19,7 @@ install: $(STAMP)
 # instances against it.
 run: $(STAMP)
 	$(BIN)/berth schedule examples/cloud.yaml --config-file examples/nova.conf --flavor m1.large --image ubuntu --num 3 --seed 7 --explain
+	$(BIN)/berth schedule examples/cloud.yaml --config-file examples/nova.conf --migrate 0b8f9c3e-0000-4000-8000-000000000001 --seed 7
 	BIN=$(BIN) ./scripts/demo-serve.sh
 
 lint: $(STAMP)

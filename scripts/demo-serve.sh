@@ -4,6 +4,7 @@
 # compute agents, then boots instances against it (`berth boot`) and stops the server.
 # The fake compute driver is told that builds on c1-s08 and c1-s10 (the best hosts for
 # m1.large) fail, so the first boot shows the conductor rescheduling onto alternates.
+# Then an instance of the cloud file is migrated, confirmed, resized and reverted.
 set -euo pipefail
 BIN=${BIN:-.venv/bin}
 work=$(mktemp -d)
@@ -29,3 +30,16 @@ echo "== booting 2 x ssd.large"
 "$BIN/berth" boot --url "$url" --flavor ssd.large --num 2
 echo "== 24 vCPU, 256 GiB fits nowhere: placement's own reasons, node by node (NoValidHost, exit 4)"
 "$BIN/berth" boot --url "$url" --flavor 24,262144,100 --explain || [ $? -eq 4 ]
+
+# Moves of an instance the cloud file lists: web member 0b8f...01 runs on c1-w01 in the
+# anti-affinity group "web" (its other member is on c1-w02).
+web1=0b8f9c3e-0000-4000-8000-000000000001
+echo "== cold-migrate ${web1}: its host ignored, c1-w02 kept out by anti-affinity; the"
+echo "   instance consumer gets the destination, the migration consumer keeps the source"
+echo "   (a failed build on c1-s08/c1-s10 goes on to the next alternate, as for a boot)"
+"$BIN/berth" migrate "$web1" --url "$url"
+echo "== confirm: the migration consumer's allocation on the source is deleted"
+"$BIN/berth" confirm-resize "$web1" --url "$url"
+echo "== resize it to m1.large, then revert: back where it was, with its old flavor"
+"$BIN/berth" resize "$web1" --flavor m1.large --url "$url"
+"$BIN/berth" revert-resize "$web1" --url "$url"

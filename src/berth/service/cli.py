@@ -384,8 +384,10 @@ def _print_server(action: str, data: dict[str, Any]) -> None:
         if consumer not in allocations:
             continue
         held = allocations[consumer]
-        text = "; ".join(f"{rp} " + ", ".join(f"{rc}={n}" for rc, n in sorted(res.items()))
-                         for rp, res in sorted(held.items())) or "nothing"
+        names = data.get("providers") or {}
+        text = "; ".join(f"{names.get(rp, rp)} " + ", ".join(
+            f"{rc}={n}" for rc, n in sorted(res.items()))
+            for rp, res in sorted(held.items())) or "nothing"
         print(f"  {consumer} consumer {label}: {text}")
 
 

@@ -26,6 +26,7 @@ A move answers 200 with where the instance went::
      "source": {"host", "nodename"}, "host", "nodename", "compute_node_uuid", ...,
      "tried": [hosts built on, in order], "alternates": [...], "scheduled": true,
      "allocations": {"instance": {rp: {RC: n}}, "migration": {rp: {RC: n}}},
+     "providers": {rp: "host/node"},
      "diagnosis": {...} (with "explain": true)}
 
 Errors: 404 ``berth.input.instance_not_found``; 409 ``berth.scheduling.no_valid_host``

@@ -285,7 +285,20 @@ class MoveService:
         if migration_uuid is not None:
             answer["migration_uuid"] = migration_uuid
             answer["allocations"]["migration"] = self.claims.allocations_of(migration_uuid)
+        answer["providers"] = self._provider_names(answer["allocations"])
         return answer
+
+    def _provider_names(self, allocations: Mapping[str, Any]) -> dict[str, str]:
+        """``host/node`` of every provider the allocations use (for people reading)."""
+        snapshot = self.scheduler.refresh()
+        rows = self.scheduler.feed.uuid_rows
+        names: dict[str, str] = {}
+        for held in allocations.values():
+            for rp in held:
+                row = rows.get(rp)
+                if row is not None:
+                    names[rp] = f"{snapshot.obj('host')[row]}/{snapshot.obj('nodename')[row]}"
+        return names
 
     # ----------------------------------------------------------------- the move
     def _move(self, record: InstanceRecord, request: MoveRequest,
@@ -401,6 +414,7 @@ class MoveService:
         answer["allocations"] = {"instance": self.claims.allocations_of(record.uuid)}
         if migration_uuid is not None:
             answer["allocations"]["migration"] = self.claims.allocations_of(migration_uuid)
+        answer["providers"] = self._provider_names(answer["allocations"])
         if diagnosis is not None:
             answer["diagnosis"] = diagnosis.to_dict()
         return answer
