@@ -125,8 +125,12 @@ def test_resize_stays_on_its_host_only_with_allow_resize_to_same_host(
         assert _held(stack, answer["migration_uuid"]) == {
             "h1": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}}
         assert _usage(stack) == {"h1": 1536}
+        # The host reports both too, and runs the instance once.
+        record = stack.agents["h1"].host_record(0)
+        assert record.free_ram_mb == 8192 - 512 - 1536 and list(record.instances) == [uuid]
         moves.confirm(uuid)
         assert _usage(stack) == {"h1": 1024}
+        assert stack.agents["h1"].host_record(0).free_ram_mb == 8192 - 512 - 1024
         # Without the option a cold migration has nowhere to go.
         with pytest.raises(NoValidHost):
             moves.move(uuid, MoveRequest("migrate"))

@@ -137,10 +137,19 @@ class FakeDriver:
         """Build the moved instance on the destination (failing as configured, like a
         spawn); the source keeps its usage until the move is confirmed or reverted.
         The source of an evacuation is down and does nothing until it comes back."""
-        self.spawn(selection, instance_uuid, spec)
         source = self.agents.get(source_host)
+        # Held before the build: a resize on its own host then holds the old flavor and
+        # runs the new one side by side.
         if source is not None:
-            source.hold(instance_uuid)
+            source.hold(instance_uuid, publish=False)
+        try:
+            self.spawn(selection, instance_uuid, spec)
+        except BaseException:
+            if source is not None:
+                source.unhold(instance_uuid, publish=False)
+            raise
+        if source is not None:
+            source.report()
 
     def confirm_move(self, instance_uuid: str, source_host: str) -> None:
         """The move was confirmed: the source lets go of the instance's usage."""
