@@ -263,3 +263,60 @@ def test_moving_an_unknown_instance_is_not_found(three: Stack) -> None:
     moves = _moves(three)
     with pytest.raises(InstanceNotFound):
         moves.move("0b8f9c3e-0000-4000-8000-000000000000", MoveRequest("migrate"))
+
+
+RESTART_CLOUD = """
+flavors: [{name: small, vcpus: 1, memory_mb: 1024, root_gb: 10}]
+hosts:
+  - {host: a, vcpus: 8, memory_mb: 16384, local_gb: 100,
+     instances: [{uuid: 0b8f9c3e-0000-4000-8000-0000000000ee, flavor: small}]}
+  - {host: b, vcpus: 8, memory_mb: 8192, local_gb: 100}
+"""
+
+
+def test_a_moved_cloud_instance_stays_where_it_went_when_the_file_is_seeded_again(
+        first: Stack, tmp_path: Path) -> None:
+    from berth.service.cli import seed_from_cloud
+
+    from .builders import reopen
+
+    path = tmp_path / "cloud.yaml"
+    path.write_text(RESTART_CLOUD)
+    uuid = "0b8f9c3e-0000-4000-8000-0000000000ee"
+    seed_from_cloud(first, str(path))
+    moves = _moves(first)
+    assert moves.move(uuid, MoveRequest("migrate"))["host"] == "b"
+    moves.confirm(uuid)
+    assert _held(first, uuid) == {"b": {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 10}}
+    first.close()
+    # A restart with the same file: the instance is not placed on 'a' again.
+    again = reopen(first)
+    try:
+        seed_from_cloud(again, str(path))
+        again.resume_agents()
+        assert _held(again, uuid) == {"b": {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 10}}
+        assert _usage(again) == {"a": 0, "b": 1024}
+        assert uuid not in again.agents["a"].host_record(0).instances
+        assert uuid in again.agents["b"].host_record(0).instances
+        assert again.instances.get(uuid).host == "b"  # type: ignore[union-attr]
+    finally:
+        again.close()
+
+
+def test_the_source_of_an_evacuation_lets_go_when_it_is_up_again(three: Stack) -> None:
+    moves = _moves(three)
+    uuid = _boot(moves)
+    source = three.agents["h3"]
+    source.forced_down = True
+    source.report()
+    answer = moves.move(uuid, MoveRequest("evacuate"))
+    assert moves.cleanup_evacuated("h2") == []  # not the source
+    source.forced_down = False
+    source.report()
+    assert moves.cleanup_evacuated("h3") == [uuid]
+    assert _held(three, uuid) == {"h2": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}}
+    assert _usage(three) == {"h1": 0, "h2": 512, "h3": 0}
+    assert source.host_record(0).free_ram_mb == 11264 - 512
+    assert [m.status for m in moves.instances.migrations(uuid)] == ["completed"]
+    assert moves.cleanup_evacuated("h3") == []  # once
+    assert answer["migration_uuid"]

@@ -534,12 +534,17 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
             flavor = flavors_by_id.get(inst.instance_type_id)
             if flavor is None:
                 continue
+            placed.append(flavor)
+            known = stack.instances.get(uuid)
+            if known is not None and known.host != agent.node.host:
+                # Moved by an earlier run: it runs (and is allocated) where it went; the
+                # file's usage of this host no longer includes it.
+                continue
             existing[uuid] = agent.node.host
             _allocate(stack, uuid, agent.uuid, flavor, inst.project_id or "seed")
             agent.spawn(uuid, flavor, inst.project_id, publish=False,
                         image_properties=inst.image_properties)
-            placed.append(flavor)
-            if stack.instances.get(uuid) is None:
+            if known is None:
                 # Known with its spec from now on, so it can be moved like a booted one.
                 stack.instances.record(uuid, agent.node.host,
                                        agent.node.nodename or agent.node.host,
@@ -725,8 +730,16 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
         agent.start()
     service = stack.scheduler(seed=args.seed)
     conductor = stack.conductor(service, driver)
+    moves = stack.moves(conductor)
+    for host, agent in stack.agents.items():
+        # A compute that starts drops the instances evacuated from it (Nova's init_host).
+        if not agent.down:
+            cleaned = moves.cleanup_evacuated(host)
+            if cleaned:
+                LOG.info("compute %s is up: released %d instances evacuated from it",
+                         host, len(cleaned))
     apps.append(app_class(service, conductor, stack.placement_app, flavors, images,
-                          groups=stack.groups, moves=stack.moves(conductor)))
+                          groups=stack.groups, moves=moves))
     reconciler = stack.reconciler(timeout=args.build_timeout, interval=args.reconcile_interval)
     reconciler.start()
 

@@ -168,6 +168,15 @@ class FakeDriver:
         with self._lock:
             self.built[instance_uuid] = source_host
 
+    def forget_evacuated(self, instance_uuid: str, source_host: str) -> None:
+        """The source of an evacuation is back: it lets go of the instance, and its
+        usage is taken again from placement (which no longer counts the instance)."""
+        source = self.agents.get(source_host)
+        if source is not None:
+            source.release(instance_uuid, publish=False)
+            source.restore_usage()
+            source.report()
+
     def rebuild(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
         """Rebuild the instance in place with the spec's image (a build on its own host,
         failing as configured)."""

@@ -19,7 +19,8 @@ Per move, as Nova's conductor runs it (``tasks/migrate.py``, ``rebuild_instance`
     migrate/resize: VERIFY_RESIZE, migration finished (the source allocation stays with
     the migration consumer until confirm deletes it or revert moves it back);
     evacuate: ACTIVE, migration done (the instance consumer holds source and
-    destination until the source's compute cleans up); rebuild: ACTIVE, new image
+    destination until the source's compute cleans up: :meth:`MoveService.cleanup_evacuated`
+    when it is up again); rebuild: ACTIVE, new image
 
 :class:`PlacementMoveClaims` is the placement side (Nova's report client calls for
 moves: ``move_allocations`` over ``POST /allocations`` at microversion 1.28, with the
@@ -123,6 +124,10 @@ class MoveDriver(Protocol):
 
     def rebuild(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
         """Rebuild in place with the spec's image, or raise BuildFailed."""
+        ...
+
+    def forget_evacuated(self, instance_uuid: str, source_host: str) -> None:
+        """The source of an evacuation is back and drops the instance."""
         ...
 
 
@@ -269,6 +274,34 @@ class MoveService:
             self.instances.update(instance_uuid, status=VERIFY_RESIZE)
             raise
         return self.show(instance_uuid, migration.uuid)
+
+    def cleanup_evacuated(self, host: str) -> list[str]:
+        """What Nova's compute does when it starts (``_destroy_evacuated_instances``):
+        for every instance evacuated from ``host`` (migration ``done``), the instance
+        consumer gives up its allocation on ``host``'s nodes, the host forgets the
+        instance, and the migration becomes ``completed``. Returns the instances.
+
+        ``berth serve`` runs it at start-up for every host that is up; call it when a
+        host that was down reports again."""
+        snapshot = self.scheduler.refresh()
+        done = []
+        for migration in self.instances.migrations(status="done"):
+            if migration.migration_type != "evacuation" or migration.source_host != host:
+                continue
+            row = snapshot.row_of(migration.source_host, migration.source_node)
+            provider = snapshot.obj("uuid")[row] if row is not None else None
+            held = self.claims.allocations_of(migration.instance_uuid)
+            if provider in held:
+                rest = {rp: res for rp, res in held.items() if rp != provider}
+                spec = spec_from_dict(migration.old_spec)
+                if rest:
+                    self.claims.replace_allocations(migration.instance_uuid, rest, spec)
+                else:
+                    self.claims.delete(migration.instance_uuid)
+            self._driver().forget_evacuated(migration.instance_uuid, host)
+            self.instances.set_migration(migration.uuid, status="completed")
+            done.append(migration.instance_uuid)
+        return done
 
     def show(self, instance_uuid: str, migration_uuid: str | None = None) -> dict[str, Any]:
         """The instance, its migrations, and the allocations of the instance consumer and
@@ -485,7 +518,7 @@ class MoveService:
 
     def _driver(self) -> MoveDriver:
         driver = self.conductor.driver
-        for name in ("move", "confirm_move", "revert_move", "rebuild"):
+        for name in ("move", "confirm_move", "revert_move", "rebuild", "forget_evacuated"):
             if not callable(getattr(driver, name, None)):
                 raise MoveRefused(f"the compute driver {type(driver).__name__} cannot move "
                                   f"instances (it has no {name})")
