@@ -100,8 +100,8 @@ def test_evacuate_needs_a_down_source_ignores_it_and_takes_no_alternates() -> No
     assert plan.spec.scheduler_hints == {"_nova_check_type": ["evacuate"]}
     assert plan.spec.requested_destination is not None
     assert plan.spec.requested_destination.host == "h2"
-    assert (plan.migration_allocation, plan.return_alternates, plan.migration_type) == (
-        False, False, "evacuation")
+    assert (plan.migration_allocation, plan.keeps_source, plan.return_alternates,
+            plan.migration_type) == (True, True, False, "evacuation")
 
 
 def test_rebuild_forces_the_instance_node_and_a_new_image_only_is_scheduled() -> None:

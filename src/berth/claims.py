@@ -228,6 +228,17 @@ class InMemoryPlacement:
         if moved:
             self.allocations[target] = moved
 
+    def merge_allocations(self, source: str, target: str, spec: RequestSpec) -> None:
+        """``target`` keeps its allocations and takes over those of ``source``."""
+        moved = self.allocations.pop(source, {})
+        held = self.allocations.setdefault(target, {})
+        for row, resources in moved.items():
+            into = held.setdefault(row, {})
+            for rc, amount in resources.items():
+                into[rc] = into.get(rc, 0) + amount
+        if not held:
+            del self.allocations[target]
+
     def replace_allocations(self, consumer: str, allocations: Mapping[str, Mapping[str, int]],
                             spec: RequestSpec) -> None:
         """Set the consumer's allocations to exactly ``allocations`` (no capacity check:

@@ -17,16 +17,23 @@ migrate    ``_nova_check_type=resize``; the source host  before scheduling, the 
 resize     as migrate, with the new flavor; the source   as migrate
            is ignored unless ``allow_resize_to_same_
            host``; the flavor must change
-evacuate   ``_nova_check_type=evacuate``; the source     the instance consumer keeps the
-           (which must be down) ignored; a named host    source allocation and gains the
-           is the requested destination; the            destination's (the claim merges
-           instance's cell only; no alternates          them) until the source's compute
-                                                         cleans up
+evacuate   ``_nova_check_type=evacuate``; the source     the instance consumer ends with
+           (which must be down) ignored; a named host    the source allocation and the
+           is the requested destination; the            destination's, until the source's
+           instance's cell only; no alternates          compute cleans up (see below)
 rebuild    ``_nova_check_type=rebuild``; the instance's  nothing is claimed; placement is
            own host and node forced, so only the         not asked (§8.1.4); the same
            ``RUN_ON_REBUILD`` filters run on it; with    image is not scheduled at all
            the new image
 =========  ===========================================  ==================================
+
+Nova's scheduler claims an evacuation's destination by merging it into the instance
+consumer's existing allocations. Berth's claims never merge into an existing consumer
+(a merge would let a re-issued uuid take over another instance's allocations), so an
+evacuation hands the source allocation to its migration consumer while the destination
+is claimed, then gives it back to the instance consumer in the same ``POST
+/allocations`` that empties the migration consumer (:func:`finish_move`): the end state
+is Nova's.
 
 Forced hosts of the original boot never carry over (Nova's
 ``reset_forced_destinations``), nor do the boot's ignored hosts, retries or destination.
@@ -107,7 +114,8 @@ class MovePlan:
     """The request to schedule and how the move treats claims.
 
     ``migration_allocation``: the source allocation moves to the migration consumer
-    first (migrate, resize). ``claims``: the scheduler claims the destination
+    first (migrate, resize, evacuate). ``keeps_source``: it comes back to the instance
+    consumer beside the destination's once the move is built (evacuate). ``claims``: the scheduler claims the destination
     (everything but rebuild). ``schedule``: ask the scheduler at all (a rebuild with
     the instance's own image does not). ``return_alternates``: a failed build may go on
     to an alternate (migrate, resize).
@@ -122,6 +130,7 @@ class MovePlan:
     claims: bool
     schedule: bool
     return_alternates: bool
+    keeps_source: bool = False
 
     @property
     def migration_type(self) -> str | None:
@@ -230,8 +239,9 @@ def plan_move(
         prepare_request(spec, config)
     return MovePlan(
         operation=op, instance_uuid=instance.uuid, spec=spec, source_host=instance.host,
-        source_node=instance.nodename, migration_allocation=op in (MIGRATE, RESIZE),
-        claims=op != REBUILD, schedule=schedule, return_alternates=op in (MIGRATE, RESIZE))
+        source_node=instance.nodename, migration_allocation=op in (MIGRATE, RESIZE, EVACUATE),
+        claims=op != REBUILD, schedule=schedule, return_alternates=op in (MIGRATE, RESIZE),
+        keeps_source=op == EVACUATE)
 
 
 def _same_flavor(a: Flavor, b: Flavor) -> bool:
@@ -273,6 +283,11 @@ class MoveClaims(Protocol):
         """Set the consumer's allocations to exactly ``allocations``."""
         ...
 
+    def merge_allocations(self, source: str, target: str, spec: RequestSpec) -> None:
+        """Add every allocation of ``source`` to those of ``target`` and leave ``source``
+        with none, in one write."""
+        ...
+
     def delete(self, consumer: str) -> bool:
         """Delete the consumer's allocations; False if it had none."""
         ...
@@ -289,10 +304,9 @@ def schedule_move(
 ) -> tuple[Decision, Allocations]:
     """Ask for destinations with Nova's claims around the question.
 
-    Migrate and resize first move the source allocation to the migration consumer
-    (``migration_uuid``), so the scheduler's claim for the instance consumer holds the
-    destination alone. Evacuate claims for the instance consumer, which keeps its source
-    allocation (the claim merges them). A rebuild claims nothing. When scheduling
+    Migrate, resize and evacuate first move the source allocation to the migration
+    consumer (``migration_uuid``), so the scheduler's claim for the instance consumer
+    holds the destination alone. A rebuild claims nothing. When scheduling
     raises, every allocation is put back as it was before. Returns the decision and the
     instance's allocations before the move.
     """
@@ -307,6 +321,15 @@ def schedule_move(
         revert_move(plan, claims, migration_uuid, before)
         raise
     return decision, before
+
+
+def finish_move(plan: MovePlan, claims: MoveClaims, migration_uuid: str | None) -> None:
+    """The move is built: an evacuated instance's consumer takes its source allocation
+    back beside the destination's (Nova's end state; the source's compute releases it
+    when it is up again). Migrate and resize leave it with the migration consumer until
+    confirm or revert."""
+    if plan.keeps_source and migration_uuid is not None:
+        claims.merge_allocations(migration_uuid, plan.instance_uuid, plan.spec)
 
 
 def revert_move(plan: MovePlan, claims: MoveClaims, migration_uuid: str | None,
@@ -330,8 +353,8 @@ def revert_move(plan: MovePlan, claims: MoveClaims, migration_uuid: str | None,
 def drop_destination(plan: MovePlan, claims: MoveClaims,
                      before: Mapping[str, Mapping[str, int]]) -> None:
     """A build on the destination failed: the instance consumer gives up the
-    destination's claim before an alternate is claimed (for a migration it held only
-    that one; an evacuated instance keeps its source allocation)."""
+    destination's claim before an alternate is claimed (it held only that one: the
+    source allocation is with the migration consumer)."""
     if not plan.claims:
         return
     if plan.migration_allocation or not before:

@@ -20,7 +20,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from berth.errors import InputError, SchedulingError, exit_code_for
-from berth.moves import OPERATIONS, MoveRequest, SourceHost, plan_move, schedule_move, service_is_up
+from berth.moves import (
+    OPERATIONS,
+    MoveRequest,
+    SourceHost,
+    finish_move,
+    plan_move,
+    schedule_move,
+    service_is_up,
+)
 
 
 def move_of(args: argparse.Namespace) -> tuple[str, str] | None:
@@ -102,6 +110,8 @@ def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
 
     try:
         decision, _ = schedule_move(plan, select, placement, migration_uuid, explain=args.explain)
+        # As once the instance is built on its destination.
+        finish_move(plan, placement, migration_uuid)
     except SchedulingError as exc:
         diagnosis = getattr(exc, "diagnosis", None)
         if args.json:

@@ -320,3 +320,17 @@ def test_the_source_of_an_evacuation_lets_go_when_it_is_up_again(three: Stack) -
     assert [m.status for m in moves.instances.migrations(uuid)] == ["completed"]
     assert moves.cleanup_evacuated("h3") == []  # once
     assert answer["migration_uuid"]
+
+
+def test_the_audit_finds_nothing_amiss_during_or_after_a_migration(three: Stack) -> None:
+    from berth.service.reconcile import scan
+
+    moves = _moves(three)
+    uuid = _boot(moves)
+    migration = moves.move(uuid, MoveRequest("migrate"))["migration_uuid"]
+    # The migration consumer holds the source by right of its migration record.
+    findings = scan(three.builds, three.groups, timeout=60)
+    assert findings.clean, findings.as_dict()
+    moves.confirm(uuid)
+    assert scan(three.builds, three.groups, timeout=60).clean
+    assert three.client.get_allocations(migration).allocations == {}

@@ -234,3 +234,18 @@ class InstanceStore:
             row = conn.execute(sa.select(migrations_table)
                                .where(migrations_table.c.uuid == uuid)).first()
         return None if row is None else _migration(row)
+
+
+#: Migration statuses whose consumer holds the source allocation by right.
+LIVE_MIGRATION_STATUSES = ("pre-migrating", "finished")
+
+
+def live_migration_consumers(engine: Engine) -> set[str]:
+    """The migration consumers that hold allocations by right: a move under way or a
+    migration or resize waiting for confirmation. The audit counts them as standing
+    behind a record (the migration's), not as orphans."""
+    create_tables(engine, instances_metadata)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(migrations_table.c.uuid).where(
+            migrations_table.c.status.in_(LIVE_MIGRATION_STATUSES))).all()
+    return {str(r.uuid) for r in rows}

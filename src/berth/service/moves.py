@@ -51,6 +51,7 @@ from berth.moves import (
     MovingInstance,
     SourceHost,
     drop_destination,
+    finish_move,
     plan_move,
     revert_move,
     schedule_move,
@@ -168,6 +169,38 @@ class PlacementMoveClaims:
                 LOG.info("moving allocations %s -> %s: %s; retrying", source, target, exc.detail)
         raise AllocationMoveFailed(
             f"unable to move the allocations of {source} to {target}: they kept changing",
+            source=source, target=target)
+
+    def merge_allocations(self, source: str, target: str, spec: RequestSpec) -> None:
+        """One ``POST /allocations``: ``target`` keeps its allocations and gains those of
+        ``source``, which is left with none; retried when a consumer changed meanwhile."""
+        for _attempt in range(MOVE_ATTEMPTS):
+            src = self.client.get_allocations(source)
+            if not src.allocations:
+                return
+            tgt = self.client.get_allocations(target)
+            merged: dict[str, dict[str, int]] = {rp: dict(res) for rp, res in tgt.allocations.items()}
+            for rp, res in src.allocations.items():
+                into = merged.setdefault(rp, {})
+                for rc, amount in res.items():
+                    into[rc] = into.get(rc, 0) + int(amount)
+            project = tgt.project_id or src.project_id or spec.project_id or "unknown"
+            user = tgt.user_id or src.user_id or spec.user_id or "unknown"
+            body = {
+                source: ConsumerPost({}, project, user, src.consumer_generation),
+                target: ConsumerPost(merged, project, user,
+                                     tgt.consumer_generation if tgt.allocations else None),
+            }
+            try:
+                self.client.post_allocations(body, microversion=MOVE_MICROVERSION)
+                return
+            except ConflictError as exc:
+                if not exc.is_generation_conflict:
+                    raise AllocationMoveFailed(
+                        f"unable to give the allocations of {source} to {target}: {exc.detail}",
+                        source=source, target=target) from None
+        raise AllocationMoveFailed(
+            f"unable to give the allocations of {source} to {target}: they kept changing",
             source=source, target=target)
 
     def replace_allocations(self, consumer: str, allocations: Mapping[str, Mapping[str, int]],
@@ -386,6 +419,7 @@ class MoveService:
                     LOG.info("%s; rescheduling the %s", exc, plan.operation)
                     drop_destination(plan, self.claims, before)
                     continue
+                finish_move(plan, self.claims, migration_uuid)
                 self._done(record, plan, selection, migration_uuid)
                 return self._answer(record, plan, hosts, tried, migration_uuid,
                                     decision.diagnosis, built_on=selection)
@@ -463,7 +497,7 @@ class MoveService:
         group = None
         group_uuid = record.spec.get("group")
         if group_uuid and self.groups is not None:
-            group = self.groups.resolve(group_uuid, snapshot, field="group")
+            group = self.groups.resolve(group_uuid, field="group")
         instance = MovingInstance(record.uuid, record.host, record.nodename,
                                   spec_from_dict(record.spec, group),
                                   cell_uuid=snapshot.interned_value("cell_uuid", row))

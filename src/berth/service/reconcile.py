@@ -10,7 +10,9 @@ shared database alone, by :func:`scan`:
 * **leaked**: allocations of a ``failed`` (or abandoned) build;
 * **stale members**: a failed or abandoned build still in its server group;
 * **orphaned**: allocations of a consumer without any build record (not written by a
-  Berth boot: an operator's, or a database restored from elsewhere);
+  Berth boot: an operator's, or a database restored from elsewhere); the consumer of a
+  migration under way or awaiting confirmation has its migration record instead
+  (:mod:`berth.service.instances`) and is not an orphan;
 * **missing**: an ``active`` build without allocations (reported only).
 
 :func:`repair` releases abandoned builds, leaked allocations and stale members; orphaned
@@ -39,6 +41,7 @@ from berth.placement.db import allocations, create_tables, resource_classes, res
 from berth.service.builds import ACTIVE, FAILED, BuildRecords, builds
 from berth.service.compute import compute_nodes
 from berth.service.groups import ServerGroupStore
+from berth.service.instances import live_migration_consumers
 
 LOG = logging.getLogger(__name__)
 
@@ -206,7 +209,12 @@ def scan(builds_: BuildRecords, groups: ServerGroupStore, *, timeout: float,
     findings = Findings(abandoned=builds_.abandoned(timeout, now))
     abandoned = {b.instance_uuid for b in findings.abandoned}
     held = _holdings(builds_.engine)
+    # A migration's consumer holds the source of a move under way or awaiting
+    # confirmation: its migration record stands behind it.
+    migrating = live_migration_consumers(builds_.engine)
     for consumer, holding in sorted(held.items()):
+        if holding.state is None and consumer in migrating:
+            continue
         if holding.state is None:
             findings.orphaned.append(holding)
         elif holding.state == FAILED or consumer in abandoned:
