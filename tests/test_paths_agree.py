@@ -6,7 +6,11 @@
 * the whole pipeline: ``Scheduler`` and ``Scheduler(per_host=True)`` choose the same hosts
   and alternates for the same seed (so the partial ordering with ``np.partition`` and the
   per-request weigher memo give exactly the full stable sort's answer);
-* a snapshot built in bulk equals one built row by row.
+* a snapshot built in bulk equals one built row by row;
+* clouds have multi-node service hosts (several nodes under one host name): every node
+  sees the instances of its whole service host and the request's stubs on any node of
+  it, as Nova's host manager shares them; an anti-affinity multi-create never puts two
+  instances on one service host.
 
 Filters and weighers whose module does not exist yet are skipped.
 """
@@ -336,6 +340,52 @@ def test_partial_ordering_matches_a_full_stable_sort_over_many_instances_with_ti
                                True)
                        for per_host in (False, True)]
                 assert got[0] == got[1]
+
+
+# ---------------------------------------------------------------------- service hosts
+@FAST
+@given(clouds(min_hosts=2), st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["s1", "s2"])),
+                                     max_size=4))
+def test_every_node_sees_its_service_hosts_instances_and_stubs(
+    snap: HostSnapshot, stubs: list[tuple[int, str]],
+) -> None:
+    # Nova's model, from the rows as reported: one instance set per service host name,
+    # plus the stubs placed on any node of that host.
+    expected: dict[str, set[str]] = {}
+    for name, instances in zip(snap.obj("host"), snap.obj("instances")):
+        expected.setdefault(name, set()).update(instances)
+    ws = WorkingSet(snap, NOW)
+    for at, uuid in stubs:
+        row = at % len(snap)
+        ws.add_instance(row, Instance(uuid=uuid))
+        expected[snap.obj("host")[row]].add(uuid)
+    for row in range(len(snap)):
+        assert set(ws.host_state(row).instances) == expected[snap.obj("host")[row]]
+
+
+@settings(FAST, max_examples=40)
+@given(case=cloud_and_request(min_hosts=2), num=st.integers(2, 3), seed=st.integers(0, 999),
+       per_host=st.booleans())
+def test_an_anti_affinity_multi_create_never_shares_a_service_host(
+    case: tuple[HostSnapshot, RequestSpec], num: int, seed: int, per_host: bool,
+) -> None:
+    # Whatever the nodes of a host, the chosen service hosts are distinct and hold no
+    # member already (the stub of each pick is seen by every node of its host).
+    snap, req = case
+    assume("ServerGroupAntiAffinityFilter" in dict(FILTERS))
+    members = list(req.instance_group.members) if req.instance_group else []
+    req.instance_group = InstanceGroup(policy="anti-affinity", uuid="g", members=members)
+    req.num_instances = num
+    config = SchedulerConfig.default()
+    scheduler = Scheduler(config, filters=[dict(FILTERS)["ServerGroupAntiAffinityFilter"](config)],
+                          weighers=[cls(config) for _, cls in WEIGHERS], per_host=per_host)
+    got = _decide(scheduler, snap, req, seed, True)
+    assume(got != "NoValidHost")  # too few hosts with room (placement) or without members
+    assert isinstance(got, list)
+    hosts = [sels[0][0] for sels in got]
+    assert len(set(hosts)) == len(hosts)
+    index = snap.instance_rows()
+    assert not {snap.obj("host")[index[m]] for m in members if m in index} & set(hosts)
 
 
 # ---------------------------------------------------------------------- snapshot

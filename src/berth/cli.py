@@ -34,7 +34,7 @@ from berth.errors import (
     NoValidHost,
     exit_code_for,
 )
-from berth.explain import diagnosis_lines
+from berth.explain import diagnosis_lines, node_label
 
 
 def _hints(pairs: Sequence[str]) -> dict[str, list[str]]:
@@ -157,7 +157,8 @@ def _print_decision(decision: Any) -> None:
         first = sels[0]
         rows.append((str(i), uuid[:8], first.service_host, first.nodename,
                      (first.cell_uuid or "-")[:8], first.availability_zone or "-",
-                     ", ".join(s.service_host for s in sels[1:]) or "-"))
+                     ", ".join(node_label(s.service_host, s.nodename) for s in sels[1:])
+                     or "-"))
     _table(rows)
 
 

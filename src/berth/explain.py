@@ -183,13 +183,19 @@ class Diagnosis:
         return {"summary": self.summary(), "instances": [d.to_dict() for d in self.instances]}
 
 
+def node_label(host: str, nodename: str | None) -> str:
+    """``host`` for a node named like its service host, else ``host/node`` (the nodes of
+    a multi-node host, such as Ironic's, would otherwise read alike)."""
+    return host if not nodename or nodename == host else f"{host}/{nodename}"
+
+
 def diagnosis_lines(diagnosis: Diagnosis, *, verbose: bool = False) -> list[str]:
     """The explanation as ``berth schedule --explain`` prints it: per instance a summary,
     each step's hosts in -> out with the first rejections (all with ``verbose``), and a
     table of the best hosts' weights by weigher (each term spelled out with ``verbose``)."""
     lines: list[str] = []
     for inst in diagnosis.instances:
-        chosen = f" -> {inst.chosen[0]}" if inst.chosen else " -> no host"
+        chosen = f" -> {node_label(*inst.chosen)}" if inst.chosen else " -> no host"
         lines.append(f"instance {inst.index + 1}{chosen}: {inst.summary()}")
         for step in inst.steps:
             note = f" (skipped: {step.skipped})" if step.skipped else ""
@@ -200,7 +206,8 @@ def diagnosis_lines(diagnosis: Diagnosis, *, verbose: bool = False) -> list[str]
             if len(step.rejections) > len(rejected):
                 lines.append(f"      ... {len(step.rejections) - len(rejected)} more (--verbose)")
         if inst.claim_failures:
-            lines.append("  claims refused on: " + ", ".join(h for h, _ in inst.claim_failures))
+            lines.append("  claims refused on: " + ", ".join(
+                node_label(h, n) for h, n in inst.claim_failures))
         if inst.weighing:
             lines.extend(_weighing_lines(inst, verbose))
     return lines
@@ -227,7 +234,7 @@ def _weighing_lines(inst: InstanceDiagnosis, verbose: bool) -> list[str]:
         names[i].replace("Weigher", "").replace("ServerGroup", "") for i in shown)]
     for w in inst.weighing:
         total = -w.weight if by_cost else w.weight
-        rows.append((w.host, f"{total + 0.0:.4f}") + tuple(
+        rows.append((node_label(w.host, w.nodename), f"{total + 0.0:.4f}") + tuple(
             f"{w.terms[i].contribution:+.3f}" for i in shown))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -236,11 +243,13 @@ def _weighing_lines(inst: InstanceDiagnosis, verbose: bool) -> list[str]:
         for w in inst.weighing:
             for t in w.terms:
                 if by_cost:
-                    lines.append(f"    {w.host} {t.weigher}: value {t.raw:g} x weight "
+                    lines.append(f"    {node_label(w.host, w.nodename)} {t.weigher}: value "
+                                 f"{t.raw:g} x weight "
                                  f"{t.multiplier:g} = cost {t.contribution:+.4f}")
                 else:
                     lines.append(
-                        f"    {w.host} {t.weigher}: raw {t.raw:g}, normalized "
+                        f"    {node_label(w.host, w.nodename)} {t.weigher}: raw {t.raw:g}, "
+                        f"normalized "
                         f"{t.normalized:.4f} x multiplier {t.multiplier:g} = "
                         f"{t.contribution:+.4f}")
     return lines

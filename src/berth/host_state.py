@@ -138,7 +138,8 @@ class WorkingSet:
         self._cols: dict[str, np.ndarray] = {}
         self._limits: dict[int, dict[str, Any]] = {}
         self._limit_cols: dict[str, np.ndarray] = {}
-        self._extra_instances: dict[int, dict[str, Instance]] = {}
+        #: Server-group stubs this request placed, by service-host code.
+        self._stubs: dict[int, dict[str, Instance]] = {}
         self._objects: dict[str, dict[int, Any]] = {}
         self._attrs: dict[int, dict[str, Any]] = {}
         self._updated: dict[int, float | None] = {}
@@ -215,9 +216,14 @@ class WorkingSet:
 
     # ----------------------------------------------------------------- instances
     def instances(self, row: int) -> dict[str, Instance]:
-        """Instances on a row, including stubs this request placed there."""
-        base: dict[str, Instance] = self.snapshot.obj("instances")[row]
-        extra = self._extra_instances.get(row)
+        """Instances on the row's *service host* (every node of it reports into one set,
+        as Nova's host manager keys them by ``compute.host``), including the stubs this
+        request placed on any node of that host."""
+        hosts = self.snapshot.service_hosts()
+        base: dict[str, Instance] = hosts.instances[row]
+        if not self._stubs:
+            return base
+        extra = self._stubs.get(hosts.code_of(row))
         if not extra:
             return base
         merged = dict(base)
@@ -225,14 +231,29 @@ class WorkingSet:
         return merged
 
     def add_instance(self, row: int, instance: Instance) -> None:
-        """Record a stub instance on a row (server-group bookkeeping of a multi-create)."""
-        self._extra_instances.setdefault(row, {})[instance.uuid] = instance
-        self.touched.append(row)
-        self.touched_fields.append("instances")
+        """Record a stub instance on a row's service host (server-group bookkeeping of a
+        multi-create): every node of that host sees it, as in Nova, where all of them
+        share the host's instance dict."""
+        hosts = self.snapshot.service_hosts()
+        code = hosts.code_of(row)
+        self._stubs.setdefault(code, {})[instance.uuid] = instance
+        for sibling in hosts.rows_of(code):
+            self.touched.append(sibling)
+            self.touched_fields.append("instances")
+
+    def stubs_by_host(self) -> dict[int, dict[str, Instance]]:
+        """Stubs added by this request, by service-host code (see
+        :meth:`HostSnapshot.service_hosts`; do not modify)."""
+        return self._stubs
 
     def extra_instances(self) -> dict[int, dict[str, Instance]]:
-        """Stubs added by this request, by row."""
-        return self._extra_instances
+        """Stubs added by this request, by row: every node of a service host that got a
+        stub lists that host's stubs."""
+        if not self._stubs:
+            return {}
+        hosts = self.snapshot.service_hosts()
+        return {row: stubs for code, stubs in self._stubs.items()
+                for row in hosts.rows_of(code)}
 
     # ----------------------------------------------------------------- attributes
     def attrs(self, row: int) -> dict[str, Any]:
@@ -410,7 +431,8 @@ class HostState:
 
     @property
     def instances(self) -> dict[str, Instance]:
-        """Instance uuid to Instance, including this request's stubs."""
+        """Instance uuid to Instance on this node's service host (all its nodes share
+        them, as in Nova), including this request's stubs."""
         return self._ws.instances(self._row)
 
     @property

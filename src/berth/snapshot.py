@@ -5,7 +5,9 @@ One row per compute node, keyed by ``(host, nodename)``. Numbers live in float64
 types, ``cpu_info``, ``stats``, ``supported_instances``, aggregate membership) are
 *interned*: a code per row into a table of distinct values, so a rule over them is
 evaluated once per distinct value (a "signature") instead of once per host. Objects that
-are genuinely per host (instances, NUMA topology, PCI pools, metrics) stay in object arrays.
+are genuinely per node (the instances the node reports, NUMA topology, PCI pools, metrics)
+stay in object arrays. Filters and weighers read instances per *service host*, as Nova
+does, through :meth:`HostSnapshot.service_hosts`.
 
 A snapshot is shared by every request. Requests never write to it: each request works on a
 :class:`berth.host_state.WorkingSet` that copies a column only when it first changes it.
@@ -29,6 +31,7 @@ import numpy as np
 
 from berth.model.aggregate import Aggregate
 from berth.model.compute import Instance, MetricItem, ServiceRecord
+from berth.service_hosts import ServiceHosts
 
 T = TypeVar("T")
 
@@ -812,7 +815,8 @@ class HostSnapshot:
             return value
 
     def instance_rows(self) -> dict[str, int]:
-        """Map of every known instance uuid to the row of the node it is on."""
+        """Map of every known instance uuid to the row of the node that reports it (its
+        service host is that row's; :meth:`service_hosts` maps rows to hosts)."""
 
         def build() -> dict[str, int]:
             index: dict[str, int] = {}
@@ -822,6 +826,12 @@ class HostSnapshot:
             return index
 
         return self.cached("instance_rows", build)
+
+    def service_hosts(self) -> ServiceHosts:
+        """Rows grouped by service host, with each row's service-host instances (Nova
+        shares a host's instances among all its nodes; see :mod:`berth.service_hosts`)."""
+        return self.cached("service_hosts", lambda: ServiceHosts(
+            self.obj("host").tolist(), self.obj("instances")))
 
     def host_names_lower(self) -> np.ndarray:
         """Lower-cased service host names (force/ignore hosts are case-insensitive)."""

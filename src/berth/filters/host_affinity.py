@@ -3,7 +3,9 @@
 The scheduler hints ``same_host`` and ``different_host`` name instance uuids (one uuid
 arrives as a string, several as a list). SameHostFilter passes a host iff one of them is on
 it; DifferentHostFilter passes a host iff none is; a missing or empty hint passes every
-host (reference §3.7). They read no option; the lever is the hint itself.
+host (reference §3.7). "On it" means on its service host, as in Nova: every node of a
+multi-node host (Ironic) sees the instances of all of them. They read no option; the
+lever is the hint itself.
 
 In bulk, hinted uuids are looked up in the snapshot's uuid -> row index (plus the stubs the
 request itself placed) instead of scanning every host's instances.
@@ -33,30 +35,37 @@ def hinted_uuids(value: Any) -> list[str]:
 
 
 def members_per_row(ws: WorkingSet, uuids: Iterable[str], rows: np.ndarray) -> np.ndarray:
-    """How many distinct ``uuids`` are on each of ``rows``, as the request sees it.
+    """How many distinct ``uuids`` are on the service host of each of ``rows``, as the
+    request sees it (Nova's ``HostState.instances`` holds the whole service host's
+    instances on every node of it, stubs of this request included).
 
-    Base instances come from the snapshot's uuid -> row index (an instance is on one node);
-    rows holding stubs this request placed are recounted from their merged instance dict.
-    Only the few rows holding a member are counted, then spread over ``rows``: nothing
-    snapshot-sized is built per call.
+    Base instances come from the snapshot's uuid -> row index (an instance is reported by
+    one node) mapped to service hosts; hosts holding stubs this request placed are
+    recounted from their merged instance dict. Only the few hosts holding a member are
+    counted, then spread over ``rows``: nothing snapshot-sized is built per call.
     """
     wanted = set(uuids)
     if not wanted:
         return np.zeros(len(rows), dtype=np.int64)
-    index = ws.snapshot.instance_rows()
-    per_row: dict[int, int] = {}
+    snapshot = ws.snapshot
+    index = snapshot.instance_rows()
+    hosts = snapshot.service_hosts()
+    codes = hosts.codes
+    per_host: dict[int, int] = {}
     for u in wanted:
         row = index.get(u)
         if row is not None:
-            per_row[row] = per_row.get(row, 0) + 1
-    for row in ws.extra_instances():
-        per_row[row] = len(wanted.intersection(ws.instances(row)))
-    if not per_row:
+            code = int(codes[row])
+            per_host[code] = per_host.get(code, 0) + 1
+    for code in ws.stubs_by_host():
+        per_host[code] = len(wanted.intersection(ws.instances(hosts.first_row(code))))
+    if not per_host:
         return np.zeros(len(rows), dtype=np.int64)
-    top = max(per_row)
+    top = max(per_host)
     lookup = np.zeros(top + 1, dtype=np.int64)
-    lookup[np.fromiter(per_row, dtype=np.int64, count=len(per_row))] = list(per_row.values())
-    return np.where(rows <= top, lookup[np.minimum(rows, top)], 0)
+    lookup[np.fromiter(per_host, dtype=np.int64, count=len(per_host))] = list(per_host.values())
+    at = hosts.codes_of(rows)
+    return np.where(at <= top, lookup[np.minimum(at, top)], 0)
 
 
 def _overlap(host_state: HostState, uuids: list[str]) -> list[str]:

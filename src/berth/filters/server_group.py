@@ -4,8 +4,10 @@ ServerGroupAffinityFilter: when the request's group has the ``affinity`` policy 
 group already has hosts, only those hosts pass (the first member may go anywhere).
 ServerGroupAntiAffinityFilter: when the group's policy is ``anti-affinity``, a host passes
 iff fewer than ``max_server_per_host`` (group rule, default 1) members are on it; the host
-already holding the instance being moved passes. They read no option; the levers are the
-group's policy and its ``max_server_per_host`` rule.
+already holding the instance being moved passes. Hosts are service hosts, as in Nova: the
+group's hosts are service host names, and every node of a multi-node host sees the
+members on any of its nodes (stubs of this request included). They read no option; the
+levers are the group's policy and its ``max_server_per_host`` rule.
 
 In bulk, members are counted per row through the snapshot's uuid -> row index plus the
 stubs this request placed, never by scanning each host's instances.

@@ -5,8 +5,8 @@ accepts only the flavors named there (comma-separated, exact, case-sensitive); a
 no such metadata accepts every flavor. Lever: the aggregate's ``instance_type`` key.
 
 TypeAffinityFilter (removed in Nova 17): a host accepts the request only if every instance
-already on it has the requested flavor (``instance_type_id == flavor.id``); an empty host
-accepts any flavor. It reads no option.
+already on it (on any node of its service host) has the requested flavor
+(``instance_type_id == flavor.id``); an empty host accepts any flavor. It reads no option.
 
 For readers of seed 001: its list says TypeAffinityFilter "only passes hosts that are not
 already running an instance of the requested type", the opposite of the rule above.
@@ -101,7 +101,8 @@ class TypeAffinityFilter(BaseHostFilter):
         snapshot = hosts.snapshot
         single = snapshot.cached(
             "type_affinity_single_type",
-            lambda: np.array([_single_type(i) for i in snapshot.obj("instances")], dtype=object),
+            lambda: np.array([_single_type(i) for i in snapshot.service_hosts().instances],
+                             dtype=object),
         )
         empty = snapshot.cached(
             "type_affinity_empty", lambda: np.array([v is _EMPTY for v in single], dtype=bool)

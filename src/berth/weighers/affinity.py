@@ -1,7 +1,8 @@
 """Soft server-group weighers: pack (soft-affinity) or spread (soft-anti-affinity) a group.
 
 Raw value: the number of the group's members already on the host (host instances ∩ group
-members, including instances placed earlier in the same multi-create), when the request's
+members, including instances placed earlier in the same multi-create; the instances of
+the whole service host, as Nova shares them among its nodes), when the request's
 server group has this weigher's policy; 0 otherwise. ServerGroupSoftAntiAffinityWeigher
 negates it, so a host with fewer members wins. Options: ``[filter_scheduler]
 soft_affinity_weight_multiplier`` / ``soft_anti_affinity_weight_multiplier`` (default
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from berth.filters.host_affinity import members_per_row
 from berth.weighers.utils import MultiplierWeigher
 
 if TYPE_CHECKING:
@@ -43,22 +45,13 @@ class _SoftAffinityWeigherBase(MultiplierWeigher):
         return self.sign * count if count else 0
 
     def weigh_all_hosts(self, hosts: Hosts, weight_properties: RequestSpec) -> np.ndarray:
-        """Members per host from the snapshot's instance index plus this request's stubs."""
+        """Members per service host from the snapshot's instance index plus this
+        request's stubs (the count SameHostFilter and anti-affinity use)."""
         members = self._members(weight_properties)
         if members is None or len(hosts) == 0:
             return np.zeros(len(hosts))
-        snapshot = hosts.snapshot
-        index = snapshot.instance_rows()
-        counts = np.zeros(len(snapshot))
-        for uuid in members:
-            row = index.get(uuid)
-            if row is not None:
-                counts[row] += 1
-        base = snapshot.obj("instances")
-        for row, extra in hosts.ws.extra_instances().items():
-            # Stubs of this request: count those not already reported on the row.
-            counts[row] += sum(1 for uuid in extra if uuid in members and uuid not in base[row])
-        return self.clamp_all(self.sign * counts[hosts.rows])
+        counts = members_per_row(hosts.ws, members, hosts.rows).astype(float)
+        return self.clamp_all(self.sign * counts)
 
 
 class ServerGroupSoftAffinityWeigher(_SoftAffinityWeigherBase):
