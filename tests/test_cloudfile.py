@@ -156,3 +156,61 @@ def test_an_instance_keeps_its_image_properties_as_given_so_reports_stay_json():
     assert instance.image_properties == {"hw_numa_cpus.0": "0-1", "hw_boot_menu": "1"}
     json.dumps(instance.image_properties)
 
+
+
+def ironic_nodes(*extra):
+    return {"hosts": [{"host": "ironic1", "nodename": "node-a", "vcpus": 8, "memory_mb": 8192,
+                       "local_gb": 100, "instances": ["i-1"],
+                       "service": {"disabled": True, "disabled_reason": "maintenance"}},
+                      {"host": "ironic1", "nodename": "node-b", "vcpus": 8, "memory_mb": 8192,
+                       "local_gb": 100}, *extra]}
+
+
+def test_entries_sharing_a_host_are_the_nodes_of_one_service_host():
+    cloud = parse_cloud({**ironic_nodes(), "server_groups": [
+        {"name": "g", "policy": "anti-affinity", "members": ["i-1"]}]}, CONFIG, 0.0)
+    snap = cloud.snapshot
+    assert [snap.row_of("ironic1", n) for n in ("node-a", "node-b")] == [0, 1]
+    # One service for the host: the second node takes the first one's (disabled) state.
+    assert snap.num("service_disabled").tolist() == [True, True]
+    assert snap.obj("service")[1].disabled_reason == "maintenance"
+    # Instances: each node lists its own (usage, num_instances); the host shares them.
+    assert snap.num("num_instances").tolist() == [1, 0]
+    assert [set(i) for i in snap.service_hosts().instances] == [{"i-1"}, {"i-1"}]
+    assert cloud.server_groups["g"].hosts == ["ironic1"]
+
+
+def test_count_can_stamp_out_the_nodes_of_one_service_host():
+    doc = {"hosts": [{"host": "ironic1", "nodename": "bm-{index}", "count": 3, "vcpus": 4,
+                      "memory_mb": 4096}]}
+    snap = parse_cloud(doc, CONFIG, 0.0).snapshot
+    assert list(snap.obj("host")) == ["ironic1"] * 3
+    assert list(snap.obj("nodename")) == ["bm-1", "bm-2", "bm-3"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"service": {"disabled": False}},
+     "hosts[1].service: differs from hosts[0].service of the same service host 'ironic1'"),
+    ({"cell": "cell2"},
+     "hosts[1].cell: 'cell2' is not the cell of hosts[0], another node of service host "
+     "'ironic1'"),
+], ids=["a second node with another service state", "a second node in another cell"])
+def test_the_nodes_of_one_host_must_agree_on_what_belongs_to_the_host(extra, message):
+    doc = ironic_nodes()
+    doc["hosts"][1].update(extra)
+    with pytest.raises(CloudFileError) as info:
+        parse_cloud(doc, CONFIG, 0.0)
+    assert message in str(info.value)
+
+
+def test_a_node_may_repeat_its_hosts_service():
+    doc = ironic_nodes()
+    doc["hosts"][1]["service"] = dict(doc["hosts"][0]["service"])
+    assert parse_cloud(doc, CONFIG, 0.0).snapshot.num("service_disabled").tolist() == [True, True]
+
+
+def test_count_without_a_placeholder_in_host_or_nodename_is_an_error():
+    with pytest.raises(CloudFileError) as info:
+        parse_cloud({"hosts": [{"host": "h", "nodename": "n", "count": 2}]}, CONFIG, 0.0)
+    assert "hosts[0].host: with count, the host name (or, for the nodes of one service host, " \
+           "nodename) needs an {index} placeholder" in str(info.value)

@@ -17,8 +17,13 @@ optional ``vcpus_used`` / ``memory_mb_used`` / ``local_gb_used`` / ``disk_availa
 ``supported_instances``, ``stats``, ``metrics``, ``host_ip``, ``service`` (``disabled``,
 ``disabled_reason``, ``forced_down``, ``up``, ``last_seen_up``), ``numa_topology``,
 ``pci_pools`` and ``instances`` ([{uuid, flavor?, image?, project_id?}]). ``count: N`` with a
-``{index}`` placeholder in ``host`` stamps out N similar hosts (``start: K`` makes the
-index run from K instead of 1).
+``{index}`` placeholder in ``host`` (or ``nodename``) stamps out N similar hosts (``start: K``
+makes the index run from K instead of 1).
+
+Several entries with one ``host`` and different ``nodename`` are the nodes of one service
+host (Ironic): one service (given once, in one cell) and one set of instances, which
+filters and weighers see on every node of it, as Nova does; each node's usage and
+``num_instances`` stay its own.
 
 Every error names the field path and the bad value, e.g.
 ``hosts[3].memory_mb: expected an integer >= 0, got 'lots'``.
@@ -292,6 +297,8 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
 
     records: list[HostRecord] = []
     seen: set[tuple[str, str]] = set()
+    #: The first node of each service host: its path and record.
+    first_node: dict[str, tuple[str, HostRecord]] = {}
     for i, item in enumerate(top.seq("hosts")):
         if not isinstance(item, Mapping):
             raise CloudFileError(f"hosts[{i}]: expected a mapping, got {_show(item)}")
@@ -310,6 +317,10 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
             if record.key in seen:
                 raise CloudFileError(f"{path}.host: duplicate compute node {record.key[0]}/{record.key[1]}")
             seen.add(record.key)
+            if record.host in first_node:
+                _same_service_host(record, entry, path, *first_node[record.host])
+            else:
+                first_node[record.host] = (path, record)
             records.append(record)
 
     host_names = {r.host for r in records}
@@ -340,6 +351,23 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
     return Cloud(snapshot, flavors, images, groups, cells)
 
 
+def _same_service_host(
+    record: HostRecord, entry: Mapping[str, Any], path: str, first_path: str, first: HostRecord
+) -> None:
+    """A further node of a service host (several entries with one ``host``, as an Ironic
+    compute service has): one nova-compute service in one cell serves them all, so the
+    entry takes the first entry's ``service`` unless it repeats it, and names its cell."""
+    if record.cell_uuid != first.cell_uuid:
+        raise CloudFileError(
+            f"{path}.cell: {entry.get('cell')!r} is not the cell of {first_path}, another node "
+            f"of service host {record.host!r} (the nodes of one host are in one cell)")
+    if entry.get("service") is not None and record.service != first.service:
+        raise CloudFileError(
+            f"{path}.service: differs from {first_path}.service of the same service host "
+            f"{record.host!r} (one nova-compute service serves all its nodes; give it once)")
+    record.service = first.service
+
+
 def _stamp(entry: dict[str, Any], index: int, path: str) -> dict[str, Any]:
     stamped = dict(entry)
     stamped.pop("count", None)
@@ -351,8 +379,9 @@ def _stamp(entry: dict[str, Any], index: int, path: str) -> dict[str, Any]:
                 stamped[key] = value.format(index=index)
             except (KeyError, IndexError, ValueError) as exc:
                 raise CloudFileError(f"{path}.{key}: bad placeholder in {value!r}: {exc}") from None
-    if stamped.get("host") == entry.get("host"):
-        raise CloudFileError(f"{path}.host: with count, the host name needs an {{index}} placeholder")
+    if stamped.get("host") == entry.get("host") and stamped.get("nodename") == entry.get("nodename"):
+        raise CloudFileError(f"{path}.host: with count, the host name (or, for the nodes of "
+                             f"one service host, nodename) needs an {{index}} placeholder")
     return stamped
 
 

@@ -696,6 +696,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
            default_flavors: dict[str, Any], app_class: Any, driver_class: Any) -> int:
     """Register the hosts, wire the app behind ``server`` and run it."""
+    from berth.service.compute import agent_key
+
     flavors: dict[str, Any] = dict(default_flavors)
     images: dict[str, Any] = {}
     if args.cloud:
@@ -709,7 +711,8 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
             LOG.info("resumed %d compute nodes stored by an earlier run: %s%s", len(names),
                      ", ".join(names[:10]), ", ..." if len(names) > 10 else "")
     else:
-        stored = {r["host"] for r in stack.records.reports()} - set(stack.agents)
+        stored = {agent_key(r["host"], r.get("nodename"))
+                  for r in stack.records.reports()} - set(stack.agents)
         if stored:
             LOG.warning("%d stored hosts have no agent here (--no-resume): they go down "
                         "after service_down_time unless they report from elsewhere",
@@ -718,11 +721,12 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
         LOG.warning("no compute hosts: every boot fails with NoValidHost until hosts "
                     "register (start with --cloud FILE)")
     fail_first = dict(args.fail_first)
+    known = {agent.node.host for agent in stack.agents.values()}
     for option, host in [("--fail-host", h) for h in args.fail_host] + [
             ("--fail-first", h) for h in fail_first]:
-        if host not in stack.agents:
+        if host not in known:
             print(f"berth serve: {option} {host}: no compute host {host!r} (known: "
-                  f"{', '.join(sorted(stack.agents)) or 'none'})", file=sys.stderr)
+                  f"{', '.join(sorted(known)) or 'none'})", file=sys.stderr)
             return 2
     driver = driver_class(fail_hosts=set(args.fail_host), fail_first=fail_first,
                           agents=stack.agents, delay=args.build_delay)

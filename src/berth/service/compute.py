@@ -403,6 +403,13 @@ class ComputeNodeSpec:
             self.uuid = stable_uuid("node", self.host, self.nodename or self.host)
 
 
+def agent_key(host: str, nodename: str | None) -> str:
+    """The name a compute node's agent goes by (``Stack.agents``, the fake driver): the
+    host name when the node is named like its host, else ``host/node`` — the nodes of a
+    multi-node service host (Ironic) each have their own agent."""
+    return host if not nodename or nodename == host else f"{host}/{nodename}"
+
+
 #: Stats an agent computes itself; any other stat of a node is its own (``node.stats``).
 AGENT_STATS = frozenset({"num_instances", "io_workload", "failed_builds"})
 

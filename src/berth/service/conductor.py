@@ -53,7 +53,7 @@ from berth.model.selection import Selection
 from berth.pipeline import Decision
 from berth.placement.dbfaults import as_unavailable, unavailable
 from berth.service.builds import ACTIVE, FAILED, BuildRecords
-from berth.service.compute import ComputeAgent, RunningInstances
+from berth.service.compute import ComputeAgent, RunningInstances, agent_key
 from berth.service.group_check import HARD_POLICIES, GroupPolicyCheck, GroupPolicyViolation
 from berth.service.groups import ServerGroupStore
 from berth.service.instances import InstanceStore
@@ -83,12 +83,14 @@ class FakeDriver:
     """A driver that succeeds unless told otherwise.
 
     ``fail_hosts`` always fail; ``fail_first`` maps a host to how many of its attempts
-    fail before it succeeds; ``delay`` seconds pass in every build (builds in flight,
-    for crash tests); a host whose agent in ``agents`` is down (silent or forced
-    down) fails every build, as a host that is not running builds nothing. Successful
-    builds are recorded in ``built`` and, when the host has a :class:`ComputeAgent`,
-    accounted and reported by it; the agent also counts the failed builds (not those of
-    a down host, which never got to try) and resets the count on a success.
+    fail before it succeeds (both by service host name: every node of it); ``delay``
+    seconds pass in every build (builds in flight, for crash tests); a node whose agent
+    in ``agents`` (keyed by :func:`~berth.service.compute.agent_key`) is down (silent or
+    forced down) fails every build, as a host that is not running builds nothing.
+    Successful builds are recorded in ``built`` and, when the node has a
+    :class:`ComputeAgent`, accounted and reported by it; the agent also counts the
+    failed builds (not those of a down host, which never got to try) and resets the
+    count on a success.
     """
 
     fail_hosts: set[str] = field(default_factory=set)
@@ -106,7 +108,7 @@ class FakeDriver:
         host = selection.service_host
         if self.delay:
             time.sleep(self.delay)
-        agent = self.agents.get(host)
+        agent = self.agents.get(agent_key(host, selection.nodename))
         down = agent is not None and agent.down
         with self._lock:
             self.attempts.append((instance_uuid, host))

@@ -30,6 +30,7 @@ from berth.service.compute import (
     ComputeNodeSpec,
     ComputeRecordStore,
     SnapshotFeed,
+    agent_key,
     node_from_record,
     report_to_record,
 )
@@ -57,6 +58,7 @@ class Stack:
     claims_client: PlacementClient | LocalPlacement | None = None
     #: The store behind ``placement_app`` (its kept connections close with the stack).
     store: Any = None
+    #: Compute agents by :func:`~berth.service.compute.agent_key` (host, or host/node).
     agents: dict[str, ComputeAgent] = field(default_factory=dict)
     #: Server groups (same database); opened over ``engine`` when not given.
     groups: ServerGroupStore = None  # type: ignore[assignment]
@@ -102,9 +104,11 @@ class Stack:
             uuid_rng=instance_uuid_rng(seed, self.builds.start, index))
 
     def agent(self, node: ComputeNodeSpec) -> ComputeAgent:
-        """A compute agent for ``node`` (kept in ``agents`` by host name)."""
+        """A compute agent for ``node`` (kept in ``agents`` under its
+        :func:`~berth.service.compute.agent_key`: the host name, or ``host/node`` for a
+        node of a multi-node host)."""
         agent = ComputeAgent(node, self.client, self.records, self.config)
-        self.agents[node.host] = agent
+        self.agents[agent_key(node.host, node.nodename)] = agent
         return agent
 
     def register_hosts(
@@ -133,7 +137,8 @@ class Stack:
         from berth.filters.compute import effective_service_down_time
 
         records = [report_to_record(r) for r in self.records.reports()]
-        records = [r for r in records if r.host not in self.agents and r.uuid]
+        records = [r for r in records
+                   if agent_key(r.host, r.nodename) not in self.agents and r.uuid]
         if not records:
             return []
         down_time = effective_service_down_time(self.config.service_down_time,
