@@ -67,3 +67,24 @@ def test_hosts_that_already_have_an_agent_are_not_resumed(first: Stack) -> None:
         assert again.resume_agents() == []
     finally:
         again.close()
+
+
+def test_each_node_of_a_multi_node_host_keeps_its_own_agent_across_a_restart(
+        first: Stack) -> None:
+    a, b = first.register_hosts([node("ironic1", nodename="node-a"),
+                                 node("ironic1", nodename="node-b")])
+    assert first.agents == {"ironic1/node-a": a, "ironic1/node-b": b}
+    first.client.put_allocations("00000000-0000-4000-8000-00000000000b",
+                                 {b.uuid: {"VCPU": 2, "MEMORY_MB": 1024, "DISK_GB": 10}},
+                                 project_id="p", user_id="u", consumer_generation=None)
+    b.spawn("00000000-0000-4000-8000-00000000000b", SMALL, "p")
+    again = reopen(first)
+    try:
+        resumed = again.resume_agents()
+        assert sorted(again.agents) == ["ironic1/node-a", "ironic1/node-b"]
+        assert len(resumed) == 2
+        snap = SnapshotFeed(again.records).refresh()
+        assert [snap.num("num_instances")[snap.row_of("ironic1", n)] for n in
+                ("node-a", "node-b")] == [0, 1]
+    finally:
+        again.close()
