@@ -428,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="time each plugin alone N times at the largest size (0: off)")
     parser.add_argument("--only-breakdown", action="store_true",
                         help="skip the select_destinations table (profiling aid)")
+    parser.add_argument("--nodes-per-host", type=int, default=1, metavar="K",
+                        help="K consecutive nodes share a service host (Ironic-style)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     args.load = os.getloadavg()[0]
@@ -441,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     plugin_costs: tuple[int, list[tuple[str, str, float, float]]] | None = None
     for n in args.sizes:
         print(f"building a cloud of {n:,} hosts", file=sys.stderr, flush=True)
-        cloud = make_cloud(n, seed=1)
+        cloud = make_cloud(n, seed=1, nodes_per_host=args.nodes_per_host)
         if n == args.sizes[0]:
             notes.append(f"synthetic cloud: NUMA topologies {'on every 10th host' if cloud.has_numa else 'absent (berth.hardware missing)'}, "
                          f"PCI pools {'on every 20th host' if cloud.has_pci else 'absent'}")

@@ -16,6 +16,8 @@ Deterministic for a given ``(n, seed)``. What varies, and why it matters for spe
 * ``stats`` with ``num_instances``, ``io_workload`` and ``failed_builds`` (low cardinality);
 * a few instance stubs on most hosts (for Same/DifferentHost and server groups);
 * about 1% disabled services and a few stale heartbeats;
+* optionally several nodes per service host (``nodes_per_host``), whose instances every
+  node of the host sees;
 * NUMA topologies on every 10th host and PCI pools on every 20th, when
   ``berth.hardware`` provides ``NUMATopology.from_dict`` / ``PciDeviceStats.from_pools``.
 """
@@ -131,18 +133,20 @@ def _pci_pools() -> list[dict[str, Any]]:
     ]
 
 
-def make_cloud(n: int, seed: int = 0, with_hardware: bool = True) -> SyntheticCloud:
-    """A deterministic synthetic cloud of ``n`` compute nodes (see the module docstring)."""
+def make_cloud(n: int, seed: int = 0, with_hardware: bool = True,
+               nodes_per_host: int = 1) -> SyntheticCloud:
+    """A deterministic synthetic cloud of ``n`` compute nodes (see the module docstring);
+    with ``nodes_per_host`` > 1, consecutive nodes share a service host (Ironic-style)."""
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of long-lived objects: generational GC passes are pure waste
     try:
-        return _make_cloud(n, seed, with_hardware)
+        return _make_cloud(n, seed, with_hardware, max(1, nodes_per_host))
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _make_cloud(n: int, seed: int, with_hardware: bool) -> SyntheticCloud:
+def _make_cloud(n: int, seed: int, with_hardware: bool, nodes_per_host: int) -> SyntheticCloud:
     rng = np.random.default_rng(seed)
     size = rng.integers(0, len(_SIZES), n)
     used_frac = rng.uniform(0.0, 0.95, n)
@@ -161,6 +165,7 @@ def _make_cloud(n: int, seed: int, with_hardware: bool) -> SyntheticCloud:
     numa_cls, pci_cls = _hardware() if with_hardware else (None, None)
 
     names = [f"cn{i:06d}" for i in range(n)]
+    hosts = names if nodes_per_host == 1 else [f"svc{i // nodes_per_host:06d}" for i in range(n)]
     records: list[HostRecord] = []
     sample: list[str] = []
     for i in range(n):
@@ -183,7 +188,7 @@ def _make_cloud(n: int, seed: int, with_hardware: bool) -> SyntheticCloud:
         if pci_cls is not None and i % 20 == 0:
             pci = pci_cls.from_pools(_pci_pools())
         records.append(HostRecord(
-            host=name,
+            host=hosts[i],
             nodename=name,
             cell_uuid=CELLS[i % len(CELLS)],
             uuid=f"00000000-0000-4000-8000-{i:012d}",
@@ -208,13 +213,13 @@ def _make_cloud(n: int, seed: int, with_hardware: bool) -> SyntheticCloud:
             ram_allocation_ratio=1.0 if i % 5 else 1.5,
             disk_allocation_ratio=1.0,
             service=ServiceRecord(
-                host=name, disabled=bool(disabled[i]),
+                host=hosts[i], disabled=bool(disabled[i]),
                 last_seen_up=NOW - (600.0 if stale[i] else float(heartbeat_age[i])),
             ),
             instances=instances,
             updated=NOW - float(updated_age[i]),
         ))
-    return SyntheticCloud(n, records, _aggregates(names), sample,
+    return SyntheticCloud(n, records, _aggregates(list(dict.fromkeys(hosts))), sample,
                           has_numa=numa_cls is not None, has_pci=pci_cls is not None)
 
 

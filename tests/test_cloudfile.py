@@ -176,7 +176,7 @@ def test_entries_sharing_a_host_are_the_nodes_of_one_service_host():
     assert snap.obj("service")[1].disabled_reason == "maintenance"
     # Instances: each node lists its own (usage, num_instances); the host shares them.
     assert snap.num("num_instances").tolist() == [1, 0]
-    assert [set(i) for i in snap.service_hosts().instances] == [{"i-1"}, {"i-1"}]
+    assert [set(i) for i in snap.service_hosts().instances_column()] == [{"i-1"}, {"i-1"}]
     assert cloud.server_groups["g"].hosts == ["ironic1"]
 
 

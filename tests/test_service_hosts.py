@@ -227,7 +227,7 @@ def test_one_node_per_host_keeps_each_rows_own_instances() -> None:
     hosts = snap.service_hosts()
     assert not hosts.multi_node
     assert hosts.codes.tolist() == [0, 1] and hosts.rows_of(1) == (1,)
-    assert hosts.instances[0] is snap.obj("instances")[0]
+    assert hosts.instances(0) is snap.obj("instances")[0]
 
 
 def test_the_nodes_of_a_host_share_one_merged_instance_dict() -> None:
@@ -237,8 +237,9 @@ def test_the_nodes_of_a_host_share_one_merged_instance_dict() -> None:
     assert hosts.multi_node
     assert hosts.codes.tolist() == [0, 1, 0]
     assert hosts.rows_of(0) == (0, 2) and hosts.rows_of(1) == (1,) and hosts.first_row(1) == 1
-    assert hosts.instances[0] is hosts.instances[2]
-    assert set(hosts.instances[0]) == {"x", "z"} and set(hosts.instances[1]) == {"y"}
+    assert hosts.instances(0) is hosts.instances(2)
+    assert list(hosts.instances_column()) == [hosts.instances(r) for r in range(3)]
+    assert set(hosts.instances(0)) == {"x", "z"} and set(hosts.instances(1)) == {"y"}
     assert hosts.codes_of(np.array([2, 1])).tolist() == [0, 1]
     # Each node still reports its own (usage and num_instances are per node).
     assert set(snap.obj("instances")[0]) == {"x"}
@@ -248,9 +249,9 @@ def test_a_new_report_rebuilds_the_index() -> None:
     from berth.snapshot import HostRecord
 
     snap = cloud(host("h", node="n1", instances=["x"]), host("h", node="n2"))
-    assert set(snap.service_hosts().instances[1]) == {"x"}
+    assert set(snap.service_hosts().instances(1)) == {"x"}
     snap.upsert(HostRecord(host="h", nodename="n2", instances={"y": Instance(uuid="y")}))
-    assert set(snap.service_hosts().instances[0]) == {"x", "y"}
+    assert set(snap.service_hosts().instances(0)) == {"x", "y"}
 
 
 def test_stubs_touch_every_node_of_the_host_so_memoized_weights_refresh() -> None:
@@ -260,7 +261,7 @@ def test_stubs_touch_every_node_of_the_host_so_memoized_weights_refresh() -> Non
     assert ws.touched == [0, 1] and ws.touched_fields == ["instances", "instances"]
     assert set(ws.instances(1)) == {"i-1", "s"} and set(ws.instances(2)) == set()
     assert set(ws.extra_instances()) == {0, 1}
-    assert isinstance(ServiceHosts(["a"], snap.obj("instances")[:1]).codes, np.ndarray)
+    assert ServiceHosts(["a", "b", "a"], snap.obj("instances")).rows_of(0) == (0, 2)
 
 
 # ---------------------------------------------------------------------- offline, berth schedule

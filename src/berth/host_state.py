@@ -220,7 +220,7 @@ class WorkingSet:
         as Nova's host manager keys them by ``compute.host``), including the stubs this
         request placed on any node of that host."""
         hosts = self.snapshot.service_hosts()
-        base: dict[str, Instance] = hosts.instances[row]
+        base = hosts.instances(row)
         if not self._stubs:
             return base
         extra = self._stubs.get(hosts.code_of(row))

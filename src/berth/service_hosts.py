@@ -23,50 +23,41 @@ from berth.model.compute import Instance
 
 
 class ServiceHosts:
-    """Which snapshot rows share a service host, and each row's service-host instances.
+    """Which snapshot rows share a service host, and the instances of each service host.
 
     ``codes[row]`` numbers the row's service host (0, 1, ... in order of first row), so
-    rows of one host share a code. ``instances[row]`` is the host's instance dict: the
-    row's own dict when the host has one node, else the merge of its nodes' dicts in row
-    order (one dict object shared by those rows). Built once per snapshot structure
-    (:meth:`berth.snapshot.HostSnapshot.service_hosts`); never modify what it returns.
+    rows of one host share a code. :meth:`instances` of a row is the host's instance
+    dict: the row's own dict when the host has one node, else the merge of its nodes'
+    dicts in row order (one dict shared by those rows, built on first use). Built once
+    per snapshot structure (:meth:`berth.snapshot.HostSnapshot.service_hosts`) with
+    C-level passes only; never modify what it returns.
     """
 
-    __slots__ = ("codes", "instances", "_first_row", "_siblings")
+    __slots__ = ("codes", "_own", "_multi", "_order", "_starts", "_counts", "_merged",
+                 "_column")
 
     def __init__(self, hosts: Sequence[str], instances: np.ndarray) -> None:
         n = len(hosts)
-        self._siblings: dict[int, tuple[int, ...]] = {}
+        self._own = instances
+        self._merged: dict[int, dict[str, Instance]] = {}
+        self._column: np.ndarray | None = None
         if len(set(hosts)) == n:
             # One node per service host (the common case): the code is the row itself.
             self.codes = np.arange(n, dtype=np.int64)
-            self._first_row: np.ndarray | None = None
-            self.instances = instances
+            self._multi = False
             return
-        ids: dict[str, int] = {}
-        codes = [ids.setdefault(h, len(ids)) for h in hosts]
-        self.codes = np.asarray(codes, dtype=np.int64)
-        groups: dict[int, list[int]] = {}
-        for row, code in enumerate(codes):
-            groups.setdefault(code, []).append(row)
-        self._first_row = np.fromiter((rows[0] for rows in groups.values()), dtype=np.int64,
-                                      count=len(groups))
-        merged = np.array(instances, dtype=object, copy=True)
-        for code, rows in groups.items():
-            if len(rows) == 1:
-                continue
-            self._siblings[code] = tuple(rows)
-            together: dict[str, Instance] = {}
-            for row in rows:
-                together.update(instances[row])
-            for row in rows:
-                merged[row] = together
-        self.instances = merged
+        ids = {h: i for i, h in enumerate(dict.fromkeys(hosts))}
+        self.codes = np.fromiter(map(ids.__getitem__, hosts), dtype=np.int64, count=n)
+        self._multi = True
+        # Rows grouped by code (stable: row order within a host), and where each starts.
+        self._order = np.argsort(self.codes, kind="stable")
+        self._counts = np.bincount(self.codes, minlength=len(ids))
+        self._starts = np.concatenate(([0], np.cumsum(self._counts)[:-1]))
 
     @property
     def multi_node(self) -> bool:
         """True when some service host has more than one node."""
-        return bool(self._siblings)
+        return self._multi
 
     def code_of(self, row: int) -> int:
         """The service-host code of ``row``."""
@@ -75,15 +66,44 @@ class ServiceHosts:
     def codes_of(self, rows: np.ndarray) -> np.ndarray:
         """The service-host codes of ``rows`` (``rows`` itself when every host has one
         node; do not write to the result)."""
-        return self.codes[rows] if self._siblings else rows
+        return self.codes[rows] if self._multi else rows
 
     def rows_of(self, code: int) -> tuple[int, ...]:
         """Every row (node) of the service host ``code``, in row order."""
-        siblings = self._siblings.get(code)
-        if siblings is not None:
-            return siblings
-        return (code,) if self._first_row is None else (int(self._first_row[code]),)
+        if not self._multi:
+            return (code,)
+        start = int(self._starts[code])
+        return tuple(self._order[start:start + int(self._counts[code])].tolist())
 
     def first_row(self, code: int) -> int:
         """One row of the service host ``code`` (its first)."""
-        return code if self._first_row is None else int(self._first_row[code])
+        return int(self._order[self._starts[code]]) if self._multi else code
+
+    def instances(self, row: int) -> dict[str, Instance]:
+        """The instances of the service host of ``row``, as its nodes reported them."""
+        if not self._multi:
+            return self._own[row]  # type: ignore[no-any-return]
+        code = int(self.codes[row])
+        if self._counts[code] == 1:
+            return self._own[row]  # type: ignore[no-any-return]
+        merged = self._merged.get(code)
+        if merged is None:
+            merged = {}
+            for sibling in self.rows_of(code):
+                merged.update(self._own[sibling])
+            self._merged[code] = merged
+        return merged
+
+    def instances_column(self) -> np.ndarray:
+        """:meth:`instances` of every row, as an object array (for bulk plugins that
+        derive a per-row value from each host's instances; do not modify)."""
+        if not self._multi:
+            return self._own
+        if self._column is None:
+            column = self._own.copy()
+            for code in np.flatnonzero(self._counts > 1).tolist():
+                merged = self.instances(self.first_row(code))
+                for row in self.rows_of(code):
+                    column[row] = merged
+            self._column = column
+        return self._column

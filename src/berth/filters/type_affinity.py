@@ -101,8 +101,9 @@ class TypeAffinityFilter(BaseHostFilter):
         snapshot = hosts.snapshot
         single = snapshot.cached(
             "type_affinity_single_type",
-            lambda: np.array([_single_type(i) for i in snapshot.service_hosts().instances],
-                             dtype=object),
+            lambda: np.array(
+                [_single_type(i) for i in snapshot.service_hosts().instances_column()],
+                dtype=object),
         )
         empty = snapshot.cached(
             "type_affinity_empty", lambda: np.array([v is _EMPTY for v in single], dtype=bool)

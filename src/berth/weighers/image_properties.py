@@ -1,9 +1,9 @@
 """ImagePropertiesWeigher: prefer hosts whose instances use images like the requested one.
 
 For every ``(property, value)`` of the request's image that instances on the host (every
-node of its service host, as in Nova) also have, add how many instances have it, each count times the property's ratio from
-``[filter_scheduler] image_props_weight_setting`` (``name=ratio``; unlisted properties
-count 0) or times 1 when that option is empty. Values compare as strings. Option:
+node of its service host, as in Nova) also have, add how many instances have it, each
+count times the property's ratio from ``[filter_scheduler] image_props_weight_setting``
+(``name=ratio``; unlisted properties count 0) or times 1 when that option is empty. Values compare as strings. Option:
 ``[filter_scheduler] image_props_weight_multiplier`` (default 0.0: disabled; the weigher
 then returns 0 without looking at any instance, and an aggregate override alone does not
 enable it); positive packs alike images, negative spreads them. Aggregate metadata
@@ -96,7 +96,7 @@ class ImagePropertiesWeigher(MultiplierWeigher):
         snapshot = hosts.snapshot
         per_row: list[Counter[Pair]] = snapshot.cached(
             "image_property_pairs",
-            lambda: [existing_pairs(i) for i in snapshot.service_hosts().instances])
+            lambda: [existing_pairs(i) for i in snapshot.service_hosts().instances_column()])
 
         def counts_of(pair: Pair) -> np.ndarray:
             return np.array([c.get(pair, 0) for c in per_row], dtype=float)
