@@ -9,8 +9,9 @@
 * a snapshot built in bulk equals one built row by row;
 * clouds have multi-node service hosts (several nodes under one host name): every node
   sees the instances of its whole service host and the request's stubs on any node of
-  it, as Nova's host manager shares them; an anti-affinity multi-create never puts two
-  instances on one service host.
+  it, as Nova's host manager shares them (or only its own stubs, when instance changes
+  are not tracked); an anti-affinity multi-create never puts two instances on one
+  service host.
 
 Filters and weighers whose module does not exist yet are skipped.
 """
@@ -30,6 +31,7 @@ from berth.claims import InMemoryPlacement
 from berth.config import SchedulerConfig
 from berth.errors import InputError, NoValidHost
 from berth.filters.base import BaseHostFilter
+from berth.filters.host_affinity import members_per_row
 from berth.filters.registry import BUILTIN_FILTERS
 from berth.filters.registry import load_builtin as load_filter
 from berth.host_state import WorkingSet
@@ -291,10 +293,12 @@ def _decide(scheduler: Scheduler, snap: HostSnapshot, req: RequestSpec, seed: in
     seed=st.integers(0, 2**16),
     placement=st.booleans(),
     tie_salt=st.one_of(st.none(), st.integers(0, 2**64 - 1)),
+    track=st.booleans(),
 )
 def test_the_columnar_pipeline_chooses_what_the_per_host_pipeline_chooses(
     case: tuple[HostSnapshot, RequestSpec], filter_names: list[str], weigher_set: str,
     subset_size: int, shuffle: bool, seed: int, placement: bool, tie_salt: int | None,
+    track: bool,
 ) -> None:
     snap, req = case
     if req.instance_group is not None and req.instance_group.policy in {"affinity",
@@ -306,7 +310,7 @@ def test_the_columnar_pipeline_chooses_what_the_per_host_pipeline_chooses(
             filter_names = [*filter_names, wanted]
     config = SchedulerConfig.default().replace(
         "filter_scheduler", host_subset_size=subset_size,
-        shuffle_best_same_weighed_hosts=shuffle)
+        shuffle_best_same_weighed_hosts=shuffle, track_instance_changes=track)
     filters_by_name = dict(FILTERS)
     weighers: list[BaseHostWeigher] = {
         "all": [cls(config) for _, cls in WEIGHERS],
@@ -345,22 +349,31 @@ def test_partial_ordering_matches_a_full_stable_sort_over_many_instances_with_ti
 # ---------------------------------------------------------------------- service hosts
 @FAST
 @given(clouds(min_hosts=2), st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["s1", "s2"])),
-                                     max_size=4))
+                                     max_size=4), st.booleans())
 def test_every_node_sees_its_service_hosts_instances_and_stubs(
-    snap: HostSnapshot, stubs: list[tuple[int, str]],
+    snap: HostSnapshot, stubs: list[tuple[int, str]], shared: bool,
 ) -> None:
     # Nova's model, from the rows as reported: one instance set per service host name,
-    # plus the stubs placed on any node of that host.
+    # plus the stubs placed on any node of that host (tracked instance changes: one
+    # shared dict) or on that node only (untracked: a copy per node).
+    hosts = snap.obj("host")
     expected: dict[str, set[str]] = {}
-    for name, instances in zip(snap.obj("host"), snap.obj("instances")):
+    for name, instances in zip(hosts, snap.obj("instances")):
         expected.setdefault(name, set()).update(instances)
-    ws = WorkingSet(snap, NOW)
+    seen = [set(expected[hosts[row]]) for row in range(len(snap))]
+    ws = WorkingSet(snap, NOW, share_stubs=shared)
     for at, uuid in stubs:
         row = at % len(snap)
         ws.add_instance(row, Instance(uuid=uuid))
-        expected[snap.obj("host")[row]].add(uuid)
-    for row in range(len(snap)):
-        assert set(ws.host_state(row).instances) == expected[snap.obj("host")[row]]
+        for other in range(len(snap)):
+            if other == row or (shared and hosts[other] == hosts[row]):
+                seen[other].add(uuid)
+    assert [set(ws.host_state(row).instances) for row in range(len(snap))] == seen
+    # The bulk count of members agrees with the per-host view on every row.
+    for uuids in (["s1"], ["s1", "s2"], sorted({u for i in snap.obj("instances") for u in i})):
+        rows = np.arange(len(snap), dtype=np.int64)
+        assert members_per_row(ws, uuids, rows).tolist() == [
+            len(set(uuids) & seen[row]) for row in range(len(snap))]
 
 
 @settings(FAST, max_examples=40)
@@ -489,9 +502,11 @@ def test_multi_creates_on_bigger_clouds_match_instance_by_instance(
     steps=st.lists(st.tuples(st.integers(0, 7), st.lists(st.integers(0, 7), max_size=2)),
                    min_size=1, max_size=5),
     memory=st.sampled_from([512, 2048, 8192]),
+    shared=st.booleans(),
 )
 def test_memoized_weights_equal_a_fresh_weighing_after_consumption_and_removals(
     case: tuple[HostSnapshot, RequestSpec], steps: list[tuple[int, list[int]]], memory: int,
+    shared: bool,
 ) -> None:
     # The memo's incremental ranges and terms must give exactly what weighing every
     # host from scratch gives, whichever rows were consumed from or dropped.
@@ -499,7 +514,7 @@ def test_memoized_weights_equal_a_fresh_weighing_after_consumption_and_removals(
     req.flavor.memory_mb = memory
     weighers = [cls(SchedulerConfig.default()) for _, cls in WEIGHERS]
     ranker = WeigherRanker(weighers)
-    ws = WorkingSet(snap, NOW)
+    ws = WorkingSet(snap, NOW, share_stubs=shared)
     ws.memo["instances"] = 5
     rows = np.arange(len(snap), dtype=np.int64)
     for consumed, dropped in steps:

@@ -108,6 +108,22 @@ def test_the_second_instance_of_an_anti_affinity_group_goes_to_the_other_service
 
 
 @PATHS
+def test_without_tracked_instance_changes_a_stub_stays_on_the_node_it_was_placed_on(
+        per_host: bool) -> None:
+    # Nova then gives each node its own copy of the host's instances (from the
+    # database), so node-b does not see the stub on node-a and takes the second one.
+    config = SchedulerConfig.default().replace("filter_scheduler", track_instance_changes=False)
+    group = InstanceGroup(policy="anti-affinity", uuid="g")
+    decision = decide(ironic(), spec(group=group, num_instances=2),
+                      [ServerGroupAntiAffinityFilter()], per_host, config=config)
+    assert chosen(decision) == [("ironic1", "node-a"), ("ironic1", "node-b")]
+    # The instances reported by a sibling are still the host's.
+    decision = decide(ironic(), spec(hints={"different_host": "i-1"}), [DifferentHostFilter()],
+                      per_host, config=config)
+    assert passed(decision) == {("cmp2", "cmp2")}
+
+
+@PATHS
 def test_a_group_member_on_one_node_keeps_an_anti_affinity_group_off_its_sibling(
         per_host: bool) -> None:
     group = InstanceGroup(policy="anti-affinity", uuid="g", members=["i-1"], hosts=["ironic1"])
@@ -261,6 +277,10 @@ def test_stubs_touch_every_node_of_the_host_so_memoized_weights_refresh() -> Non
     assert ws.touched == [0, 1] and ws.touched_fields == ["instances", "instances"]
     assert set(ws.instances(1)) == {"i-1", "s"} and set(ws.instances(2)) == set()
     assert set(ws.extra_instances()) == {0, 1}
+    alone = WorkingSet(snap, NOW, share_stubs=False)
+    alone.add_instance(0, Instance(uuid="s"))
+    assert alone.touched == [0] and set(alone.extra_instances()) == {0}
+    assert set(alone.instances(0)) == {"i-1", "s"} and set(alone.instances(1)) == {"i-1"}
     assert ServiceHosts(["a", "b", "a"], snap.obj("instances")).rows_of(0) == (0, 2)
 
 

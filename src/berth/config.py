@@ -76,7 +76,11 @@ FILTER_SCHEDULER_OPTS: list[cfg.Opt] = [
                help="NumInstancesFilter: hosts with this many or more instances are rejected."),
     cfg.BoolOpt("track_instance_changes", default=True,
                 deprecated_opts=_d("scheduler_tracks_instance_changes"),
-                help="Track instance changes reported by the computes."),
+                help="Track instance changes reported by the computes. On, the nodes of "
+                     "a service host share one instance set, so a server-group stub placed "
+                     "on one node during a multi-create is seen by its siblings; off, each "
+                     "node has its own copy of the host's instances, as Nova reads them "
+                     "from the database then."),
     cfg.MultiStrOpt("available_filters", default=["berth.filters.all_filters"],
                     deprecated_opts=_d("scheduler_available_filters"),
                     help="Filter classes (dotted paths, or functions returning lists of "

@@ -123,10 +123,18 @@ class WorkingSet:
         snapshot: HostSnapshot,
         now: float,
         candidates: dict[int, list[dict[str, Any]]] | None = None,
+        *,
+        share_stubs: bool = True,
     ) -> None:
         self.snapshot = snapshot
         self.now = now
         self.candidates = candidates
+        #: Whether the nodes of a service host see each other's server-group stubs. Nova
+        #: gives them one shared instance dict when it tracks instance changes (``[filter_
+        #: scheduler] track_instance_changes``, the default, once the computes have
+        #: synced); without tracking, each node gets its own copy of the host's instances
+        #: from the database, so a stub stays on the node it was placed on.
+        self.share_stubs = share_stubs
         #: Every row this request changed, in order (set_num, set_obj, add_instance,
         #: set_updated, attrs): lets request-scoped caches refresh only those rows.
         self.touched: list[int] = []
@@ -138,7 +146,8 @@ class WorkingSet:
         self._cols: dict[str, np.ndarray] = {}
         self._limits: dict[int, dict[str, Any]] = {}
         self._limit_cols: dict[str, np.ndarray] = {}
-        #: Server-group stubs this request placed, by service-host code.
+        #: Server-group stubs this request placed, by service-host code (by row when
+        #: stubs are not shared).
         self._stubs: dict[int, dict[str, Instance]] = {}
         self._objects: dict[str, dict[int, Any]] = {}
         self._attrs: dict[int, dict[str, Any]] = {}
@@ -218,12 +227,13 @@ class WorkingSet:
     def instances(self, row: int) -> dict[str, Instance]:
         """Instances on the row's *service host* (every node of it reports into one set,
         as Nova's host manager keys them by ``compute.host``), including the stubs this
-        request placed on any node of that host."""
+        request placed on any node of that host (on this node only, without
+        ``share_stubs``)."""
         hosts = self.snapshot.service_hosts()
         base = hosts.instances(row)
         if not self._stubs:
             return base
-        extra = self._stubs.get(hosts.code_of(row))
+        extra = self._stubs.get(hosts.code_of(row) if self.share_stubs else row)
         if not extra:
             return base
         merged = dict(base)
@@ -231,26 +241,21 @@ class WorkingSet:
         return merged
 
     def add_instance(self, row: int, instance: Instance) -> None:
-        """Record a stub instance on a row's service host (server-group bookkeeping of a
-        multi-create): every node of that host sees it, as in Nova, where all of them
-        share the host's instance dict."""
+        """Record a stub instance on a row (server-group bookkeeping of a multi-create):
+        every node of its service host sees it, as in Nova, where all of them share the
+        host's instance dict (only this node, without ``share_stubs``)."""
         hosts = self.snapshot.service_hosts()
-        code = hosts.code_of(row)
-        self._stubs.setdefault(code, {})[instance.uuid] = instance
-        for sibling in hosts.rows_of(code):
-            self.touched.append(sibling)
+        key = hosts.code_of(row) if self.share_stubs else row
+        self._stubs.setdefault(key, {})[instance.uuid] = instance
+        for seen_by in hosts.rows_of(key) if self.share_stubs else (row,):
+            self.touched.append(seen_by)
             self.touched_fields.append("instances")
 
-    def stubs_by_host(self) -> dict[int, dict[str, Instance]]:
-        """Stubs added by this request, by service-host code (see
-        :meth:`HostSnapshot.service_hosts`; do not modify)."""
-        return self._stubs
-
     def extra_instances(self) -> dict[int, dict[str, Instance]]:
-        """Stubs added by this request, by row: every node of a service host that got a
-        stub lists that host's stubs."""
-        if not self._stubs:
-            return {}
+        """Stubs added by this request, by row: every row that sees a stub, with the
+        stubs it sees (with ``share_stubs``, every node of a service host that got one)."""
+        if not self._stubs or not self.share_stubs:
+            return self._stubs
         hosts = self.snapshot.service_hosts()
         return {row: stubs for code, stubs in self._stubs.items()
                 for row in hosts.rows_of(code)}

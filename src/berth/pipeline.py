@@ -505,7 +505,8 @@ class Scheduler:
         # The overlay keeps this request's candidate edits (NUMA/PCI filters) out of the
         # caller's mapping without copying it.
         ws = WorkingSet(snapshot, now,
-                        CandidateOverlay(placement.by_row) if placement is not None else None)
+                        CandidateOverlay(placement.by_row) if placement is not None else None,
+                        share_stubs=self.config.filter_scheduler.track_instance_changes)
         ws.memo["instances"] = num_instances  # rankers memoize only for multi-creates
         req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None,
                        claiming=claiming)

@@ -11,6 +11,10 @@ usage, ``stats`` and with it ``num_instances`` (NumInstancesFilter, NumInstances
 A snapshot row still records the instances *its* node reported (where they consume
 resources); :class:`ServiceHosts` is the per-snapshot index that merges them per service
 host, so filters, weighers and explanations read the host's set on every node of it.
+The request's stubs live in :class:`berth.host_state.WorkingSet`, shared by the nodes of
+a host as Nova shares them while it tracks instance changes (``[filter_scheduler]
+track_instance_changes``, the default); without tracking Nova hands each node its own
+copy read from the database, and a stub stays on the node it was placed on.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def members_per_row(ws: WorkingSet, uuids: Iterable[str], rows: np.ndarray) -> n
     instances on every node of it, stubs of this request included).
 
     Base instances come from the snapshot's uuid -> row index (an instance is reported by
-    one node) mapped to service hosts; hosts holding stubs this request placed are
+    one node) mapped to service hosts; rows that see stubs this request placed are
     recounted from their merged instance dict. Only the few hosts holding a member are
     counted, then spread over ``rows``: nothing snapshot-sized is built per call.
     """
@@ -57,15 +57,29 @@ def members_per_row(ws: WorkingSet, uuids: Iterable[str], rows: np.ndarray) -> n
         if row is not None:
             code = int(codes[row])
             per_host[code] = per_host.get(code, 0) + 1
-    for code in ws.stubs_by_host():
-        per_host[code] = len(wanted.intersection(ws.instances(hosts.first_row(code))))
-    if not per_host:
-        return np.zeros(len(rows), dtype=np.int64)
-    top = max(per_host)
-    lookup = np.zeros(top + 1, dtype=np.int64)
-    lookup[np.fromiter(per_host, dtype=np.int64, count=len(per_host))] = list(per_host.values())
-    at = hosts.codes_of(rows)
-    return np.where(at <= top, lookup[np.minimum(at, top)], 0)
+    recount = ws.extra_instances()
+    if ws.share_stubs:
+        # Stubs are per service host: recount each such host once.
+        for row in recount:
+            per_host[int(codes[row])] = len(wanted.intersection(ws.instances(row)))
+        recount = {}
+    counts = _spread(per_host, hosts.codes_of(rows))
+    if recount:
+        # Stubs seen by single nodes: those rows' counts replace their host's.
+        own = _spread({row: len(wanted.intersection(ws.instances(row))) for row in recount},
+                      rows, missing=-1)
+        counts = np.where(own >= 0, own, counts)
+    return counts
+
+
+def _spread(values: dict[int, int], keys: np.ndarray, missing: int = 0) -> np.ndarray:
+    """``[values.get(k, missing) for k in keys]`` through one small lookup array."""
+    if not values:
+        return np.full(len(keys), missing, dtype=np.int64)
+    top = max(values)
+    lookup = np.full(top + 1, missing, dtype=np.int64)
+    lookup[np.fromiter(values, dtype=np.int64, count=len(values))] = list(values.values())
+    return np.where(keys <= top, lookup[np.minimum(keys, top)], missing)
 
 
 def _overlap(host_state: HostState, uuids: list[str]) -> list[str]:
