@@ -241,15 +241,14 @@ def _weighing_lines(inst: InstanceDiagnosis, verbose: bool) -> list[str]:
         lines.append("    " + "  ".join(c.ljust(wd) for c, wd in zip(row, widths)).rstrip())
     if verbose:
         for w in inst.weighing:
+            label = node_label(w.host, w.nodename)
             for t in w.terms:
                 if by_cost:
-                    lines.append(f"    {node_label(w.host, w.nodename)} {t.weigher}: value "
-                                 f"{t.raw:g} x weight "
+                    lines.append(f"    {label} {t.weigher}: value {t.raw:g} x weight "
                                  f"{t.multiplier:g} = cost {t.contribution:+.4f}")
                 else:
                     lines.append(
-                        f"    {node_label(w.host, w.nodename)} {t.weigher}: raw {t.raw:g}, "
-                        f"normalized "
+                        f"    {label} {t.weigher}: raw {t.raw:g}, normalized "
                         f"{t.normalized:.4f} x multiplier {t.multiplier:g} = "
                         f"{t.contribution:+.4f}")
     return lines
