@@ -102,7 +102,7 @@ from berth.model.request import (
     RequestSpec,
 )
 from berth.placement.dbfaults import as_unavailable, call_with_retry, describe, unavailable
-from berth.service.conductor import BuildOutcome, Conductor
+from berth.service.conductor import BuildOutcome, Conductor, SchedulerAPI
 from berth.service.groups import ServerGroupStore
 from berth.service.move_api import handle_servers
 from berth.service.moves import MoveService
@@ -285,16 +285,28 @@ class SchedulerApp:
 
     def __init__(
         self,
-        service: SchedulerService,
+        service: SchedulerService | SchedulerAPI,
         conductor: Conductor,
         placement_app: Any,
         flavors: Mapping[str, Flavor] | None = None,
         images: Mapping[str, ImageMeta] | None = None,
         groups: ServerGroupStore | None = None,
         moves: MoveService | None = None,
+        hosts_view: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.service = service
         self.moves = moves
+        #: What ``GET /hosts`` answers: the scheduler's view (in process, or asked of a
+        #: scheduler process over the bus).
+        if hosts_view is None:
+            if not isinstance(service, SchedulerService):
+                raise ValueError("a scheduler API over a remote scheduler needs hosts_view")
+            local = service
+
+            def hosts_view() -> dict[str, Any]:
+                return hosts_answer(local)
+
+        self.hosts_view = hosts_view
         self.conductor = conductor
         self.placement_app = placement_app
         self.flavors = dict(flavors or DEFAULT_FLAVORS)
@@ -371,8 +383,8 @@ class SchedulerApp:
         try:
             decision, outcome = self.conductor.schedule_and_build(spec, uuids, explain=explain)
         except NoValidHost as exc:
-            if explain and exc.diagnosis is None:
-                exc.diagnosis = self._refusal_diagnosis()
+            if explain and exc.diagnosis is None and isinstance(self.service, SchedulerService):
+                exc.diagnosis = refusal_diagnosis(self.service)
             raise
         answer = _boot_answer(decision.selections, decision.instance_uuids, outcome)
         if decision.diagnosis is not None:
@@ -387,46 +399,52 @@ class SchedulerApp:
                              f"{ref!r} names none", field="hints.group")
         return self.groups.resolve(ref)
 
-    def _refusal_diagnosis(self) -> Diagnosis:
-        """The explanation of a NoValidHost raised before any filter ran (a request
-        filter's refusal, an unknown forced host), shaped as the pipeline shapes its own:
-        one instance, one step, no host through. Placement's empty answers are explained
-        by the scheduler itself (each node's reason in the ``placement`` step).
-        """
-        snapshot = self.service.refresh()
-        step = FilterStep("request filters", len(snapshot), 0)
-        return Diagnosis([InstanceDiagnosis(0, None, hosts_considered=len(snapshot),
-                                            steps=[step])])
-
     def hosts(self) -> dict[str, Any]:
-        """Every node's capacity, usage and liveness from the scheduler's snapshot.
+        """``GET /hosts``."""
+        return self.hosts_view()
 
-        ``up`` is ComputeFilter's verdict on the service alone: not disabled, not forced
-        down, and a heartbeat no older than the effective ``service_down_time``
-        (``heartbeat_age_s`` is null for a node that never reported one).
-        """
-        snap = self.service.refresh()
-        config = self.service.config
-        down_time = effective_service_down_time(config.service_down_time, config.report_interval)
-        now = self.service.clock()
-        up = services_up(snap.num("service_disabled"), snap.num("service_forced_down"),
-                         snap.num("service_heartbeat"), now, down_time)
-        rows = []
-        # Rows change only under the service's lock, which a concurrent /boot may hold
-        # meanwhile; a row read twice is at worst one report apart.
-        for row in range(len(snap)):
-            rows.append({
-                "host": snap.obj("host")[row], "nodename": snap.obj("nodename")[row],
-                "uuid": snap.obj("uuid")[row],
-                "vcpus": _num(snap.num("vcpus_total")[row]),
-                "vcpus_used": _num(snap.num("vcpus_used")[row]),
-                "memory_mb": _num(snap.num("total_usable_ram_mb")[row]),
-                "free_ram_mb": _num(snap.num("free_ram_mb")[row]),
-                "free_disk_mb": _num(snap.num("free_disk_mb")[row]),
-                "num_instances": _num(snap.num("num_instances")[row]),
-                **_liveness(snap, row, now, bool(up[row])),
-            })
-        return {"hosts": rows}
+
+def refusal_diagnosis(service: SchedulerService) -> Diagnosis:
+    """The explanation of a NoValidHost raised before any filter ran (a request
+    filter's refusal, an unknown forced host), shaped as the pipeline shapes its own:
+    one instance, one step, no host through. Placement's empty answers are explained
+    by the scheduler itself (each node's reason in the ``placement`` step).
+    """
+    snapshot = service.refresh()
+    step = FilterStep("request filters", len(snapshot), 0)
+    return Diagnosis([InstanceDiagnosis(0, None, hosts_considered=len(snapshot),
+                                        steps=[step])])
+
+
+def hosts_answer(service: SchedulerService) -> dict[str, Any]:
+    """Every node's capacity, usage and liveness from the scheduler's snapshot.
+
+    ``up`` is ComputeFilter's verdict on the service alone: not disabled, not forced
+    down, and a heartbeat no older than the effective ``service_down_time``
+    (``heartbeat_age_s`` is null for a node that never reported one).
+    """
+    snap = service.refresh()
+    config = service.config
+    down_time = effective_service_down_time(config.service_down_time, config.report_interval)
+    now = service.clock()
+    up = services_up(snap.num("service_disabled"), snap.num("service_forced_down"),
+                     snap.num("service_heartbeat"), now, down_time)
+    rows = []
+    # Rows change only under the service's lock, which a concurrent /boot may hold
+    # meanwhile; a row read twice is at worst one report apart.
+    for row in range(len(snap)):
+        rows.append({
+            "host": snap.obj("host")[row], "nodename": snap.obj("nodename")[row],
+            "uuid": snap.obj("uuid")[row],
+            "vcpus": _num(snap.num("vcpus_total")[row]),
+            "vcpus_used": _num(snap.num("vcpus_used")[row]),
+            "memory_mb": _num(snap.num("total_usable_ram_mb")[row]),
+            "free_ram_mb": _num(snap.num("free_ram_mb")[row]),
+            "free_disk_mb": _num(snap.num("free_disk_mb")[row]),
+            "num_instances": _num(snap.num("num_instances")[row]),
+            **_liveness(snap, row, now, bool(up[row])),
+        })
+    return {"hosts": rows}
 
 
 def _liveness(snap: Any, row: int, now: float, up: bool) -> dict[str, Any]:

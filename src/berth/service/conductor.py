@@ -44,7 +44,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from berth.config import SchedulerConfig
 from berth.errors import BerthError, MaxRetriesExceeded, NoValidHost, ServiceUnavailable
@@ -185,6 +185,44 @@ class FakeDriver:
         self.spawn(selection, instance_uuid, spec)
 
 
+class SchedulerAPI(Protocol):
+    """What the conductor needs of a scheduler: the in-process
+    :class:`~berth.service.scheduler.SchedulerService`, or a client that calls
+    scheduler processes over the bus (:class:`~berth.service.scheduler_rpc.RemoteScheduler`)."""
+
+    config: SchedulerConfig
+    claimer: Any
+
+    def new_instance_uuids(self, count: int) -> list[str]:
+        """Name ``count`` instances before they are scheduled."""
+        ...
+
+    def select_destinations(self, spec: RequestSpec, instance_uuids: Sequence[str] | None = None,
+                            *, return_alternates: bool = True, explain: bool = False) -> Decision:
+        """Host lists for the instances, claimed; NoValidHost when not all fit."""
+        ...
+
+
+def build_with_late_check(
+    group_check: GroupPolicyCheck, config: SchedulerConfig, selection: Selection,
+    instance_uuid: str, spec: RequestSpec, build: Callable[[], None],
+) -> None:
+    """The build on the compute side: the late group check (for a hard policy, unless
+    ``[workarounds] disable_group_policy_check_upcall``), then ``build`` (the driver's).
+    A violation is a :class:`BuildFailed` with Nova's message; it never reaches the
+    driver, so the host does not count it as a failed build."""
+    group = spec.instance_group
+    if (group is None or group.policy not in HARD_POLICIES
+            or config.workarounds.disable_group_policy_check_upcall):
+        build()
+        return
+    try:
+        with group_check.admit(group, instance_uuid, selection.service_host):
+            build()
+    except GroupPolicyViolation as exc:
+        raise BuildFailed(f"Build of instance {instance_uuid} was re-scheduled: {exc}") from None
+
+
 @dataclass
 class BuildResult:
     """Where an instance was built and the hosts tried before it.
@@ -229,12 +267,15 @@ class Conductor:
     request spec, for moves (none: not recorded). ``group_check`` is the late group
     check; the conductors of one process should share one (its lock and its builds in flight), as
     :meth:`~berth.service.stack.Stack.conductor` does; without it the conductor makes
-    its own over the scheduler's record store.
+    its own over the scheduler's record store. ``late_check_on_compute`` leaves the
+    check to the compute side (the agents of ``berth compute``, reached through a
+    driver that calls them over the bus, run :func:`build_with_late_check` there, as
+    Nova's compute manager does).
     """
 
     def __init__(
         self,
-        scheduler: SchedulerService,
+        scheduler: SchedulerService | SchedulerAPI,
         driver: ComputeDriver,
         claimer: PlacementClaimer | None = None,
         config: SchedulerConfig | None = None,
@@ -242,6 +283,8 @@ class Conductor:
         group_check: GroupPolicyCheck | None = None,
         builds: BuildRecords | None = None,
         instances: InstanceStore | None = None,
+        *,
+        late_check_on_compute: bool = False,
     ) -> None:
         self.scheduler = scheduler
         self.builds = builds
@@ -251,11 +294,18 @@ class Conductor:
         self.claimer = claimer or scheduler.claimer
         self.config = config or scheduler.config
         self.groups = groups
-        if group_check is None:
-            locator = (groups.placements if groups is not None
-                       else RunningInstances(scheduler.feed.store))
-            group_check = GroupPolicyCheck(locator, groups)
-        self.group_check = group_check
+        self.group_check: GroupPolicyCheck | None = None
+        if not late_check_on_compute:
+            if group_check is None:
+                if groups is not None:
+                    locator: Any = groups.placements
+                elif isinstance(scheduler, SchedulerService):
+                    locator = RunningInstances(scheduler.feed.store)
+                else:
+                    raise ValueError("a conductor over a remote scheduler needs groups, "
+                                     "group_check or late_check_on_compute")
+                group_check = GroupPolicyCheck(locator, groups)
+            self.group_check = group_check
 
     def build_instances(
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None = None
@@ -524,22 +574,14 @@ class Conductor:
 
     def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec,
               build: Callable[[], None] | None = None) -> None:
-        """The per-build call into the compute side: the late group check (for a hard
-        policy, unless ``[workarounds] disable_group_policy_check_upcall``), then the
-        driver's build. A violation is a :class:`BuildFailed` with Nova's message; it
-        never reaches the driver, so the host does not count it as a failed build.
+        """The per-build call into the compute side (:func:`build_with_late_check`), or
+        the build alone when the compute side runs the late check itself.
 
         ``build`` replaces the driver's ``spawn`` (a move builds on the destination
         with the driver's move call, under the same check, as Nova's destination
         compute checks the group policy for a move too)."""
         run = build or (lambda: self.driver.spawn(selection, instance_uuid, spec))
-        group = spec.instance_group
-        if (group is None or group.policy not in HARD_POLICIES
-                or self.config.workarounds.disable_group_policy_check_upcall):
+        if self.group_check is None:
             run()
             return
-        try:
-            with self.group_check.admit(group, instance_uuid, selection.service_host):
-                run()
-        except GroupPolicyViolation as exc:
-            raise BuildFailed(f"Build of instance {instance_uuid} was re-scheduled: {exc}") from None
+        build_with_late_check(self.group_check, self.config, selection, instance_uuid, spec, run)

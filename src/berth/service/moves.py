@@ -71,7 +71,7 @@ from berth.service.instances import (
     spec_from_dict,
     spec_to_dict,
 )
-from berth.service.scheduler import selection_dict
+from berth.service.scheduler import SchedulerService, selection_dict
 from berth.snapshot import HostSnapshot
 
 LOG = logging.getLogger(__name__)
@@ -253,7 +253,11 @@ class MoveService:
         traits_of: Callable[[str], Sequence[str]] | None = None,
     ) -> None:
         self.conductor = conductor
-        self.scheduler = conductor.scheduler
+        scheduler = conductor.scheduler
+        if not isinstance(scheduler, SchedulerService):
+            # Moves read the scheduler's snapshot (the source host's state) in process.
+            raise ValueError("moves need a conductor over an in-process scheduler service")
+        self.scheduler = scheduler
         self.instances = instances
         self.claims = claims
         self.groups = groups

@@ -1,0 +1,308 @@
+"""Host reports through the bus: the agents' side and the schedulers' side.
+
+A compute agent's report (the :class:`~berth.snapshot.HostRecord` as JSON, see
+:func:`~berth.service.compute.record_to_report`) goes two ways:
+
+* to every scheduler, as the ``update_host_states`` fanout cast on topic ``scheduler``
+  (seed 003: "every compute node periodically publishes its status, available
+  resources and capabilities to the scheduler through the queue"). Reports are
+  coalesced: an agent process sends what changed every ``flush_interval`` (50 ms) in
+  one message per chunk of :data:`CHUNK` reports, and the periodic heartbeat of a whole
+  fleet is a handful of messages, not one per host;
+* to the shared database (:class:`~berth.service.compute.ComputeRecordStore`), only when
+  something besides the heartbeat changed: it is what a scheduler warms its snapshot
+  from before it serves, what an agent restarted on the same database takes its
+  instances back from, and where the late server-group check reads where instances run.
+
+:class:`BusRecordStore` is the agents' side (a record store whose ``publish`` does
+both); :class:`BusFeed` is a scheduler's snapshot fed from the fanout.
+
+Liveness: the scheduler judges a host up from the heartbeat its last report carried
+(``service_down_time``, as always). Stored heartbeats lag, since the database is not
+written for a heartbeat alone; so a scheduler that starts gives every host that was up
+when the stored reports were last written a grace period: its heartbeat counts from the
+scheduler's start (never earlier than its own), and the host is down only if no report
+arrives within ``service_down_time`` of it. A host already down then stays down.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from berth.service.bus import Bus, BusError
+from berth.service.compute import (
+    ComputeRecordStore,
+    SnapshotFeed,
+    compute_nodes,
+    record_counter,
+    report_to_record,
+)
+from berth.snapshot import HostSnapshot
+
+LOG = logging.getLogger(__name__)
+
+#: Reports per fanout message.
+CHUNK = 500
+
+#: Report fields that change with every heartbeat; a report differing from the stored
+#: one only in these is not written to the database.
+_VOLATILE_SERVICE = ("last_seen_up", "updated_at")
+
+
+def _content_key(report: Mapping[str, Any]) -> str:
+    """The report without its heartbeat, as canonical text."""
+    data = dict(report)
+    data.pop("updated", None)
+    service = data.get("service")
+    if isinstance(service, Mapping):
+        data["service"] = {k: v for k, v in service.items() if k not in _VOLATILE_SERVICE}
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+class BusRecordStore(ComputeRecordStore):
+    """An agent process's record store: every report goes to the schedulers over the
+    bus, and to the database when it changed beyond its heartbeat.
+
+    ``preload()`` reads every stored report once (a fleet's start-up), so the agents'
+    :meth:`report_of` does not read them one by one. ``deferred()`` collects the
+    database writes of a registration wave and writes them in one batch at its end.
+    """
+
+    def __init__(self, engine: Engine, bus: Bus, *, flush_interval: float = 0.05) -> None:
+        super().__init__(engine)
+        self.bus = bus
+        self._fanout = bus.client("scheduler", fanout=True)
+        self._stored: dict[str, str] = {}
+        self._preloaded: dict[str, dict[str, Any]] | None = None
+        self._outbox: dict[str, dict[str, Any]] = {}
+        self._deferred: list[tuple[str, Mapping[str, Any], float | None]] | None = None
+        self._out_lock = threading.Lock()
+        self._stop = threading.Event()
+        self.flush_interval = flush_interval
+        #: Reports sent, messages sent, and sends that failed (retried next flush).
+        self.sent_reports = 0
+        self.sent_messages = 0
+        self.failed_sends = 0
+        self._thread = threading.Thread(target=self._flush_loop, name="report-flush",
+                                        daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ database side
+    def preload(self) -> None:
+        """Read every stored report once; :meth:`report_of` answers from it."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(compute_nodes.c.uuid, compute_nodes.c.report)).all()
+        self._preloaded = {r.uuid: dict(json.loads(r.report)) for r in rows}
+        self._stored.update({u: _content_key(r) for u, r in self._preloaded.items()})
+
+    def report_of(self, uuid: str) -> dict[str, Any] | None:
+        """The stored report of ``uuid`` (from the preload when there was one)."""
+        if self._preloaded is not None:
+            return self._preloaded.get(uuid)
+        return super().report_of(uuid)
+
+    def publish(self, uuid: str, report: Mapping[str, Any], heartbeat: float | None) -> int:
+        """Queue the report for the schedulers; write it to the database first when it
+        changed beyond its heartbeat (so a build's instance is stored by the time the
+        build returns). Returns the change number written, or 0 when none was."""
+        key = _content_key(report)
+        seq = 0
+        if self._stored.get(uuid) != key:
+            with self._out_lock:
+                deferred = self._deferred
+            if deferred is not None:
+                deferred.append((uuid, report, heartbeat))
+            else:
+                seq = super().publish(uuid, report, heartbeat)
+            self._stored[uuid] = key
+        with self._out_lock:
+            self._outbox[uuid] = dict(report)
+        return seq
+
+    def begin_deferred(self) -> None:
+        """Collect database writes until :meth:`end_deferred`."""
+        with self._out_lock:
+            self._deferred = []
+
+    def end_deferred(self) -> int:
+        """Write the collected reports in one transaction; returns how many."""
+        with self._out_lock:
+            items, self._deferred = self._deferred or [], None
+        self.publish_many(items)
+        return len(items)
+
+    def publish_many(self, items: Sequence[tuple[str, Mapping[str, Any], float | None]]) -> None:
+        """Insert or replace many reports in one transaction (one counter update)."""
+        if not items:
+            return
+        latest = {uuid: (report, beat) for uuid, report, beat in items}
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            top = int(conn.execute(
+                sa.update(record_counter).where(record_counter.c.id == 1)
+                .values(seq=record_counter.c.seq + len(latest)).returning(record_counter.c.seq)
+            ).scalar_one())
+            uuids = list(latest)
+            existing: set[str] = set()
+            for start in range(0, len(uuids), 1000):
+                existing.update(conn.execute(
+                    sa.select(compute_nodes.c.uuid)
+                    .where(compute_nodes.c.uuid.in_(uuids[start:start + 1000]))).scalars())
+            rows = []
+            for offset, uuid in enumerate(uuids):
+                report, beat = latest[uuid]
+                rows.append({"uuid": uuid, "host": report["host"],
+                             "nodename": report.get("nodename") or report["host"],
+                             "report": json.dumps(report, sort_keys=True, default=str),
+                             "heartbeat": beat, "seq": top - len(uuids) + 1 + offset})
+            new = [r for r in rows if r["uuid"] not in existing]
+            old = [r for r in rows if r["uuid"] in existing]
+            if new:
+                conn.execute(sa.insert(compute_nodes), new)
+            if old:
+                stmt = (sa.update(compute_nodes)
+                        .where(compute_nodes.c.uuid == sa.bindparam("b_uuid"))
+                        .values(host=sa.bindparam("host"), nodename=sa.bindparam("nodename"),
+                                report=sa.bindparam("report"), heartbeat=sa.bindparam("heartbeat"),
+                                seq=sa.bindparam("seq")))
+                conn.execute(stmt, [{**r, "b_uuid": r["uuid"]} for r in old])
+
+    # ------------------------------------------------------------ bus side
+    def flush(self) -> int:
+        """Send the queued reports now; returns how many were sent. A send that fails
+        (broker gone) puts them back, unless newer ones for the same hosts came
+        meanwhile, and is retried on the next flush."""
+        with self._out_lock:
+            out, self._outbox = self._outbox, {}
+        if not out:
+            return 0
+        reports = list(out.values())
+        sent = 0
+        for start in range(0, len(reports), CHUNK):
+            chunk = reports[start:start + CHUNK]
+            try:
+                self._fanout.cast("update_host_states", reports=chunk)
+            except BusError as exc:
+                self.failed_sends += 1
+                LOG.warning("host reports not sent (%s); retrying", exc)
+                with self._out_lock:
+                    for report in reports[start:]:
+                        self._outbox.setdefault(str(report.get("uuid")), report)
+                break
+            sent += len(chunk)
+            self.sent_messages += 1
+        self.sent_reports += sent
+        return sent
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.flush_interval):
+            try:
+                self.flush()
+            except Exception:  # the loop must survive anything a send throws
+                LOG.exception("sending host reports failed")
+
+    def close(self) -> None:
+        """Send what is queued, stop the sender, close the kept connection."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            self.flush()
+        except Exception:
+            LOG.exception("sending the last host reports failed")
+        super().close()
+
+
+class BusFeed(SnapshotFeed):
+    """A scheduler's snapshot: warmed from the stored reports, then fed by the fanout.
+
+    :meth:`receive` (the RPC server's threads) queues reports; :meth:`refresh` (the
+    scheduler, before each request) applies what is queued, keeping for each node only
+    reports newer than the one applied (by the heartbeat they carry). Aggregates are
+    re-read from the database when an ``update_aggregates`` cast says they changed.
+    """
+
+    def __init__(self, store: ComputeRecordStore, *, service_down_time: float,
+                 clock: Any = time.time) -> None:
+        super().__init__(store)
+        self.service_down_time = service_down_time
+        self.clock = clock
+        self.started_at = clock()
+        self._pending: collections.deque[Mapping[str, Any]] = collections.deque()
+        self._aggregates_stale = True
+        self._beats: dict[str, float] = {}
+        self.applied = 0
+        self.stale_dropped = 0
+
+    def warm(self) -> HostSnapshot:
+        """Load every stored report (with the start-up grace, see the module doc)."""
+        with self._lock:
+            reports, top, _ = self.store.changes(0)
+            beats = [_beat(r) for r in reports]
+            newest = max((b for b in beats if b is not None), default=None)
+            for report, beat in zip(reports, beats):
+                if (beat is not None and newest is not None
+                        and newest - beat <= self.service_down_time and beat < self.started_at):
+                    report = _with_beat(report, self.started_at)
+                self._apply(report, force=True)
+                if beat is not None:  # order later reports by the beat the host sent
+                    self._beats[str(report.get("uuid") or report["host"])] = beat
+            self.seq = top
+            self.snapshot.set_aggregates(self.store.aggregates())
+            self._aggregates_stale = False
+        return self.snapshot
+
+    def receive(self, reports: Iterable[Mapping[str, Any]]) -> None:
+        """Queue reports from the bus."""
+        self._pending.extend(reports)
+
+    def aggregates_changed(self) -> None:
+        """The aggregates are to be re-read before the next request."""
+        self._aggregates_stale = True
+
+    def refresh(self) -> HostSnapshot:
+        """Apply the queued reports (and changed aggregates); returns the snapshot."""
+        with self._lock:
+            if self._aggregates_stale:
+                self._aggregates_stale = False
+                self.snapshot.set_aggregates(self.store.aggregates())
+            pending = self._pending
+            while pending:
+                self._apply(pending.popleft())
+        return self.snapshot
+
+    def _apply(self, report: Mapping[str, Any], force: bool = False) -> None:
+        uuid = str(report.get("uuid") or report["host"])
+        beat = _beat(report)
+        if not force and beat is not None:
+            last = self._beats.get(uuid)
+            if last is not None and beat < last:
+                self.stale_dropped += 1
+                return
+        if beat is not None:
+            self._beats[uuid] = beat
+        record = report_to_record(report)
+        row = self.snapshot.upsert(record)
+        if record.uuid:
+            self.uuid_rows[record.uuid] = row
+        self.applied += 1
+
+
+def _beat(report: Mapping[str, Any]) -> float | None:
+    service = report.get("service")
+    if isinstance(service, Mapping) and service.get("last_seen_up") is not None:
+        return float(service["last_seen_up"])
+    return None
+
+
+def _with_beat(report: Mapping[str, Any], beat: float) -> dict[str, Any]:
+    out = dict(report)
+    out["service"] = {**dict(report["service"]), "last_seen_up": beat}
+    return out
