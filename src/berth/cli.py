@@ -349,8 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_flavor_check)
 
     from berth.service.cli import add_commands
+    from berth.service.processes import add_commands as add_process_commands
 
     add_commands(sub)
+    add_process_commands(sub)
     sub.add_parser("placement", help="the Placement-compatible resource store (serve, ...)",
                    add_help=False)
     return parser

@@ -29,6 +29,9 @@ classes in one place (:data:`EXIT_CODES`, used by :mod:`berth.cli`).
     │       └── AllocationMoveFailed         berth.scheduling.allocation_move_failed
     ├── InstanceExists                       berth.conflict.instance_exists
     └── ServiceUnavailable                   berth.unavailable
+        └── BusError                         berth.unavailable.bus
+            ├── BusTimeout                   berth.unavailable.bus_timeout
+            └── BusUnavailable               berth.unavailable.broker
 
 (MissingAllocationRatio and the scheduling errors from RequestFilterFailed to
 NUMAUsageError live beside their rule: ``berth.weighers.least_cost``,
@@ -204,6 +207,26 @@ class AllocationMoveFailed(MoveRefused):
     ``AllocationMoveFailed``): someone else changed them meanwhile."""
 
     code = "berth.scheduling.allocation_move_failed"
+
+
+class BusError(ServiceUnavailable):
+    """The message bus could not carry a call (:mod:`berth.service.bus`)."""
+
+    code = "berth.unavailable.bus"
+    retry_after = 1
+
+
+class BusTimeout(BusError):
+    """A call got no answer within its timeout (its server died, or is overloaded); the
+    caller has released what the call may have claimed."""
+
+    code = "berth.unavailable.bus_timeout"
+
+
+class BusUnavailable(BusError):
+    """The message broker cannot be reached."""
+
+    code = "berth.unavailable.broker"
 
 
 #: CLI exit status per error class; the most specific class wins.

@@ -34,7 +34,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from berth.errors import BerthError, ConfigError
+from berth.errors import BusError, BusTimeout, BusUnavailable, ConfigError
+
+__all__ = ["Bus", "BusClient", "BusError", "BusTimeout", "BusUnavailable"]
 
 LOG = logging.getLogger(__name__)
 
@@ -44,24 +46,6 @@ DEFAULT_EXCHANGE = "berth"
 
 #: Version of Berth's own RPC interfaces (scheduler and compute topics).
 RPC_VERSION = "1.0"
-
-
-class BusError(BerthError):
-    """The bus could not carry a call (base of the bus errors)."""
-
-    code = "berth.bus.error"
-
-
-class BusTimeout(BusError):
-    """A call got no answer within its timeout (its server died, or is overloaded)."""
-
-    code = "berth.bus.timeout"
-
-
-class BusUnavailable(BusError):
-    """The broker cannot be reached."""
-
-    code = "berth.bus.unavailable"
 
 
 class Bus:

@@ -474,14 +474,11 @@ def _print_diagnosis(data: Any, verbose: bool) -> None:
 
 
 # ----------------------------------------------------------------------------- serve
-def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Register a cloud file's hosts through their agents; returns (flavors, images)."""
-    import time
-
-    from berth.moves import instance_from_cloud
+def cloud_nodes(cloud: Any) -> list[Any]:
+    """The compute nodes of a loaded cloud file, as agents register them: size,
+    capabilities, ratios, the host's own stats and its numeric ``io_workload``."""
     from berth.service.compute import ComputeNodeSpec
 
-    cloud = load_cloud(path, stack.config, now=time.time())
     snap = cloud.snapshot
     nodes = []
     for row in range(len(snap)):
@@ -512,6 +509,18 @@ def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, An
             ram_allocation_ratio=float(num["ram_allocation_ratio"]),
             disk_allocation_ratio=float(num["disk_allocation_ratio"]),
             stats=stats, io_workload=int(io_workload) if io_workload.isdigit() else 0))
+    return nodes
+
+
+def seed_from_cloud(stack: Any, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Register a cloud file's hosts through their agents; returns (flavors, images)."""
+    import time
+
+    from berth.moves import instance_from_cloud
+
+    cloud = load_cloud(path, stack.config, now=time.time())
+    snap = cloud.snapshot
+    nodes = cloud_nodes(cloud)
     check_against_allocations(stack, nodes, path)
     agents = stack.register_hosts(nodes, snap.aggregates)
     for group in cloud.server_groups.values():

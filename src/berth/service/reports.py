@@ -176,6 +176,14 @@ class BusRecordStore(ComputeRecordStore):
                 conn.execute(stmt, [{**r, "b_uuid": r["uuid"]} for r in old])
 
     # ------------------------------------------------------------ bus side
+    def announce_aggregates(self) -> None:
+        """Tell every scheduler the aggregates changed (Nova's ``update_aggregates``
+        fanout; Berth's schedulers re-read them from the database)."""
+        try:
+            self._fanout.cast("update_aggregates")
+        except BusError as exc:
+            LOG.warning("could not announce the aggregates' change: %s", exc)
+
     def flush(self) -> int:
         """Send the queued reports now; returns how many were sent. A send that fails
         (broker gone) puts them back, unless newer ones for the same hosts came

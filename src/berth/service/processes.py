@@ -1,0 +1,306 @@
+"""The distributed form: ``berth compute``, ``berth scheduler`` and ``berth api``.
+
+    berth compute   (--fleet CLOUD_FILE | --host NAME) --db URL --placement-url URL
+                    [--config-file nova.conf] [--transport-url URL] [--server NAME]
+                    [--threads N] [--fail-host HOST ...]
+    berth scheduler --db URL [--config-file nova.conf] [--transport-url URL]
+                    [--name NAME] [--seed N]
+    berth api       --db URL [--host H] [--port N] [--cloud FILE] [--config-file nova.conf]
+                    [--transport-url URL] [--threads N] [--seed N]
+
+All three meet on the message bus (``[DEFAULT] transport_url``, or ``--transport-url``;
+RabbitMQ across machines) and the shared database (PostgreSQL across machines):
+
+* ``compute`` runs the compute agents: the machine it runs on (``--host``, reported
+  from the OS) or a cloud file's hosts simulated with the fake driver (``--fleet``);
+  registers them with the Placement API at ``--placement-url`` (an API process's
+  ``/placement``), publishes their reports over the bus and serves their builds on
+  ``compute.<server>``;
+* ``scheduler`` warms its host snapshot from the stored reports, then serves
+  ``select_destinations`` on topic ``scheduler`` and follows the hosts' reports; run
+  as many as wanted, anywhere;
+* ``api`` serves ``POST /boot`` / ``GET /hosts`` (as ``berth serve`` does) and the
+  Placement API under ``/placement``; a boot asks a scheduler over the bus and builds
+  through the hosts' agents. ``--cloud`` gives it a cloud file's flavors, images and
+  server groups.
+
+``berth serve`` remains the all-in-one process on the embedded defaults.
+
+Each prints one ``ready``/``listening`` line when it serves, and stops on SIGTERM or
+SIGINT. Start-up problems are one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+from berth.errors import BerthError
+
+LOG = logging.getLogger("berth.service")
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register ``compute``, ``scheduler`` and ``api``."""
+    from berth.service.cli import host_count, port_number, positive_int
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--db", required=True, help="SQLAlchemy URL of the shared database")
+        p.add_argument("--config-file", action="append", default=[], help="nova.conf (repeatable)")
+        p.add_argument("--transport-url", help="message bus URL; overrides [DEFAULT] "
+                                               "transport_url (rabbit://user:pass@host:5672/)")
+
+    c = subparsers.add_parser("compute", help="run compute agents (one machine, or a "
+                                              "simulated fleet)")
+    common(c)
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--fleet", metavar="CLOUD_FILE",
+                       help="simulate every host of a cloud file (fake driver)")
+    which.add_argument("--host", help="report this machine as compute host HOST")
+    c.add_argument("--placement-url", required=True,
+                   help="the Placement API (an API process's /placement)")
+    c.add_argument("--server", help="this process's RPC server name (default: the host "
+                                    "name, or fleet-<file name> with --fleet)")
+    c.add_argument("--threads", type=positive_int, default=16,
+                   help="registration threads (default 16)")
+    c.add_argument("--fail-host", action="append", default=[], metavar="HOST",
+                   help="the fake driver fails every build on HOST (repeatable)")
+    c.add_argument("--fail-first", action="append", default=[], type=host_count,
+                   metavar="HOST=N", help="the fake driver fails the first N builds on HOST")
+    c.set_defaults(func=cmd_compute)
+
+    s = subparsers.add_parser("scheduler", help="run a scheduler worker on the bus")
+    common(s)
+    s.add_argument("--name", help="this scheduler's RPC server name (default host-pid)")
+    s.add_argument("--seed", type=int, default=None, help="random seed of the scheduler")
+    s.set_defaults(func=cmd_scheduler)
+
+    a = subparsers.add_parser("api", help="run the boot API (and Placement API) over the bus")
+    common(a)
+    a.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    a.add_argument("--port", type=port_number, default=8780, help="port (0: any free one)")
+    a.add_argument("--cloud", help="cloud file whose flavors, images and server groups "
+                                   "the API knows")
+    a.add_argument("--threads", type=positive_int, default=16, help="server threads")
+    a.add_argument("--seed", type=int, default=None,
+                   help="seed of the instance uuids (default random)")
+    a.set_defaults(func=cmd_api)
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, force=True,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for chatty in ("alembic", "httpx", "oslo_messaging", "amqp", "kombu"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    while not stop.wait(1.0):
+        pass
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"berth {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def _open(command: str, args: argparse.Namespace) -> tuple[Any, Any]:
+    """(config, bus) from the arguments; BerthError with a one-line message."""
+    from berth.config import SchedulerConfig
+    from berth.service.bus import Bus
+
+    config = (SchedulerConfig.from_files(args.config_file) if args.config_file
+              else SchedulerConfig.default())
+    return config, Bus(args.transport_url, config_files=args.config_file)
+
+
+# --------------------------------------------------------------------------- compute
+def cmd_compute(args: argparse.Namespace) -> int:
+    """Register the hosts, report them, serve their builds until stopped."""
+    from berth.cloudfile import load_cloud
+    from berth.placement.client import PlacementClient
+    from berth.placement.db import prepare
+    from berth.service.cli import cloud_nodes
+    from berth.service.compute import RunningInstances
+    from berth.service.compute_rpc import COMPUTE_TOPIC, AgentDirectory, ComputeEndpoint
+    from berth.service.conductor import FakeDriver
+    from berth.service.fleet import Fleet, local_node
+    from berth.service.group_check import GroupPolicyCheck
+    from berth.service.groups import ServerGroupStore
+    from berth.service.reports import BusRecordStore
+
+    _logging()
+    try:
+        config, bus = _open("compute", args)
+    except BerthError as exc:
+        return _fail("compute", str(exc))
+    try:
+        if args.fleet:
+            cloud = load_cloud(args.fleet, config)
+            nodes, aggregates = cloud_nodes(cloud), list(cloud.snapshot.aggregates)
+            server = args.server or "fleet-" + os.path.splitext(os.path.basename(args.fleet))[0]
+            if cloud.snapshot.obj("instances") is not None and any(
+                    len(i) for i in cloud.snapshot.obj("instances")):
+                LOG.warning("%s: the fleet starts its hosts empty; the file's instances "
+                            "and usage are not replayed", args.fleet)
+        else:
+            nodes, aggregates = [local_node(args.host)], None
+            server = args.server or args.host or socket.gethostname()
+        engine = prepare(args.db)
+    except BerthError as exc:
+        bus.close()
+        return _fail("compute", str(exc))
+    except Exception as exc:  # database unreachable, and the like: one line
+        bus.close()
+        return _fail("compute", f"cannot start: {exc}")
+    records = BusRecordStore(engine, bus)
+    client = PlacementClient(args.placement_url)
+    fleet = Fleet(nodes, aggregates, client=client, records=records,
+                  directory=AgentDirectory(engine), config=config, server=server)
+    for host in list(args.fail_host) + [h for h, _ in args.fail_first]:
+        if host not in fleet.agents:
+            return _fail("compute", f"--fail-host/--fail-first {host}: no such host here")
+    driver = FakeDriver(fail_hosts=set(args.fail_host), fail_first=dict(args.fail_first),
+                        agents=fleet.agents)
+    check = GroupPolicyCheck(RunningInstances(records), ServerGroupStore(engine))
+    try:
+        fleet.start()
+        seconds = fleet.register(threads=args.threads)
+        bus.serve(COMPUTE_TOPIC, server, [ComputeEndpoint(fleet.agents, driver, check, config)])
+        print(f"ready: {len(fleet.agents)} compute hosts registered in {seconds:.1f} s, "
+              f"serving compute.{server}", flush=True)
+        _wait_for_signal()
+    finally:
+        fleet.stop()
+        bus.close()
+        records.close()
+        client.close()
+        engine.dispose()
+    return 0
+
+
+# --------------------------------------------------------------------------- scheduler
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    """Serve select_destinations on topic ``scheduler`` until stopped."""
+    from berth.filters.compute import effective_service_down_time
+    from berth.service.placement import PlacementCandidates, PlacementClaimer
+    from berth.service.reports import BusFeed
+    from berth.service.scheduler import SchedulerService
+    from berth.service.scheduler_rpc import SCHEDULER_TOPIC, SchedulerEndpoint
+    from berth.service.stack import open_stack
+
+    _logging()
+    try:
+        config, bus = _open("scheduler", args)
+    except BerthError as exc:
+        return _fail("scheduler", str(exc))
+    try:
+        stack = open_stack(args.db, config)
+    except Exception as exc:
+        bus.close()
+        return _fail("scheduler", f"cannot open database {args.db!r}: {exc}")
+    name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    try:
+        feed = BusFeed(stack.records, service_down_time=effective_service_down_time(
+            config.service_down_time, config.report_interval))
+        service = SchedulerService(
+            config, feed, PlacementCandidates(stack.candidates_client),
+            PlacementClaimer(stack.claims_client or stack.client), seed=args.seed)
+        endpoint = SchedulerEndpoint(service, feed)
+        # Serve first (reports queue up meanwhile), warm, then take requests.
+        bus.serve(SCHEDULER_TOPIC, name, [endpoint])
+        feed.warm()
+        endpoint.ready.set()
+        print(f"ready: scheduler {name} with {len(feed.snapshot)} hosts", flush=True)
+        _wait_for_signal()
+    finally:
+        bus.close()
+        stack.close()
+    return 0
+
+
+# --------------------------------------------------------------------------- api
+def cmd_api(args: argparse.Namespace) -> int:
+    """Serve the boot API and the Placement API until stopped."""
+    from waitress.server import create_server
+
+    from berth.cloudfile import load_cloud
+    from berth.service.api import DEFAULT_FLAVORS, SchedulerApp
+    from berth.service.compute_rpc import AgentDirectory, RemoteDriver
+    from berth.service.conductor import Conductor
+    from berth.service.placement import PlacementClaimer
+    from berth.service.scheduler_rpc import RemoteScheduler
+    from berth.service.stack import open_stack
+
+    _logging()
+    try:
+        config, bus = _open("api", args)
+    except BerthError as exc:
+        return _fail("api", str(exc))
+    apps: list[Any] = []
+
+    def application(environ: dict[str, Any], start_response: Any) -> Any:
+        return apps[0](environ, start_response)
+
+    try:
+        server: Any = create_server(application, host=args.host, port=args.port,
+                                    threads=args.threads, ident="berth",
+                                    clear_untrusted_proxy_headers=True)
+    except (OSError, ValueError) as exc:
+        bus.close()
+        reason = getattr(exc, "strerror", None) or str(exc)
+        return _fail("api", f"cannot listen on --host {args.host!r} --port {args.port}: {reason}")
+    try:
+        stack = open_stack(args.db, config)
+    except Exception as exc:
+        server.close()
+        bus.close()
+        return _fail("api", f"cannot open database {args.db!r}: {exc}")
+    try:
+        flavors: dict[str, Any] = dict(DEFAULT_FLAVORS)
+        images: dict[str, Any] = {}
+        if args.cloud:
+            try:
+                cloud = load_cloud(args.cloud, config)
+            except BerthError as exc:
+                return _fail("api", str(exc))
+            flavors.update(cloud.flavors)
+            images.update(cloud.images)
+            for group in cloud.server_groups.values():
+                stack.groups.put(group)
+        claimer = PlacementClaimer(stack.claims_client or stack.client)
+        remote = RemoteScheduler(bus, config, claimer, seed=args.seed)
+        conductor = Conductor(remote, RemoteDriver(bus, AgentDirectory(stack.engine)),
+                              claimer=claimer, config=config, groups=stack.groups,
+                              late_check_on_compute=True)
+        apps.append(SchedulerApp(remote, conductor, stack.placement_app, flavors, images,
+                                 groups=stack.groups, hosts_view=remote.hosts))
+
+        def _stop(signum: int, _frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        print(f"listening on http://{args.host}:{server.effective_port} (db {args.db}; "
+              f"placement under /placement; bus {bus.url.split('@')[-1]})", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+    finally:
+        server.close()
+        bus.close()
+        stack.close()
+    return 0

@@ -1,0 +1,140 @@
+"""The scheduler over the bus: the scheduler process's RPC endpoint and its client.
+
+Every ``berth scheduler`` process serves topic ``scheduler`` (reference
+``nova-scheduler-rpc.md`` §1.1: calls round-robin among the processes, casts to the
+``scheduler`` fanout reach them all):
+
+* ``select_destinations(spec, instance_uuids, return_alternates, explain)`` — a call;
+  the answer is the decision (per instance the chosen host and its alternates, each
+  with its allocation request; the chosen hosts already claimed), or an
+  ``{"error": ...}`` answer (NoValidHost with its diagnosis, a bad request);
+* ``update_host_states(reports)`` — fanout cast from the compute agents
+  (:mod:`berth.service.reports`);
+* ``update_aggregates()`` — fanout cast: the host aggregates changed in the database
+  (Nova's cast of the same name carries the aggregates; Berth's say where to read);
+* ``hosts()`` — a call: ``GET /hosts`` as this scheduler sees the hosts.
+
+A server group arrives with its members' hosts filled in by the API process, from
+the claims in the shared database (Nova conductor's ``setup_instance_group``).
+
+:class:`RemoteScheduler` is the caller's side, with the in-process service's interface
+(:class:`~berth.service.conductor.SchedulerAPI`), so the conductor and the HTTP API do
+not know where the scheduler runs. A call that gets no answer in time
+(:class:`~berth.service.bus.BusTimeout`: the process died, or the broker went away)
+raises; the conductor then releases whatever the lost call may have claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from berth.config import SchedulerConfig
+from berth.errors import BerthError, NoValidHost
+from berth.model.request import RequestSpec, new_instance_uuids
+from berth.pipeline import Decision
+from berth.service.bus import Bus, BusTimeout
+from berth.service.placement import PlacementClaimer
+from berth.service.reports import BusFeed
+from berth.service.scheduler import SchedulerService
+from berth.service.wire import (
+    decision_from_wire,
+    decision_to_wire,
+    error_from_wire,
+    error_to_wire,
+    spec_from_wire,
+    spec_to_wire,
+)
+
+LOG = logging.getLogger(__name__)
+
+SCHEDULER_TOPIC = "scheduler"
+
+
+class SchedulerEndpoint:
+    """The RPC methods of one scheduler process."""
+
+    def __init__(self, service: SchedulerService, feed: BusFeed, *,
+                 warm_timeout: float = 60.0) -> None:
+        self.service = service
+        self.feed = feed
+        #: Set once the snapshot is warm; calls that come earlier wait for it.
+        self.ready = threading.Event()
+        self.warm_timeout = warm_timeout
+
+    def select_destinations(self, ctxt: Any, spec: dict[str, Any], instance_uuids: list[str],
+                            return_alternates: bool = True,
+                            explain: bool = False) -> dict[str, Any]:
+        """Schedule and claim; the decision, or an error answer."""
+        from berth.service.api import refusal_diagnosis
+
+        if not self.ready.wait(self.warm_timeout):
+            return error_to_wire(BusTimeout("this scheduler is still loading its hosts"))
+        try:
+            request = spec_from_wire(spec)
+            decision = self.service.select_destinations(
+                request, instance_uuids, return_alternates=return_alternates, explain=explain)
+        except NoValidHost as exc:
+            if explain and exc.diagnosis is None:
+                exc.diagnosis = refusal_diagnosis(self.service)
+            return error_to_wire(exc)
+        except BerthError as exc:
+            return error_to_wire(exc)
+        except (KeyError, TypeError, ValueError) as exc:
+            LOG.exception("malformed select_destinations call")
+            return error_to_wire(BerthError(f"malformed select_destinations call: {exc}"))
+        return decision_to_wire(decision)
+
+    def update_host_states(self, ctxt: Any, reports: list[dict[str, Any]]) -> None:
+        """Queue host reports for the snapshot."""
+        self.feed.receive(reports)
+
+    def update_aggregates(self, ctxt: Any) -> None:
+        """Re-read the aggregates before the next request."""
+        self.feed.aggregates_changed()
+
+    def hosts(self, ctxt: Any) -> dict[str, Any]:
+        """Every host as this scheduler sees it (``GET /hosts``)."""
+        from berth.service.api import hosts_answer
+
+        return hosts_answer(self.service)
+
+
+class RemoteScheduler:
+    """Scheduler processes, called over the bus, behind the in-process interface.
+
+    ``claimer`` is the caller's own (the conductor releases and claims alternates
+    through it). Instance uuids are random (a seeded generator only with ``seed``).
+    """
+
+    def __init__(self, bus: Bus, config: SchedulerConfig, claimer: PlacementClaimer, *,
+                 seed: int | None = None, timeout: float | None = None) -> None:
+        self.bus = bus
+        self.config = config
+        self.claimer = claimer
+        self.client = bus.client(SCHEDULER_TOPIC, timeout=timeout)
+        self.rng: random.Random = (random.Random(seed) if seed is not None
+                                   else random.SystemRandom())
+
+    def new_instance_uuids(self, count: int) -> list[str]:
+        """``count`` new instance uuids."""
+        return new_instance_uuids(self.rng, count)
+
+    def select_destinations(self, spec: RequestSpec, instance_uuids: Sequence[str] | None = None,
+                            *, return_alternates: bool = True, explain: bool = False) -> Decision:
+        """Ask one scheduler process; its decision, or its error raised here."""
+        if instance_uuids is None:
+            instance_uuids = self.new_instance_uuids(spec.num_instances)
+        answer = self.client.call("select_destinations", spec=spec_to_wire(spec),
+                                  instance_uuids=list(instance_uuids),
+                                  return_alternates=return_alternates, explain=explain)
+        if isinstance(answer, Mapping) and "error" in answer:
+            raise error_from_wire(answer)
+        return decision_from_wire(answer)
+
+    def hosts(self) -> dict[str, Any]:
+        """``GET /hosts`` as one scheduler process sees the hosts."""
+        return dict(self.client.call("hosts"))
