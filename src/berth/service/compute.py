@@ -569,30 +569,40 @@ class ComputeAgent:
             traits.add(STATUS_DISABLED_TRAIT)
         return traits
 
-    def _ensure_provider(self) -> int:
-        try:
-            return self.client.get_provider(self.uuid).generation
-        except NotFoundError:
-            name = self.node.nodename or self.node.host
+    def _ensure_provider(self) -> tuple[int, bool]:
+        """The provider's generation, and whether this call created it. An agent that
+        has published nothing yet tries to create it first (a new host: one call)."""
+        name = self.node.nodename or self.node.host
+        if self._published_inventory is None:
             try:
-                return self.client.create_provider(name, uuid=self.uuid).generation
+                return self.client.create_provider(name, uuid=self.uuid).generation, True
+            except ConflictError:  # it exists (a restart), or its name is taken
+                pass
+        try:
+            return self.client.get_provider(self.uuid).generation, False
+        except NotFoundError:
+            try:
+                return self.client.create_provider(name, uuid=self.uuid).generation, True
             except ConflictError:  # created concurrently
-                return self.client.get_provider(self.uuid).generation
+                return self.client.get_provider(self.uuid).generation, False
 
     def sync_placement(self, aggregates: Sequence[Aggregate] | None = None) -> None:
         """Publish inventories and traits when they differ from what this agent last
         published (always on its first call, so a provider left from an earlier run
         loses what the node no longer has), and, when ``aggregates`` is given, the
-        node's membership in them — an empty membership too."""
+        node's membership in them — an empty membership too. A provider this call
+        created has no traits or aggregates yet, so empty ones are not written to it."""
         with self._lock:
             inventory = inventories_for(self.node, self.config)
             traits = self.traits()
             for attempt in range(5):
-                generation = self._ensure_provider()
+                generation, created = self._ensure_provider()
                 try:
                     if inventory != self._published_inventory:
                         generation = self.client.set_inventories(self.uuid, generation, inventory)
                         self._published_inventory = inventory
+                    if created and not traits:
+                        self._published_traits = traits
                     if self._published_traits is None or traits != self._published_traits:
                         for trait in traits:
                             if trait.startswith("CUSTOM_"):
@@ -602,7 +612,8 @@ class ComputeAgent:
                         self._published_traits = traits
                     if aggregates is not None:
                         mine = sorted(a.uuid for a in aggregates if self.node.host in a.hosts)
-                        self.client.set_aggregates(self.uuid, generation, mine)
+                        if mine or not created:
+                            self.client.set_aggregates(self.uuid, generation, mine)
                     return
                 except ConflictError as exc:
                     if not exc.is_generation_conflict or attempt == 4:

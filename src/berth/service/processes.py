@@ -97,7 +97,8 @@ def add_commands(subparsers: Any) -> None:
 def _logging() -> None:
     logging.basicConfig(level=logging.INFO, force=True,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for chatty in ("alembic", "httpx", "oslo_messaging", "amqp", "kombu"):
+    for chatty in ("alembic", "httpx", "oslo_messaging", "oslo_service", "amqp", "kombu",
+                   "waitress.queue"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
 
 

@@ -1,0 +1,133 @@
+"""Benchmark the distributed form end to end (not a test).
+
+    .venv/bin/python bench/end_to_end_bus.py                       # 10,000 hosts, 1 and 4 schedulers
+    .venv/bin/python bench/end_to_end_bus.py --hosts 2000 --boots 500 --schedulers 1,2
+
+For each scheduler count: a fresh PostgreSQL database and RabbitMQ virtual host, then
+the processes an operator would start (:class:`~berth.service.localcluster.LocalCluster`):
+``--apis`` ``berth api``, one ``berth compute --fleet`` of ``--hosts`` simulated hosts
+(32 vCPU, 128 GiB, 2 TB each) and N ``berth scheduler``. Printed:
+
+* registration: the seconds the fleet took to register every host with the Placement
+  API over HTTP (provider + inventories per host), and until every scheduler saw them;
+* boots: ``--boots`` single-instance ``POST /boot`` requests (three flavors) from
+  ``--clients`` threads spread over the API processes — HTTP → RPC call to a scheduler →
+  claim → RPC build on the host's agent → report — as boots/s over the whole run and
+  the p50/p99 latency of one boot, after ``--warmup`` boots.
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from berth.service.localcluster import LocalCluster, rabbit_unavailable, rabbit_vhost  # noqa: E402
+from pgdb import fresh_pg_database  # noqa: E402
+
+FLAVORS = ["m1.tiny", "m1.small", "m1.medium"]
+
+
+def cloud_file(path: Path, hosts: int) -> None:
+    """``hosts`` identical hosts, no aggregates."""
+    path.write_text(
+        "hosts:\n"
+        f'  - {{host: "n{{index:05d}}", count: {hosts}, vcpus: 32, memory_mb: 131072, '
+        "local_gb: 2000, cpu_allocation_ratio: 4.0}\n")
+
+
+def run(hosts: int, schedulers: int, args: argparse.Namespace) -> dict[str, float]:
+    """One cluster, registration, then the boots; the figures."""
+    with tempfile.TemporaryDirectory(prefix="berth-bench-") as tmp, \
+            fresh_pg_database("berth_bench") as db, rabbit_vhost("berth_bench") as bus:
+        cloud = Path(tmp) / "cloud.yaml"
+        cloud_file(cloud, hosts)
+        cluster = LocalCluster(Path(tmp) / "run", db, bus, cloud, schedulers=0, apis=args.apis,
+                               options={"DEFAULT": {"report_interval": 10,
+                                                    "service_down_time": 60}},
+                               ready_timeout=1800)
+        try:
+            cluster.workdir.mkdir(parents=True)
+            cluster.write_conf()
+            for i in range(args.apis):
+                cluster.start_api(f"api{i}")
+            started = time.perf_counter()
+            line = cluster.start_compute()
+            registered = time.perf_counter() - started
+            fleet_s = float(line.split(" registered in ")[1].split()[0])
+            for i in range(schedulers):
+                cluster.start_scheduler(f"scheduler{i}")
+            urls = cluster.alive_urls()
+            cluster.wait_hosts(urls[0], hosts, timeout=600)
+            seen = time.perf_counter() - started
+            latencies: list[float] = []
+            lock = threading.Lock()
+            counter = iter(range(args.boots + args.warmup))
+
+            def client(index: int) -> None:
+                with httpx.Client(timeout=120) as http:
+                    url = urls[index % len(urls)] + "/boot"
+                    for n in counter:
+                        t0 = time.perf_counter()
+                        resp = http.post(url, json={"flavor": FLAVORS[n % 3]})
+                        took = time.perf_counter() - t0
+                        if resp.status_code != 200:
+                            raise SystemExit(f"boot {n}: {resp.status_code} {resp.text[:300]}")
+                        if n >= args.warmup:
+                            with lock:
+                                latencies.append(took)
+
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(args.clients) as pool:
+                for f in [pool.submit(client, i) for i in range(args.clients)]:
+                    f.result()
+            wall = time.perf_counter() - t0
+            rate = (args.boots + args.warmup) / wall
+            latencies.sort()
+            return {"fleet_register_s": fleet_s, "compute_ready_s": registered,
+                    "all_seen_s": seen, "boots_per_s": rate,
+                    "p50_ms": 1000 * statistics.median(latencies),
+                    "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))]}
+        finally:
+            cluster.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--boots", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--apis", type=int, default=2)
+    parser.add_argument("--schedulers", default="1,4", help="comma-separated counts")
+    args = parser.parse_args()
+    reason = rabbit_unavailable()
+    if reason:
+        print(f"skipped: {reason}")
+        return 1
+    print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}, "
+          f"{os.cpu_count()} CPUs; {args.hosts} hosts, {args.boots} boots, "
+          f"{args.clients} clients, {args.apis} API processes")
+    for count in [int(c) for c in args.schedulers.split(",")]:
+        figures = run(args.hosts, count, args)
+        print(f"schedulers={count}: registration {figures['fleet_register_s']:.1f} s "
+              f"(compute ready {figures['compute_ready_s']:.1f} s, all hosts up at the "
+              f"schedulers {figures['all_seen_s']:.1f} s); {figures['boots_per_s']:.1f} boots/s, "
+              f"p50 {figures['p50_ms']:.0f} ms, p99 {figures['p99_ms']:.0f} ms", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""A distributed Berth on one machine: the processes of the distributed form, started
+as an operator would start them, for the integration tests, benchmarks and demos.
+
+:class:`LocalCluster` writes a nova.conf (the bus URL and any options given), starts
+``berth api`` processes, one ``berth compute --fleet`` and ``berth scheduler``
+processes, waits until each says it serves, and stops them (SIGTERM, then SIGKILL)
+when closed. Each process logs to its own file in the work directory.
+:func:`rabbit_vhost` gives a run its own RabbitMQ virtual host (queues left behind by
+one run cannot reach another), removed afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+RABBIT_HOST = "127.0.0.1"
+RABBIT_PORT = 5672
+
+
+def rabbit_unavailable() -> str | None:
+    """Why a local RabbitMQ cannot be used (None when it can): the port, and
+    ``rabbitmqctl`` for the virtual hosts."""
+    try:
+        with socket.create_connection((RABBIT_HOST, RABBIT_PORT), timeout=2):
+            pass
+    except OSError as exc:
+        return f"RabbitMQ not reachable at {RABBIT_HOST}:{RABBIT_PORT}: {exc}"
+    try:
+        subprocess.run(["rabbitmqctl", "list_vhosts"], check=True, capture_output=True,
+                       timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"rabbitmqctl cannot manage the local RabbitMQ: {exc}"
+    return None
+
+
+@contextlib.contextmanager
+def rabbit_vhost(prefix: str = "berth") -> Iterator[str]:
+    """A fresh RabbitMQ virtual host for guest; yields its transport URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    subprocess.run(["rabbitmqctl", "add_vhost", name], check=True, capture_output=True,
+                   timeout=60)
+    try:
+        subprocess.run(["rabbitmqctl", "set_permissions", "-p", name, "guest", ".*", ".*", ".*"],
+                       check=True, capture_output=True, timeout=60)
+        yield f"rabbit://guest:guest@{RABBIT_HOST}:{RABBIT_PORT}/{name}"
+    finally:
+        subprocess.run(["rabbitmqctl", "delete_vhost", name], capture_output=True, timeout=60)
+
+
+def restart_broker() -> None:
+    """Stop and start the local RabbitMQ application (every connection drops)."""
+    subprocess.run(["rabbitmqctl", "stop_app"], check=True, capture_output=True, timeout=120)
+    subprocess.run(["rabbitmqctl", "start_app"], check=True, capture_output=True, timeout=120)
+
+
+def free_port() -> int:
+    """A TCP port free right now on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalCluster:
+    """``apis`` API processes, a fleet of the cloud file's hosts, ``schedulers``
+    scheduler processes, on ``db_url`` and ``transport_url``."""
+
+    workdir: Path
+    db_url: str
+    transport_url: str
+    cloud: Path
+    schedulers: int = 4
+    apis: int = 2
+    #: nova.conf options: {"DEFAULT": {"report_interval": 2}, ...}
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    ready_timeout: float = 300.0
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    urls: dict[str, str] = field(default_factory=dict)
+    ready_lines: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def conf(self) -> Path:
+        """The nova.conf every process reads."""
+        return self.workdir / "nova.conf"
+
+    def write_conf(self) -> None:
+        """Write nova.conf: the transport URL and the options."""
+        groups: dict[str, dict[str, Any]] = {"DEFAULT": {"transport_url": self.transport_url}}
+        for group, values in self.options.items():
+            groups.setdefault(group, {}).update(values)
+        lines = []
+        for group, values in groups.items():
+            lines.append(f"[{group}]")
+            lines += [f"{k} = {v}" for k, v in values.items()]
+            lines.append("")
+        self.conf.write_text("\n".join(lines))
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - the process owns it
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "berth.cli", *args, "--db", self.db_url,
+             "--config-file", str(self.conf)],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def _wait_ready(self, name: str, marker: str) -> str:
+        deadline = time.monotonic() + self.ready_timeout
+        path = self.workdir / f"{name}.log"
+        while time.monotonic() < deadline:
+            text = path.read_text(errors="replace") if path.exists() else ""
+            for line in text.splitlines():
+                if line.startswith(marker):
+                    self.ready_lines[name] = line
+                    return line
+            if self.procs[name].poll() is not None:
+                raise RuntimeError(f"{name} exited ({self.procs[name].returncode}):\n{text[-3000:]}")
+            time.sleep(0.2)
+        raise RuntimeError(f"{name} not ready within {self.ready_timeout} s:\n"
+                           f"{path.read_text(errors='replace')[-3000:]}")
+
+    def start_api(self, name: str) -> str:
+        """Start one API process; returns its URL once it listens."""
+        port = free_port()
+        self._spawn(name, "api", "--port", str(port), "--cloud", str(self.cloud))
+        self._wait_ready(name, "listening on")
+        self.urls[name] = f"http://127.0.0.1:{port}"
+        return self.urls[name]
+
+    def start_compute(self, name: str = "compute") -> str:
+        """Start the fleet; returns its ready line (with the registration time)."""
+        api = next(iter(self.urls.values()))
+        self._spawn(name, "compute", "--fleet", str(self.cloud),
+                    "--placement-url", api + "/placement")
+        return self._wait_ready(name, "ready:")
+
+    def start_scheduler(self, name: str) -> str:
+        """Start one scheduler process; returns its ready line."""
+        self._spawn(name, "scheduler", "--name", name)
+        return self._wait_ready(name, "ready:")
+
+    def start(self) -> None:
+        """Every process, in order: APIs, the fleet, the schedulers."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.write_conf()
+        for i in range(self.apis):
+            self.start_api(f"api{i}")
+        self.start_compute()
+        for i in range(self.schedulers):
+            self.start_scheduler(f"scheduler{i}")
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one process."""
+        proc = self.procs[name]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        self.urls.pop(name, None)
+
+    def alive_urls(self) -> list[str]:
+        """The URLs of the API processes still running."""
+        return [u for n, u in self.urls.items() if self.procs[n].poll() is None]
+
+    def log(self, name: str) -> str:
+        """A process's log so far."""
+        return (self.workdir / f"{name}.log").read_text(errors="replace")
+
+    def wait_hosts(self, url: str, count: int, timeout: float = 120.0) -> None:
+        """Until a scheduler behind ``url`` sees ``count`` hosts up."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                hosts = httpx.get(url + "/hosts", timeout=30).json()["hosts"]
+                if sum(1 for h in hosts if h["up"]) >= count:
+                    return
+            time.sleep(0.5)
+        raise RuntimeError(f"fewer than {count} hosts up behind {url} after {timeout} s")
+
+    def close(self) -> None:
+        """Stop every process (SIGTERM, then SIGKILL after 20 s)."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)

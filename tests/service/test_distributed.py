@@ -1,0 +1,304 @@
+"""The distributed form under load and faults, as an operator runs it.
+
+Real processes on RabbitMQ and PostgreSQL: 2 ``berth api``, 4 ``berth scheduler``, a
+``berth compute --fleet`` of 500 hosts. Thousands of boots (three flavors,
+multi-creates, hard anti-affinity and affinity groups) are pushed from client threads
+until capacity runs out; meanwhile a scheduler and an API process are SIGKILLed and the
+broker restarts once. Then, in SQL and through the Placement API: no over-commit, no
+group-policy violation, every built instance holds exactly one allocation on its host,
+every instance a client was told was built exists, no allocation is left without an
+instance (beyond the claims of the boots in flight in the killed API process, which
+only a reconciler can release), and every host is up again.
+
+``BERTH_DISTRIBUTED_HOSTS`` (default 500) scales the fleet for a bigger run.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from berth.placement.client import PlacementClient
+from berth.service.localcluster import (
+    LocalCluster,
+    rabbit_unavailable,
+    rabbit_vhost,
+    restart_broker,
+)
+from pgdb import fresh_pg_database
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+HOSTS = int(os.environ.get("BERTH_DISTRIBUTED_HOSTS", "500"))
+GROUPS = 30
+CLIENTS = 12
+
+
+def _cloud(path: Path, hosts: int) -> None:
+    lines = [
+        "flavors:",
+        "  - {name: tiny, vcpus: 1, memory_mb: 1024, root_gb: 5}",
+        "  - {name: small, vcpus: 2, memory_mb: 2048, root_gb: 10}",
+        "  - {name: medium, vcpus: 4, memory_mb: 4096, root_gb: 20}",
+        "hosts:",
+        f'  - {{host: "h{{index:05d}}", count: {hosts}, vcpus: 8, memory_mb: 16896, '
+        "local_gb: 200, cpu_allocation_ratio: 1.0, ram_allocation_ratio: 1.0, "
+        "disk_allocation_ratio: 1.0}",
+        "server_groups:",
+    ]
+    for i in range(GROUPS):
+        lines.append(f"  - {{name: anti{i}, policy: anti-affinity}}")
+        lines.append(f"  - {{name: aff{i}, policy: affinity}}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    reason = rabbit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    cloud = tmp_path / "cloud.yaml"
+    _cloud(cloud, HOSTS)
+    with fresh_pg_database("berth_dist") as db, rabbit_vhost("berth_dist") as bus:
+        c = LocalCluster(tmp_path / "run", db, bus, cloud, schedulers=4, apis=2, options={
+            "DEFAULT": {"report_interval": 2, "service_down_time": 20,
+                        "rpc_response_timeout": 15}})
+        try:
+            c.start()
+            yield c
+        finally:
+            c.close()
+
+
+class Load:
+    """Client threads posting boots to the live API processes, retrying a boot on
+    another process when one is gone or answers 503 (the boot's uuids are new each
+    time: a retried boot is a new request, as a client's would be)."""
+
+    def __init__(self, cluster: LocalCluster, seed: int = 7) -> None:
+        self.cluster = cluster
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.built: dict[str, str] = {}
+        self.answers: collections.Counter[str] = collections.Counter()
+        self.done = 0
+        self.no_valid_host_streak = 0
+        self.stop = threading.Event()
+
+    def body(self) -> dict[str, Any]:
+        with self.lock:
+            roll = self.rng.random()
+            flavor = self.rng.choice(["tiny", "small", "medium"])
+            if roll < 0.55:
+                return {"flavor": flavor}
+            if roll < 0.75:
+                return {"flavor": flavor, "num": self.rng.randint(2, 5)}
+            if roll < 0.9:
+                return {"flavor": "tiny", "num": self.rng.randint(1, 3),
+                        "hints": {"group": f"anti{self.rng.randrange(GROUPS)}"}}
+            return {"flavor": "tiny", "num": self.rng.randint(1, 2),
+                    "hints": {"group": f"aff{self.rng.randrange(GROUPS)}"}}
+
+    def boot(self, client: httpx.Client) -> None:
+        body = self.body()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            urls = self.cluster.alive_urls()
+            if not urls:
+                raise AssertionError("no API process left")
+            url = urls[self.rng.randrange(len(urls))]
+            try:
+                resp = client.post(url + "/boot", json=body, timeout=60)
+            except httpx.HTTPError:
+                with self.lock:
+                    self.answers["connection error"] += 1
+                time.sleep(0.3)
+                continue
+            if resp.status_code == 503:
+                with self.lock:
+                    self.answers["503"] += 1
+                time.sleep(float(resp.headers.get("Retry-After", "1")))
+                continue
+            data = resp.json()
+            assert resp.status_code in (200, 409), (resp.status_code, data)
+            with self.lock:
+                self.done += 1
+                self.answers[str(resp.status_code)] += 1
+                for inst in data.get("instances") or []:
+                    self.built[inst["instance_uuid"]] = inst["compute_node_uuid"]
+                plain = "hints" not in body
+                if resp.status_code == 409 and plain:
+                    self.no_valid_host_streak += 1
+                elif plain:
+                    self.no_valid_host_streak = 0
+                if self.no_valid_host_streak >= 40:
+                    self.stop.set()
+            return
+        raise AssertionError(f"boot {body} got no answer within 90 s")
+
+    def worker(self) -> None:
+        with httpx.Client() as client:
+            while not self.stop.is_set():
+                self.boot(client)
+
+
+def _wait(predicate: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not predicate():
+        time.sleep(0.2)
+
+
+def test_distributed_boots_hold_under_kills_and_a_broker_restart(cluster: LocalCluster) -> None:
+    api = cluster.alive_urls()[0]
+    cluster.wait_hosts(api, HOSTS)
+    load = Load(cluster)
+    faults: list[str] = []
+
+    def inject() -> None:
+        _wait(lambda: load.done >= 250 or load.stop.is_set(), 600)
+        cluster.kill("scheduler0")
+        faults.append(f"scheduler0 killed after {load.done} boots")
+        _wait(lambda: load.done >= 450 or load.stop.is_set(), 600)
+        cluster.kill("api1")
+        faults.append(f"api1 killed after {load.done} boots")
+        _wait(lambda: load.done >= 650 or load.stop.is_set(), 600)
+        faults.append(f"broker restarted after {load.done} boots")
+        restart_broker()
+
+    injector = threading.Thread(target=inject)
+    injector.start()
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        for future in [pool.submit(load.worker) for _ in range(CLIENTS)]:
+            future.result()
+    injector.join(timeout=300)
+    assert len(faults) == 3, (faults, load.done)
+    assert load.done >= 1000, (load.done, load.answers)
+
+    # Reports resume after the broker restart: every host is up again.
+    cluster.wait_hosts(api, HOSTS, timeout=60)
+    time.sleep(3)  # the last builds' reports
+
+    engine = sa.create_engine(cluster.db_url)
+    try:
+        with engine.connect() as conn:
+            over = conn.execute(sa.text(
+                "SELECT a.resource_provider_id, a.resource_class_id, SUM(a.used), "
+                "MAX(i.total), MAX(i.reserved), MAX(i.allocation_ratio) FROM allocations a "
+                "JOIN inventories i ON i.resource_provider_id = a.resource_provider_id "
+                "AND i.resource_class_id = a.resource_class_id "
+                "GROUP BY a.resource_provider_id, a.resource_class_id "
+                "HAVING SUM(a.used) > (MAX(i.total) - MAX(i.reserved)) * MAX(i.allocation_ratio)"
+            )).all()
+            reports = [json.loads(r) for r in conn.execute(
+                sa.text("SELECT report FROM berth_compute_nodes")).scalars()]
+            allocs = conn.execute(sa.text(
+                "SELECT a.consumer_id, rp.uuid FROM allocations a "
+                "JOIN resource_providers rp ON rp.id = a.resource_provider_id")).all()
+            groups = conn.execute(sa.text(
+                "SELECT name, policy, members FROM berth_server_groups")).all()
+    finally:
+        engine.dispose()
+    assert over == [], f"over-committed (provider, class, used, total, reserved, ratio): {over}"
+
+    where: dict[str, str] = {}
+    duplicated = []
+    for report in reports:
+        for inst in report.get("instances") or []:
+            if inst["uuid"] in where:
+                duplicated.append(inst["uuid"])
+            where[inst["uuid"]] = report["uuid"]
+    assert duplicated == [], f"instances on two hosts: {duplicated[:10]}"
+    held: dict[str, set[str]] = collections.defaultdict(set)
+    for consumer, provider in allocs:
+        held[consumer].add(provider)
+    wrong = {u: (h, sorted(held.get(u, ()))) for u, h in where.items()
+             if held.get(u) != {h}}
+    assert wrong == {}, f"built instances without exactly one allocation on their host: " \
+                        f"{list(wrong.items())[:10]}"
+    lost = sorted(set(load.built) - set(where))
+    assert lost == [], f"instances answered as built but on no host: {lost[:10]}"
+
+    violations = []
+    host_of = {u: h for u, h in where.items()}
+    for name, policy, members in groups:
+        hosts = [host_of[m] for m in json.loads(members) if m in host_of]
+        if policy == "anti-affinity" and len(hosts) != len(set(hosts)):
+            violations.append((name, collections.Counter(hosts).most_common(2)))
+        if policy == "affinity" and len(set(hosts)) > 1:
+            violations.append((name, sorted(set(hosts))))
+    assert violations == [], f"group policy violations: {violations}"
+
+    # Claims of boots in flight in the SIGKILLed API process have no instance; nothing
+    # else may be left. A boot holds at most 5 claims; every client thread had at most
+    # one boot in that process.
+    orphans = sorted(set(held) - set(where))
+    assert len(orphans) <= 5 * CLIENTS, f"{len(orphans)} allocations without an instance"
+
+    # The same through the Placement API: each built instance's allocations, and every
+    # provider's usage within its capacity.
+    with PlacementClient(api + "/placement") as client:
+        for uuid, provider in random.Random(1).sample(sorted(where.items()), k=min(300, len(where))):
+            got = client.get_allocations(uuid).allocations
+            assert list(got) == [provider], (uuid, got)
+        for provider in {r["uuid"] for r in reports}:
+            usages = client.provider_usages(provider)
+            _, inventories = client.get_inventories(provider)
+            for rc, used in usages.items():
+                inv = inventories[rc]
+                assert used <= (inv["total"] - inv["reserved"]) * inv["allocation_ratio"], (
+                    provider, rc, used, inv)
+    print(f"\n{load.done} boots, {len(where)} instances on {HOSTS} hosts, answers "
+          f"{dict(load.answers)}, {len(orphans)} claims left by the killed API; {faults}")
+
+
+def _up_count(url: str) -> int:
+    hosts = httpx.get(url + "/hosts", timeout=30).json()["hosts"]
+    return sum(1 for h in hosts if h["up"])
+
+
+def test_hosts_whose_reports_stop_go_down_and_come_back(tmp_path: Path) -> None:
+    """A fleet's reports stop (its process paused): its hosts go down after
+    service_down_time and come back when the reports resume. A scheduler that starts
+    meanwhile counts the hosts up from its start (the grace period) rather than down
+    because their stored heartbeats are old, and down once no report came in time."""
+    reason = rabbit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    cloud = tmp_path / "cloud.yaml"
+    _cloud(cloud, 20)
+    with fresh_pg_database("berth_live") as db, rabbit_vhost("berth_live") as bus:
+        c = LocalCluster(tmp_path / "run", db, bus, cloud, schedulers=1, apis=1, options={
+            "DEFAULT": {"report_interval": 1, "service_down_time": 6}})
+        try:
+            c.start()
+            api = c.alive_urls()[0]
+            c.wait_hosts(api, 20, timeout=30)
+            compute = c.procs["compute"]
+            compute.send_signal(signal.SIGSTOP)
+            try:
+                _wait(lambda: _up_count(api) == 0, 30)
+                assert _up_count(api) == 0
+                # A new scheduler, while no host reports: up during the grace period.
+                c.kill("scheduler0")
+                c.start_scheduler("scheduler1")
+                assert _up_count(api) == 20
+                _wait(lambda: _up_count(api) == 0, 30)
+                assert _up_count(api) == 0
+            finally:
+                compute.send_signal(signal.SIGCONT)
+            c.wait_hosts(api, 20, timeout=30)
+        finally:
+            c.close()

@@ -1,0 +1,71 @@
+"""What travels on the bus comes back as it left."""
+
+from __future__ import annotations
+
+import pytest
+
+from berth.errors import InputError, NoValidHost
+from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
+from berth.model.request import Flavor, ImageMeta, InstanceGroup, RequestSpec
+from berth.model.selection import Selection
+from berth.pipeline import Decision
+from berth.service.wire import (
+    decision_from_wire,
+    decision_to_wire,
+    error_from_wire,
+    error_to_wire,
+    spec_from_wire,
+    spec_to_wire,
+)
+
+
+def _spec() -> RequestSpec:
+    return RequestSpec(
+        flavor=Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20, id=2,
+                      extra_specs={"hw:cpu_policy": "shared"}),
+        image=ImageMeta(id="img", name="cirros", disk_format="qcow2",
+                        properties={"hw_architecture": "x86_64"}),
+        scheduler_hints={"group": "g1", "different_host": ["a", "b"]},
+        instance_group=InstanceGroup(policy="anti-affinity", uuid="u1", name="g1",
+                                     rules={"max_server_per_host": 2}, members=["m1"]),
+        project_id="p", user_id="u", availability_zone="az1", num_instances=3,
+        ignore_hosts=["h9"], force_hosts=None)
+
+
+def test_a_boot_spec_round_trips() -> None:
+    spec = _spec()
+    back = spec_from_wire(spec_to_wire(spec))
+    assert back.flavor == spec.flavor
+    assert back.image is not None and back.image.properties == spec.image.properties  # type: ignore[union-attr]
+    assert back.scheduler_hints == spec.scheduler_hints
+    assert back.instance_group == spec.instance_group
+    assert (back.project_id, back.user_id, back.availability_zone, back.num_instances,
+            back.ignore_hosts) == ("p", "u", "az1", 3, ["h9"])
+
+
+def test_a_spec_with_fields_the_bus_does_not_carry_is_refused() -> None:
+    spec = _spec()
+    spec.force_nodes = ["n1"]
+    with pytest.raises(ValueError, match="force_nodes"):
+        spec_to_wire(spec)
+
+
+def test_a_decision_round_trips_with_its_allocation_requests() -> None:
+    chosen = Selection(compute_node_uuid="c1", service_host="h1", nodename="h1", cell_uuid="cell",
+                       limits={"vcpu": 32.0}, allocation_request='{"allocations": {}}',
+                       allocation_request_version="1.36", availability_zone="nova")
+    alternate = Selection(compute_node_uuid="c2", service_host="h2", nodename="h2", cell_uuid="cell")
+    decision = Decision([[chosen, alternate]], ["i1"])
+    back = decision_from_wire(decision_to_wire(decision))
+    assert back.selections == [[chosen, alternate]] and back.instance_uuids == ["i1"]
+
+
+def test_errors_come_back_as_their_class_with_the_diagnosis() -> None:
+    diagnosis = Diagnosis([InstanceDiagnosis(0, None, hosts_considered=3,
+                                             steps=[FilterStep("request filters", 3, 0)])])
+    back = error_from_wire(error_to_wire(NoValidHost("no room", diagnosis=diagnosis)))
+    assert isinstance(back, NoValidHost)
+    assert back.message == "No valid host was found. no room"
+    assert back.diagnosis is not None and back.diagnosis.to_dict() == diagnosis.to_dict()
+    bad = error_from_wire(error_to_wire(InputError("flavor: nope", field="flavor")))
+    assert isinstance(bad, InputError) and bad.details == {"field": "flavor"}
