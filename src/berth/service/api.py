@@ -67,8 +67,9 @@ for a body that does not parse or nests too deeply), 409 for scheduling failures
 ``...max_retries_exceeded``), 503 ``berth.unavailable`` with ``Retry-After`` when the
 database is unreachable or locked past its timeout (reads such as ``GET /hosts`` are
 retried first; a boot is not repeated, and one whose every failed instance failed for
-that reason is a 503 listing what was built), as
-``{"error": {"code": ..., "message": ...}}``.
+that reason is a 503 listing what was built), or when a scheduler or compute agent
+behind the message bus did not answer (``berth.unavailable.bus*``: the boot left no
+claim behind and may be retried), as ``{"error": {"code": ..., "message": ...}}``.
 """
 
 from __future__ import annotations

@@ -104,8 +104,9 @@ class Bus:
         the topic's fanout; returns the started oslo.messaging server."""
         target = self._om.Target(topic=topic, server=server, version=RPC_VERSION)
         access = self._om.rpc.dispatcher.DefaultRPCAccessPolicy
+        # Threads (oslo.messaging's default executor; eventlet is not used).
         rpc_server = self._om.get_rpc_server(self.transport, target, list(endpoints),
-                                             executor="threading", access_policy=access)
+                                             access_policy=access)
         # The threading executor's pool size (oslo.messaging's executor_thread_pool_size).
         rpc_server.conf.set_override("executor_thread_pool_size", workers)
         rpc_server.start()

@@ -1,0 +1,95 @@
+"""Host reports through the bus: what reaches the database, what a scheduler applies,
+and the start-up grace."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from berth.placement.db import prepare
+from berth.service.bus import Bus
+from berth.service.compute import (
+    ComputeAgent,
+    ComputeNodeSpec,
+    ComputeRecordStore,
+    record_to_report,
+)
+from berth.service.reports import BusFeed, BusRecordStore
+
+
+def _report(host: str, beat: float, instances: int = 0) -> dict[str, Any]:
+    agent = ComputeAgent(ComputeNodeSpec(host=host, vcpus=8, memory_mb=8192, local_gb=100),
+                         client=None, records=None, clock=lambda: 1.0)  # type: ignore[arg-type]
+    for i in range(instances):
+        from berth.model.request import Flavor
+
+        agent.spawn(f"00000000-0000-4000-8000-{i:012d}", Flavor("t", 1, 512, 1), publish=False)
+    return record_to_report(agent.host_record(beat))
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Any:
+    eng = prepare(f"sqlite:///{tmp_path}/r.sqlite")
+    yield eng
+    eng.dispose()
+
+
+def test_a_report_reaches_the_database_only_when_more_than_its_heartbeat_changed(engine: Any) -> None:
+    bus = Bus("fake:/")
+    got: list[dict[str, Any]] = []
+
+    class Scheduler:
+        def update_host_states(self, ctxt: Any, reports: list[dict[str, Any]]) -> None:
+            got.extend(reports)
+
+    bus.serve("scheduler", "s1", [Scheduler()])
+    records = BusRecordStore(engine, bus, flush_interval=0.01)
+    try:
+        first = _report("h1", 100.0)
+        records.publish(first["uuid"], first, 100.0)
+        top = records.latest()
+        records.publish(first["uuid"], _report("h1", 110.0), 110.0)
+        assert records.latest() == top  # a heartbeat alone is not written
+        records.publish(first["uuid"], _report("h1", 120.0, instances=1), 120.0)
+        assert records.latest() == top + 1
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+                r["service"]["last_seen_up"] == 120.0 for r in got):
+            time.sleep(0.05)
+        assert got and got[-1]["service"]["last_seen_up"] == 120.0
+    finally:
+        records.close()
+        bus.close()
+
+
+def test_a_scheduler_keeps_the_newest_report_of_each_host(engine: Any) -> None:
+    feed = BusFeed(ComputeRecordStore(engine), service_down_time=60, clock=lambda: 1000.0)
+    feed.warm()
+    feed.receive([_report("h1", 200.0, instances=2), _report("h1", 150.0)])
+    snapshot = feed.refresh()
+    row = snapshot.row_of("h1")
+    assert row is not None and len(snapshot.obj("instances")[row]) == 2
+    assert feed.stale_dropped == 1
+
+
+def test_a_starting_scheduler_gives_hosts_that_were_up_a_grace_period(engine: Any) -> None:
+    store = ComputeRecordStore(engine)
+    for host, beat in [("fresh", 500.0), ("lagging", 470.0), ("dead", 100.0)]:
+        report = _report(host, beat)
+        store.publish(report["uuid"], report, beat)
+    feed = BusFeed(store, service_down_time=60, clock=lambda: 5000.0)
+    snapshot = feed.warm()
+    beats = {snapshot.obj("host")[r]: snapshot.num("service_heartbeat")[r]
+             for r in range(len(snapshot))}
+    # Up when the reports were written (within 60 s of the newest): counted from the
+    # scheduler's start. Already down then: stays down.
+    assert beats == {"fresh": 5000.0, "lagging": 5000.0, "dead": 100.0}
+    # A report from the bus that predates the start still applies (ordered by the beat
+    # the host sent, not the lifted one).
+    feed.receive([_report("fresh", 600.0, instances=1)])
+    snapshot = feed.refresh()
+    row = snapshot.row_of("fresh")
+    assert row is not None and snapshot.num("service_heartbeat")[row] == 600.0
