@@ -93,3 +93,40 @@ def test_a_starting_scheduler_gives_hosts_that_were_up_a_grace_period(engine: An
     snapshot = feed.refresh()
     row = snapshot.row_of("fresh")
     assert row is not None and snapshot.num("service_heartbeat")[row] == 600.0
+
+
+def test_an_unchanged_host_reports_its_heartbeat_alone_and_the_scheduler_applies_it(
+        engine: Any) -> None:
+    bus = Bus("fake:/")
+    feed = BusFeed(ComputeRecordStore(engine), service_down_time=60, clock=lambda: 0.0)
+    calls: list[str] = []
+
+    class Scheduler:
+        def update_host_states(self, ctxt: Any, reports: list[dict[str, Any]]) -> None:
+            calls.append("reports")
+            feed.receive(reports)
+
+        def host_heartbeats(self, ctxt: Any, beats: dict[str, float]) -> None:
+            calls.append("beats")
+            feed.receive_beats(beats)
+
+    bus.serve("scheduler", "s1", [Scheduler()])
+    records = BusRecordStore(engine, bus, flush_interval=0.01)
+    try:
+        feed.warm()
+        first = _report("h1", 100.0)
+        records.publish(first["uuid"], first, 100.0)
+        records.flush()
+        records.publish(first["uuid"], _report("h1", 130.0), 130.0)
+        records.flush()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and calls != ["reports", "beats"]:
+            time.sleep(0.05)
+        assert calls == ["reports", "beats"]
+        snapshot = feed.refresh()
+        row = snapshot.row_of("h1")
+        assert row is not None and snapshot.num("service_heartbeat")[row] == 130.0
+        assert snapshot.obj("service")[row].last_seen_up == 130.0
+    finally:
+        records.close()
+        bus.close()

@@ -40,6 +40,10 @@ from berth.service.reports import BusRecordStore
 LOG = logging.getLogger(__name__)
 
 
+#: Every this many report rounds, every host's report goes whole (not as a heartbeat).
+FULL_REPORT_EVERY = 6
+
+
 class Fleet:
     """The agents of one ``berth compute`` process."""
 
@@ -111,7 +115,11 @@ class Fleet:
         period = float(interval if interval is not None else self.config.report_interval)
 
         def loop() -> None:
+            rounds = 0
             while not self._stop.wait(period):
+                rounds += 1
+                if rounds % FULL_REPORT_EVERY == 0:
+                    self.records.resend_all()
                 self.report_all()
 
         self._thread = threading.Thread(target=loop, name="fleet-reports", daemon=True)

@@ -7,8 +7,11 @@ A compute agent's report (the :class:`~berth.snapshot.HostRecord` as JSON, see
   (seed 003: "every compute node periodically publishes its status, available
   resources and capabilities to the scheduler through the queue"). Reports are
   coalesced: an agent process sends what changed every ``flush_interval`` (50 ms) in
-  one message per chunk of :data:`CHUNK` reports, and the periodic heartbeat of a whole
-  fleet is a handful of messages, not one per host;
+  one message per chunk of :data:`CHUNK` reports. A report whose content is the one
+  last sent for its host goes as its heartbeat alone (the ``host_heartbeats`` cast,
+  every such host of the process in one message), so a fleet's periodic reports cost a
+  scheduler a number per host, not a report to parse; every host's report goes whole
+  again now and then (:meth:`BusRecordStore.resend_all`);
 * to the shared database (:class:`~berth.service.compute.ComputeRecordStore`), only when
   something besides the heartbeat changed: it is what a scheduler warms its snapshot
   from before it serves, what an agent restarted on the same database takes its
@@ -28,6 +31,7 @@ arrives within ``service_down_time`` of it. A host already down then stays down.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import threading
@@ -84,6 +88,10 @@ class BusRecordStore(ComputeRecordStore):
         self._stored: dict[str, str] = {}
         self._preloaded: dict[str, dict[str, Any]] | None = None
         self._outbox: dict[str, dict[str, Any]] = {}
+        #: Heartbeats of hosts whose last report sent is still their state.
+        self._beats_out: dict[str, float] = {}
+        #: The content of the last report sent on the bus, per host.
+        self._sent: dict[str, str] = {}
         self._deferred: list[tuple[str, Mapping[str, Any], float | None]] | None = None
         self._out_lock = threading.Lock()
         self._stop = threading.Event()
@@ -125,8 +133,19 @@ class BusRecordStore(ComputeRecordStore):
                 seq = super().publish(uuid, report, heartbeat)
             self._stored[uuid] = key
         with self._out_lock:
-            self._outbox[uuid] = dict(report)
+            if self._sent.get(uuid) == key and uuid not in self._outbox and heartbeat is not None:
+                self._beats_out[uuid] = float(heartbeat)
+            else:
+                self._outbox[uuid] = dict(report)
+                self._beats_out.pop(uuid, None)
+                self._sent[uuid] = key
         return seq
+
+    def resend_all(self) -> None:
+        """Send the next report of every host whole, not as a heartbeat (a periodic
+        full refresh, so a scheduler that missed a report catches up)."""
+        with self._out_lock:
+            self._sent.clear()
 
     def begin_deferred(self) -> None:
         """Collect database writes until :meth:`end_deferred`."""
@@ -190,6 +209,17 @@ class BusRecordStore(ComputeRecordStore):
         meanwhile, and is retried on the next flush."""
         with self._out_lock:
             out, self._outbox = self._outbox, {}
+            beats, self._beats_out = self._beats_out, {}
+        if beats:
+            try:
+                self._fanout.cast("host_heartbeats", beats=beats)
+                self.sent_messages += 1
+            except BusError as exc:
+                self.failed_sends += 1
+                LOG.warning("heartbeats not sent (%s); retrying", exc)
+                with self._out_lock:
+                    for uuid, beat in beats.items():
+                        self._beats_out.setdefault(uuid, beat)
         if not out:
             return 0
         reports = list(out.values())
@@ -203,7 +233,10 @@ class BusRecordStore(ComputeRecordStore):
                 LOG.warning("host reports not sent (%s); retrying", exc)
                 with self._out_lock:
                     for report in reports[start:]:
-                        self._outbox.setdefault(str(report.get("uuid")), report)
+                        uuid = str(report.get("uuid"))
+                        if uuid not in self._outbox:
+                            self._outbox[uuid] = report
+                            self._beats_out.pop(uuid, None)
                 break
             sent += len(chunk)
             self.sent_messages += 1
@@ -244,6 +277,7 @@ class BusFeed(SnapshotFeed):
         self.clock = clock
         self.started_at = clock()
         self._pending: collections.deque[Mapping[str, Any]] = collections.deque()
+        self._pending_beats: collections.deque[Mapping[str, float]] = collections.deque()
         self._aggregates_stale = True
         self._beats: dict[str, float] = {}
         self.applied = 0
@@ -271,6 +305,10 @@ class BusFeed(SnapshotFeed):
         """Queue reports from the bus."""
         self._pending.extend(reports)
 
+    def receive_beats(self, beats: Mapping[str, float]) -> None:
+        """Queue heartbeats (node uuid -> beat) from the bus."""
+        self._pending_beats.append(beats)
+
     def aggregates_changed(self) -> None:
         """The aggregates are to be re-read before the next request."""
         self._aggregates_stale = True
@@ -284,7 +322,34 @@ class BusFeed(SnapshotFeed):
             pending = self._pending
             while pending:
                 self._apply(pending.popleft())
+            beats = self._pending_beats
+            while beats:
+                for uuid, beat in beats.popleft().items():
+                    self._apply_beat(uuid, float(beat))
         return self.snapshot
+
+    def _apply_beat(self, uuid: str, beat: float) -> None:
+        """A host's new heartbeat: the service record and its column (both paths of
+        ComputeFilter read the same). A host this snapshot does not know yet (its
+        report went by before this scheduler listened) is read from the database."""
+        last = self._beats.get(uuid)
+        if last is not None and beat < last:
+            self.stale_dropped += 1
+            return
+        row = self.uuid_rows.get(uuid)
+        if row is None:
+            stored = self.store.report_of(uuid)
+            if stored is not None:
+                self._apply(_with_beat(stored, beat), force=True)
+                self._beats[uuid] = beat
+            return
+        self._beats[uuid] = beat
+        services = self.snapshot.obj("service")
+        service = services[row]
+        if service is not None:
+            services[row] = dataclasses.replace(service, last_seen_up=beat, updated_at=beat)
+        self.snapshot.update_host(row, service_heartbeat=beat)
+        self.applied += 1
 
     def _apply(self, report: Mapping[str, Any], force: bool = False) -> None:
         uuid = str(report.get("uuid") or report["host"])

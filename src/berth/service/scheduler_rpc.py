@@ -10,6 +10,8 @@ Every ``berth scheduler`` process serves topic ``scheduler`` (reference
   ``{"error": ...}`` answer (NoValidHost with its diagnosis, a bad request);
 * ``update_host_states(reports)`` — fanout cast from the compute agents
   (:mod:`berth.service.reports`);
+* ``host_heartbeats(beats)`` — fanout cast: node uuid -> heartbeat, for hosts whose
+  state is the one they last reported;
 * ``update_aggregates()`` — fanout cast: the host aggregates changed in the database
   (Nova's cast of the same name carries the aggregates; Berth's say where to read);
 * ``hosts()`` — a call: ``GET /hosts`` as this scheduler sees the hosts.
@@ -91,6 +93,10 @@ class SchedulerEndpoint:
     def update_host_states(self, ctxt: Any, reports: list[dict[str, Any]]) -> None:
         """Queue host reports for the snapshot."""
         self.feed.receive(reports)
+
+    def host_heartbeats(self, ctxt: Any, beats: dict[str, float]) -> None:
+        """Queue heartbeats of hosts whose state did not change."""
+        self.feed.receive_beats(beats)
 
     def update_aggregates(self, ctxt: Any) -> None:
         """Re-read the aggregates before the next request."""
