@@ -12,9 +12,11 @@ agent does for itself, in bulk:
   process runs each host goes to the agent directory. Heartbeats start with the first
   registered host, so no host waits for the others to be counted up;
 * **reports** (:meth:`Fleet.report_all`, every ``report_interval`` from
-  :meth:`Fleet.start`): each agent's report goes to the schedulers over the bus (see
-  :mod:`berth.service.reports` for what reaches the database), and after every build
-  or destroy its host reports at once.
+  :meth:`Fleet.start`): after every build or destroy a host reports its whole state at
+  once; every ``report_interval`` each host sends its heartbeat, and every
+  :data:`FULL_REPORT_EVERY`-th round its whole state again (see
+  :mod:`berth.service.reports` for what reaches the database). At 10,000 hosts building
+  every report each round cost the process ~4 s of CPU per round.
 """
 
 from __future__ import annotations
@@ -94,8 +96,10 @@ class Fleet:
         self.registration_s = time.perf_counter() - started
         return self.registration_s
 
-    def report_all(self) -> int:
-        """Every registered, non-silent agent reports now; returns how many did."""
+    def report_all(self, whole: bool = True) -> int:
+        """Every registered, non-silent agent reports now: its whole state, or with
+        ``whole`` false its heartbeat alone (its state went out with its last change:
+        every build and destroy reports at once). Returns how many reported."""
         with self._reg_lock:
             agents = list(self._registered)
         count = 0
@@ -103,7 +107,12 @@ class Fleet:
             if agent.silent:
                 continue
             try:
-                agent.report()
+                if whole:
+                    agent.report()
+                else:
+                    beat = time.time()
+                    agent.last_heartbeat = beat
+                    self.records.heartbeat(agent.uuid, beat)
                 count += 1
             except Exception:  # one host's failure must not silence the others
                 LOG.exception("compute %s: report failed", agent.node.host)
@@ -118,9 +127,10 @@ class Fleet:
             rounds = 0
             while not self._stop.wait(period):
                 rounds += 1
-                if rounds % FULL_REPORT_EVERY == 0:
+                whole = rounds % FULL_REPORT_EVERY == 0
+                if whole:
                     self.records.resend_all()
-                self.report_all()
+                self.report_all(whole=whole)
 
         self._thread = threading.Thread(target=loop, name="fleet-reports", daemon=True)
         self._thread.start()

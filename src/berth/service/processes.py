@@ -227,11 +227,31 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         feed.warm()
         endpoint.ready.set()
         print(f"ready: scheduler {name} with {len(feed.snapshot)} hosts", flush=True)
+        threading.Thread(target=_log_stats, args=(name, service, feed), daemon=True).start()
         _wait_for_signal()
     finally:
         bus.close()
         stack.close()
     return 0
+
+
+def _log_stats(name: str, service: Any, feed: Any, period: float = 30.0) -> None:
+    """Log the scheduler's requests and their latency in the scheduler (its share of a
+    boot's time) every ``period`` seconds while it has work."""
+    import time
+
+    seen = 0
+    while True:
+        time.sleep(period)
+        latencies = service.stats.latencies[seen:]
+        seen += len(latencies)
+        if not latencies:
+            continue
+        ordered = sorted(latencies)
+        LOG.info("scheduler %s: %d requests in %.0f s, in-scheduler p50 %.1f ms p99 %.1f ms; "
+                 "%d host updates applied", name, len(ordered), period,
+                 1000 * ordered[len(ordered) // 2], 1000 * ordered[int(0.99 * (len(ordered) - 1))],
+                 feed.applied)
 
 
 # --------------------------------------------------------------------------- api

@@ -141,6 +141,16 @@ class BusRecordStore(ComputeRecordStore):
                 self._sent[uuid] = key
         return seq
 
+    def heartbeat(self, uuid: str, beat: float) -> None:
+        """Queue a heartbeat alone for a host whose state its last report carries (a
+        report still queued for it takes the newer beat instead)."""
+        with self._out_lock:
+            queued = self._outbox.get(uuid)
+            if queued is not None:
+                self._outbox[uuid] = _with_beat(queued, beat)
+            else:
+                self._beats_out[uuid] = float(beat)
+
     def resend_all(self) -> None:
         """Send the next report of every host whole, not as a heartbeat (a periodic
         full refresh, so a scheduler that missed a report catches up)."""
@@ -377,5 +387,6 @@ def _beat(report: Mapping[str, Any]) -> float | None:
 
 def _with_beat(report: Mapping[str, Any], beat: float) -> dict[str, Any]:
     out = dict(report)
-    out["service"] = {**dict(report["service"]), "last_seen_up": beat}
+    if isinstance(report.get("service"), Mapping):
+        out["service"] = {**dict(report["service"]), "last_seen_up": beat}
     return out
