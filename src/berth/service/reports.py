@@ -21,11 +21,12 @@ A compute agent's report (the :class:`~berth.snapshot.HostRecord` as JSON, see
 both); :class:`BusFeed` is a scheduler's snapshot fed from the fanout.
 
 Liveness: the scheduler judges a host up from the heartbeat its last report carried
-(``service_down_time``, as always). Stored heartbeats lag, since the database is not
-written for a heartbeat alone; so a scheduler that starts gives every host that was up
-when the stored reports were last written a grace period: its heartbeat counts from the
-scheduler's start (never earlier than its own), and the host is down only if no report
-arrives within ``service_down_time`` of it. A host already down then stays down.
+(``service_down_time``, as always). Stored heartbeats say nothing about liveness, since
+the database is not written for a heartbeat alone (and a fleet's registration may take
+longer than ``service_down_time``); so a scheduler that starts counts every stored
+host's heartbeat from its own start (a grace period): the host is down only if no report
+of it arrives within ``service_down_time`` of that. A host forced down stays down
+(ComputeFilter reads ``forced_down`` whatever the heartbeat).
 """
 
 from __future__ import annotations
@@ -294,14 +295,13 @@ class BusFeed(SnapshotFeed):
         self.stale_dropped = 0
 
     def warm(self) -> HostSnapshot:
-        """Load every stored report (with the start-up grace, see the module doc)."""
+        """Load every stored report, each host's heartbeat counted from this
+        scheduler's start when it is older (the start-up grace, see the module doc)."""
         with self._lock:
             reports, top, _ = self.store.changes(0)
-            beats = [_beat(r) for r in reports]
-            newest = max((b for b in beats if b is not None), default=None)
-            for report, beat in zip(reports, beats):
-                if (beat is not None and newest is not None
-                        and newest - beat <= self.service_down_time and beat < self.started_at):
+            for report in reports:
+                beat = _beat(report)
+                if beat is not None and beat < self.started_at:
                     report = _with_beat(report, self.started_at)
                 self._apply(report, force=True)
                 if beat is not None:  # order later reports by the beat the host sent
