@@ -150,7 +150,7 @@ class LocalCluster:
 
     def start_scheduler(self, name: str) -> str:
         """Start one scheduler process; returns its ready line."""
-        self._spawn(name, "scheduler", "--name", name)
+        self._spawn(name, "scheduler", "--name", name, "--workers", "1")
         return self._wait_ready(name, "ready:")
 
     def start(self) -> None:

@@ -4,7 +4,7 @@
                     [--config-file nova.conf] [--transport-url URL] [--server NAME]
                     [--threads N] [--fail-host HOST ...]
     berth scheduler --db URL [--config-file nova.conf] [--transport-url URL]
-                    [--name NAME] [--seed N]
+                    [--name NAME] [--seed N] [--workers N]
     berth api       --db URL [--host H] [--port N] [--cloud FILE] [--config-file nova.conf]
                     [--transport-url URL] [--threads N] [--seed N]
 
@@ -18,7 +18,8 @@ RabbitMQ across machines) and the shared database (PostgreSQL across machines):
   ``compute.<server>``;
 * ``scheduler`` warms its host snapshot from the stored reports, then serves
   ``select_destinations`` on topic ``scheduler`` and follows the hosts' reports; run
-  as many as wanted, anywhere;
+  as many as wanted, anywhere (``--workers N``, or ``[scheduler] workers``, starts N
+  worker processes here);
 * ``api`` serves ``POST /boot`` / ``GET /hosts`` (as ``berth serve`` does) and the
   Placement API under ``/placement``; a boot asks a scheduler over the bus and builds
   through the hosts' agents. ``--cloud`` gives it a cloud file's flavors, images and
@@ -80,6 +81,9 @@ def add_commands(subparsers: Any) -> None:
     common(s)
     s.add_argument("--name", help="this scheduler's RPC server name (default host-pid)")
     s.add_argument("--seed", type=int, default=None, help="random seed of the scheduler")
+    s.add_argument("--workers", type=positive_int, default=None,
+                   help="worker processes (default [scheduler] workers, else one per "
+                        "CPU, as Nova's); each serves the topic with its own snapshot")
     s.set_defaults(func=cmd_scheduler)
 
     a = subparsers.add_parser("api", help="run the boot API (and Placement API) over the bus")
@@ -215,6 +219,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         bus.close()
         return _fail("scheduler", f"cannot open database {args.db!r}: {exc}")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    # Nova's default: one worker per CPU.
+    workers = args.workers or config.scheduler.workers or os.cpu_count() or 1
+    children = _start_workers(args, name, workers)
     try:
         feed = BusFeed(stack.records, service_down_time=effective_service_down_time(
             config.service_down_time, config.report_interval))
@@ -230,9 +237,32 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         threading.Thread(target=_log_stats, args=(name, service, feed), daemon=True).start()
         _wait_for_signal()
     finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.wait(timeout=30)
         bus.close()
         stack.close()
     return 0
+
+
+def _start_workers(args: argparse.Namespace, name: str, workers: int) -> list[Any]:
+    """Workers 2..N as child processes (``<name>-<i>``, one worker each, the seed
+    offset so that each breaks ties in its own order); this process is worker 1."""
+    import subprocess
+
+    children = []
+    for i in range(1, workers):
+        argv = [sys.executable, "-m", "berth.cli", "scheduler", "--db", args.db,
+                "--name", f"{name}-{i}", "--workers", "1"]
+        for path in args.config_file:
+            argv += ["--config-file", path]
+        if args.transport_url:
+            argv += ["--transport-url", args.transport_url]
+        if args.seed is not None:
+            argv += ["--seed", str(args.seed + i)]
+        children.append(subprocess.Popen(argv))
+    return children
 
 
 def _log_stats(name: str, service: Any, feed: Any, period: float = 30.0) -> None:
