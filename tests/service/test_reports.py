@@ -130,3 +130,26 @@ def test_an_unchanged_host_reports_its_heartbeat_alone_and_the_scheduler_applies
     finally:
         records.close()
         bus.close()
+
+
+def test_reports_written_from_many_threads_share_commits_and_all_arrive(engine: Any) -> None:
+    import threading
+
+    bus = Bus("fake:/")
+    records = BusRecordStore(engine, bus, flush_interval=0.01)
+    try:
+        reports = [_report(f"h{i}", 100.0, instances=i % 3) for i in range(40)]
+        threads = [threading.Thread(target=records.publish, args=(r["uuid"], r, 100.0))
+                   for r in reports]
+        start = records.latest()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stored = {r["uuid"] for r in ComputeRecordStore(engine).reports()}
+        assert stored == {r["uuid"] for r in reports}
+        # One change number per report, whatever the batching.
+        assert records.latest() - start == 40
+    finally:
+        records.close()
+        bus.close()

@@ -95,6 +95,9 @@ class BusRecordStore(ComputeRecordStore):
         self._sent: dict[str, str] = {}
         self._deferred: list[tuple[str, Mapping[str, Any], float | None]] | None = None
         self._out_lock = threading.Lock()
+        self._batch_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self._open_batch: _Batch | None = None
         self._stop = threading.Event()
         self.flush_interval = flush_interval
         #: Reports sent, messages sent, and sends that failed (retried next flush).
@@ -131,7 +134,7 @@ class BusRecordStore(ComputeRecordStore):
             if deferred is not None:
                 deferred.append((uuid, report, heartbeat))
             else:
-                seq = super().publish(uuid, report, heartbeat)
+                self._write_through(uuid, report, heartbeat)
             self._stored[uuid] = key
         with self._out_lock:
             if self._sent.get(uuid) == key and uuid not in self._outbox and heartbeat is not None:
@@ -157,6 +160,39 @@ class BusRecordStore(ComputeRecordStore):
         full refresh, so a scheduler that missed a report catches up)."""
         with self._out_lock:
             self._sent.clear()
+
+    def _write_through(self, uuid: str, report: Mapping[str, Any], beat: float | None) -> None:
+        """Write one report and return once it is committed, sharing the transaction
+        with the reports other threads write meanwhile (a group commit: one change
+        counter update and one commit for all of them, where one each would serialize
+        every build of the process on the counter's row)."""
+        batch = self._join_batch((uuid, report, beat))
+        batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
+
+    def _join_batch(self, item: tuple[str, Mapping[str, Any], float | None]) -> _Batch:
+        with self._batch_lock:
+            batch = self._open_batch
+            if batch is None:
+                batch = self._open_batch = _Batch()
+                leader = True
+            else:
+                leader = False
+            batch.items.append(item)
+        if leader:
+            # The first writer commits for everyone who joined while the previous
+            # batch was being written.
+            with self._commit_lock:
+                with self._batch_lock:
+                    self._open_batch = None
+                try:
+                    self.publish_many(batch.items)
+                except Exception as exc:  # every writer of the batch sees the failure
+                    batch.error = exc
+                finally:
+                    batch.done.set()
+        return batch
 
     def begin_deferred(self) -> None:
         """Collect database writes until :meth:`end_deferred`."""
@@ -270,6 +306,15 @@ class BusRecordStore(ComputeRecordStore):
         except Exception:
             LOG.exception("sending the last host reports failed")
         super().close()
+
+
+class _Batch:
+    """Reports written in one transaction, and the writers waiting for it."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, Mapping[str, Any], float | None]] = []
+        self.done = threading.Event()
+        self.error: Exception | None = None
 
 
 class BusFeed(SnapshotFeed):
