@@ -87,6 +87,8 @@ class LocalCluster:
     #: nova.conf options: {"DEFAULT": {"report_interval": 2}, ...}
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ready_timeout: float = 300.0
+    #: Extra arguments of every ``berth api`` (``--build-timeout 20``, ...).
+    api_args: tuple[str, ...] = ()
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     urls: dict[str, str] = field(default_factory=dict)
     ready_lines: dict[str, str] = field(default_factory=dict)
@@ -136,7 +138,7 @@ class LocalCluster:
     def start_api(self, name: str) -> str:
         """Start one API process; returns its URL once it listens."""
         port = free_port()
-        self._spawn(name, "api", "--port", str(port), "--cloud", str(self.cloud))
+        self._spawn(name, "api", "--port", str(port), "--cloud", str(self.cloud), *self.api_args)
         self._wait_ready(name, "listening on")
         self.urls[name] = f"http://127.0.0.1:{port}"
         return self.urls[name]

@@ -7,6 +7,7 @@
                     [--name NAME] [--seed N] [--workers N]
     berth api       --db URL [--host H] [--port N] [--cloud FILE] [--config-file nova.conf]
                     [--transport-url URL] [--threads N] [--seed N]
+                    [--build-timeout S] [--reconcile-interval S]
 
 All three meet on the message bus (``[DEFAULT] transport_url``, or ``--transport-url``;
 RabbitMQ across machines) and the shared database (PostgreSQL across machines):
@@ -23,7 +24,8 @@ RabbitMQ across machines) and the shared database (PostgreSQL across machines):
 * ``api`` serves ``POST /boot`` / ``GET /hosts`` (as ``berth serve`` does) and the
   Placement API under ``/placement``; a boot asks a scheduler over the bus and builds
   through the hosts' agents. ``--cloud`` gives it a cloud file's flavors, images and
-  server groups.
+  server groups. Every API process runs a reconciler (build heartbeat, release of the
+  claims of builds a crashed process abandoned), as ``berth serve`` does.
 
 ``berth serve`` remains the all-in-one process on the embedded defaults.
 
@@ -50,7 +52,8 @@ LOG = logging.getLogger("berth.service")
 
 def add_commands(subparsers: Any) -> None:
     """Register ``compute``, ``scheduler`` and ``api``."""
-    from berth.service.cli import host_count, port_number, positive_int
+    from berth.service.cli import host_count, port_number, positive_int, positive_seconds
+    from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--db", required=True, help="SQLAlchemy URL of the shared database")
@@ -95,6 +98,14 @@ def add_commands(subparsers: Any) -> None:
     a.add_argument("--threads", type=positive_int, default=16, help="server threads")
     a.add_argument("--seed", type=int, default=None,
                    help="seed of the instance uuids (default random)")
+    a.add_argument("--build-timeout", type=positive_seconds, default=DEFAULT_BUILD_TIMEOUT,
+                   metavar="SECONDS",
+                   help="a build not updated for this long was abandoned by a crashed "
+                        f"process: its claims are released (default {DEFAULT_BUILD_TIMEOUT:g})")
+    a.add_argument("--reconcile-interval", type=positive_seconds, default=None,
+                   metavar="SECONDS",
+                   help="seconds between heartbeats and reconciliation rounds (default "
+                        "the smaller of 10 and a quarter of --build-timeout)")
     a.set_defaults(func=cmd_api)
 
 
@@ -140,7 +151,6 @@ def cmd_compute(args: argparse.Namespace) -> int:
     from berth.placement.client import PlacementClient
     from berth.placement.db import prepare
     from berth.service.cli import cloud_nodes
-    from berth.service.compute import RunningInstances
     from berth.service.compute_rpc import COMPUTE_TOPIC, AgentDirectory, ComputeEndpoint
     from berth.service.conductor import FakeDriver
     from berth.service.fleet import Fleet, local_node
@@ -181,7 +191,8 @@ def cmd_compute(args: argparse.Namespace) -> int:
             return _fail("compute", f"--fail-host/--fail-first {host}: no such host here")
     driver = FakeDriver(fail_hosts=set(args.fail_host), fail_first=dict(args.fail_first),
                         agents=fleet.agents)
-    check = GroupPolicyCheck(RunningInstances(records), ServerGroupStore(engine))
+    groups = ServerGroupStore(engine)
+    check = GroupPolicyCheck(groups.placements, groups)
     try:
         fleet.start()
         seconds = fleet.register(threads=args.threads)
@@ -291,6 +302,7 @@ def cmd_api(args: argparse.Namespace) -> int:
 
     from berth.cloudfile import load_cloud
     from berth.service.api import DEFAULT_FLAVORS, SchedulerApp
+    from berth.service.builds import instance_uuid_rng
     from berth.service.compute_rpc import AgentDirectory, RemoteDriver
     from berth.service.conductor import Conductor
     from berth.service.placement import PlacementClaimer
@@ -334,10 +346,14 @@ def cmd_api(args: argparse.Namespace) -> int:
             for group in cloud.server_groups.values():
                 stack.groups.put(group)
         claimer = PlacementClaimer(stack.claims_client or stack.client)
-        remote = RemoteScheduler(bus, config, claimer, seed=args.seed)
+        remote = RemoteScheduler(bus, config, claimer,
+                                 uuid_rng=instance_uuid_rng(args.seed, stack.builds.start))
         conductor = Conductor(remote, RemoteDriver(bus, AgentDirectory(stack.engine)),
                               claimer=claimer, config=config, groups=stack.groups,
-                              late_check_on_compute=True)
+                              builds=stack.builds, late_check_on_compute=True)
+        reconciler = stack.reconciler(timeout=args.build_timeout,
+                                      interval=args.reconcile_interval)
+        reconciler.start()
         apps.append(SchedulerApp(remote, conductor, stack.placement_app, flavors, images,
                                  groups=stack.groups, hosts_view=remote.hosts))
 
@@ -350,6 +366,7 @@ def cmd_api(args: argparse.Namespace) -> int:
               f"placement under /placement; bus {bus.url.split('@')[-1]})", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             server.run()
+        reconciler.stop()
     finally:
         server.close()
         bus.close()

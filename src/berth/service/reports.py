@@ -14,8 +14,8 @@ A compute agent's report (the :class:`~berth.snapshot.HostRecord` as JSON, see
   again now and then (:meth:`BusRecordStore.resend_all`);
 * to the shared database (:class:`~berth.service.compute.ComputeRecordStore`), only when
   something besides the heartbeat changed: it is what a scheduler warms its snapshot
-  from before it serves, what an agent restarted on the same database takes its
-  instances back from, and where the late server-group check reads where instances run.
+  from before it serves, and what an agent restarted on the same database takes its
+  instances back from.
 
 :class:`BusRecordStore` is the agents' side (a record store whose ``publish`` does
 both); :class:`BusFeed` is a scheduler's snapshot fed from the fanout.
@@ -124,8 +124,9 @@ class BusRecordStore(ComputeRecordStore):
 
     def publish(self, uuid: str, report: Mapping[str, Any], heartbeat: float | None) -> int:
         """Queue the report for the schedulers; write it to the database first when it
-        changed beyond its heartbeat (so a build's instance is stored by the time the
-        build returns). Returns the change number written, or 0 when none was."""
+        changed beyond its heartbeat (so a build's instance is stored, for a restarted
+        agent, by the time the build returns). Returns 0: the change number is the
+        batch's."""
         key = _content_key(report)
         seq = 0
         if self._stored.get(uuid) != key:

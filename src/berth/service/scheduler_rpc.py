@@ -113,17 +113,17 @@ class RemoteScheduler:
     """Scheduler processes, called over the bus, behind the in-process interface.
 
     ``claimer`` is the caller's own (the conductor releases and claims alternates
-    through it). Instance uuids are random (a seeded generator only with ``seed``).
+    through it). Instance uuids come from ``uuid_rng``
+    (:func:`~berth.service.builds.instance_uuid_rng`: never re-issued), random without.
     """
 
     def __init__(self, bus: Bus, config: SchedulerConfig, claimer: PlacementClaimer, *,
-                 seed: int | None = None, timeout: float | None = None) -> None:
+                 uuid_rng: random.Random | None = None, timeout: float | None = None) -> None:
         self.bus = bus
         self.config = config
         self.claimer = claimer
         self.client = bus.client(SCHEDULER_TOPIC, timeout=timeout)
-        self.rng: random.Random = (random.Random(seed) if seed is not None
-                                   else random.SystemRandom())
+        self.rng: random.Random = uuid_rng or random.SystemRandom()
 
     def new_instance_uuids(self, count: int) -> list[str]:
         """``count`` new instance uuids."""
