@@ -213,3 +213,33 @@ def test_audit_of_a_missing_database_is_one_line(tmp_path: Path,
     assert capsys.readouterr().err.strip() == (
         f"berth audit: --db '{tmp_path / 'none.sqlite'}': no such database file")
     assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_an_abandoned_build_whose_instance_runs_on_its_claimed_host_is_completed(
+        tmp_path: Path) -> None:
+    """An API process killed while the agent built: the instance runs and holds its
+    claim; the reconciler records the build as active instead of releasing the claim."""
+    from berth.service.compute import ComputeNodeSpec
+    from berth.service.stack import open_stack
+
+    stack = open_stack(f"sqlite:///{tmp_path}/c.sqlite")
+    try:
+        agent = stack.agent(ComputeNodeSpec(host="h1", vcpus=8, memory_mb=8192, local_gb=100))
+        agent.register([])
+        crashed = BuildRecords(stack.engine, clock=lambda: 100.0)
+        uuid = "00000000-0000-4000-8000-00000000c0de"
+        crashed.begin([uuid], "req-1")
+        flavor = Flavor("t", 1, 512, 1)
+        stack.client.put_allocations(uuid, {agent.uuid: {"VCPU": 1, "MEMORY_MB": 512,
+                                                         "DISK_GB": 1}},
+                                     project_id="p", user_id="u", consumer_generation=None)
+        agent.spawn(uuid, flavor, "p")
+        findings = scan(stack.builds, stack.groups, timeout=10, now=1000.0)
+        assert [(b.instance_uuid, h) for b, h in findings.completed] == [(uuid, "h1")]
+        assert findings.abandoned == [] and findings.leaked == []
+        repair(findings, stack.builds, stack.groups, stack.client, timeout=10)
+        record = stack.builds.get(uuid)
+        assert record is not None and (record.state, record.host) == (ACTIVE, "h1")
+        assert stack.client.get_allocations(uuid).allocations
+    finally:
+        stack.close()

@@ -279,6 +279,19 @@ class BuildRecords:
                 .values(state=FAILED, reason=reason, updated_at=self._now()))
         return done.rowcount == 1
 
+    def complete_abandoned(self, record: BuildRecord, host: str) -> bool:
+        """Mark an abandoned ``building`` record ``active`` on ``host`` (its instance runs
+        there: the build finished after its conductor went away), unless it changed
+        since it was read."""
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                sa.update(builds)
+                .where(builds.c.instance_uuid == record.instance_uuid,
+                       builds.c.state == BUILDING, builds.c.owner == record.owner,
+                       builds.c.updated_at == record.updated_at)
+                .values(state=ACTIVE, host=host, reason=None, updated_at=self._now()))
+        return done.rowcount == 1
+
     @retried(safe=True)
     def in_state(self, state: str, instance_uuids: Iterable[str] | None = None) -> list[BuildRecord]:
         """Records in ``state`` (of ``instance_uuids`` only, when given)."""

@@ -7,6 +7,9 @@ shared database alone, by :func:`scan`:
 
 * **abandoned**: a ``building`` record not updated for ``build_timeout`` seconds (a live
   process's heartbeat refreshes its builds in flight); it becomes ``failed``;
+* **completed**: an abandoned build whose instance its host reports running, on the host
+  its claim is on (the build finished after its conductor died, as when an API process
+  is killed while the compute agent builds): it becomes ``active``, its claim stays;
 * **leaked**: allocations of a ``failed`` (or abandoned) build;
 * **stale members**: a failed or abandoned build still in its server group;
 * **orphaned**: allocations of a consumer without any build record (not written by a
@@ -132,6 +135,8 @@ class Findings:
     """What :func:`scan` found (see the module docstring)."""
 
     abandoned: list[Any] = field(default_factory=list)
+    #: Abandoned builds whose instance runs on its claimed host: (record, host).
+    completed: list[tuple[Any, str]] = field(default_factory=list)
     leaked: list[Holding] = field(default_factory=list)
     orphaned: list[Holding] = field(default_factory=list)
     stale_members: dict[str, list[str]] = field(default_factory=dict)
@@ -140,8 +145,8 @@ class Findings:
     @property
     def clean(self) -> bool:
         """Nothing to report."""
-        return not (self.abandoned or self.leaked or self.orphaned or self.stale_members
-                    or self.missing)
+        return not (self.abandoned or self.completed or self.leaked or self.orphaned
+                    or self.stale_members or self.missing)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (``berth audit --json``)."""
@@ -149,6 +154,8 @@ class Findings:
             "abandoned_builds": [{"instance_uuid": b.instance_uuid, "owner": b.owner,
                                   "request_id": b.request_id, "updated_at": b.updated_at}
                                  for b in self.abandoned],
+            "completed_builds": [{"instance_uuid": b.instance_uuid, "host": host}
+                                 for b, host in self.completed],
             "leaked": [h.as_dict() for h in self.leaked],
             "orphaned": [h.as_dict() for h in self.orphaned],
             "stale_members": {g: list(m) for g, m in sorted(self.stale_members.items())},
@@ -202,13 +209,36 @@ def _holdings(engine: Engine) -> dict[str, Holding]:
     return held
 
 
+def _running(engine: Engine, instance_uuids: list[str]) -> dict[str, str]:
+    """The host each of ``instance_uuids`` runs on, as the compute reports list them."""
+    import json
+
+    wanted = set(instance_uuids)
+    where: dict[str, str] = {}
+    with engine.connect() as conn:
+        for host, report in conn.execute(sa.select(compute_nodes.c.host, compute_nodes.c.report)):
+            for instance in json.loads(report).get("instances") or ():
+                if instance.get("uuid") in wanted:
+                    where[instance["uuid"]] = host
+    return where
+
+
 def scan(builds_: BuildRecords, groups: ServerGroupStore, *, timeout: float,
          now: float | None = None) -> Findings:
     """What needs releasing now (nothing is changed)."""
     now = time.time() if now is None else now
-    findings = Findings(abandoned=builds_.abandoned(timeout, now))
-    abandoned = {b.instance_uuid for b in findings.abandoned}
+    findings = Findings()
     held = _holdings(builds_.engine)
+    quiet = builds_.abandoned(timeout, now)
+    running = _running(builds_.engine, [b.instance_uuid for b in quiet]) if quiet else {}
+    for record in quiet:
+        host = running.get(record.instance_uuid)
+        holding = held.get(record.instance_uuid)
+        if host is not None and holding is not None and host in holding.resources:
+            findings.completed.append((record, host))
+        else:
+            findings.abandoned.append(record)
+    abandoned = {b.instance_uuid for b in findings.abandoned}
     # A migration's consumer holds the source of a move under way or awaiting
     # confirmation: its migration record stands behind it.
     migrating = live_migration_consumers(builds_.engine)
@@ -242,6 +272,10 @@ def repair(findings: Findings, builds_: BuildRecords, groups: ServerGroupStore,
     ``orphans``."""
     done = Repairs()
     kept: set[str] = set()
+    for record, host in findings.completed:
+        if builds_.complete_abandoned(record, host):
+            LOG.warning("instance %s: its build finished on %s after its owner %s went "
+                        "away; recorded as active", record.instance_uuid, host, record.owner)
     for record in findings.abandoned:
         reason = (f"build abandoned: no update for {timeout:g} s (owner {record.owner} "
                   f"gone)")
