@@ -7,6 +7,7 @@
                           --evacuate UUID [--host H] | --rebuild UUID --image NAME)
                    [--allow-cross-cell] [--explain] [--json]
     berth cloud check CLOUD
+    berth cloud import [--os-cloud NAME] [-o FILE] | berth cloud export --url URL [-o FILE]
     berth config check FILE [FILE ...]
     berth filters list | berth weighers list
     berth flavor check (CLOUD --flavor NAME | --extra-spec k=v ...)
@@ -330,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("cloud")
     c.add_argument("--config-file", action="append")
     c.set_defaults(func=cmd_cloud_check)
+    from berth.cloudio.cli import add_commands as add_cloud_io
+
+    add_cloud_io(cloud)
 
     conf = sub.add_parser("config", help="configuration tools").add_subparsers(dest="action", required=True)
     c = conf.add_parser("check", help="validate nova.conf files")

@@ -17,6 +17,7 @@ classes in one place (:data:`EXIT_CODES`, used by :mod:`berth.cli`).
     │   ├── HostStateError                   berth.input.host_state
     │   │   └── MissingAllocationRatio       berth.input.host_allocation_ratio
     │   └── InstanceNotFound                 berth.input.instance_not_found
+    ├── CloudSourceError                     berth.cloud_source
     ├── SchedulingError                      berth.scheduling
     │   ├── NoValidHost                      berth.scheduling.no_valid_host
     │   ├── UnsupportedPolicy                berth.scheduling.unsupported_policy
@@ -144,6 +145,13 @@ class InstanceNotFound(InputError):
     code = "berth.input.instance_not_found"
 
 
+class CloudSourceError(BerthError):
+    """A cloud to import from (OpenStack, a running Berth) cannot be read: unreachable,
+    refused, or a library it needs is missing."""
+
+    code = "berth.cloud_source"
+
+
 class SchedulingError(BerthError):
     """The request is well-formed but cannot be placed as asked."""
 
@@ -241,6 +249,7 @@ EXIT_CODES: dict[type[BerthError], int] = {
     ImagePropertyError: 3,
     HostStateError: 3,
     InstanceNotFound: 3,
+    CloudSourceError: 7,
     SchedulingError: 4,
     NoValidHost: 4,
     UnsupportedPolicy: 5,

@@ -10,7 +10,16 @@ Routes (JSON in, JSON out)::
     GET  /servers[/{uuid}], POST /servers/{uuid}/{migrate,resize,evacuate,rebuild,
          confirm-resize,revert-resize}: instances and their moves
          (:mod:`berth.service.move_api`)
+    GET  /compute-nodes every stored compute-node report in full (capabilities, stats,
+                        NUMA, PCI, metrics, instances, service row) plus ``up``
+    GET  /aggregates    the host aggregates: id, uuid, name, hosts, metadata
+    GET  /flavors       the flavors the server knows (``POST /boot``'s ``flavor`` names)
+    GET  /images        the images it knows: id, name, disk_format, properties as given
+    GET  /server-groups the server groups: uuid, name, policy, rules, members, project
     *    /placement/... the Placement API (same database)
+
+The ``GET`` routes besides ``/boot`` are what ``berth cloud export`` reads (with the
+Placement API) to write the running system back as a cloud file.
 
 ``POST /boot`` body::
 
@@ -314,6 +323,11 @@ class SchedulerApp:
         self.images = dict(images or {})
         self.groups = groups
 
+    #: The read-only state routes and the method answering each.
+    STATE_ROUTES = {"/compute-nodes": "compute_nodes", "/aggregates": "aggregates",
+                    "/flavors": "flavor_list", "/images": "image_list",
+                    "/server-groups": "server_groups"}
+
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "") or "/"
         if path == PLACEMENT_PREFIX or path.startswith(PLACEMENT_PREFIX + "/"):
@@ -339,6 +353,10 @@ class SchedulerApp:
                 status, answer = handle_servers(self.moves, method, path, body, self.flavors,
                                                 self.images)
                 return _reply(start_response, status, answer)
+            if method == "GET" and path in self.STATE_ROUTES:
+                read = getattr(self, self.STATE_ROUTES[path])
+                return _reply(start_response, 200,
+                              call_with_retry(read, safe=True, what=f"GET {path}"))
             return _reply(start_response, 404, {"error": {"code": "berth.http.not_found",
                                                           "message": f"no route {method} {path}"}})
         except InstanceNotFound as exc:
@@ -446,6 +464,44 @@ def hosts_answer(service: SchedulerService) -> dict[str, Any]:
             **_liveness(snap, row, now, bool(up[row])),
         })
     return {"hosts": rows}
+
+
+    def compute_nodes(self) -> dict[str, Any]:
+        """Every stored compute-node report as the agents published it, each with
+        ComputeFilter's verdict ``up`` at this instant (as ``/hosts`` gives it)."""
+        verdicts = {row["uuid"]: row["up"] for row in self.hosts()["hosts"]}
+        reports = self.service.feed.store.reports()
+        return {"compute_nodes": [{**r, "up": bool(verdicts.get(r.get("uuid"), False))}
+                                  for r in reports]}
+
+    def aggregates(self) -> dict[str, Any]:
+        """The host aggregates the scheduler sees."""
+        snap = self.service.refresh()
+        return {"aggregates": [{"id": a.id, "uuid": a.uuid, "name": a.name,
+                                "hosts": list(a.hosts), "metadata": dict(a.metadata)}
+                               for a in sorted(snap.aggregates, key=lambda a: a.id)]}
+
+    def flavor_list(self) -> dict[str, Any]:
+        """The flavors ``POST /boot`` accepts by name (the cloud file's and the defaults)."""
+        return {"flavors": [{"name": f.name, "id": f.id, "flavorid": f.flavorid,
+                             "vcpus": f.vcpus, "memory_mb": f.memory_mb, "root_gb": f.root_gb,
+                             "ephemeral_gb": f.ephemeral_gb, "swap": f.swap,
+                             "extra_specs": dict(f.extra_specs)}
+                            for f in self.flavors.values()]}
+
+    def image_list(self) -> dict[str, Any]:
+        """The images ``POST /boot`` accepts by name, properties as they were given."""
+        return {"images": [{"id": i.id, "name": i.name, "disk_format": i.disk_format,
+                            "properties": dict(i.properties.raw)}
+                           for i in self.images.values()]}
+
+    def server_groups(self) -> dict[str, Any]:
+        """The stored server groups with their members."""
+        groups = self.groups.all() if self.groups is not None else []
+        return {"server_groups": [{"uuid": g.uuid, "name": g.name, "policy": g.policy,
+                                   "rules": dict(g.rules), "members": list(g.members),
+                                   "project_id": g.project_id, "user_id": g.user_id}
+                                  for g in groups]}
 
 
 def _liveness(snap: Any, row: int, now: float, up: bool) -> dict[str, Any]:
