@@ -89,12 +89,15 @@ def read_berth(api: BerthAPI) -> CloudState:
             if cell not in cells:
                 cells.append(cell)
         for inst in report.get("instances") or []:
+            image = _image_of(inst.get("image_properties") or {}, images)
+            if image is None and inst.get("image_properties"):
+                state.warn(f"instance {inst['uuid']} on {node.nodename}: its image properties "
+                           "match no image the server knows; written without an image")
             state.servers.append(Server(
                 uuid=inst["uuid"], host=node.host, nodename=node.nodename,
                 flavor=_flavor_of(inst.get("instance_type_id"), flavors,
                                   allocations.get(inst["uuid"], {})),
-                image=_image_of(inst.get("image_properties") or {}, images),
-                project_id=inst.get("project_id")))
+                image=image, project_id=inst.get("project_id")))
     state.cells = [{"name": c, "uuid": c} for c in cells]
     return state
 
@@ -178,7 +181,9 @@ def _node(report: Mapping[str, Any]) -> ComputeNode:
         service={"disabled": bool(service.get("disabled")),
                  "disabled_reason": service.get("disabled_reason") if service.get("disabled") else None,
                  "forced_down": bool(service.get("forced_down")),
-                 "up": bool(report.get("up", True))})
+                 # A compute whose heartbeat is stale is silent ("up: false"); forced
+                 # down says the rest.
+                 "up": bool(report.get("reporting", True))})
 
 
 def _allocations_by_consumer(providers: list[Provider]) -> dict[str, dict[str, int]]:

@@ -11,7 +11,8 @@ Routes (JSON in, JSON out)::
          confirm-resize,revert-resize}: instances and their moves
          (:mod:`berth.service.move_api`)
     GET  /compute-nodes every stored compute-node report in full (capabilities, stats,
-                        NUMA, PCI, metrics, instances, service row) plus ``up``
+                        NUMA, PCI, metrics, instances, service row) plus ``reporting``
+                        (its heartbeat is fresh)
     GET  /aggregates    the host aggregates: id, uuid, name, hosts, metadata
     GET  /flavors       the flavors the server knows (``POST /boot``'s ``flavor`` names)
     GET  /images        the images it knows: id, name, disk_format, properties as given
@@ -468,11 +469,20 @@ def hosts_answer(service: SchedulerService) -> dict[str, Any]:
 
     def compute_nodes(self) -> dict[str, Any]:
         """Every stored compute-node report as the agents published it, each with
-        ComputeFilter's verdict ``up`` at this instant (as ``/hosts`` gives it)."""
-        verdicts = {row["uuid"]: row["up"] for row in self.hosts()["hosts"]}
-        reports = self.service.feed.store.reports()
-        return {"compute_nodes": [{**r, "up": bool(verdicts.get(r.get("uuid"), False))}
-                                  for r in reports]}
+        ``reporting``: its heartbeat is no older than the effective
+        ``service_down_time`` now (whether disabled or forced down, which the report's
+        service row says itself)."""
+        import numpy as np
+
+        snap = self.service.refresh()
+        config = self.service.config
+        down_time = effective_service_down_time(config.service_down_time, config.report_interval)
+        off = np.zeros(len(snap), dtype=bool)
+        fresh = services_up(off, off, snap.num("service_heartbeat"), self.service.clock(),
+                            down_time)
+        verdicts = {snap.obj("uuid")[row]: bool(fresh[row]) for row in range(len(snap))}
+        return {"compute_nodes": [{**r, "reporting": verdicts.get(r.get("uuid"), False)}
+                                  for r in self.service.feed.store.reports()]}
 
     def aggregates(self) -> dict[str, Any]:
         """The host aggregates the scheduler sees."""
