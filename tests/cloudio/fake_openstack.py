@@ -26,6 +26,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from berth.cloudfile import Cloud, stable_uuid
 
 TOKEN = "admin"  # Berth's Placement (noauth2) reads it as the admin role
+PASSWORD = "secret"
 MAX_VERSION = "2.100"
 MAX_LIMIT = 2
 
@@ -82,6 +83,13 @@ class FakeOpenStack:
         if path.rstrip("/") in ("/identity", "/identity/v3") and method == "GET":
             return "200 OK", {"version": self._identity_version()}, []
         if path == "/identity/v3/auth/tokens" and method == "POST":
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            auth = json.loads(environ["wsgi.input"].read(length) or b"{}").get("auth", {})
+            password = auth.get("identity", {}).get("password", {}).get("user", {}).get("password")
+            if password != PASSWORD:
+                return "401 Unauthorized", {"error": {
+                    "code": 401, "title": "Unauthorized",
+                    "message": "The request you have made requires authentication."}}, []
             return "201 Created", self._token(), [("X-Subject-Token", TOKEN)]
         if path.rstrip("/") == "/compute":
             return "200 OK", {"versions": [self._compute_version()]}, []
@@ -385,7 +393,7 @@ def clouds_yaml(base: str) -> str:
         "    auth:\n"
         f"      auth_url: {base}/identity/v3\n"
         "      username: admin\n"
-        "      password: secret\n"
+        f"      password: {PASSWORD}\n"
         "      project_name: admin\n"
         "      user_domain_name: Default\n"
         "      project_domain_name: Default\n"

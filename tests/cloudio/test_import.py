@@ -326,6 +326,18 @@ def test_an_unreachable_or_refusing_cloud_is_one_line_and_exit_7(
     assert "Cloud unknown was not found" in result.stderr
 
 
+def test_a_wrong_password_is_one_line_naming_the_refusal(local_cloud_factory: Any) -> None:
+    local = local_cloud_factory(SOURCE)
+    local.clouds_yaml.write_text(local.clouds_yaml.read_text().replace("secret", "wrong"))
+    result = subprocess.run(
+        [sys.executable, "-m", "berth.cli", "cloud", "import", "--os-cloud", "fake"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "OS_CLIENT_CONFIG_FILE": str(local.clouds_yaml)})
+    assert result.returncode == 7
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "requires authentication" in lines[0], result.stderr
+
+
 def test_without_openstacksdk_the_command_says_what_to_install(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from berth.errors import CloudSourceError
