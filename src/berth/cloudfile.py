@@ -255,7 +255,9 @@ def read_document(path: str) -> Any:
     try:
         if path.endswith(".json"):
             return json.loads(text)
-        return yaml.safe_load(text)
+        # libyaml's parser when PyYAML has it: the same documents, about 4x faster on
+        # an imported cloud of thousands of hosts.
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except json.JSONDecodeError as exc:
         raise CloudFileError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
     except yaml.YAMLError as exc:

@@ -448,11 +448,15 @@ def _leave_out_unknown_fields(doc: dict[str, Any], state: CloudState) -> None:
 
 
 # --------------------------------------------------------------------------- writing
-class _Dumper(yaml.SafeDumper):
+#: libyaml's emitter when PyYAML has it (about ten times faster on a large cloud).
+_BaseDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[misc,valid-type]
     """Block style, but lists of scalars (traits, features, hosts) on one line."""
 
 
-def _list(dumper: yaml.SafeDumper, items: list[Any]) -> yaml.Node:
+def _list(dumper: Any, items: list[Any]) -> yaml.Node:
     flat = all(not isinstance(i, (dict, list)) for i in items) or all(
         isinstance(i, list) and all(not isinstance(j, (dict, list)) for j in i) for i in items)
     return dumper.represent_sequence("tag:yaml.org,2002:seq", items, flow_style=flat)
