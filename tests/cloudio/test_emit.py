@@ -39,10 +39,10 @@ def _state() -> CloudState:
 def test_a_tree_of_providers_becomes_nested_providers_each_after_its_parent() -> None:
     doc = build_document(_state())
     h1 = doc["hosts"][0]
+    # Named as the loader names them: "<node>_NAME"; parent another entry, none for root.
     assert h1["providers"] == [
-        {"name": "h1_NUMA1", "parent": "h1", "resources": {"MEMORY_MB": {"total": 32768,
-                                                                          "max_unit": 32768}}},
-        {"name": "h1_NUMA1_pf0", "parent": "h1_NUMA1",
+        {"name": "NUMA1", "resources": {"MEMORY_MB": {"total": 32768, "max_unit": 32768}}},
+        {"name": "NUMA1_pf0", "parent": "NUMA1",
          "resources": {"SRIOV_NET_VF": {"total": 8, "max_unit": 8}},
          "traits": ["CUSTOM_PHYSNET_A"]}]
     # used = what consumers hold + reserved; PCPU after the 16 shared CPUs.
@@ -63,7 +63,7 @@ def test_a_placement_only_aggregate_and_disagreeing_mirrors_are_warned_about() -
     state = _state()
     doc = build_document(state)
     assert doc["sharing_providers"] == [{
-        "name": "nfs", "resources": {"DISK_GB": {"total": 5000, "max_unit": 5000}},
+        "name": "nfs", "uuid": "nfs", "resources": {"DISK_GB": {"total": 5000, "max_unit": 5000}},
         "aggregates": ["rack1", f"placement-{LONE_AGG}"]}]
     assert {"name": f"placement-{LONE_AGG}", "uuid": LONE_AGG, "hosts": []} in doc["aggregates"]
     assert state.warnings == [

@@ -186,7 +186,7 @@ def test_placement_traits_resources_and_nested_and_sharing_providers_are_written
     from berth.cloudio.emit import build_document
 
     local = local_cloud_factory(SOURCE)
-    _placement_extras(local)
+    ids = _placement_extras(local)
     state = _import(local, monkeypatch)
     doc = build_document(state)
     hosts = {(h["host"], h.get("nodename", h["host"])): h for h in doc["hosts"]}
@@ -194,7 +194,7 @@ def test_placement_traits_resources_and_nested_and_sharing_providers_are_written
     assert cmp1["traits"] == ["CUSTOM_RACK_A", "HW_CPU_X86_AVX2"]
     assert cmp1["resources"] == {"CUSTOM_GPU": {"total": 4, "max_unit": 2}}
     assert cmp1["cpu_dedicated_set"] == "32-39"  # after the 32 shared CPUs
-    assert cmp1["providers"] == [{"name": "cmp1_pf0", "parent": "cmp1",
+    assert cmp1["providers"] == [{"name": "pf0",
                                   "resources": {"SRIOV_NET_VF": {"total": 16, "max_unit": 16}},
                                   "traits": ["CUSTOM_PHYSNET_NET1"]}]
     # The disabled host's COMPUTE_STATUS_DISABLED is its service state, not a trait.
@@ -202,7 +202,7 @@ def test_placement_traits_resources_and_nested_and_sharing_providers_are_written
     assert hosts[("cmp2", "cmp2")]["service"] == {"disabled": True,
                                                   "disabled_reason": "maintenance"}
     assert doc["sharing_providers"] == [{
-        "name": "nfs1", "resources": {"DISK_GB": {"total": 10000, "reserved": 100,
+        "name": "nfs1", "uuid": ids["nfs"], "resources": {"DISK_GB": {"total": 10000, "reserved": 100,
                                                   "max_unit": 10000}},
         "aggregates": ["az1"]}]
     assert any(w.startswith("resource provider stray (") and w.endswith(

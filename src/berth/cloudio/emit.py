@@ -242,12 +242,17 @@ def _placement_fields(root: Provider, below: list[Provider], entry: dict[str, An
     traits = [t for t in root.traits if t != STATUS_DISABLED_TRAIT]
     if traits:
         out["traits"] = traits
-    names = {root.uuid: root.name}
+    # The loader names a nested entry NAME "<node>_NAME" (Nova's own children are named
+    # so) and takes ``parent`` as another entry's name, none for the root.
+    names: dict[str, str | None] = {root.uuid: None}
     nested = []
     for child in _tree_order(root, below):
-        names[child.uuid] = child.name
-        item: dict[str, Any] = {"name": child.name, "parent": names.get(child.parent_uuid or "",
-                                                                         root.name)}
+        name = child.name.removeprefix(f"{root.name}_") or child.name
+        names[child.uuid] = name
+        item: dict[str, Any] = {"name": name}
+        parent = names.get(child.parent_uuid or "")
+        if parent is not None:
+            item["parent"] = parent
         if child.inventories:
             item["resources"] = {rc: _inventory(inv) for rc, inv in child.inventories.items()}
         if child.traits:
@@ -369,7 +374,7 @@ def _sharing_providers(state: CloudState, aggregates: list[dict[str, Any]]) -> l
                 state.warn(f"sharing provider {p.name}: placement aggregate {agg_uuid} is no "
                            f"host aggregate; written as aggregate {name}")
             agg_names.append(names[agg_uuid])
-        entry: dict[str, Any] = {"name": p.name}
+        entry: dict[str, Any] = {"name": p.name, "uuid": p.uuid}
         if p.inventories:
             entry["resources"] = {rc: _inventory(inv) for rc, inv in p.inventories.items()}
         traits = [t for t in p.traits if t != SHARING_TRAIT]
