@@ -24,7 +24,8 @@ def _state() -> CloudState:
         Provider(N1, "h1", None, N1, {"VCPU": _inv(16, allocation_ratio=4.0),
                                       "MEMORY_MB": _inv(65536, reserved=512),
                                       "DISK_GB": _inv(400), "PCPU": _inv(4)},
-                 aggregates=[AGG], allocations={"i1": {"VCPU": 2, "MEMORY_MB": 2048}}),
+                 aggregates=[AGG], allocations={"i1": {"VCPU": 2, "MEMORY_MB": 2048},
+                                                "i2": {"PCPU": 3}}),
         Provider("numa1", "h1_NUMA1", N1, N1, {"MEMORY_MB": _inv(32768)}),
         Provider("pf", "h1_NUMA1_pf0", "numa1", N1, {"SRIOV_NET_VF": _inv(8)},
                  traits=["CUSTOM_PHYSNET_A"]),
@@ -45,8 +46,9 @@ def test_a_tree_of_providers_becomes_nested_providers_each_after_its_parent() ->
         {"name": "NUMA1_pf0", "parent": "NUMA1",
          "resources": {"SRIOV_NET_VF": {"total": 8, "max_unit": 8}},
          "traits": ["CUSTOM_PHYSNET_A"]}]
-    # used = what consumers hold + reserved; PCPU after the 16 shared CPUs.
-    assert (h1["vcpus"], h1["vcpus_used"], h1["cpu_allocation_ratio"]) == (16, 2, 4.0)
+    # used = what consumers hold + reserved, pinned vCPUs counted as used vCPUs (as the
+    # compute counts them); the dedicated CPUs are numbered after the 16 shared ones.
+    assert (h1["vcpus"], h1["vcpus_used"], h1["cpu_allocation_ratio"]) == (16, 2 + 3, 4.0)
     assert (h1["memory_mb"], h1["memory_mb_used"]) == (65536, 2560)
     assert h1["cpu_dedicated_set"] == "16-19"
     assert h1["instances"] == [{"uuid": "i1"}]

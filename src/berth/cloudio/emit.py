@@ -225,6 +225,9 @@ def _standard_inventories(root: Provider, node: ComputeNode, config: SchedulerCo
             configured = math.ceil(configured / 1024)
         if inventory["reserved"] != min(configured, inventory["total"]):
             reserved_differs.setdefault((rc, inventory["reserved"]), []).append(node.nodename)
+    if "PCPU" in root.inventories:
+        # A compute counts every instance's vCPUs as used, pinned (PCPU) ones too.
+        out["vcpus_used"] = out.get("vcpus_used", 0) + root.used("PCPU")
     return out
 
 
