@@ -104,12 +104,15 @@ def build_document(state: CloudState, config: SchedulerConfig | None = None) -> 
 
 # --------------------------------------------------------------------------- flavors, images
 def _probe(section: str, entry: dict[str, Any], config: SchedulerConfig) -> str | None:
-    """The loader's complaint about one entry of ``section``, or None."""
+    """The loader's complaint about one entry of ``section``, or None: an error, or a
+    problem it keeps (a loader that lets a bad entry fail only the requests naming it)."""
     try:
-        cloudfile.parse_cloud({"hosts": [{"host": "probe"}], section: [entry]}, config, 0.0)
+        cloud = cloudfile.parse_cloud({"hosts": [{"host": "probe"}], section: [entry]},
+                                      config, 0.0)
     except CloudFileError as exc:
         return exc.message.removeprefix(f"{section}[0].")
-    return None
+    problems = getattr(cloud, "problems", None) or []
+    return str(problems[0]).removeprefix(f"{section}[0].") if problems else None
 
 
 def _flavors(state: CloudState, config: SchedulerConfig) -> list[dict[str, Any]]:
