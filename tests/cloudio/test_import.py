@@ -364,3 +364,19 @@ def test_a_reserved_amount_the_configuration_does_not_give_is_warned_about(
         "compute nodes cmp3: VCPU reserved 2 differs from [DEFAULT] reserved_host_cpus (0) of "
         "the configuration, and a cloud file holds no per-host reserved amount: schedule with "
         "a nova.conf that sets reserved_host_cpus"]
+
+
+def test_objects_of_the_wrong_shape_are_left_out_by_name_not_with_a_traceback(
+        local_cloud_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    local = local_cloud_factory(SOURCE)
+    local.app.extra = {"aggregate": {"ssd": {"metadata": ["ssd", "true"]}},
+                       "server group": {"db": {"members": 5}},
+                       "hypervisor": {"cmp3": {"service": "cmp3"}}}
+    state = _import(local, monkeypatch)
+    assert [w for w in state.warnings if "unreadable" in w or "no service host" in w] == [
+        f"hypervisor cmp3 ({local.cloud.snapshot.obj('uuid')[local.cloud.snapshot.row_of('cmp3')]})"
+        ": no service host; left out",
+        "aggregate ssd (3): unreadable ('list' object has no attribute 'items'); left out",
+        "server group db (dc0ed62d-ed4d-561b-9a7f-17597127f51d): unreadable ('int' object is "
+        "not iterable); left out"]
+    assert {a["name"] for a in state.aggregates} == {"az1", "az2", "acme-only"}

@@ -81,7 +81,12 @@ def read_berth(api: BerthAPI) -> CloudState:
     cells: list[str] = []
     allocations = _allocations_by_consumer(state.providers)
     for report in reports:
-        node = _node(report)
+        try:
+            node = _node(report)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            state.warn(f"compute node report {report.get('uuid') if isinstance(report, dict) else report!r}: "
+                       f"unreadable ({exc}); left out")
+            continue
         state.nodes.append(node)
         cell = report.get("cell_uuid")
         if cell:

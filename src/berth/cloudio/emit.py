@@ -35,8 +35,7 @@ import yaml
 from berth import cloudfile
 from berth.cloudio.state import CloudState, ComputeNode, Provider, names_list
 from berth.config import SchedulerConfig
-from berth.errors import CloudFileError, InputError
-from berth.model.image_props import ImagePropertyError
+from berth.errors import CloudFileError, ImagePropertyError, InputError
 from berth.model.request import ImageMetaProps, InstanceGroup
 
 #: Placement's standard classes and the host fields they fill.

@@ -202,16 +202,38 @@ def read_openstack(api: Any) -> CloudState:
         _unknown_fields(state, kind, items)
 
     state.providers = placement.read_providers(api.placement, state)
-    state.nodes = _nodes(state, hypervisors, legacy, services)
-    state.aggregates = [_aggregate(a) for a in aggregates if _named(state, "aggregate", a)]
-    state.flavors = _flavors(state, api, flavors, version("flavors"))
+    service_of = {s.get("host"): s for s in services
+                  if s.get("binary", "nova-compute") == "nova-compute"}
+    state.nodes = _each(state, "hypervisor", hypervisors,
+                        lambda h: _node(state, h, legacy.get(str(h.get("id")), {}), service_of))
+    state.aggregates = _each(state, "aggregate", aggregates, lambda a: _aggregate(state, a))
+    state.flavors = _each(state, "flavor", flavors,
+                          lambda f: _flavor(state, api, f, version("flavors")))
     image_names = _image_names(state, images)
-    state.images = [_image(i, image_names[i["id"]]) for i in images if i["id"] in image_names]
-    state.server_groups = _groups(state, groups)
+    state.images = _each(state, "image", [i for i in images if i["id"] in image_names],
+                         lambda i: _image(i, image_names[i["id"]]))
+    taken: set[str] = set()
+    state.server_groups = _each(state, "server group", groups, lambda g: _group(state, g, taken))
     flavor_names = {str(f.get("id")): f.get("name") for f in flavors}
-    state.servers = [_server(state, s, flavor_names, image_names) for s in servers
-                     if isinstance(s.get("id"), str)]
+    state.servers = _each(state, "server", servers,
+                          lambda s: _server(state, s, flavor_names, image_names))
     return state
+
+
+def _each(state: CloudState, kind: str, items: list[dict[str, Any]],
+          convert: Callable[[dict[str, Any]], Any]) -> list[Any]:
+    """Every item converted; one whose shape is off (a list where an object belongs, a
+    number where text does) is left out with a warning naming it, never a traceback."""
+    out = []
+    for item in items:
+        try:
+            converted = convert(item)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            state.warn(f"{kind} {_label(kind, item)}: unreadable ({_one_line(exc)}); left out")
+            continue
+        if converted is not None:
+            out.append(converted)
+    return out
 
 
 def _cap(wanted: str, newest: str | None) -> str | None:
@@ -306,63 +328,59 @@ def _named(state: CloudState, kind: str, item: dict[str, Any]) -> bool:
 
 
 # --------------------------------------------------------------------------- compute nodes
-def _nodes(state: CloudState, hypervisors: list[dict[str, Any]],
-           legacy: dict[str, dict[str, Any]], services: list[dict[str, Any]]) -> list[ComputeNode]:
-    service_of = {s.get("host"): s for s in services if s.get("binary", "nova-compute") == "nova-compute"}
-    nodes = []
-    for hyp in hypervisors:
-        label = _label("hypervisor", hyp)
-        host = (hyp.get("service") or {}).get("host") if isinstance(hyp.get("service"), dict) else None
-        nodename = hyp.get("hypervisor_hostname")
-        if not isinstance(host, str) or not host:
-            state.warn(f"hypervisor {label}: no service host; left out")
-            continue
-        if not isinstance(nodename, str) or not nodename:
-            state.warn(f"hypervisor {label}: no hypervisor_hostname; left out")
-            continue
-        old = {**hyp, **legacy.get(str(hyp.get("id")), {})}
-        node = ComputeNode(host=host, nodename=nodename,
-                           uuid=str(hyp["id"]) if _is_uuid(hyp.get("id")) else None)
-        node.fields["hypervisor_type"] = hyp.get("hypervisor_type")
-        node.fields["hypervisor_version"] = _int_field(state, label, hyp, "hypervisor_version")
-        node.fields["host_ip"] = hyp.get("host_ip")
-        cpu_info = old.get("cpu_info")
-        if isinstance(cpu_info, str):
-            try:
-                cpu_info = json.loads(cpu_info)
-            except ValueError:
-                state.warn(f"hypervisor {label}: cpu_info is not JSON; left out")
-                cpu_info = None
-        if isinstance(cpu_info, dict) and cpu_info:
-            node.fields["cpu_info"] = cpu_info
-            node.fields["supported_instances"] = _supported_instances(
-                hyp.get("hypervisor_type"), cpu_info)
-        node.fields["disk_available_least"] = _int_field(state, label, old, "disk_available_least",
-                                                         minimum=None)
-        workload = _int_field(state, label, old, "current_workload")
-        if workload:
-            node.fields["io_workload"] = workload
-        for ours, theirs in (("vcpus", "vcpus"), ("vcpus_used", "vcpus_used"),
-                             ("memory_mb", "memory_mb"), ("memory_mb_used", "memory_mb_used"),
-                             ("local_gb", "local_gb"), ("local_gb_used", "local_gb_used")):
-            value = _int_field(state, label, old, theirs)
-            if value is not None:
-                node.capacity[ours] = value
-        service = service_of.get(host)
-        if service is None:
-            state.warn(f"hypervisor {label}: host {host} has no nova-compute service; "
-                       "written as down (Nova never schedules to it)")
-            node.service = {"up": False}
-        else:
-            node.service = {"disabled": service.get("status") == "disabled",
-                            "disabled_reason": (service.get("disabled_reason")
-                                                if service.get("status") == "disabled" else None),
-                            "forced_down": bool(service.get("forced_down")),
-                            # Forced down is down already; "up: false" says "silent".
-                            "up": service.get("state", "up") == "up"
-                            or bool(service.get("forced_down"))}
-        nodes.append(node)
-    return nodes
+def _node(state: CloudState, hyp: dict[str, Any], legacy: dict[str, Any],
+          service_of: dict[Any, dict[str, Any]]) -> ComputeNode | None:
+    """A hypervisor (and its legacy fields) as a compute node, with its service."""
+    label = _label("hypervisor", hyp)
+    host = (hyp.get("service") or {}).get("host") if isinstance(hyp.get("service"), dict) else None
+    nodename = hyp.get("hypervisor_hostname")
+    if not isinstance(host, str) or not host:
+        state.warn(f"hypervisor {label}: no service host; left out")
+        return None
+    if not isinstance(nodename, str) or not nodename:
+        state.warn(f"hypervisor {label}: no hypervisor_hostname; left out")
+        return None
+    old = {**hyp, **legacy}
+    node = ComputeNode(host=host, nodename=nodename,
+                       uuid=str(hyp["id"]) if _is_uuid(hyp.get("id")) else None)
+    node.fields["hypervisor_type"] = hyp.get("hypervisor_type")
+    node.fields["hypervisor_version"] = _int_field(state, label, hyp, "hypervisor_version")
+    node.fields["host_ip"] = hyp.get("host_ip")
+    cpu_info = old.get("cpu_info")
+    if isinstance(cpu_info, str):
+        try:
+            cpu_info = json.loads(cpu_info)
+        except ValueError:
+            state.warn(f"hypervisor {label}: cpu_info is not JSON; left out")
+            cpu_info = None
+    if isinstance(cpu_info, dict) and cpu_info:
+        node.fields["cpu_info"] = cpu_info
+        node.fields["supported_instances"] = _supported_instances(
+            hyp.get("hypervisor_type"), cpu_info)
+    node.fields["disk_available_least"] = _int_field(state, label, old, "disk_available_least",
+                                                     minimum=None)
+    workload = _int_field(state, label, old, "current_workload")
+    if workload:
+        node.fields["io_workload"] = workload
+    for key in ("vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "local_gb",
+                "local_gb_used"):
+        value = _int_field(state, label, old, key)
+        if value is not None:
+            node.capacity[key] = value
+    service = service_of.get(host)
+    if service is None:
+        state.warn(f"hypervisor {label}: host {host} has no nova-compute service; "
+                   "written as down (Nova never schedules to it)")
+        node.service = {"up": False}
+    else:
+        disabled = service.get("status") == "disabled"
+        node.service = {"disabled": disabled,
+                        "disabled_reason": service.get("disabled_reason") if disabled else None,
+                        "forced_down": bool(service.get("forced_down")),
+                        # Forced down is down already; "up: false" says "silent".
+                        "up": service.get("state", "up") == "up"
+                        or bool(service.get("forced_down"))}
+    return node
 
 
 def _supported_instances(hypervisor_type: Any, cpu_info: dict[str, Any]) -> list[list[str]] | None:
@@ -399,7 +417,9 @@ def _is_uuid(value: Any) -> bool:
 
 
 # --------------------------------------------------------------------------- the rest
-def _aggregate(data: dict[str, Any]) -> dict[str, Any]:
+def _aggregate(state: CloudState, data: dict[str, Any]) -> dict[str, Any] | None:
+    if not _named(state, "aggregate", data):
+        return None
     metadata = {str(k): v for k, v in (data.get("metadata") or {}).items()}
     zone = metadata.pop("availability_zone", None) or data.get("availability_zone")
     entry: dict[str, Any] = {"name": data["name"]}
@@ -414,26 +434,23 @@ def _aggregate(data: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def _flavors(state: CloudState, api: Any, flavors: list[dict[str, Any]],
-             version: str | None) -> list[dict[str, Any]]:
-    out = []
-    for data in flavors:
-        if not _named(state, "flavor", data):
-            continue
-        specs = data.get("extra_specs")
-        if specs is None:
-            specs = api.compute(f"/flavors/{data.get('id')}/os-extra_specs", version).get(
-                "extra_specs") or {}
-        swap = data.get("swap")
-        entry = {"name": data["name"], "flavorid": str(data.get("id")),
-                 "vcpus": data.get("vcpus"), "memory_mb": data.get("ram"),
-                 "root_gb": data.get("disk"),
-                 "ephemeral_gb": data.get("OS-FLV-EXT-DATA:ephemeral") or 0,
-                 "swap": swap if isinstance(swap, int) else 0}  # "" before 2.75 means none
-        if specs:
-            entry["extra_specs"] = dict(specs)
-        out.append(entry)
-    return out
+def _flavor(state: CloudState, api: Any, data: dict[str, Any],
+            version: str | None) -> dict[str, Any] | None:
+    if not _named(state, "flavor", data):
+        return None
+    specs = data.get("extra_specs")
+    if specs is None:
+        specs = api.compute(f"/flavors/{data.get('id')}/os-extra_specs", version).get(
+            "extra_specs") or {}
+    swap = data.get("swap")
+    entry = {"name": data["name"], "flavorid": str(data.get("id")),
+             "vcpus": data.get("vcpus"), "memory_mb": data.get("ram"),
+             "root_gb": data.get("disk"),
+             "ephemeral_gb": data.get("OS-FLV-EXT-DATA:ephemeral") or 0,
+             "swap": swap if isinstance(swap, int) else 0}  # "" before 2.75 means none
+    if specs:
+        entry["extra_specs"] = dict(specs)
+    return entry
 
 
 def _image_names(state: CloudState, images: list[dict[str, Any]]) -> dict[str, str]:
@@ -461,34 +478,34 @@ def _image(data: dict[str, Any], name: str) -> dict[str, Any]:
     return entry
 
 
-def _groups(state: CloudState, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    taken: set[str] = set()
-    for data in groups:
-        if not _named(state, "server group", data):
-            continue
-        policy = data.get("policy")
-        if policy is None and isinstance(data.get("policies"), list) and data["policies"]:
-            policy = data["policies"][0]  # before 2.64: one policy in a list
-        name = data["name"]
-        if name in taken:
-            unique = f"{name}-{str(data.get('id'))[:8]}"
-            state.warn(f"server group {data.get('id')}: a second group named {name!r}; "
-                       f"written as {unique!r}")
-            name = unique
-        taken.add(name)
-        entry: dict[str, Any] = {"name": name, "uuid": data.get("id"), "policy": policy}
-        if data.get("rules"):
-            entry["rules"] = dict(data["rules"])
-        entry["members"] = [m for m in data.get("members") or [] if isinstance(m, str)]
-        if data.get("project_id"):
-            entry["project_id"] = data["project_id"]
-        out.append(entry)
-    return out
+def _group(state: CloudState, data: dict[str, Any], taken: set[str]) -> dict[str, Any] | None:
+    """A server group; ``taken`` holds the names given so far (Nova's need not differ)."""
+    if not _named(state, "server group", data):
+        return None
+    policy = data.get("policy")
+    if policy is None and isinstance(data.get("policies"), list) and data["policies"]:
+        policy = data["policies"][0]  # before 2.64: one policy in a list
+    name = data["name"]
+    if name in taken:
+        unique = f"{name}-{str(data.get('id'))[:8]}"
+        state.warn(f"server group {data.get('id')}: a second group named {name!r}; "
+                   f"written as {unique!r}")
+        name = unique
+    taken.add(name)
+    entry: dict[str, Any] = {"name": name, "uuid": data.get("id"), "policy": policy}
+    if data.get("rules"):
+        entry["rules"] = dict(data["rules"])
+    entry["members"] = [m for m in data.get("members") or [] if isinstance(m, str)]
+    if data.get("project_id"):
+        entry["project_id"] = data["project_id"]
+    return entry
 
 
 def _server(state: CloudState, data: dict[str, Any], flavor_names: dict[str, Any],
-            image_names: dict[str, str]) -> Server:
+            image_names: dict[str, str]) -> Server | None:
+    if not isinstance(data.get("id"), str):
+        state.warn(f"server {_label('server', data)}: no id; left out")
+        return None
     flavor = data.get("flavor")
     flavor_name = None
     if isinstance(flavor, dict):

@@ -53,6 +53,9 @@ def read_providers(get: Get, state: CloudState) -> list[Provider]:
             state.warn(f"resource provider {name} ({uuid}): deleted while it was read; "
                        "left out")
             continue
+        except (AttributeError, TypeError, ValueError) as exc:
+            state.warn(f"resource provider {name} ({uuid}): unreadable ({exc}); left out")
+            continue
         providers.append(provider)
     for key, names in sorted(unknown.items()):
         state.warn(f"resource providers {names_list(names)}: unknown field {key!r}; ignored")
