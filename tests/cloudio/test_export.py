@@ -137,10 +137,9 @@ def test_an_export_of_a_served_cloud_file_is_that_cloud_file(
 def test_an_instance_booted_online_is_exported_with_its_flavor_and_image(
         served: tuple[str, Path], tmp_path: Path) -> None:
     url, _ = served
-    # On a one-node host: berth serve's fake driver keeps one agent per service host, so
-    # a build on the first node of a multi-node host is reported by the last node's agent.
+    # Onto the two-node service host: the instance is written on the node it was built on.
     resp = httpx.post(url + "/boot", json={"flavor": "m1.small", "image": "ubuntu",
-                                           "project_id": "gamma", "force_hosts": ["a1"]},
+                                           "project_id": "gamma", "force_hosts": ["bm"]},
                       timeout=60)
     assert resp.status_code == 200, resp.text
     booted = resp.json()["instances"][0]
