@@ -166,3 +166,14 @@ def test_an_unreachable_server_is_one_line_and_exit_7(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: http://127.0.0.1:"), result.stderr
     assert "cannot GET /compute-nodes" in lines[0]
+
+
+def test_an_api_process_without_a_scheduler_of_its_own_says_so_with_a_404() -> None:
+    from berth.service.api import SchedulerApp
+
+    app = SchedulerApp(object(), None, None, hosts_view=lambda: {"hosts": []})  # type: ignore[arg-type]
+    seen: list[str] = []
+    body = b"".join(app({"PATH_INFO": "/compute-nodes", "REQUEST_METHOD": "GET"},
+                        lambda status, headers: seen.append(status)))
+    assert seen == ["404 Not Found"]
+    assert b"served by berth serve" in body

@@ -284,6 +284,12 @@ def parse_boot(body: Any, flavors: Mapping[str, Flavor], images: Mapping[str, Im
     )
 
 
+class StateNotServed(BerthError):
+    """A state route asked of a process that does not hold that state (404)."""
+
+    code = "berth.http.not_found"
+
+
 class SchedulerApp:
     """WSGI app: the scheduler routes, with Placement mounted under ``/placement``.
 
@@ -356,8 +362,11 @@ class SchedulerApp:
                 return _reply(start_response, status, answer)
             if method == "GET" and path in self.STATE_ROUTES:
                 read = getattr(self, self.STATE_ROUTES[path])
-                return _reply(start_response, 200,
-                              call_with_retry(read, safe=True, what=f"GET {path}"))
+                try:
+                    return _reply(start_response, 200,
+                                  call_with_retry(read, safe=True, what=f"GET {path}"))
+                except StateNotServed as exc:
+                    return _reply(start_response, 404, _error(exc))
             return _reply(start_response, 404, {"error": {"code": "berth.http.not_found",
                                                           "message": f"no route {method} {path}"}})
         except InstanceNotFound as exc:
@@ -423,6 +432,60 @@ class SchedulerApp:
         """``GET /hosts``."""
         return self.hosts_view()
 
+    def compute_nodes(self) -> dict[str, Any]:
+        """Every stored compute-node report as the agents published it, each with
+        ``reporting``: its heartbeat is no older than the effective
+        ``service_down_time`` now (whether disabled or forced down, which the report's
+        service row says itself)."""
+        import numpy as np
+
+        service = self._local_service("/compute-nodes")
+        snap = service.refresh()
+        config = service.config
+        down_time = effective_service_down_time(config.service_down_time, config.report_interval)
+        off = np.zeros(len(snap), dtype=bool)
+        fresh = services_up(off, off, snap.num("service_heartbeat"), service.clock(), down_time)
+        verdicts = {snap.obj("uuid")[row]: bool(fresh[row]) for row in range(len(snap))}
+        return {"compute_nodes": [{**r, "reporting": verdicts.get(r.get("uuid"), False)}
+                                  for r in service.feed.store.reports()]}
+
+    def aggregates(self) -> dict[str, Any]:
+        """The host aggregates the scheduler sees."""
+        snap = self._local_service("/aggregates").refresh()
+        return {"aggregates": [{"id": a.id, "uuid": a.uuid, "name": a.name,
+                                "hosts": list(a.hosts), "metadata": dict(a.metadata)}
+                               for a in sorted(snap.aggregates, key=lambda a: a.id)]}
+
+    def flavor_list(self) -> dict[str, Any]:
+        """The flavors ``POST /boot`` accepts by name (the cloud file's and the defaults)."""
+        return {"flavors": [{"name": f.name, "id": f.id, "flavorid": f.flavorid,
+                             "vcpus": f.vcpus, "memory_mb": f.memory_mb, "root_gb": f.root_gb,
+                             "ephemeral_gb": f.ephemeral_gb, "swap": f.swap,
+                             "extra_specs": dict(f.extra_specs)}
+                            for f in self.flavors.values()]}
+
+    def image_list(self) -> dict[str, Any]:
+        """The images ``POST /boot`` accepts by name, properties as they were given."""
+        return {"images": [{"id": i.id, "name": i.name, "disk_format": i.disk_format,
+                            "properties": dict(i.properties.raw)}
+                           for i in self.images.values()]}
+
+    def server_groups(self) -> dict[str, Any]:
+        """The stored server groups with their members."""
+        groups = self.groups.all() if self.groups is not None else []
+        return {"server_groups": [{"uuid": g.uuid, "name": g.name, "policy": g.policy,
+                                   "rules": dict(g.rules), "members": list(g.members),
+                                   "project_id": g.project_id, "user_id": g.user_id}
+                                  for g in groups]}
+
+    def _local_service(self, route: str) -> SchedulerService:
+        """The scheduler service of this process; the state routes read its records."""
+        if not isinstance(self.service, SchedulerService):
+            raise StateNotServed(f"GET {route}: served by berth serve (a scheduler in the "
+                                 "same process), not by an API process of the distributed form")
+        return self.service
+
+
 
 def refusal_diagnosis(service: SchedulerService) -> Diagnosis:
     """The explanation of a NoValidHost raised before any filter ran (a request
@@ -466,52 +529,6 @@ def hosts_answer(service: SchedulerService) -> dict[str, Any]:
         })
     return {"hosts": rows}
 
-
-    def compute_nodes(self) -> dict[str, Any]:
-        """Every stored compute-node report as the agents published it, each with
-        ``reporting``: its heartbeat is no older than the effective
-        ``service_down_time`` now (whether disabled or forced down, which the report's
-        service row says itself)."""
-        import numpy as np
-
-        snap = self.service.refresh()
-        config = self.service.config
-        down_time = effective_service_down_time(config.service_down_time, config.report_interval)
-        off = np.zeros(len(snap), dtype=bool)
-        fresh = services_up(off, off, snap.num("service_heartbeat"), self.service.clock(),
-                            down_time)
-        verdicts = {snap.obj("uuid")[row]: bool(fresh[row]) for row in range(len(snap))}
-        return {"compute_nodes": [{**r, "reporting": verdicts.get(r.get("uuid"), False)}
-                                  for r in self.service.feed.store.reports()]}
-
-    def aggregates(self) -> dict[str, Any]:
-        """The host aggregates the scheduler sees."""
-        snap = self.service.refresh()
-        return {"aggregates": [{"id": a.id, "uuid": a.uuid, "name": a.name,
-                                "hosts": list(a.hosts), "metadata": dict(a.metadata)}
-                               for a in sorted(snap.aggregates, key=lambda a: a.id)]}
-
-    def flavor_list(self) -> dict[str, Any]:
-        """The flavors ``POST /boot`` accepts by name (the cloud file's and the defaults)."""
-        return {"flavors": [{"name": f.name, "id": f.id, "flavorid": f.flavorid,
-                             "vcpus": f.vcpus, "memory_mb": f.memory_mb, "root_gb": f.root_gb,
-                             "ephemeral_gb": f.ephemeral_gb, "swap": f.swap,
-                             "extra_specs": dict(f.extra_specs)}
-                            for f in self.flavors.values()]}
-
-    def image_list(self) -> dict[str, Any]:
-        """The images ``POST /boot`` accepts by name, properties as they were given."""
-        return {"images": [{"id": i.id, "name": i.name, "disk_format": i.disk_format,
-                            "properties": dict(i.properties.raw)}
-                           for i in self.images.values()]}
-
-    def server_groups(self) -> dict[str, Any]:
-        """The stored server groups with their members."""
-        groups = self.groups.all() if self.groups is not None else []
-        return {"server_groups": [{"uuid": g.uuid, "name": g.name, "policy": g.policy,
-                                   "rules": dict(g.rules), "members": list(g.members),
-                                   "project_id": g.project_id, "user_id": g.user_id}
-                                  for g in groups]}
 
 
 def _liveness(snap: Any, row: int, now: float, up: bool) -> dict[str, Any]:
