@@ -175,3 +175,27 @@ def test_cloud_check_and_schedule_enforce_the_registered_validators(capsys, tmp_
     assert "warning: flavor 'glued': extra spec capabilities:stats:gpus='>=24'" in out
     code, _, err = run(capsys, "schedule", str(path), "--flavor", "typo", "--now", NOW)
     assert code == 3 and err.startswith("error: flavor 'typo': hw:cpu_polcy: not a known")
+
+
+@pytest.mark.parametrize("num", ["0", "-3", "many"], ids=["zero", "negative", "not a number"])
+def test_a_number_of_instances_below_one_is_a_usage_error_not_a_traceback(capsys, num):
+    with pytest.raises(SystemExit) as exit_:
+        main(["schedule", CLOUD, "--flavor", "m1.small", "--num", num])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err.splitlines()[-1].endswith(f"argument --num: expected a positive integer, got {num!r}")
+
+
+def test_a_bare_berth_prints_help_and_succeeds(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: berth") and "schedule" in out
+
+
+def test_version_prints_the_package_version(capsys):
+    from berth import __version__
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"berth {__version__}"

@@ -134,9 +134,15 @@ def test_a_custom_cost_functions_weight_option_is_registered_from_the_function_l
         ("[filter_scheduler]\nweighing_strategy = magic\n", "weighing_strategy"),
         ("[filter_scheduler\nhost_subset_size = 1\n", "nova.conf"),
         ("--not a flag\n", "not a --name=value flag"),
+        ("[filter_scheduler]\ncpu_weight_multiplier = nan\n",
+         r"cpu_weight_multiplier = nan: must be a finite number"),
+        ("[filter_scheduler]\nram_weight_multiplier = -inf\n",
+         r"ram_weight_multiplier = -inf: must be a finite number"),
+        ("[DEFAULT]\ncpu_allocation_ratio = inf\n", r"cpu_allocation_ratio = inf"),
     ],
     ids=["non-integer", "below the minimum", "unknown architecture", "unknown strategy",
-         "broken section header", "broken flag line"],
+         "broken section header", "broken flag line", "a NaN multiplier",
+         "an infinite multiplier", "an infinite allocation ratio"],
 )
 def test_a_bad_value_is_a_config_error_naming_the_option(tmp_path, text, fragment):
     path = write(tmp_path, text)

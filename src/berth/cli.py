@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from berth import __version__
 from berth.errors import (
     BerthError,
     CloudFileError,
@@ -285,9 +286,12 @@ def cmd_placement(argv: Sequence[str]) -> int:
 # ----------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     """The ``berth`` argument parser."""
+    from berth.service.cli import positive_int
+
     parser = argparse.ArgumentParser(prog="berth", description="Berth: an explainable VM scheduler "
                                      "with Nova's filter-scheduler semantics.")
     parser.add_argument("--debug", action="store_true", help="log debug output")
+    parser.add_argument("--version", action="version", version=f"berth {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("schedule", help="schedule a request against a cloud file (offline)")
@@ -297,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", help="image name (or id) from the cloud file")
     p.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                    help="scheduler hint; repeat a key for a list")
-    p.add_argument("--num", type=int, default=1, help="number of instances (default 1)")
+    p.add_argument("--num", type=positive_int, default=1,
+                   help="number of instances (default 1)")
     p.add_argument("--group", help="server group name from the cloud file")
     p.add_argument("--availability-zone", "--az", dest="availability_zone")
     p.add_argument("--project", default="demo", help="project id (default demo)")
@@ -373,6 +378,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc.message}", file=sys.stderr)
             return exit_code_for(exc)
     parser = build_parser()
+    if not argv:
+        # A bare `berth` is a request for help, not a usage error.
+        parser.print_help()
+        return 0
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s: %(message)s")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import configparser
 import logging
+import math
 import os
 import re
 import tempfile
@@ -461,9 +462,14 @@ def _read_all(conf: cfg.ConfigOpts) -> dict[str, dict[str, Any]]:
             names += [n for n in conf if n.endswith("_weight") and n not in names]
         for name in names:
             try:
-                group_values[name] = _freeze(getattr(target, name))
+                value = getattr(target, name)
             except (cfg.ConfigFileValueError, ValueError) as exc:
                 raise ConfigError(f"[{group}] {name}: {exc}") from exc
+            # oslo.config's FloatOpt takes 'nan' and 'inf'; a multiplier or ratio of
+            # either makes every weight NaN (or every host equal), so refuse them here.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"[{group}] {name} = {value}: must be a finite number")
+            group_values[name] = _freeze(value)
         values[group] = group_values
     return values
 
