@@ -151,6 +151,17 @@ def test_mappings_are_accepted_and_ignored_from_1_34(api: Api) -> None:
     assert api.put(f"/allocations/{new_uuid()}", mv="1.34", json=b).status_code == 204
 
 
+def test_empty_mappings_are_refused_on_put_and_post_as_placement_does(api: Api) -> None:
+    rp = api.provider(VCPU=8)
+    b = body_138(rp, None, VCPU=1)
+    del b["consumer_type"]
+    b["mappings"] = {}
+    r = api.put(f"/allocations/{new_uuid()}", mv="1.34", json=b)
+    assert r.status_code == 400 and "{} should be non-empty" in r.text
+    r = api.post("/allocations", mv="1.34", json={new_uuid(): b})
+    assert r.status_code == 400 and "{} should be non-empty" in r.text
+
+
 def test_capacity_and_constraints(any_api: Api) -> None:
     api = any_api
     rp = api.provider(VCPU=4)

@@ -552,3 +552,11 @@ def test_reference_mappings_on_nested_providers(
                     assert req["mappings"][suffix] == [u["esn1"]]
             if "_NET2" in req["mappings"]:
                 assert req["mappings"]["_NET2"] == [u["esn2"]]
+
+
+def test_same_subtree_suffixes_are_stripped_of_whitespace_as_placement_does(fx: Any) -> None:
+    qs = "resources_COMPUTE=VCPU:1&resources_ACCEL=CUSTOM_FPGA:1&group_policy=none"
+    tight = get(fx, qs + "&same_subtree=_COMPUTE,_ACCEL")
+    spaced = get(fx, qs + "&same_subtree= _COMPUTE , _ACCEL")
+    assert len(spaced["allocation_requests"]) == 3
+    assert spaced == tight

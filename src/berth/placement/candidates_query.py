@@ -275,7 +275,8 @@ def _parse_request_wide(params: Mapping[str, list[str]], query: CandidateQuery) 
         query.root_required = required
         query.root_forbidden = frozenset(forbidden)
     for value in params.get("same_subtree") or []:
-        suffixes = value.split(",")
+        # Placement strips each suffix, so "_A, _B" names _A and _B.
+        suffixes = [suffix.strip() for suffix in value.split(",")]
         if "" in suffixes:
             raise BadRequest(
                 "Empty string (unsuffixed group) can not be specified in `same_subtree` ",

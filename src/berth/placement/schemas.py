@@ -297,6 +297,8 @@ ALLOCATIONS_V1_28["required"].append("consumer_generation")
 ALLOCATIONS_V1_34 = copy.deepcopy(ALLOCATIONS_V1_28)
 ALLOCATIONS_V1_34["properties"]["mappings"] = {
     "type": "object",
+    # Placement refuses an empty mappings object ("{} should be non-empty").
+    "minProperties": 1,
     "additionalProperties": {
         "type": "array",
         "items": {"type": "string", "format": "uuid"},
