@@ -155,6 +155,14 @@ def test_put_one_inventory(any_api: Api) -> None:
     r = api.put(inv_url(rp, "DISK_GB"), json={"resource_provider_generation": 2, "total": 16})
     assert r.status_code == 400
     assert f"No inventory record with resource class for resource provider {rp}" in r.text
+    # The body is validated first: reserved above total on a class the provider lacks
+    # reports the capacity, as Placement does, not the missing inventory.
+    r = api.put(inv_url(rp, "MEMORY_MB"),
+                json={"resource_provider_generation": 2, "total": 16, "reserved": 32})
+    assert r.status_code == 400
+    assert (f"Unable to update inventory for resource provider {rp}: Invalid inventory for "
+            f"'MEMORY_MB' on resource provider '{rp}'. The reserved value is greater than"
+            in r.text)
     r = api.put(inv_url(rp, "NO_CLASS_14"), json={"resource_provider_generation": 2, "total": 16})
     assert r.status_code == 404 and "No such resource class NO_CLASS_14" in r.text
     assert "vary" not in r.headers

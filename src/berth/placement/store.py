@@ -1053,6 +1053,13 @@ class PlacementStore:
                 raise errors.Conflict(
                     "resource provider generation conflict", code=errors.CONCURRENT_UPDATE
                 )
+            # The body's capacity is checked before the class is looked up, as Placement
+            # validates it before it touches the provider's inventory.
+            if not _capacity_ok(inv, version):
+                raise errors.BadRequest(
+                    f"Unable to update inventory for resource provider {uuid}: "
+                    + _capacity_message(version, inv.resource_class, uuid)
+                )
             by_name, _ = self._rc_maps(conn)
             rc_id = by_name.get(inv.resource_class)
             if rc_id is None:
@@ -1064,11 +1071,6 @@ class PlacementStore:
                 raise errors.BadRequest(
                     f"No inventory record with resource class for resource provider {uuid}: No "
                     f"inventory of class {inv.resource_class} found."
-                )
-            if not _capacity_ok(inv, version):
-                raise errors.BadRequest(
-                    f"Unable to update inventory for resource provider {uuid}: "
-                    + _capacity_message(version, inv.resource_class, uuid)
                 )
             now = utcnow()
             self._update_inventory_row(conn, prov.id, rc_id, inv, now)
