@@ -199,3 +199,46 @@ def test_version_prints_the_package_version(capsys):
         main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out.strip() == f"berth {__version__}"
+
+
+@pytest.mark.parametrize(
+    ("conf", "code", "message"),
+    [
+        (b"[filter_scheduler]\nhost_subset_size = 1 \xff\n", 2,
+         "not UTF-8 text (byte 0xff)"),
+        (b"--host_subset_size=1\xff\n", 2, "not UTF-8 text (byte 0xff)"),
+        (b"[filter_scheduler]\nenabled_filters = $nope\n", 2,
+         "[filter_scheduler] enabled_filters: no such option nope in group [DEFAULT]"),
+        (b"[filter_scheduler]\navailable_filters = os.system\n", 2,
+         "available_filters: os.system is neither a class nor a function returning classes"),
+    ],
+    ids=["a nova.conf that is not UTF-8", "a flag file that is not UTF-8",
+         "a $reference to no option", "a builtin function as the filter list"],
+)
+def test_bad_configuration_files_are_one_line_errors(capsys, tmp_path, conf, code, message):
+    path = tmp_path / "nova.conf"
+    path.write_bytes(conf)
+    got, out, err = run(capsys, "schedule", CLOUD, "--flavor", "m1.small",
+                        "--config-file", str(path))
+    assert got == code and out == ""
+    assert err.count("\n") == 1 and err.startswith("error:") and message in err
+
+
+def test_a_cloud_file_that_is_not_utf8_is_a_one_line_error(capsys, tmp_path):
+    path = tmp_path / "cloud.yaml"
+    path.write_bytes(b"hosts: [{host: h\xff1}]\n")
+    code, _, err = run(capsys, "cloud", "check", str(path))
+    assert code == 3
+    assert err == f"error: {path}: not UTF-8 text (byte 0xff)\n"
+
+
+def test_a_list_function_that_fails_is_a_one_line_error(capsys, tmp_path, monkeypatch):
+    module = tmp_path / "broken_filters.py"
+    module.write_text("def all_filters():\n    raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "nova.conf"
+    path.write_text("[filter_scheduler]\navailable_filters = broken_filters.all_filters\n")
+    code, _, err = run(capsys, "schedule", CLOUD, "--flavor", "m1.small",
+                       "--config-file", str(path))
+    assert code == 2
+    assert "broken_filters.all_filters() did not return a list of classes: RuntimeError: boom" in err

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from berth.config import SchedulerConfig
+from berth.config import SchedulerConfig, not_utf8
 from berth.errors import CloudFileError
 from berth.model import (
     Aggregate,
@@ -250,8 +250,11 @@ def read_document(path: str) -> Any:
     """Parse a YAML or JSON file (JSON is YAML) with errors that name the file and line."""
     if not os.path.isfile(path):
         raise CloudFileError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except UnicodeDecodeError as exc:
+        raise CloudFileError(f"{path}: {not_utf8(exc)}") from None
     try:
         if path.endswith(".json"):
             return json.loads(text)

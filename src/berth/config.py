@@ -398,12 +398,15 @@ class SchedulerConfig:
             for path in paths:
                 if not os.path.isfile(path):
                     raise ConfigError(f"config file {path}: no such file")
-                if is_flag_file(path):
-                    temp_files.append(flag_file_to_ini(path))
-                    files.append(temp_files[-1])
-                else:
-                    _check_ini_syntax(path)
-                    files.append(path)
+                try:
+                    if is_flag_file(path):
+                        temp_files.append(flag_file_to_ini(path))
+                        files.append(temp_files[-1])
+                    else:
+                        _check_ini_syntax(path)
+                        files.append(path)
+                except UnicodeDecodeError as exc:
+                    raise ConfigError(f"config file {path}: {not_utf8(exc)}") from None
             args: list[str] = []
             for path in files:
                 args += ["--config-file", path]
@@ -463,8 +466,9 @@ def _read_all(conf: cfg.ConfigOpts) -> dict[str, dict[str, Any]]:
         for name in names:
             try:
                 value = getattr(target, name)
-            except (cfg.ConfigFileValueError, ValueError) as exc:
-                raise ConfigError(f"[{group}] {name}: {exc}") from exc
+            except (cfg.Error, ValueError) as exc:
+                # A bad value, or a $reference to an option that does not exist.
+                raise ConfigError(f"[{group}] {name}: {exc}") from None
             # oslo.config's FloatOpt takes 'nan' and 'inf'; a multiplier or ratio of
             # either makes every weight NaN (or every host equal), so refuse them here.
             if isinstance(value, float) and not math.isfinite(value):
@@ -513,6 +517,12 @@ def _register_cost_function_weights(conf: cfg.ConfigOpts) -> None:
         name = f"{path.rsplit('.', 1)[-1]}_weight"
         if name not in conf:
             conf.register_opt(cfg.FloatOpt(name, help=f"Weight of cost function {path}."))
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """The one-line reason a file is not UTF-8 text, naming the offending byte (not its
+    offset: a decoder reading a file in chunks counts from the chunk)."""
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x})"
 
 
 def is_flag_file(path: str) -> bool:

@@ -10,6 +10,7 @@ entry-point groups of installed packages. An unknown name raises
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 from collections.abc import Iterable
 from importlib import metadata
@@ -61,8 +62,16 @@ def _expand(obj: Any, base: type[P], path: str, option: str) -> list[type[P]]:
         if not issubclass(obj, base):
             raise PluginNotFound(f"{option}: {path} is not a subclass of {base.__name__}")
         return [obj]
-    if callable(obj):
-        classes = list(obj())
+    if inspect.isfunction(obj):
+        # A list function (Nova's all_filters shape) takes no arguments. Only functions
+        # written in Python are called: a builtin such as os.system is never a list of
+        # plugins, and calling one from a configuration file must not be possible.
+        try:
+            classes = list(obj())
+        except Exception as exc:  # noqa: BLE001 - any failure of the function is one line
+            raise PluginNotFound(
+                f"{option}: {path}() did not return a list of classes: "
+                f"{type(exc).__name__}: {exc}") from None
         for cls in classes:
             if not (isinstance(cls, type) and issubclass(cls, base)):
                 raise PluginNotFound(f"{option}: {path}() returned {cls!r}, not a {base.__name__}")
