@@ -214,3 +214,27 @@ def test_count_without_a_placeholder_in_host_or_nodename_is_an_error():
         parse_cloud({"hosts": [{"host": "h", "nodename": "n", "count": 2}]}, CONFIG, 0.0)
     assert "hosts[0].host: with count, the host name (or, for the nodes of one service host, " \
            "nodename) needs an {index} placeholder" in str(info.value)
+
+
+def test_count_is_bounded_before_any_host_is_expanded():
+    # 999,999 + 2 nodes: refused at the second entry, before a single host is built.
+    doc = {"hosts": [{"host": "a{index}", "count": 999_999, "vcpus": 4, "memory_mb": 4096},
+                     {"host": "b{index}", "count": 2, "vcpus": 4, "memory_mb": 4096}]}
+    with pytest.raises(CloudFileError, match=r"hosts\[1\]\.count: 2 would make 1,000,001 "
+                                             r"compute nodes; a cloud file holds at most 1,000,000"):
+        parse_cloud(doc, CONFIG, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply to be a cloud file"),
+        ("deep.yaml", "a: " + "[" * 5_000 + "]" * 5_000, "exceeded maximum nesting depth"),
+    ],
+    ids=["JSON nested 100,000 deep", "YAML nested 5,000 deep"],
+)
+def test_a_deeply_nested_document_is_a_cloud_file_error(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(CloudFileError, match=message):
+        load_cloud(str(path))

@@ -246,6 +246,11 @@ def _timestamp(value: Any, path: str) -> float:
 
 
 # --------------------------------------------------------------------------- loading
+#: The most compute nodes one cloud file may describe, ``count`` expanded: ten times the
+#: largest cloud Berth is benchmarked at, and a bound on what a typo in ``count`` costs.
+MAX_COMPUTE_NODES = 1_000_000
+
+
 def read_document(path: str) -> Any:
     """Parse a YAML or JSON file (JSON is YAML) with errors that name the file and line."""
     if not os.path.isfile(path):
@@ -261,6 +266,8 @@ def read_document(path: str) -> Any:
         # libyaml's parser when PyYAML has it: the same documents, about 4x faster on
         # an imported cloud of thousands of hosts.
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except RecursionError:
+        raise CloudFileError(f"{path}: nested too deeply to be a cloud file") from None
     except json.JSONDecodeError as exc:
         raise CloudFileError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
     except yaml.YAMLError as exc:
@@ -304,12 +311,18 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
     seen: set[tuple[str, str]] = set()
     #: The first node of each service host: its path and record.
     first_node: dict[str, tuple[str, HostRecord]] = {}
+    planned = 0
     for i, item in enumerate(top.seq("hosts")):
         if not isinstance(item, Mapping):
             raise CloudFileError(f"hosts[{i}]: expected a mapping, got {_show(item)}")
         merged = {**defaults, **item}
         reader = _Reader(merged, f"hosts[{i}]")
         count = reader.integer("count", default=None, minimum=1)
+        planned += count or 1
+        if planned > MAX_COMPUTE_NODES:
+            raise CloudFileError(
+                f"hosts[{i}].count: {count} would make {planned:,} compute nodes; a cloud file "
+                f"holds at most {MAX_COMPUTE_NODES:,}")
         start = reader.integer("start", default=1, minimum=0) or 0
         if reader.has("start") and count is None:
             raise CloudFileError(f"hosts[{i}].start: only meaningful with count")
