@@ -157,7 +157,29 @@ def test_a_missing_file_is_a_config_error(tmp_path):
 
 def test_unknown_options_in_known_groups_are_reported_as_likely_typos(tmp_path):
     path = write(tmp_path, "[filter_scheduler]\nhost_subset_sise = 2\n[unrelated]\nx = 1\n")
-    assert unknown_options([path]) == [f"{path}: [filter_scheduler] host_subset_sise is not a known option"]
+    assert unknown_options([path]) == [f"{path}: [filter_scheduler] host_subset_sise is not a "
+                                       "known option; did you mean host_subset_size?"]
+
+
+def test_a_near_miss_of_a_known_section_is_reported_and_other_groups_are_not(tmp_path):
+    path = write(tmp_path, "[filtr_scheduler]\nhost_subset_size = 3\n"
+                           "[placement]\nauth_type = password\n")
+    assert unknown_options([path]) == [
+        f"{path}: [filtr_scheduler] is not a known section; did you mean [filter_scheduler]? "
+        "(its options are ignored)"]
+
+
+def test_reading_a_config_warns_about_typos_so_every_command_does(tmp_path, caplog):
+    path = write(tmp_path, "[filter_scheduler]\nhost_subset_sise = 3\n")
+    with caplog.at_level(logging.WARNING, logger="berth.config"):
+        config = SchedulerConfig.from_files([path])
+    assert config.filter_scheduler.host_subset_size == 1
+    assert any("host_subset_sise is not a known option; did you mean host_subset_size?"
+               in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="berth.config"):
+        SchedulerConfig.from_files([path], warn_unknown=False)
+    assert not caplog.records
 
 
 @pytest.mark.parametrize(

@@ -204,7 +204,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     from berth import plugins
     from berth.config import SchedulerConfig, unknown_options
 
-    config = SchedulerConfig.from_files(args.files)
+    config = SchedulerConfig.from_files(args.files, warn_unknown=False)
     filters = plugins.load_filters(config)
     weighers = plugins.load_weighers(config)
     problems = unknown_options(args.files)

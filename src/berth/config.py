@@ -15,6 +15,7 @@ Deprecated names the seeds use (``scheduler_default_filters``, ``scheduler_weigh
 from __future__ import annotations
 
 import configparser
+import difflib
 import logging
 import math
 import os
@@ -358,10 +359,20 @@ class SchedulerConfig:
 
     @classmethod
     def from_files(
-        cls, paths: Sequence[str | os.PathLike[str]], overrides: Mapping[str, Mapping[str, Any]] | None = None
+        cls, paths: Sequence[str | os.PathLike[str]], overrides: Mapping[str, Mapping[str, Any]] | None = None,
+        *, warn_unknown: bool = True,
     ) -> SchedulerConfig:
-        """Read nova.conf-style INI files (later files win) or ``--name=value`` flag files."""
-        return cls._load([os.fspath(p) for p in paths], overrides or {})
+        """Read nova.conf-style INI files (later files win) or ``--name=value`` flag files.
+
+        Options Berth does not know in its groups, and sections that look like a
+        misspelling of one, are logged as warnings (see :func:`unknown_options`).
+        """
+        files = [os.fspath(p) for p in paths]
+        config = cls._load(files, overrides or {})
+        if warn_unknown:
+            for problem in unknown_options(files):
+                LOG.warning("%s", problem)
+        return config
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Mapping[str, Any]]) -> SchedulerConfig:
@@ -598,10 +609,18 @@ def unknown_options(paths: Iterable[str]) -> list[str]:
         ]
         for section, items in sections:
             if section not in known:
+                # Nova's other groups ([api_database], [placement], ...) are not Berth's
+                # business; a near miss of one of Berth's groups is a typo.
+                close = difflib.get_close_matches(section, known, n=1, cutoff=0.8)
+                if close:
+                    problems.append(f"{path}: [{section}] is not a known section; did you "
+                                    f"mean [{close[0]}]? (its options are ignored)")
                 continue
             for key in items:
                 if key not in known[section] and not key.endswith("_weight"):
-                    problems.append(f"{path}: [{section}] {key} is not a known option")
+                    close = difflib.get_close_matches(key, known[section], n=1, cutoff=0.8)
+                    hint = f"; did you mean {close[0]}?" if close else ""
+                    problems.append(f"{path}: [{section}] {key} is not a known option{hint}")
     return problems
 
 
