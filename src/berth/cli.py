@@ -20,7 +20,6 @@ import argparse
 import json
 import logging
 import os
-import random
 import sys
 import time
 from collections.abc import Sequence
@@ -57,13 +56,15 @@ def _load_config(paths: Sequence[str] | None) -> Any:
 
 # ----------------------------------------------------------------------------- schedule
 def cmd_schedule(args: argparse.Namespace) -> int:
-    """Schedule a request against a cloud file and print the selections."""
-    from berth.claims import InMemoryPlacement
-    from berth.cloudfile import load_cloud
+    """Schedule a request against a cloud file and print the selections.
+
+    The cloud file's hosts are registered into a scratch store exactly as ``berth
+    serve --cloud`` registers them, and the request goes through the same scheduler
+    service (:mod:`berth.service.offline`): request filters, the placement query and
+    the allocation-candidate engine, the core, the claims."""
     from berth.model import RequestSpec
-    from berth.model.request import new_instance_uuids
-    from berth.pipeline import Scheduler
     from berth.schedule_moves import cmd_schedule_move, move_of
+    from berth.service.offline import offline_cloud
 
     move = move_of(args)
     if move is not None:
@@ -75,45 +76,39 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         raise InputError("--flavor: required (except for --migrate, --evacuate and --rebuild)",
                          field="--flavor")
     config = _load_config(args.config_file)
-    scheduler = Scheduler(config)
     now = time.time() if args.now is None else args.now
-    cloud = load_cloud(args.cloud, config, now=now)
-    flavor = cloud.flavor(args.flavor)
-    warnings = _checked_extra_specs(args.flavor, flavor.extra_specs)
-    spec = RequestSpec(
-        flavor=flavor,
-        image=cloud.image(args.image) if args.image else None,
-        scheduler_hints=_hints(args.hint) or None,
-        instance_group=cloud.server_group(args.group) if args.group else None,
-        project_id=args.project,
-        user_id=args.user,
-        availability_zone=args.availability_zone,
-        num_instances=args.num,
-        force_hosts=args.force_host or None,
-        ignore_hosts=args.ignore_host or None,
-    )
-    prepare_request(spec, config)
-    placement = InMemoryPlacement(cloud.snapshot, config)
-    rng = random.Random(args.seed)
-    # Named before scheduling (as Nova's API does), so the dry run claims like a boot.
-    uuids = new_instance_uuids(rng, spec.num_instances)
-    try:
-        decision = scheduler.select_destinations(
-            spec, cloud.snapshot, now=now, rng=rng, instance_uuids=uuids,
-            candidates=placement.candidates(spec), claimer=placement,
-            return_alternates=not args.no_alternates, explain=args.explain,
+    with offline_cloud(args.cloud, config, now=now) as offline:
+        cloud, stack = offline.cloud, offline.stack
+        flavor = cloud.flavor(args.flavor)
+        warnings = _checked_extra_specs(args.flavor, flavor.extra_specs)
+        spec = RequestSpec(
+            flavor=flavor,
+            image=cloud.image(args.image) if args.image else None,
+            scheduler_hints=_hints(args.hint) or None,
+            instance_group=stack.groups.resolve(args.group, field="--group") if args.group else None,
+            project_id=args.project,
+            user_id=args.user,
+            availability_zone=args.availability_zone,
+            num_instances=args.num,
+            force_hosts=args.force_host or None,
+            ignore_hosts=args.ignore_host or None,
         )
-    except NoValidHost as exc:
-        if args.json:
-            print(json.dumps({"error": {"code": exc.code, "message": exc.message},
-                              "diagnosis": exc.diagnosis.to_dict() if exc.diagnosis else None,
-                              **({"warnings": warnings} if args.explain else {})}, indent=2))
-        else:
-            print(f"error: {exc.message}", file=sys.stderr)
-            if exc.diagnosis is not None:
-                _print_warnings(warnings)
-                _print_diagnosis(exc.diagnosis, verbose=args.verbose)
-        return exit_code_for(exc)
+        prepare_request(spec, config)
+        service = stack.scheduler(seed=args.seed)
+        try:
+            decision = service.select_destinations(
+                spec, return_alternates=not args.no_alternates, explain=args.explain)
+        except NoValidHost as exc:
+            if args.json:
+                print(json.dumps({"error": {"code": exc.code, "message": exc.message},
+                                  "diagnosis": exc.diagnosis.to_dict() if exc.diagnosis else None,
+                                  **({"warnings": warnings} if args.explain else {})}, indent=2))
+            else:
+                print(f"error: {exc.message}", file=sys.stderr)
+                if exc.diagnosis is not None:
+                    _print_warnings(warnings)
+                    _print_diagnosis(exc.diagnosis, verbose=args.verbose)
+            return exit_code_for(exc)
     if args.json:
         answer = decision.to_dict()
         if args.explain:

@@ -14,7 +14,7 @@ import yaml
 
 from berth.cloudfile import Cloud, load_cloud
 from berth.config import SchedulerConfig
-from berth.service.cli import seed_from_cloud
+from berth.service.seeding import seed_from_cloud
 from berth.service.stack import Stack, open_stack
 
 from .fake_openstack import FakeOpenStack, clouds_yaml, serving

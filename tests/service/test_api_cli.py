@@ -11,8 +11,9 @@ from berth.cli import build_parser, main
 from berth.errors import InputError
 from berth.explain import Diagnosis
 from berth.service.api import SchedulerApp
-from berth.service.cli import diagnosis_from_dict, flavor_argument, seed_from_cloud
+from berth.service.cli import diagnosis_from_dict, flavor_argument
 from berth.service.compute import ComputeNodeSpec
+from berth.service.seeding import seed_from_cloud
 from berth.service.stack import Stack
 
 

@@ -276,7 +276,7 @@ hosts:
 
 def test_a_moved_cloud_instance_stays_where_it_went_when_the_file_is_seeded_again(
         first: Stack, tmp_path: Path) -> None:
-    from berth.service.cli import seed_from_cloud
+    from berth.service.seeding import seed_from_cloud
 
     from .builders import reopen
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from berth.host_state import Hosts, HostState
     from berth.model.aggregate import Aggregate
     from berth.model.request import RequestSpec
+    from berth.snapshot import HostSnapshot
 
 AZ_KEY = "availability_zone"
 
@@ -42,6 +43,19 @@ def host_zones(aggregates: Iterable[Aggregate], default_zone: str) -> set[str]:
     if AZ_KEY in metadata:
         return metadata[AZ_KEY]
     return {default_zone}
+
+
+def available_zones(snapshot: HostSnapshot, default_zone: str) -> set[str]:
+    """The zones a boot may name, as Nova's API lists them before it accepts a request
+    (``get_availability_zones(get_only_available=True)``): the zone of every enabled
+    compute service; a service in several zones has them comma-joined, sorted."""
+    enabled = ~snapshot.num("service_disabled").astype(bool)
+    codes = np.unique(snapshot.codes("aggregates")[enabled])
+    zones = set()
+    for code in codes.tolist():
+        aggregates = snapshot.aggregates_of_signature(int(code))
+        zones.add(",".join(sorted(host_zones(aggregates, default_zone))))
+    return zones
 
 
 class AvailabilityZoneFilter(BaseHostFilter):

@@ -150,13 +150,13 @@ def cmd_compute(args: argparse.Namespace) -> int:
     from berth.cloudfile import load_cloud
     from berth.placement.client import PlacementClient
     from berth.placement.db import prepare
-    from berth.service.cli import cloud_nodes
     from berth.service.compute_rpc import COMPUTE_TOPIC, AgentDirectory, ComputeEndpoint
     from berth.service.conductor import FakeDriver
     from berth.service.fleet import Fleet, local_node
     from berth.service.group_check import GroupPolicyCheck
     from berth.service.groups import ServerGroupStore
     from berth.service.reports import BusRecordStore
+    from berth.service.seeding import cloud_nodes
 
     _logging()
     try:

@@ -44,7 +44,8 @@ from typing import Any
 
 from berth.claims import CandidateSet
 from berth.config import SchedulerConfig
-from berth.errors import NoValidHost
+from berth.errors import InputError, NoValidHost
+from berth.filters.availability_zone import available_zones
 from berth.model.aggregate import Aggregate
 from berth.model.request import RequestSpec, new_instance_uuids
 from berth.model.selection import Selection
@@ -254,6 +255,7 @@ class SchedulerService:
                 spec, snapshot, now=now, rng=self.rng, candidates=None, claimer=None,
                 instance_uuids=instance_uuids, return_alternates=return_alternates,
                 explain=explain)
+        self._check_zone(spec, snapshot)
         if instance_uuids is None:
             instance_uuids = self.new_instance_uuids(spec.num_instances)
         # The request filters and the query fill in the spec (destination, traits);
@@ -269,6 +271,20 @@ class SchedulerService:
         if self.config.filter_scheduler.consume_between_reports:
             self._consume_locally(snapshot, spec, decision)
         return decision
+
+    def _check_zone(self, spec: RequestSpec, snapshot: HostSnapshot) -> None:
+        """Refuse a zone no enabled compute service is in, as Nova's API refuses it
+        ("The requested availability zone is not available", a 400) before anything is
+        scheduled. A move keeps the zone its instance was booted in, unchecked."""
+        zone = spec.availability_zone
+        if not zone or spec.scheduler_hints and "_nova_check_type" in spec.scheduler_hints:
+            return
+        known = available_zones(snapshot, self.config.default_availability_zone)
+        if zone not in known:
+            raise InputError(
+                f"availability_zone: the requested availability zone {zone!r} is not "
+                f"available (available: {', '.join(sorted(known)) or 'none'})",
+                field="availability_zone")
 
     def _consume_locally(self, snapshot: HostSnapshot, spec: RequestSpec, decision: Decision) -> None:
         """Reflect the claims in this service's snapshot until the hosts report again

@@ -12,7 +12,8 @@ PostgreSQL database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,9 @@ class Stack:
 
     #: Instances and migrations (same database), for moves; opened when not given.
     instances: InstanceStore = None  # type: ignore[assignment]
+    #: The instant agents report at and schedulers decide at (the wall clock; a fixed
+    #: instant for offline what-if at a given time).
+    clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         if self.instances is None:
@@ -100,14 +104,14 @@ class Stack:
         return SchedulerService(
             self.config, SnapshotFeed(self.records), PlacementCandidates(self.candidates_client),
             PlacementClaimer(self.claims_client or self.client), network_lookup=network_lookup,
-            min_compute_version=min_compute_version, seed=seed,
+            min_compute_version=min_compute_version, seed=seed, clock=self.clock,
             uuid_rng=instance_uuid_rng(seed, self.builds.start, index))
 
     def agent(self, node: ComputeNodeSpec) -> ComputeAgent:
         """A compute agent for ``node`` (kept in ``agents`` under its
         :func:`~berth.service.compute.agent_key`: the host name, or ``host/node`` for a
         node of a multi-node host)."""
-        agent = ComputeAgent(node, self.client, self.records, self.config)
+        agent = ComputeAgent(node, self.client, self.records, self.config, clock=self.clock)
         self.agents[agent_key(node.host, node.nodename)] = agent
         return agent
 

@@ -1,0 +1,48 @@
+"""Offline scheduling on the online path: a cloud file in a scratch store.
+
+``berth schedule`` (and every what-if built on it) runs what ``berth serve`` runs: the
+cloud file's hosts are registered through their compute agents into a Placement store
+in a scratch SQLite database (:func:`~berth.service.seeding.seed_cloud`, the same
+registration ``berth serve --cloud`` does), and requests go through a
+:class:`~berth.service.scheduler.SchedulerService`: request filters, the placement query
+built from the request, the allocation-candidate engine, the core and the claims. The
+database lives in a temporary directory and is gone when the context closes.
+
+The instant is fixed (``now``): agents report at it and the scheduler decides at it, so
+a what-if at a given time answers the same whenever it runs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from berth.cloudfile import Cloud, load_cloud
+from berth.config import SchedulerConfig
+from berth.service.seeding import seed_cloud
+from berth.service.stack import Stack, open_stack
+
+
+@dataclass
+class OfflineCloud:
+    """A loaded cloud file and the stack it was registered into."""
+
+    cloud: Cloud
+    stack: Stack
+
+
+@contextmanager
+def offline_cloud(path: str, config: SchedulerConfig, *, now: float) -> Iterator[OfflineCloud]:
+    """Load the cloud file at ``path`` and register it into a scratch store at the
+    instant ``now``; the store is removed on exit."""
+    cloud = load_cloud(path, config, now=now)
+    with tempfile.TemporaryDirectory(prefix="berth-offline-") as scratch:
+        stack = open_stack(f"sqlite:///{scratch}/cloud.sqlite", config)
+        stack.clock = lambda: now
+        try:
+            seed_cloud(stack, cloud, path, now=now)
+            yield OfflineCloud(cloud, stack)
+        finally:
+            stack.close()

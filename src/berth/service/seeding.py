@@ -1,0 +1,211 @@
+"""A cloud file's hosts, registered as ``berth serve`` and offline scheduling run them.
+
+:func:`seed_cloud` puts a loaded cloud into a stack through the compute-agent path:
+every node's provider (with its traits, extra inventories and nested providers), the
+sharing providers, aggregates, the file's instances with their allocations and the
+usage beyond them, server groups, and each node's first report. ``berth serve --cloud``
+and ``berth schedule`` (over a store in a scratch database) both start here, so what one
+schedules against is what the other does.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from berth.cloudfile import Cloud, load_cloud, stable_uuid
+from berth.errors import CloudFileError
+from berth.filters.compute import effective_service_down_time
+from berth.model.request import Flavor
+from berth.placement.client import NotFoundError, PlacementAPIError
+
+LOG = logging.getLogger("berth.service")
+
+
+def cloud_nodes(cloud: Any) -> list[Any]:
+    """The compute nodes of a loaded cloud file, as agents register them: size,
+    capabilities, ratios, the host's own stats and its numeric ``io_workload``."""
+    from berth.service.compute import ComputeNodeSpec
+
+    snap = cloud.snapshot
+    nodes = []
+    for row in range(len(snap)):
+        num = {name: snap.num(name)[row] for name in (
+            "vcpus_total", "total_usable_ram_mb", "total_usable_disk_gb", "hypervisor_version",
+            "cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio")}
+        # The host's own stats go with it; the agent counts num_instances and
+        # failed_builds itself and reports a numeric io_workload from the node's.
+        stats = {str(k): str(v) for k, v in (snap.interned_value("stats", row) or {}).items()}
+        io_workload = stats.get("io_workload", "0")
+        if io_workload.isdigit():
+            stats.pop("io_workload", None)
+        for own in ("num_instances", "failed_builds"):
+            stats.pop(own, None)
+        nodes.append(ComputeNodeSpec(
+            host=snap.obj("host")[row], nodename=snap.obj("nodename")[row],
+            uuid=snap.obj("uuid")[row], cell_uuid=snap.interned_value("cell_uuid", row),
+            vcpus=int(num["vcpus_total"]), memory_mb=int(num["total_usable_ram_mb"]),
+            local_gb=int(num["total_usable_disk_gb"]),
+            hypervisor_type=snap.interned_value("hypervisor_type", row) or "QEMU",
+            hypervisor_version=(int(num["hypervisor_version"])
+                                if num["hypervisor_version"] == num["hypervisor_version"] else 0),
+            cpu_info=snap.interned_value("cpu_info", row) or "{}",
+            supported_instances=snap.interned_value("supported_instances", row),
+            host_ip=snap.obj("host_ip")[row], numa_topology=snap.obj("numa_topology")[row],
+            pci_stats=snap.obj("pci_stats")[row], metrics=list(snap.obj("metrics")[row]),
+            cpu_allocation_ratio=float(num["cpu_allocation_ratio"]),
+            ram_allocation_ratio=float(num["ram_allocation_ratio"]),
+            disk_allocation_ratio=float(num["disk_allocation_ratio"]),
+            stats=stats, io_workload=int(io_workload) if io_workload.isdigit() else 0))
+    return nodes
+
+
+def seed_from_cloud(stack: Any, path: str, *, now: float | None = None
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Load the cloud file at ``path`` and :func:`seed_cloud` it; returns (flavors,
+    images)."""
+    now = time.time() if now is None else now
+    cloud = load_cloud(path, stack.config, now=now)
+    seed_cloud(stack, cloud, path, now=now)
+    return dict(cloud.flavors), dict(cloud.images)
+
+
+def seed_cloud(stack: Any, cloud: Cloud, path: str, *, now: float) -> None:
+    """Register the hosts of ``cloud`` (loaded from ``path``) through their agents, at
+    the instant ``now`` (a host the file says is down keeps its older heartbeat)."""
+    from berth.moves import instance_from_cloud
+
+    snap = cloud.snapshot
+    nodes = cloud_nodes(cloud)
+    check_against_allocations(stack, nodes, path)
+    agents = stack.register_hosts(nodes, snap.aggregates)
+    for group in cloud.server_groups.values():
+        stack.groups.put(group)
+    flavors_by_id = {f.id: f for f in cloud.flavors.values()}
+    config = stack.config
+    down_time = effective_service_down_time(config.service_down_time, config.report_interval)
+    # The file's instances (and the usage holders beyond them) exist without a build by
+    # Berth: recorded as active builds, so the audit does not take them for orphans.
+    existing: dict[str, str | None] = {}
+    for row, agent in enumerate(agents):
+        service = snap.obj("service")[row]
+        if service is not None and service.disabled:
+            agent.set_disabled(True, service.disabled_reason)
+        failed = snap.num("failed_builds")[row]
+        if "failed_builds" in (snap.interned_value("stats", row) or {}) and not math.isnan(failed):
+            agent.failed_builds = int(failed)
+        placed: list[Flavor] = []
+        for uuid, inst in snap.obj("instances")[row].items():
+            flavor = flavors_by_id.get(inst.instance_type_id)
+            if flavor is None:
+                continue
+            placed.append(flavor)
+            known = stack.instances.get(uuid)
+            if known is not None and known.host != agent.node.host:
+                # Moved by an earlier run: it runs (and is allocated) where it went; the
+                # file's usage of this host no longer includes it.
+                continue
+            existing[uuid] = agent.node.host
+            _allocate(stack, uuid, agent.uuid, flavor, inst.project_id or "seed")
+            agent.spawn(uuid, flavor, inst.project_id, publish=False,
+                        image_properties=inst.image_properties)
+            if known is None:
+                # Known with its spec from now on, so it can be moved like a booted one.
+                stack.instances.record(uuid, agent.node.host,
+                                       agent.node.nodename or agent.node.host,
+                                       instance_from_cloud(cloud, uuid).spec)
+        # Usage the file states beyond its instances (and the reserved amounts) is held
+        # by one consumer per host, so placement and the reports agree.
+        extra = Flavor(
+            name="preexisting",
+            vcpus=max(0, int(snap.num("vcpus_used")[row]) - config.reserved_host_cpus
+                      - sum(f.vcpus for f in placed)),
+            memory_mb=max(0, int(snap.num("total_usable_ram_mb")[row] - snap.num("free_ram_mb")[row])
+                          - config.reserved_host_memory_mb - sum(f.memory_mb for f in placed)),
+            root_gb=max(0, int(snap.num("disk_mb_used")[row]) // 1024
+                        - math.ceil(config.reserved_host_disk_mb / 1024)
+                        - sum(f.root_gb + f.ephemeral_gb for f in placed)))
+        if extra.vcpus or extra.memory_mb or extra.root_gb:
+            # One consumer may not exceed max_unit (the node's total) per class.
+            node = agent.node
+            parts = max(math.ceil(extra.vcpus / max(node.vcpus, 1)),
+                        math.ceil(extra.memory_mb / max(node.memory_mb, 1)),
+                        math.ceil(extra.root_gb / max(node.local_gb, 1)), 1)
+            for i in range(parts):
+                share = Flavor(name="preexisting", vcpus=_share(extra.vcpus, parts, i),
+                               memory_mb=_share(extra.memory_mb, parts, i),
+                               root_gb=_share(extra.root_gb, parts, i))
+                holder = stable_uuid("preexisting", agent.uuid, str(i))
+                existing[holder] = agent.node.host
+                _allocate(stack, holder, agent.uuid, share, "seed")
+            agent.baseline = extra
+        # Instances the file counts (stats num_instances) but does not list.
+        agent.baseline_instances = max(
+            0, int(snap.num("num_instances")[row]) - len(snap.obj("instances")[row]))
+        down_since = None
+        if service is not None:
+            agent.forced_down = service.forced_down
+            seen = service.last_seen_up
+            if seen is not None and now - seen > down_time:
+                # A host the file says is down keeps its old heartbeat and stays silent.
+                agent.silent, down_since = True, seen
+        agent.report(now=down_since if down_since is not None else now)
+    stack.builds.adopt(existing, request_id=f"cloud-file:{path}"[:64])
+
+
+#: The cloud-file field behind each resource class a node reports.
+_CLASS_FIELDS = {"VCPU": "vcpus", "PCPU": "pcpus", "MEMORY_MB": "memory_mb",
+                 "DISK_GB": "local_gb"}
+
+
+def check_against_allocations(stack: Any, nodes: Sequence[Any], path: str) -> None:
+    """Refuse, before anything is written, a cloud file that would take a resource class
+    away from a host whose stored allocations use it (placement refuses such an
+    inventory, and the store would be left half re-seeded); warn where a host shrinks
+    below what its allocations use (placement allows that: the host is overcommitted
+    and takes no more of that class until they shrink)."""
+    from berth.service.compute import inventories_for
+
+    for node in nodes:
+        try:
+            usages = stack.client.provider_usages(node.uuid)
+        except NotFoundError:
+            continue  # a new host
+        inventory = inventories_for(node, stack.config)
+        for rc, used in sorted(usages.items()):
+            if not used:
+                continue
+            name = _CLASS_FIELDS.get(rc, rc)
+            inv = inventory.get(rc)
+            if inv is None:
+                raise CloudFileError(
+                    f"{path}: host {node.host}: {name} would leave it no {rc} inventory, but "
+                    f"its allocations in the database use {used} {rc}; keep {name} at least "
+                    f"{used} or delete those allocations first (nothing was changed)",
+                    host=node.host, field=name)
+            capacity = int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
+            if capacity < used:
+                LOG.warning("%s: host %s: %s gives %d %s, below the %d its allocations use; "
+                            "it takes no more %s until they shrink", path, node.host, name,
+                            capacity, rc, used, rc)
+
+
+def _share(total: int, parts: int, index: int) -> int:
+    """The ``index``-th of ``parts`` near-equal integer shares of ``total``."""
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def _allocate(stack: Any, consumer: str, rp_uuid: str, flavor: Flavor, project: str) -> None:
+    """Give an existing workload its allocation, unless it has one already."""
+    if stack.client.get_allocations(consumer).allocations:
+        return
+    resources = {"VCPU": flavor.vcpus, "MEMORY_MB": flavor.memory_mb,
+                 "DISK_GB": flavor.root_gb + flavor.ephemeral_gb}
+    try:
+        stack.client.put_allocations(consumer, {rp_uuid: {k: v for k, v in resources.items() if v}},
+                                     project_id=project, user_id="seed", consumer_generation=None)
+    except PlacementAPIError as exc:
+        LOG.warning("could not seed the allocation of %s: %s", consumer, exc.detail)
