@@ -91,26 +91,60 @@ def test_a_host_said_to_be_down_reports_a_stale_heartbeat():
         (minimal(supported_instances=[["x86_64", "kvm"]]), "hosts[0].supported_instances[0]"),
         (minimal(service={"last_seen_up": "yesterday"}), "hosts[0].service.last_seen_up"),
         ({"hosts": "all of them"}, "hosts: expected a list"),
-        ({**minimal(), "images": [{"name": "i", "properties": {"hw_cpu_cores": "lots"}}]},
-         "images[0].properties.hw_cpu_cores: expected an integer, got 'lots'"),
-        ({**minimal(), "images": [{"name": "i", "properties": {"hw_disk_bus": "nvme"}}]},
-         "images[0].properties.hw_disk_bus: expected one of fdc, ide, sata, scsi, usb, virtio"),
-        ({**minimal(), "images": [{"name": "i", "properties": {"hw_numa_cpus.0": "0-1",
-                                                               "hw_numa_cpus.1": "2-x"}}]},
-         "images[0].properties.hw_numa_cpus.1: expected a CPU set such as '0-3,^2'"),
-        ({**minimal(), "images": [{"name": "i", "properties": {"architecture": "z80"}}]},
-         "images[0].properties.architecture: expected one of"),
+        (minimal(traits=["HW_CPU_X86_AVX9"]), "hosts[0].traits[0]: unknown trait 'HW_CPU_X86_AVX9'"),
+        (minimal(resources={"VCPU": 4}), "hosts[0].resources.VCPU: given by the host's vcpus"),
+        (minimal(resources={"GPU": 4}), "hosts[0].resources.GPU: unknown resource class 'GPU'"),
+        (minimal(resources={"CUSTOM_GPU": {"total": 2, "reserved": 3}}),
+         "hosts[0].resources.CUSTOM_GPU.reserved: 3 is more than total 2"),
+        (minimal(resources={"CUSTOM_GPU": {"total": 2, "max": 1}}),
+         "hosts[0].resources.CUSTOM_GPU: unknown field(s) max"),
+        (minimal(cpu_dedicated_set="4-x"), "hosts[0].cpu_dedicated_set: invalid CPU range '4-x'"),
+        (minimal(providers=[{"name": "pf1", "parent": "numa0"}]),
+         "hosts[0].providers[0].parent: 'numa0' is no provider listed before it"),
+        ({**minimal(), "sharing_providers": [{"name": "nfs", "resources": {"DISK_GB": 100},
+                                              "aggregates": ["rack9"]}]},
+         "sharing_providers[0].aggregates[0]: no aggregate named 'rack9'"),
     ],
     ids=["no hosts", "non-integer memory", "negative vcpus", "unknown field", "aggregate of an unknown host",
          "flavor without memory", "bad group policy", "unknown cell", "duplicate node",
          "short supported_instances triple", "bad heartbeat time", "hosts not a list",
-         "non-integer image property", "unknown enum value of an image property",
-         "bad CPU set of a guest NUMA node", "bad value under a legacy property name"],
+         "unknown trait", "standard class under resources", "unknown class", "reserved over total",
+         "unknown inventory field", "bad dedicated CPU set", "nested provider before its parent",
+         "sharing provider of an unknown aggregate"],
 )
 def test_a_bad_cloud_file_names_the_field_and_the_value(doc, message):
     with pytest.raises(CloudFileError) as info:
         parse_cloud(doc, CONFIG, 0.0)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("properties", "message"),
+    [
+        ({"hw_cpu_cores": "lots"}, "images[1].properties.hw_cpu_cores: expected an integer, got 'lots'"),
+        ({"hw_disk_bus": "nvme"},
+         "images[1].properties.hw_disk_bus: expected one of fdc, ide, sata, scsi, usb, virtio"),
+        ({"hw_numa_cpus.0": "0-1", "hw_numa_cpus.1": "2-x"},
+         "images[1].properties.hw_numa_cpus.1: expected a CPU set such as '0-3,^2'"),
+        ({"architecture": "z80"}, "images[1].properties.architecture: expected one of"),
+    ],
+    ids=["non-integer image property", "unknown enum value of an image property",
+         "bad CPU set of a guest NUMA node", "bad value under a legacy property name"],
+)
+def test_a_bad_image_fails_only_the_requests_that_use_it(properties, message):
+    doc = minimal(instances=[{"uuid": "11111111-1111-4111-8111-111111111111", "image": "bad"}])
+    doc["images"] = [{"name": "good", "properties": {"hw_disk_bus": "virtio"}},
+                     {"name": "bad", "properties": {**properties, "hw_video_model": "vga"}}]
+    cloud = parse_cloud(doc, CONFIG, 0.0)
+    assert cloud.image("good").name == "good"
+    with pytest.raises(CloudFileError) as info:
+        cloud.image("bad")
+    assert message in str(info.value) and "image 'bad' cannot be used" in str(info.value)
+    # The instance booted from it keeps the properties that parse.
+    instance = cloud.snapshot.obj("instances")[0]["11111111-1111-4111-8111-111111111111"]
+    bad_key = message.split(":")[0].split("properties.")[1]
+    assert instance.image_properties["hw_video_model"] == "vga"
+    assert bad_key not in instance.image_properties
 
 
 def test_a_file_that_is_not_yaml_names_the_line(tmp_path):

@@ -183,6 +183,9 @@ def cmd_cloud_check(args: argparse.Namespace) -> int:
     for name, flavor in cloud.flavors.items():
         for warning in flavor_warnings(flavor.extra_specs):
             print(f"warning: flavor {name!r}: extra spec {warning}")
+    # Entries that only fail the requests using them are still errors of the file.
+    problems += [f"image {name!r}: {bad.problem} (requests with this image fail)"
+                 for name, bad in cloud.broken_images.items()]
     for problem in problems:
         print(f"error: {problem}")
     if problems:

@@ -56,6 +56,15 @@ from berth.model import (
     ServiceRecord,
 )
 from berth.model.image_props import ImagePropertyError
+from berth.provider_tree import (
+    NodeProviders,
+    ProviderSpec,
+    driver_traits,
+    read_nested,
+    read_resources,
+    read_sharing,
+    read_traits,
+)
 from berth.snapshot import HostRecord, HostSnapshot
 
 _NAMESPACE = uuidlib.UUID("6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11")
@@ -66,9 +75,11 @@ HOST_FIELDS = {
     "cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio",
     "hypervisor_type", "hypervisor_version", "hypervisor_hostname", "cpu_info",
     "supported_instances", "stats", "metrics", "service", "numa_topology", "pci_pools",
-    "instances", "failed_builds", "io_workload",
+    "instances", "failed_builds", "io_workload", "traits", "resources", "cpu_dedicated_set",
+    "providers",
 }  # fmt: skip
-TOP_LEVEL = {"cells", "aggregates", "host_defaults", "hosts", "flavors", "images", "server_groups"}
+TOP_LEVEL = {"cells", "aggregates", "host_defaults", "hosts", "flavors", "images", "server_groups",
+             "sharing_providers"}
 
 
 def stable_uuid(*parts: str) -> str:
@@ -86,6 +97,12 @@ class Cloud:
     server_groups: dict[str, InstanceGroup] = field(default_factory=dict)
     cells: dict[str, CellMapping] = field(default_factory=dict)
     source: str = ""
+    #: What Placement holds per compute node (by node uuid) beyond its size.
+    providers: dict[str, NodeProviders] = field(default_factory=dict)
+    #: Providers that share their resources with the hosts of aggregates.
+    sharing: list[ProviderSpec] = field(default_factory=list)
+    #: Images whose properties do not parse, by name: requests using one fail.
+    broken_images: dict[str, BrokenImage] = field(default_factory=dict)
 
     def flavor(self, name: str) -> Flavor:
         """The flavor called ``name`` (CloudFileError listing the known ones otherwise)."""
@@ -103,6 +120,9 @@ class Cloud:
         for image in self.images.values():
             if image.id == name:
                 return image
+        if name in self.broken_images:
+            raise CloudFileError(f"image {name!r} cannot be used: "
+                                 f"{self.broken_images[name].problem}")
         raise CloudFileError(
             f"unknown image {name!r}; the cloud file defines: {', '.join(sorted(self.images)) or 'none'}"
         )
@@ -303,7 +323,8 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
                                   disabled=r.flag("disabled"))
 
     flavors = _flavors(top)
-    images = _images(top)
+    broken: dict[str, BrokenImage] = {}
+    images = _images(top, broken)
     defaults = top.mapping("host_defaults")
     _Reader(defaults, "host_defaults").unknown(HOST_FIELDS - {"host", "count", "start", "uuid"})
 
@@ -312,6 +333,7 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
     #: The first node of each service host: its path and record.
     first_node: dict[str, tuple[str, HostRecord]] = {}
     planned = 0
+    providers: dict[str, NodeProviders] = {}
     for i, item in enumerate(top.seq("hosts")):
         if not isinstance(item, Mapping):
             raise CloudFileError(f"hosts[{i}]: expected a mapping, got {_show(item)}")
@@ -331,7 +353,9 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
             if count is not None:
                 entry = _stamp(entry, index, f"hosts[{i}]")
             path = f"hosts[{i}]" if count is None else f"hosts[{i}] (#{index})"
-            record = _host(entry, path, cells, flavors, images, config, now)
+            record = _host(entry, path, cells, flavors, images, config, now, broken)
+            assert record.uuid is not None
+            providers[record.uuid] = _node_providers(entry, path, record)
             if record.key in seen:
                 raise CloudFileError(f"{path}.host: duplicate compute node {record.key[0]}/{record.key[1]}")
             seen.add(record.key)
@@ -364,9 +388,46 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
                                     hosts=tuple(hosts), metadata=metadata))
 
     groups = _groups(top, records)
+    sharing = read_sharing(top.seq("sharing_providers"), {a.name for a in aggregates})
+    for provider in sharing:
+        provider.uuid = provider.uuid or stable_uuid("sharing", provider.name)
     snapshot = HostSnapshot.from_records(records, aggregates)
     snapshot.disabled_cells = frozenset(c.uuid for c in cells.values() if c.disabled)
-    return Cloud(snapshot, flavors, images, groups, cells)
+    return Cloud(snapshot, flavors, images, groups, cells, providers=providers, sharing=sharing,
+                 broken_images=broken)
+
+
+def _node_providers(entry: Mapping[str, Any], path: str, record: HostRecord) -> NodeProviders:
+    """The node's traits (given, or those its driver reports), extra inventories,
+    dedicated CPUs and nested providers."""
+    r = _Reader(entry, path)
+    if r.has("traits"):
+        traits = read_traits(entry["traits"], r.at("traits"))
+    else:
+        try:
+            cpu = json.loads(record.cpu_info or "{}")
+        except ValueError:
+            cpu = {}
+        features = cpu.get("features") if isinstance(cpu, Mapping) else None
+        traits = driver_traits(record.hypervisor_type,
+                               [str(f) for f in features] if isinstance(features, list) else [])
+    pcpus = 0
+    if r.has("cpu_dedicated_set"):
+        from berth.hardware.numa import parse_cpu_spec
+
+        value = entry["cpu_dedicated_set"]
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise CloudFileError(f"{r.at('cpu_dedicated_set')}: expected a CPU set such as "
+                                 f"'4-7,^6', got {_show(value)}")
+        try:
+            pcpus = len(parse_cpu_spec(str(value)))
+        except ValueError as exc:
+            raise CloudFileError(f"{r.at('cpu_dedicated_set')}: {exc}") from None
+    return NodeProviders(
+        traits=traits, pcpus=pcpus,
+        resources=read_resources(entry["resources"], r.at("resources"), host_fields=True)
+        if r.has("resources") else {},
+        children=read_nested(entry["providers"], r.at("providers")) if r.has("providers") else [])
 
 
 def _same_service_host(
@@ -430,7 +491,29 @@ def _flavors(top: _Reader) -> dict[str, Flavor]:
     return flavors
 
 
-def _images(top: _Reader) -> dict[str, ImageMeta]:
+@dataclass
+class BrokenImage:
+    """An image whose properties do not parse: the first problem, and the properties
+    that do parse (what an instance booted from it keeps)."""
+
+    problem: str
+    properties: dict[str, Any]
+
+
+def _parsable(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` without the properties that do not parse."""
+    kept = dict(raw)
+    while True:
+        try:
+            ImageMetaProps(kept)
+            return kept
+        except ImagePropertyError as exc:
+            if exc.key not in kept:
+                return {}
+            kept.pop(exc.key)
+
+
+def _images(top: _Reader, broken: dict[str, BrokenImage]) -> dict[str, ImageMeta]:
     images: dict[str, ImageMeta] = {}
     for i, item in enumerate(top.seq("images")):
         r = _Reader(item, f"images[{i}]")
@@ -439,11 +522,18 @@ def _images(top: _Reader) -> dict[str, ImageMeta]:
         assert name is not None
         if name in images:
             raise CloudFileError(f"images[{i}].name: duplicate image {name!r}")
+        if name in broken:
+            raise CloudFileError(f"images[{i}].name: duplicate image {name!r}")
+        raw = r.mapping("properties")
         try:
-            properties = ImageMetaProps(r.mapping("properties"))
+            properties = ImageMetaProps(raw)
         except ImagePropertyError as exc:
-            raise CloudFileError(f"{r.at('properties')}.{exc.key}: {exc.problem}, got "
-                                 f"{_show(exc.value)}") from None
+            # Only the requests that use this image fail (naming the field); the rest of
+            # the file, instances booted from it included, stays usable.
+            broken[name] = BrokenImage(
+                f"{r.at('properties')}.{exc.key}: {exc.problem}, got {_show(exc.value)}",
+                _parsable(raw))
+            continue
         images[name] = ImageMeta(id=r.text("id") or stable_uuid("image", name), name=name,
                                  disk_format=r.text("disk_format"), properties=properties)
     return images
@@ -457,6 +547,7 @@ def _host(
     images: dict[str, ImageMeta],
     config: SchedulerConfig,
     now: float,
+    broken: Mapping[str, BrokenImage],
 ) -> HostRecord:
     r = _Reader(entry, path)
     r.unknown(HOST_FIELDS)
@@ -470,7 +561,7 @@ def _host(
             raise CloudFileError(f"{r.at('cell')}: no cell named {cell_name!r} in cells")
         cell_uuid = cells[cell_name].uuid if cell_name in cells else stable_uuid("cell", cell_name)
 
-    instances, placed = _instances(r, flavors, images)
+    instances, placed = _instances(r, flavors, images, broken)
 
     vcpus = r.integer("vcpus", default=0) or 0
     memory_mb = r.integer("memory_mb", default=0) or 0
@@ -565,7 +656,8 @@ def _ratio(r: _Reader, kind: str, config: SchedulerConfig) -> float:
 
 
 def _instances(
-    r: _Reader, flavors: dict[str, Flavor], images: dict[str, ImageMeta]
+    r: _Reader, flavors: dict[str, Flavor], images: dict[str, ImageMeta],
+    broken: Mapping[str, BrokenImage],
 ) -> tuple[dict[str, Instance], list[Flavor]]:
     """The host's instances, and the flavors of those that name one (for usage)."""
     result: dict[str, Instance] = {}
@@ -587,7 +679,10 @@ def _instances(
             placed.append(flavor)
         image_name = ir.text("image")
         properties: dict[str, Any] = {}
-        if image_name is not None:
+        if image_name is not None and image_name in broken:
+            # Booted before the image's properties went bad: it keeps the good ones.
+            properties = dict(broken[image_name].properties)
+        elif image_name is not None:
             if image_name not in images:
                 raise CloudFileError(f"{path}.image: no image named {image_name!r} in images")
             # As given (Nova keeps an instance's image properties as text): JSON-safe,

@@ -244,9 +244,9 @@ def _placement_fields(root: Provider, below: list[Provider], entry: dict[str, An
                  if rc not in ("VCPU", "MEMORY_MB", "DISK_GB", "PCPU")}
     if resources:
         out["resources"] = resources
-    traits = [t for t in root.traits if t != STATUS_DISABLED_TRAIT]
-    if traits:
-        out["traits"] = traits
+    # Written even when empty: a host entry without ``traits`` gets the ones its
+    # driver would report, which this provider does not have.
+    out["traits"] = [t for t in root.traits if t != STATUS_DISABLED_TRAIT]
     # The loader names a nested entry NAME "<node>_NAME" (Nova's own children are named
     # so) and takes ``parent`` as another entry's name, none for the root.
     names: dict[str, str | None] = {root.uuid: None}

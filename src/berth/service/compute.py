@@ -42,6 +42,7 @@ from berth.model.request import Flavor
 from berth.placement.client import ConflictError, NotFoundError, PlacementClient
 from berth.placement.db import create_tables
 from berth.placement.store import RawConnection
+from berth.provider_tree import ProviderSpec
 from berth.snapshot import HostRecord, HostSnapshot
 
 LOG = logging.getLogger(__name__)
@@ -390,6 +391,11 @@ class ComputeNodeSpec:
     disk_allocation_ratio: float | None = None
     stats: dict[str, str] = field(default_factory=dict)
     io_workload: int = 0
+    #: Inventories of the root provider beyond VCPU, PCPU, MEMORY_MB and DISK_GB
+    #: (custom classes, VGPU...), each a full Placement inventory record.
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Providers nested under the root (NUMA cells, PCI PFs...), each after its parent.
+    children: list[ProviderSpec] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in ("vcpus", "memory_mb", "local_gb", "pcpus", "io_workload"):
@@ -473,7 +479,49 @@ def inventories_for(node: ComputeNodeSpec, config: SchedulerConfig) -> dict[str,
             "reserved": min(math.ceil(config.reserved_host_disk_mb / 1024), node.local_gb),
             "min_unit": 1, "max_unit": node.local_gb, "step_size": 1,
             "allocation_ratio": resolved_ratio(node.disk_allocation_ratio, "disk", config)}
+    for rc, extra in node.resources.items():
+        inv[rc] = dict(extra)
     return inv
+
+
+def child_uuid(node: ComputeNodeSpec, name: str) -> str:
+    """The uuid of the nested provider ``name`` of ``node`` (stable across runs)."""
+    from berth.cloudfile import stable_uuid
+
+    assert node.uuid is not None
+    return stable_uuid("provider", node.uuid, name)
+
+
+def publish_provider(client: PlacementClient, uuid: str, name: str, *,
+                     parent: str | None = None, inventory: Mapping[str, Mapping[str, Any]],
+                     traits: Sequence[str], aggregates: Sequence[str] | None = None) -> None:
+    """Create the provider if it is missing, then replace its inventories, traits and
+    (when given) aggregates, retrying on a generation conflict."""
+    for attempt in range(5):
+        try:
+            try:
+                generation = client.get_provider(uuid).generation
+            except NotFoundError:
+                try:
+                    generation = client.create_provider(
+                        name, uuid=uuid, parent_provider_uuid=parent).generation
+                except ConflictError:  # created concurrently
+                    generation = client.get_provider(uuid).generation
+            for rc in inventory:
+                if rc.startswith("CUSTOM_"):
+                    client.create_resource_class(rc)
+            generation = client.set_inventories(uuid, generation, inventory)
+            for trait in traits:
+                if trait.startswith("CUSTOM_"):
+                    client.create_trait(trait)
+            generation = client.set_provider_traits(uuid, generation, sorted(traits))
+            if aggregates is not None:
+                client.set_aggregates(uuid, generation, sorted(aggregates))
+            return
+        except ConflictError as exc:
+            if not exc.is_generation_conflict or attempt == 4:
+                raise
+            LOG.debug("provider %s changed meanwhile; retrying", uuid)
 
 
 @dataclass
@@ -546,6 +594,7 @@ class ComputeAgent:
         self.baseline_instances = 0
         self._published_inventory: dict[str, dict[str, Any]] | None = None
         self._published_traits: set[str] | None = None
+        self._children_published = False
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -599,6 +648,9 @@ class ComputeAgent:
                 generation, created = self._ensure_provider()
                 try:
                     if inventory != self._published_inventory:
+                        for rc in inventory:
+                            if rc.startswith("CUSTOM_"):
+                                self.client.create_resource_class(rc)
                         generation = self.client.set_inventories(self.uuid, generation, inventory)
                         self._published_inventory = inventory
                     if created and not traits:
@@ -614,11 +666,26 @@ class ComputeAgent:
                         mine = sorted(a.uuid for a in aggregates if self.node.host in a.hosts)
                         if mine or not created:
                             self.client.set_aggregates(self.uuid, generation, mine)
-                    return
+                    break
                 except ConflictError as exc:
                     if not exc.is_generation_conflict or attempt == 4:
                         raise
                     LOG.debug("provider %s changed meanwhile; retrying", self.uuid)
+            self._sync_children()
+
+    def _sync_children(self) -> None:
+        """Publish the nested providers once (named ``<node>_<name>``, as Nova names
+        the children it makes); a node without any leaves what is there alone."""
+        if self._children_published or not self.node.children:
+            return
+        root_name = self.node.nodename or self.node.host
+        uuids: dict[str | None, str] = {None: self.uuid}
+        for child in self.node.children:
+            uuid = uuids[child.name] = child_uuid(self.node, child.name)
+            publish_provider(self.client, uuid, f"{root_name}_{child.name}",
+                             parent=uuids[child.parent], inventory=child.resources,
+                             traits=child.traits)
+        self._children_published = True
 
     # ----------------------------------------------------------------- usage
     def spawn(self, instance_uuid: str, flavor: Flavor, project_id: str | None = None,

@@ -21,6 +21,8 @@ from berth.errors import CloudFileError
 from berth.filters.compute import effective_service_down_time
 from berth.model.request import Flavor
 from berth.placement.client import NotFoundError, PlacementAPIError
+from berth.provider_tree import NodeProviders
+from berth.service.compute import publish_provider
 
 LOG = logging.getLogger("berth.service")
 
@@ -44,7 +46,11 @@ def cloud_nodes(cloud: Any) -> list[Any]:
             stats.pop("io_workload", None)
         for own in ("num_instances", "failed_builds"):
             stats.pop(own, None)
+        placement = cloud.providers.get(snap.obj("uuid")[row]) or NodeProviders()
         nodes.append(ComputeNodeSpec(
+            traits=list(placement.traits), pcpus=placement.pcpus,
+            resources={rc: dict(inv) for rc, inv in placement.resources.items()},
+            children=list(placement.children),
             host=snap.obj("host")[row], nodename=snap.obj("nodename")[row],
             uuid=snap.obj("uuid")[row], cell_uuid=snap.interned_value("cell_uuid", row),
             vcpus=int(num["vcpus_total"]), memory_mb=int(num["total_usable_ram_mb"]),
@@ -63,6 +69,17 @@ def cloud_nodes(cloud: Any) -> list[Any]:
     return nodes
 
 
+def register_sharing(stack: Any, cloud: Cloud) -> None:
+    """Publish the cloud's sharing providers: inventories, traits (with
+    MISC_SHARES_VIA_AGGREGATE) and the placement aggregates of their host aggregates."""
+    uuids = {a.name: a.uuid for a in cloud.snapshot.aggregates}
+    for provider in cloud.sharing:
+        assert provider.uuid is not None
+        publish_provider(stack.client, provider.uuid, provider.name,
+                         inventory=provider.resources, traits=provider.traits,
+                         aggregates=[uuids[name] for name in provider.aggregates])
+
+
 def seed_from_cloud(stack: Any, path: str, *, now: float | None = None
                     ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Load the cloud file at ``path`` and :func:`seed_cloud` it; returns (flavors,
@@ -70,6 +87,8 @@ def seed_from_cloud(stack: Any, path: str, *, now: float | None = None
     now = time.time() if now is None else now
     cloud = load_cloud(path, stack.config, now=now)
     seed_cloud(stack, cloud, path, now=now)
+    for name, bad in cloud.broken_images.items():
+        LOG.warning("%s: image %r is left out, boots with it fail: %s", path, name, bad.problem)
     return dict(cloud.flavors), dict(cloud.images)
 
 
@@ -81,6 +100,7 @@ def seed_cloud(stack: Any, cloud: Cloud, path: str, *, now: float) -> None:
     snap = cloud.snapshot
     nodes = cloud_nodes(cloud)
     check_against_allocations(stack, nodes, path)
+    register_sharing(stack, cloud)
     agents = stack.register_hosts(nodes, snap.aggregates)
     for group in cloud.server_groups.values():
         stack.groups.put(group)
@@ -198,14 +218,63 @@ def _share(total: int, parts: int, index: int) -> int:
     return total // parts + (1 if index < total % parts else 0)
 
 
+#: The classes a plain flavor asks of its host's root provider.
+_PLAIN = frozenset({"VCPU", "MEMORY_MB", "DISK_GB"})
+
+
 def _allocate(stack: Any, consumer: str, rp_uuid: str, flavor: Flavor, project: str) -> None:
-    """Give an existing workload its allocation, unless it has one already."""
+    """Give an existing workload its allocation, unless it has one already.
+
+    A flavor that asks placement for no more than VCPU, MEMORY_MB and DISK_GB takes
+    them from the node's root provider. Any other (PCPU, custom classes, granular
+    groups) takes the first allocation request placement answers for the flavor's
+    resources within the node's tree, so nested and sharing providers hold their part.
+    """
+    from berth.model.request import RequestSpec
+    from berth.resource_request import from_request_spec
+
     if stack.client.get_allocations(consumer).allocations:
         return
-    resources = {"VCPU": flavor.vcpus, "MEMORY_MB": flavor.memory_mb,
-                 "DISK_GB": flavor.root_gb + flavor.ephemeral_gb}
+    request = from_request_spec(RequestSpec(flavor=flavor))
+    groups = [g for g in request.groups.values() if g.resources]
+    allocations: dict[str, dict[str, int]] | None
+    if len(groups) <= 1 and set(request.unsuffixed.resources) <= _PLAIN:
+        resources = {"VCPU": flavor.vcpus, "MEMORY_MB": flavor.memory_mb,
+                     "DISK_GB": flavor.root_gb + flavor.ephemeral_gb}
+        allocations = {rp_uuid: {k: v for k, v in resources.items() if v}}
+    else:
+        allocations = _first_candidate(stack, request, rp_uuid)
+        if allocations is None:
+            LOG.warning("could not seed the allocation of %s: its flavor %s does not fit "
+                        "its host's providers", consumer, flavor.name)
+            return
     try:
-        stack.client.put_allocations(consumer, {rp_uuid: {k: v for k, v in resources.items() if v}},
-                                     project_id=project, user_id="seed", consumer_generation=None)
+        stack.client.put_allocations(consumer, allocations, project_id=project, user_id="seed",
+                                     consumer_generation=None)
     except PlacementAPIError as exc:
         LOG.warning("could not seed the allocation of %s: %s", consumer, exc.detail)
+
+
+def _first_candidate(stack: Any, request: Any, rp_uuid: str) -> dict[str, dict[str, int]] | None:
+    """The allocations of placement's first candidate for ``request``'s resources (its
+    traits and aggregates aside: the instance runs there already) on the node
+    ``rp_uuid``: within its tree, else (resources a sharing provider lends it) the first
+    candidate of any host that uses the node."""
+    for in_tree in (True, False):
+        query: dict[str, list[str]] = {}
+        for group in request.groups.values():
+            if group.resources:
+                query[f"resources{group.suffix}"] = [",".join(
+                    f"{rc}:{n}" for rc, n in sorted(group.resources.items()))]
+                if in_tree:
+                    query[f"in_tree{group.suffix}"] = [rp_uuid]
+        if request.group_policy is not None:
+            query["group_policy"] = [request.group_policy]
+        try:
+            answer = stack.client.allocation_candidates(query)
+        except PlacementAPIError:
+            return None
+        for candidate in answer.get("allocation_requests") or []:
+            if rp_uuid in candidate["allocations"]:
+                return {rp: dict(a["resources"]) for rp, a in candidate["allocations"].items()}
+    return None

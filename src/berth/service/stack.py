@@ -160,7 +160,11 @@ class Stack:
             except NotFoundError:  # registration creates the provider again
                 traits, inventory = [], {}
             pcpus = int(inventory.get("PCPU", {}).get("total", 0))
-            agent = self.agent(node_from_record(record, traits, pcpus))
+            node = node_from_record(record, traits, pcpus)
+            # Classes beyond the node's size (custom ones, VGPU...) stay as published.
+            node.resources = {rc: dict(inv) for rc, inv in inventory.items()
+                              if rc not in ("VCPU", "PCPU", "MEMORY_MB", "DISK_GB")}
+            agent = self.agent(node)
             service = record.service
             if service is not None:
                 agent.disabled = service.disabled
