@@ -20,6 +20,9 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/berth schedule examples/cloud.yaml --config-file examples/nova.conf --flavor m1.large --image ubuntu --num 3 --seed 7 --explain
 	$(BIN)/berth schedule examples/cloud.yaml --config-file examples/nova.conf --migrate 0b8f9c3e-0000-4000-8000-000000000001 --seed 7
+	@echo "== offline, an AZ-constrained and a trait-constrained request (berth serve answers them below)"
+	$(BIN)/berth schedule examples/cloud.yaml --config-file examples/nova.conf --flavor avx512.large --az az1 --num 2 --seed 7
+	$(BIN)/berth schedule examples/cloud.yaml --config-file examples/nova.conf --flavor m1.large --az az3 --num 2 --seed 7
 	BIN=$(BIN) ./scripts/demo-serve.sh
 
 lint: $(STAMP)

@@ -23,7 +23,13 @@ for _ in $(seq 1 120); do
     sleep 0.5
 done
 
-echo "== berth serve is up at ${url}; booting 3 x m1.large (ubuntu) through placement claims"
+echo "== berth serve is up at ${url}; the two requests scheduled offline above, online:"
+echo "   2 x avx512.large in az1: only hosts whose agents report HW_CPU_X86_AVX512F"
+"$BIN/berth" boot --url "$url" --flavor avx512.large --az az1 --num 2
+echo "   2 x m1.large in az3: placement only offers az3's hosts; the same two hosts as offline"
+echo "   (equal hosts fall in the order of the instance uuids, which are not the offline run's)"
+"$BIN/berth" boot --url "$url" --flavor m1.large --az az3 --num 2
+echo "== booting 3 x m1.large (ubuntu) through placement claims"
 echo "   (builds fail on c1-s08 and c1-s10: 'tried' lists the hosts before the alternate that built it)"
 "$BIN/berth" boot --url "$url" --flavor m1.large --image ubuntu --num 3
 echo "== booting 2 x ssd.large"

@@ -106,11 +106,24 @@ def _standard_classes() -> frozenset[str]:
     return frozenset(os_resource_classes.STANDARDS)
 
 
+#: CPU flags whose os-traits name is not the flag's own.
+_FLAG_ALIASES = {"AES": "AESNI", "FMA": "FMA3"}
+
+
 def cpu_traits(features: Sequence[str]) -> list[str]:
     """The os-traits ``HW_CPU_X86_<FLAG>`` traits for CPU flags that have one."""
     known = _known_traits()
-    return sorted({f"HW_CPU_X86_{str(f).upper().replace('.', '_')}" for f in features}
-                  & known)
+    found = set()
+    for flag in features:
+        name = str(flag).upper()
+        # libvirt's "sse4.2" is os-traits' SSE42, "aes" is AESNI and "fma" FMA3 (as
+        # Nova's libvirt driver maps them); other flags map by name.
+        name = _FLAG_ALIASES.get(name, name)
+        for candidate in (name.replace(".", ""), name.replace(".", "_")):
+            if f"HW_CPU_X86_{candidate}" in known:
+                found.add(f"HW_CPU_X86_{candidate}")
+                break
+    return sorted(found)
 
 
 def driver_traits(hypervisor_type: str | None, cpu_features: Sequence[str]) -> list[str]:

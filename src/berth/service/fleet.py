@@ -35,6 +35,7 @@ from typing import Any
 from berth.config import SchedulerConfig
 from berth.model.aggregate import Aggregate
 from berth.placement.client import PlacementClient
+from berth.provider_tree import cpu_traits
 from berth.service.compute import ComputeAgent, ComputeNodeSpec
 from berth.service.compute_rpc import AgentDirectory
 from berth.service.reports import BusRecordStore
@@ -168,15 +169,6 @@ def local_node(host: str | None = None, *, disk_path: str = "/") -> ComputeNodeS
                            hypervisor_type="QEMU", cpu_info=cpu_info,
                            supported_instances=supported, host_ip=_host_ip(name),
                            traits=cpu_traits(flags))
-
-
-def cpu_traits(flags: Sequence[str]) -> list[str]:
-    """The os-traits ``HW_CPU_X86_<FLAG>`` traits for CPU flags that have one."""
-    import os_traits
-
-    known = set(os_traits.get_traits("HW_CPU_X86_"))
-    return sorted({f"HW_CPU_X86_{f.upper().replace('.', '_')}" for f in flags}
-                  & known)
 
 
 def _meminfo_mb(key: str) -> int:
