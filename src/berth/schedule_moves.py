@@ -2,10 +2,11 @@
 of an instance the cloud file lists, scheduled offline.
 
 The request is the one ``berth serve`` sends for the same move (:func:`berth.moves.plan_move`)
-and the claims move the same way (:func:`berth.moves.schedule_move`), over the cloud's
-in-memory placement: the instance's allocation is the one its host's usage already
-counts; migrate and resize hand it to the migration consumer before the destination is
-claimed for the instance. The answer prints where the instance would go and what the
+and the claims move the same way (:func:`berth.moves.schedule_move`), through the same
+scheduler service and placement store, with the cloud file registered into a scratch
+store as ``berth serve --cloud`` registers it (:mod:`berth.service.offline`): the
+instance's allocation is the one registration gave it; migrate and resize hand it to the
+migration consumer before the destination is claimed for the instance. The answer prints where the instance would go and what the
 instance and migration consumers would hold (before a confirm).
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
 from collections.abc import Sequence
@@ -61,78 +61,96 @@ def _refuse_boot_options(args: argparse.Namespace, op: str) -> None:
 
 def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
     """Plan and schedule the move, then print it (or its NoValidHost)."""
-    from berth.claims import InMemoryPlacement, provider_id, requested_resources
-    from berth.cli import _load_config, _print_decision, _print_diagnosis
-    from berth.cloudfile import load_cloud
-    from berth.model.request import new_instance_uuids
+    from berth.cli import _load_config
     from berth.moves import instance_from_cloud
-    from berth.pipeline import Scheduler
+    from berth.service.moves import PlacementMoveClaims
+    from berth.service.offline import offline_cloud
 
     _refuse_boot_options(args, op)
     config = _load_config(args.config_file)
-    scheduler = Scheduler(config)
     now = time.time() if args.now is None else args.now
-    cloud = load_cloud(args.cloud, config, now=now)
-    snapshot = cloud.snapshot
-    instance = instance_from_cloud(cloud, uuid)
-    request = MoveRequest(
-        op, host=args.host, allow_cross_cell=args.allow_cross_cell,
-        flavor=cloud.flavor(args.flavor) if op == "resize" and args.flavor else None,
-        image=cloud.image(args.image) if op == "rebuild" and args.image else None)
-    row = snapshot.row_of(instance.host, instance.nodename)
-    assert row is not None
-    hosts, nodes = snapshot.obj("host"), snapshot.obj("nodename")
+    with offline_cloud(args.cloud, config, now=now) as offline:
+        cloud, stack = offline.cloud, offline.stack
+        instance = instance_from_cloud(cloud, uuid)
+        request = MoveRequest(
+            op, host=args.host, allow_cross_cell=args.allow_cross_cell,
+            flavor=cloud.flavor(args.flavor) if op == "resize" and args.flavor else None,
+            image=cloud.image(args.image) if op == "rebuild" and args.image else None)
+        service = stack.scheduler(seed=args.seed)
+        snapshot = service.refresh()
+        row = snapshot.row_of(instance.host, instance.nodename)
+        assert row is not None
+        hosts, nodes = snapshot.obj("host"), snapshot.obj("nodename")
 
-    def nodes_of(host: str) -> list[str]:
-        return [nodes[r] for r in range(len(snapshot)) if hosts[r] == host]
+        def nodes_of(host: str) -> list[str]:
+            return [nodes[r] for r in range(len(snapshot)) if hosts[r] == host]
 
-    plan = plan_move(instance, request, source=SourceHost(up=service_is_up(snapshot, row, now, config)),
-                     nodes_of=nodes_of, allow_resize_to_same_host=config.allow_resize_to_same_host,
-                     config=config)
-    placement = InMemoryPlacement(snapshot, config)
-    placement.adopt(uuid, row, requested_resources(instance.spec))
-    rng = random.Random(args.seed)
-    migration_uuid = new_instance_uuids(rng, 1)[0] if plan.migration_type else None
-    source = {"host": instance.host, "nodename": instance.nodename}
-    if not plan.schedule:
-        answer = {"operation": op, "instance_uuid": uuid, "scheduled": False, "source": source,
-                  "message": "the instance's own image: rebuilt in place, the scheduler is not asked"}
-        print(json.dumps(answer, indent=2) if args.json else answer["message"])
-        return 0
+        provider = snapshot.obj("uuid")[row]
+        traits = stack.client.get_provider_traits(provider)[1] if provider else []
+        plan = plan_move(instance, request,
+                         source=SourceHost(traits=frozenset(traits),
+                                           up=service_is_up(snapshot, row, now, config)),
+                         nodes_of=nodes_of,
+                         allow_resize_to_same_host=config.allow_resize_to_same_host,
+                         config=config)
+        source = {"host": instance.host, "nodename": instance.nodename}
+        if not plan.schedule:
+            answer = {"operation": op, "instance_uuid": uuid, "scheduled": False,
+                      "source": source, "message": "the instance's own image: rebuilt in "
+                      "place, the scheduler is not asked"}
+            print(json.dumps(answer, indent=2) if args.json else answer["message"])
+            return 0
+        # The instance's allocation is the one seeding gave it (as berth serve --cloud).
+        claims = PlacementMoveClaims(stack.claims_client or stack.client)
+        migration_uuid = service.new_instance_uuids(1)[0] if plan.migration_type else None
 
-    def select(spec: Any, uuids: Sequence[str], alternates: bool, explain: bool) -> Any:
-        rebuild = spec.is_rebuild()
-        return scheduler.select_destinations(
-            spec, snapshot, now=now, rng=rng, instance_uuids=uuids,
-            candidates=None if rebuild else placement.candidates(spec),
-            claimer=None if rebuild else placement,
-            return_alternates=alternates and not args.no_alternates, explain=explain)
+        def select(spec: Any, uuids: Sequence[str], alternates: bool, explain: bool) -> Any:
+            return service.select_destinations(
+                spec, uuids, return_alternates=alternates and not args.no_alternates,
+                explain=explain)
 
-    try:
-        decision, _ = schedule_move(plan, select, placement, migration_uuid, explain=args.explain)
-        # As once the instance is built on its destination.
-        finish_move(plan, placement, migration_uuid)
-    except SchedulingError as exc:
-        diagnosis = getattr(exc, "diagnosis", None)
-        if args.json:
-            print(json.dumps({"error": {"code": exc.code, "message": exc.message},
-                              "diagnosis": diagnosis.to_dict() if diagnosis else None}, indent=2))
-        else:
-            print(f"error: {exc.message}", file=sys.stderr)
-            if diagnosis is not None:
-                _print_diagnosis(diagnosis, verbose=args.verbose)
-        return exit_code_for(exc)
+        try:
+            decision, _ = schedule_move(plan, select, claims, migration_uuid,
+                                        explain=args.explain)
+            # As once the instance is built on its destination.
+            finish_move(plan, claims, migration_uuid)
+        except SchedulingError as exc:
+            return _print_refusal(args, exc)
+        rows = service.feed.uuid_rows
 
-    row_of_provider = {provider_id(snapshot, r): r for r in range(len(snapshot))}
+        def by_host(consumer: str) -> dict[str, dict[str, int]]:
+            """The consumer's allocations by ``host/node`` (a sharing provider by name)."""
+            out = {}
+            for rp, res in claims.allocations_of(consumer).items():
+                r = rows.get(rp)
+                out[f"{hosts[r]}/{nodes[r]}" if r is not None else rp] = res
+            return out
 
-    def by_host(consumer: str) -> dict[str, dict[str, int]]:
-        """The consumer's allocations by ``host/node``."""
-        return {f"{hosts[row_of_provider[rp]]}/{nodes[row_of_provider[rp]]}": res
-                for rp, res in placement.allocations_of(consumer).items()}
+        allocations = {"instance": by_host(uuid)}
+        if migration_uuid is not None:
+            allocations["migration"] = by_host(migration_uuid)
+    return _print_move(args, op, uuid, instance, source, decision, migration_uuid, allocations)
 
-    allocations = {"instance": by_host(uuid)}
-    if migration_uuid is not None:
-        allocations["migration"] = by_host(migration_uuid)
+
+def _print_refusal(args: argparse.Namespace, exc: SchedulingError) -> int:
+    from berth.cli import _print_diagnosis
+
+    diagnosis = getattr(exc, "diagnosis", None)
+    if args.json:
+        print(json.dumps({"error": {"code": exc.code, "message": exc.message},
+                          "diagnosis": diagnosis.to_dict() if diagnosis else None}, indent=2))
+    else:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if diagnosis is not None:
+            _print_diagnosis(diagnosis, verbose=args.verbose)
+    return exit_code_for(exc)
+
+
+def _print_move(args: argparse.Namespace, op: str, uuid: str, instance: Any,
+                source: dict[str, Any], decision: Any, migration_uuid: str | None,
+                allocations: dict[str, Any]) -> int:
+    from berth.cli import _print_decision, _print_diagnosis
+
     if args.json:
         print(json.dumps({"operation": op, "instance_uuid": uuid, "migration_uuid": migration_uuid,
                           "source": source, "decision": decision.to_dict(),
