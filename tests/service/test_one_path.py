@@ -163,6 +163,59 @@ def test_serve_agents_report_the_traits_of_cpu_info(served: Any) -> None:
     assert "HW_CPU_X86_AVX2" in traits["traits"] and "COMPUTE_NODE" in traits["traits"]
 
 
+RICH = """
+aggregates:
+  - {name: rack1, hosts: [g1, g2], availability_zone: az1}
+sharing_providers:
+  - {name: nfs1, resources: {DISK_GB: {total: 2000}}, aggregates: [rack1]}
+hosts:
+  - {host: g1, vcpus: 8, memory_mb: 16384, local_gb: 0, traits: [CUSTOM_FAST],
+     resources: {CUSTOM_GPU: {total: 4, max_unit: 2}}, cpu_dedicated_set: "8-11",
+     providers: [{name: NUMA0}, {name: pf0, parent: NUMA0, resources: {SRIOV_NET_VF: 8},
+                  traits: [CUSTOM_PHYSNET_A]}],
+     instances: [{uuid: 11111111-1111-4111-8111-111111111111, flavor: gpu}]}
+  - {host: g2, vcpus: 8, memory_mb: 16384, local_gb: 100}
+flavors:
+  - {name: gpu, vcpus: 1, memory_mb: 1024, root_gb: 10, extra_specs: {"resources:CUSTOM_GPU": "2"}}
+  - {name: vf, vcpus: 1, memory_mb: 1024, root_gb: 10,
+     extra_specs: {"resources1:SRIOV_NET_VF": "1", "trait1:CUSTOM_PHYSNET_A": required}}
+  - {name: big, vcpus: 1, memory_mb: 1024, root_gb: 1500}
+"""
+
+PLACEMENT = {"OpenStack-API-Version": "placement 1.39", "X-Auth-Token": "admin"}
+
+
+def test_serve_publishes_nested_and_sharing_providers_and_claims_from_them(
+        tmp_path: Path, served: Any) -> None:
+    cloud = tmp_path / "rich.yaml"
+    cloud.write_text(RICH)
+    server = served(str(cloud))
+    providers = {p["name"]: p for p in httpx.get(
+        server.url + "/placement/resource_providers", headers=PLACEMENT,
+        timeout=10).json()["resource_providers"]}
+    g1, numa0, pf0, nfs1 = (providers[n] for n in ("g1", "g1_NUMA0", "g1_pf0", "nfs1"))
+    assert numa0["parent_provider_uuid"] == g1["uuid"]
+    assert pf0["parent_provider_uuid"] == numa0["uuid"] and pf0["root_provider_uuid"] == g1["uuid"]
+
+    def get(path: str) -> Any:
+        return httpx.get(server.url + "/placement" + path, headers=PLACEMENT, timeout=10).json()
+
+    assert "MISC_SHARES_VIA_AGGREGATE" in get(f"/resource_providers/{nfs1['uuid']}/traits")["traits"]
+    assert get(f"/resource_providers/{g1['uuid']}/inventories")["inventories"]["PCPU"]["total"] == 4
+    # The file's gpu instance holds 2 of g1's 4 GPUs, and its disk on the shared storage.
+    held = get("/allocations/11111111-1111-4111-8111-111111111111")["allocations"]
+    assert held[g1["uuid"]]["resources"]["CUSTOM_GPU"] == 2
+    assert held[nfs1["uuid"]]["resources"]["DISK_GB"] == 10
+    status, answer = server.boot(flavor="vf")
+    assert status == 200 and answer["instances"][0]["host"] == "g1"
+    vf = get(f"/allocations/{answer['instances'][0]['instance_uuid']}")["allocations"]
+    assert vf[pf0["uuid"]]["resources"] == {"SRIOV_NET_VF": 1}
+    # 1,500 GB only the shared storage has; a second one does not fit (2,000 in all).
+    status, answer = server.boot(flavor="big")
+    assert status == 200
+    assert server.boot(flavor="big")[0] == 409
+
+
 # ----------------------------------------------------------------------------- property
 def random_cloud(rng: random.Random) -> dict[str, Any]:
     """A small random cloud: sizes, traits (given or from cpu_info), custom and PCPU
@@ -205,8 +258,12 @@ def random_cloud(rng: random.Random) -> dict[str, Any]:
         {"name": "notfast", "vcpus": 1, "memory_mb": 512, "root_gb": 1,
          "extra_specs": {"trait:CUSTOM_FAST": "forbidden"}},
     ]
-    return {"aggregates": [{"name": "zone1", "hosts": half, "availability_zone": "az1"}],
-            "hosts": hosts, "flavors": flavors}
+    cloud = {"aggregates": [{"name": "zone1", "hosts": half, "availability_zone": "az1"}],
+             "hosts": hosts, "flavors": flavors}
+    if rng.random() < 0.3:
+        cloud["sharing_providers"] = [{"name": "nfs", "aggregates": ["zone1"],
+                                       "resources": {"DISK_GB": rng.choice([30, 500])}}]
+    return cloud
 
 
 def random_request(rng: random.Random) -> dict[str, Any]:

@@ -156,7 +156,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
     from berth.service.group_check import GroupPolicyCheck
     from berth.service.groups import ServerGroupStore
     from berth.service.reports import BusRecordStore
-    from berth.service.seeding import cloud_nodes
+    from berth.service.seeding import cloud_nodes, register_sharing
 
     _logging()
     try:
@@ -164,6 +164,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
     except BerthError as exc:
         return _fail("compute", str(exc))
     try:
+        cloud = None
         if args.fleet:
             cloud = load_cloud(args.fleet, config)
             nodes, aggregates = cloud_nodes(cloud), list(cloud.snapshot.aggregates)
@@ -195,6 +196,8 @@ def cmd_compute(args: argparse.Namespace) -> int:
     check = GroupPolicyCheck(groups.placements, groups)
     try:
         fleet.start()
+        if cloud is not None:
+            register_sharing(client, cloud)  # the fleet's storage beside its hosts
         seconds = fleet.register(threads=args.threads)
         bus.serve(COMPUTE_TOPIC, server, [ComputeEndpoint(fleet.agents, driver, check, config)])
         print(f"ready: {len(fleet.agents)} compute hosts registered in {seconds:.1f} s, "

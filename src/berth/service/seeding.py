@@ -69,13 +69,13 @@ def cloud_nodes(cloud: Any) -> list[Any]:
     return nodes
 
 
-def register_sharing(stack: Any, cloud: Cloud) -> None:
+def register_sharing(client: Any, cloud: Cloud) -> None:
     """Publish the cloud's sharing providers: inventories, traits (with
     MISC_SHARES_VIA_AGGREGATE) and the placement aggregates of their host aggregates."""
     uuids = {a.name: a.uuid for a in cloud.snapshot.aggregates}
     for provider in cloud.sharing:
         assert provider.uuid is not None
-        publish_provider(stack.client, provider.uuid, provider.name,
+        publish_provider(client, provider.uuid, provider.name,
                          inventory=provider.resources, traits=provider.traits,
                          aggregates=[uuids[name] for name in provider.aggregates])
 
@@ -100,7 +100,7 @@ def seed_cloud(stack: Any, cloud: Cloud, path: str, *, now: float) -> None:
     snap = cloud.snapshot
     nodes = cloud_nodes(cloud)
     check_against_allocations(stack, nodes, path)
-    register_sharing(stack, cloud)
+    register_sharing(stack.client, cloud)
     agents = stack.register_hosts(nodes, snap.aggregates)
     for group in cloud.server_groups.values():
         stack.groups.put(group)
