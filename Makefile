@@ -2,14 +2,21 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# `make run` installs what Berth needs to run; `make test` adds the development tools,
+# the OpenStack clients the tests drive, and the PostgreSQL driver.
+RUN_STAMP := $(VENV)/.installed-run
+STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test lint typecheck unit bench install clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,postgresql]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -17,7 +24,7 @@ install: $(STAMP)
 # The main job: schedule a request against the example cloud (offline) and print an
 # explained decision; then run the whole system on the embedded SQLite default and boot
 # instances against it.
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/berth schedule examples/cloud.yaml --config-file examples/nova.conf --flavor m1.large --image ubuntu --num 3 --seed 7 --explain
 	$(BIN)/berth schedule examples/cloud.yaml --config-file examples/nova.conf --migrate 0b8f9c3e-0000-4000-8000-000000000001 --seed 7
 	@echo "== offline, an AZ-constrained and a trait-constrained request (berth serve answers them below)"

@@ -51,7 +51,7 @@ def test_explain_shows_the_summary_the_steps_and_the_weights(capsys):
     assert "hosts available" in out
     # A disabled service is left out by placement (the COMPUTE_STATUS_DISABLED trait), as
     # in Nova 34, before ComputeFilter sees it.
-    assert "ComputeFilter" in out and "forbidden COMPUTE_STATUS_DISABLED" in out
+    assert "ComputeFilter" in out and "compute service disabled (trait COMPUTE_STATUS_DISABLED)" in out
     assert "top hosts by weight" in out
 
 

@@ -74,8 +74,7 @@ def explain_flat(
             ok &= graph.trait_mask(t)
         for t in forbidden:
             ok &= ~graph.trait_mask(t)
-        fail(ok, lambda p: Exclusion("root traits not met", _traits_numbers(
-            graph, p, required=required, forbidden=forbidden)))
+        fail(ok, lambda p: _root_traits_exclusion(graph, p, required, forbidden))
     for any_of in group.required:
         names = sorted(any_of)
         fail(_any_of(graph.size, names, graph.trait_mask),
@@ -133,6 +132,19 @@ def _class_conditions(graph: ProviderGraph, rc: str, amount: int) -> list[Condit
             f"{rc} amount not a multiple of step_size",
             {"requested": amount, "step_size": int(cols.step[p])})),
     ]
+
+
+#: The trait a compute's provider carries while its service is disabled; every boot
+#: forbids it (Nova's compute_status_filter).
+STATUS_DISABLED = "COMPUTE_STATUS_DISABLED"
+
+
+def _root_traits_exclusion(graph: ProviderGraph, p: int, required: list[str],
+                           forbidden: list[str]) -> Exclusion:
+    numbers = _traits_numbers(graph, p, required=required, forbidden=forbidden)
+    if numbers == {"forbidden": STATUS_DISABLED}:
+        return Exclusion("compute service disabled", {"trait": STATUS_DISABLED})
+    return Exclusion("root traits not met", numbers)
 
 
 def _traits_numbers(

@@ -1,9 +1,16 @@
-"""``berth placement serve``: run the Placement-compatible API on a multi-threaded cheroot server.
+"""``berth placement serve``: run the Placement-compatible API on waitress (the project's
+one WSGI server, as behind ``berth serve`` and ``berth api``).
 
 With no options it serves 127.0.0.1:8778 over ``./berth-placement.sqlite`` (created and
 migrated on start-up). ``--db`` takes any SQLAlchemy URL, e.g.
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``. SIGTERM and SIGINT stop it
 gracefully: the listener closes and in-flight requests finish.
+
+Waitress reads every request whole in its event loop before a worker thread sees it, so
+slow or half-sent requests hold no worker (a client that stalls is dropped after
+``--channel-timeout`` seconds), and a body longer than ``--max-body`` (1 MiB by default:
+Placement's bodies are small; a reshape of a few hundred providers fits) is answered 413
+before it is read.
 """
 
 from __future__ import annotations
@@ -18,10 +25,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from berth.placement.db import shown_url
 from berth.placement.policy import PolicyMode
 
 DEFAULT_DB = "sqlite:///berth-placement.sqlite"
 DEFAULT_PORT = 8778
+#: The largest request body accepted (bytes).
+DEFAULT_MAX_BODY = 1024 * 1024
+#: Seconds a connection may stay idle (or stall mid-request) before it is closed.
+DEFAULT_CHANNEL_TIMEOUT = 60
 
 LOG = logging.getLogger("berth.placement")
 
@@ -51,6 +63,10 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prefix", default="", help="mount path, e.g. /placement")
     parser.add_argument("--threads", type=int, default=8, help="threads per process (default 8)")
+    parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
+                        help="largest request body in bytes (default 1 MiB; larger: 413)")
+    parser.add_argument("--channel-timeout", type=int, default=DEFAULT_CHANNEL_TIMEOUT,
+                        help="seconds an idle or stalled connection is kept (default 60)")
     parser.add_argument(
         "--workers",
         type=int,
@@ -128,25 +144,27 @@ def serve_command(args: argparse.Namespace) -> int:
     """Run the server until SIGTERM/SIGINT."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    if args.workers < 1 or args.threads < 1:
-        print("berth placement serve: --workers and --threads must be >= 1", file=sys.stderr)
-        return 2
+    for name in ("workers", "threads", "max_body", "channel_timeout"):
+        if getattr(args, name) < 1:
+            print(f"berth placement serve: --{name.replace('_', '-')} must be >= 1, got "
+                  f"{getattr(args, name)}", file=sys.stderr)
+            return 2
     try:
         # Migrate once, before any worker starts.
         from berth.placement.db import prepare
 
         prepare(args.db).dispose()
     except Exception as exc:  # start-up problems are reported, not traced
-        print(f"berth placement serve: cannot open database {args.db!r}: {exc}", file=sys.stderr)
+        print(f"berth placement serve: cannot open database {shown_url(args.db)!r}: {exc}", file=sys.stderr)
         return 2
     if args.workers == 1:
         try:
-            server = _make_server(args, args.port, reuse_port=False)
-            server.prepare()
+            sock = _listen(args.host, args.port, reuse_port=False)
         except OSError as exc:
             print(f"berth placement serve: cannot listen: {exc}", file=sys.stderr)
             return 2
-        _announce(args, server.bind_addr[1])
+        server = _make_server(args, sock)
+        _announce(args, sock.getsockname()[1])
         return _run(server)
     return _serve_prefork(args)
 
@@ -164,9 +182,26 @@ def _announce(args: argparse.Namespace, port: int) -> None:
     print(f"listening on http://{args.host}:{port}{args.prefix}", flush=True)
 
 
-def _make_server(args: argparse.Namespace, port: int, *, reuse_port: bool) -> Any:
-    """A cheroot WSGI server for this process (the app is built here, after any fork)."""
-    from cheroot import wsgi
+def _listen(host: str, port: int, *, reuse_port: bool) -> socket.socket:
+    """A listening TCP socket (with SO_REUSEPORT for the processes of a prefork)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _make_server(args: argparse.Namespace, sock: socket.socket) -> Any:
+    """A waitress server on ``sock`` for this process (the app is built here, after any
+    fork)."""
+    from waitress.server import create_server
 
     app = make_wsgi_app(
         args.db,
@@ -175,23 +210,15 @@ def _make_server(args: argparse.Namespace, port: int, *, reuse_port: bool) -> An
         cors_allow_headers=args.cors_allow_header,
         prefix=args.prefix,
     )
-    server = wsgi.Server(
-        (args.host, port),
-        app,
-        numthreads=args.threads,
-        server_name="berth-placement",
-        request_queue_size=1024,
-        timeout=60,
-        shutdown_timeout=10,
-        reuse_port=reuse_port,
-    )
-    # Reshaper and multi-consumer bodies are the largest; 64 MiB is ample.
-    server.max_request_body_size = 64 * 1024 * 1024
-    return server
+    return create_server(app, sockets=[sock], threads=args.threads, ident="berth-placement",
+                         max_request_body_size=args.max_body,
+                         channel_timeout=args.channel_timeout, backlog=1024,
+                         clear_untrusted_proxy_headers=True)
 
 
 def _run(server: Any) -> int:
-    """Serve until SIGTERM/SIGINT, then stop accepting and let running requests finish."""
+    """Serve until SIGTERM/SIGINT, then stop accepting; running requests get a few
+    seconds to finish."""
 
     def _stop(signum: int, _frame: Any) -> None:
         LOG.info("signal %s: shutting down", signum)
@@ -200,11 +227,11 @@ def _run(server: Any) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        server.serve()
+        server.run()
     except KeyboardInterrupt:
         pass
     finally:
-        server.stop()
+        server.close()
     return 0
 
 
@@ -228,8 +255,7 @@ def _serve_prefork(args: argparse.Namespace) -> int:
             code = 1
             try:
                 os.close(ready_r)
-                server = _make_server(args, port, reuse_port=True)
-                server.prepare()
+                server = _make_server(args, _listen(args.host, port, reuse_port=True))
                 os.write(ready_w, b"1")
                 os.close(ready_w)
                 code = _run(server)

@@ -180,6 +180,15 @@ def utcnow() -> dt.datetime:
 SQLITE_BUSY_TIMEOUT = 30
 
 
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed: the password masked (unparsable text as given)."""
+    try:
+        return sa.engine.make_url(url if "://" in url else f"sqlite:///{url}").render_as_string(
+            hide_password=True)
+    except Exception:  # not a URL at all: nothing to mask
+        return url
+
+
 def create_db_engine(url: str) -> Engine:
     """Create an engine for ``url`` (a SQLAlchemy URL or a bare SQLite file path).
 
@@ -201,7 +210,15 @@ def create_db_engine(url: str) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    try:
+        return sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    except ModuleNotFoundError as exc:
+        from berth.errors import ConfigError
+
+        raise ConfigError(
+            f"{shown_url(url)}: the database driver {exc.name!r} is not installed; for PostgreSQL "
+            "install berth's postgresql extra (pip install 'berth[postgresql]') and use a "
+            "postgresql+psycopg:// URL") from None
 
 
 def _configure_sqlite(engine: Engine) -> None:

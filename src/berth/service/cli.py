@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from berth.errors import InputError
 from berth.model.request import MAX_INSTANCES_PER_REQUEST
+from berth.placement.db import shown_url
 from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT
 from berth.service.seeding import seed_from_cloud
 
@@ -482,6 +483,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from waitress.server import create_server
 
     from berth.config import SchedulerConfig
+    from berth.placement.cli import DEFAULT_CHANNEL_TIMEOUT, DEFAULT_MAX_BODY
     from berth.service.api import DEFAULT_FLAVORS, SchedulerApp
     from berth.service.conductor import FakeDriver
     from berth.service.stack import open_stack
@@ -500,7 +502,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         server: Any = create_server(application, host=args.host, port=args.port,
                                     threads=args.threads, ident="berth",
-                                    clear_untrusted_proxy_headers=True)
+                                    clear_untrusted_proxy_headers=True,
+                                    max_request_body_size=DEFAULT_MAX_BODY,
+                                    channel_timeout=DEFAULT_CHANNEL_TIMEOUT)
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         print(f"berth serve: cannot listen on --host {args.host!r} --port {args.port}: {reason}",
@@ -510,7 +514,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:
             stack = open_stack(args.db, config)
         except Exception as exc:  # start-up problems are reported, not traced
-            print(f"berth serve: cannot open database {args.db!r}: {exc}", file=sys.stderr)
+            print(f"berth serve: cannot open database {shown_url(args.db)!r}: {exc}", file=sys.stderr)
             return 2
         try:
             return _serve(args, server, apps, stack, DEFAULT_FLAVORS, SchedulerApp, FakeDriver)

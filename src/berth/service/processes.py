@@ -46,6 +46,7 @@ import threading
 from typing import Any
 
 from berth.errors import BerthError
+from berth.placement.db import shown_url
 
 LOG = logging.getLogger("berth.service")
 
@@ -231,7 +232,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         stack = open_stack(args.db, config)
     except Exception as exc:
         bus.close()
-        return _fail("scheduler", f"cannot open database {args.db!r}: {exc}")
+        return _fail("scheduler", f"cannot open database {shown_url(args.db)!r}: {exc}")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     # Nova's default: one worker per CPU.
     workers = args.workers or config.scheduler.workers or os.cpu_count() or 1
@@ -304,6 +305,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     from waitress.server import create_server
 
     from berth.cloudfile import load_cloud
+    from berth.placement.cli import DEFAULT_CHANNEL_TIMEOUT, DEFAULT_MAX_BODY
     from berth.service.api import DEFAULT_FLAVORS, SchedulerApp
     from berth.service.builds import instance_uuid_rng
     from berth.service.compute_rpc import AgentDirectory, RemoteDriver
@@ -325,7 +327,9 @@ def cmd_api(args: argparse.Namespace) -> int:
     try:
         server: Any = create_server(application, host=args.host, port=args.port,
                                     threads=args.threads, ident="berth",
-                                    clear_untrusted_proxy_headers=True)
+                                    clear_untrusted_proxy_headers=True,
+                                    max_request_body_size=DEFAULT_MAX_BODY,
+                                    channel_timeout=DEFAULT_CHANNEL_TIMEOUT)
     except (OSError, ValueError) as exc:
         bus.close()
         reason = getattr(exc, "strerror", None) or str(exc)
@@ -335,7 +339,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     except Exception as exc:
         server.close()
         bus.close()
-        return _fail("api", f"cannot open database {args.db!r}: {exc}")
+        return _fail("api", f"cannot open database {shown_url(args.db)!r}: {exc}")
     try:
         flavors: dict[str, Any] = dict(DEFAULT_FLAVORS)
         images: dict[str, Any] = {}
