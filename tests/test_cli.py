@@ -244,3 +244,27 @@ def test_a_list_function_that_fails_is_a_one_line_error(capsys, tmp_path, monkey
                        "--config-file", str(path))
     assert code == 2
     assert "broken_filters.all_filters() did not return a list of classes: RuntimeError: boom" in err
+
+
+def test_checks_and_lists_print_json(capsys, tmp_path):
+    assert run(capsys, "cloud", "check", CLOUD, "--json")[0] == 0
+    code, out, _ = run(capsys, "cloud", "check", CLOUD, "--json")
+    data = json.loads(out)
+    assert data["ok"] is True and data["compute_nodes"] == 57 and data["errors"] == []
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts: [{host: h1, vcpus: 1, memory_mb: 512, local_gb: 1}]\n"
+                   "images: [{name: old, properties: {hw_architecture: z80}}]\n")
+    code, out, _ = run(capsys, "cloud", "check", str(bad), "--json")
+    data = json.loads(out)
+    assert code == 3 and data["ok"] is False and data["errors"][0].startswith("image 'old'")
+    code, out, _ = run(capsys, "config", "check", CONF, "--json")
+    data = json.loads(out)
+    assert code == 0 and "ComputeFilter" in data["enabled_filters"] and data["weighers"]
+    code, out, _ = run(capsys, "filters", "list", "--json")
+    filters = {f["name"]: f for f in json.loads(out)}
+    assert filters["ComputeFilter"]["default"] is True and filters["AllHostsFilter"]["rule"]
+    code, out, _ = run(capsys, "weighers", "list", "--json")
+    assert any(w["name"] == "RAMWeigher" for w in json.loads(out))
+    code, out, _ = run(capsys, "flavor", "check", "--extra-spec", "hw:cpu_policy=bogus", "--json")
+    data = json.loads(out)
+    assert code == 3 and data["ok"] is False and "hw:cpu_policy" in data["errors"][0]

@@ -180,20 +180,33 @@ def cmd_cloud_check(args: argparse.Namespace) -> int:
     # The registered validators (built-ins and installed plugins'), on every flavor.
     problems = [f"flavor {name!r}: {problem}" for name, flavor in cloud.flavors.items()
                 for problem in check_flavor(flavor.extra_specs)]
-    for name, flavor in cloud.flavors.items():
-        for warning in flavor_warnings(flavor.extra_specs):
-            print(f"warning: flavor {name!r}: extra spec {warning}")
+    warnings = [f"flavor {name!r}: extra spec {warning}" for name, flavor in cloud.flavors.items()
+                for warning in flavor_warnings(flavor.extra_specs)]
     # Entries that only fail the requests using them are still errors of the file.
     problems += [f"image {name!r}: {bad.problem} (requests with this image fail)"
                  for name, bad in cloud.broken_images.items()]
+    snap = cloud.snapshot
+    counts = {"compute_nodes": len(snap), "cells": len(cloud.cells),
+              "aggregates": len(snap.aggregates), "flavors": len(cloud.flavors),
+              "images": len(cloud.images) + len(cloud.broken_images),
+              "server_groups": len(cloud.server_groups),
+              "sharing_providers": len(cloud.sharing)}
+    code = exit_code_for(ExtraSpecError("")) if problems else 0
+    if args.json:
+        print(json.dumps({"file": args.cloud, "ok": not problems, **counts, "errors": problems,
+                          "warnings": warnings}, indent=2))
+        return code
+    for warning in warnings:
+        print(f"warning: {warning}")
     for problem in problems:
         print(f"error: {problem}")
     if problems:
-        return exit_code_for(ExtraSpecError(""))
-    snap = cloud.snapshot
-    print(f"{args.cloud}: ok: {len(snap)} compute nodes, {len(cloud.cells)} cells, "
-          f"{len(snap.aggregates)} aggregates, {len(cloud.flavors)} flavors, "
-          f"{len(cloud.images)} images, {len(cloud.server_groups)} server groups")
+        return code
+    print(f"{args.cloud}: ok: {counts['compute_nodes']} compute nodes, {counts['cells']} cells, "
+          f"{counts['aggregates']} aggregates, {counts['flavors']} flavors, "
+          f"{counts['images']} images, {counts['server_groups']} server groups"
+          + (f", {counts['sharing_providers']} sharing providers"
+             if counts["sharing_providers"] else ""))
     return 0
 
 
@@ -206,6 +219,13 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     filters = plugins.load_filters(config)
     weighers = plugins.load_weighers(config)
     problems = unknown_options(args.files)
+    if args.json:
+        print(json.dumps({"files": list(args.files), "ok": True,
+                          "enabled_filters": [type(f).__name__ for f in filters],
+                          "weighers": [type(w).__name__ for w in weighers],
+                          "weighing_strategy": config.filter_scheduler.weighing_strategy,
+                          "warnings": problems}, indent=2))
+        return 0
     for problem in problems:
         print(f"warning: {problem}")
     print("enabled filters: " + ", ".join(type(f).__name__ for f in filters))
@@ -224,6 +244,11 @@ def cmd_filters_list(args: argparse.Namespace) -> int:
     """Print every built-in filter with its one-line rule."""
     from berth.filters.registry import BUILTIN_FILTERS, DEFAULT_ENABLED_FILTERS, load_builtin
 
+    if args.json:
+        print(json.dumps([{"name": name, "default": name in DEFAULT_ENABLED_FILTERS,
+                           "rule": _first_line(load_builtin(name))}
+                          for name in BUILTIN_FILTERS], indent=2))
+        return 0
     rows = [("filter", "default", "rule")]
     for name in BUILTIN_FILTERS:
         cls = load_builtin(name)
@@ -236,6 +261,10 @@ def cmd_weighers_list(args: argparse.Namespace) -> int:
     """Print every built-in weigher with its one-line rule."""
     from berth.weighers.registry import BUILTIN_WEIGHERS, load_builtin
 
+    if args.json:
+        print(json.dumps([{"name": name, "rule": _first_line(load_builtin(name))}
+                          for name in BUILTIN_WEIGHERS], indent=2))
+        return 0
     rows = [("weigher", "rule")]
     for name in BUILTIN_WEIGHERS:
         rows.append((name, _first_line(load_builtin(name))))
@@ -263,6 +292,10 @@ def cmd_flavor_check(args: argparse.Namespace) -> int:
             specs[key] = value
     problems = check_flavor(specs)
     warnings = flavor_warnings(specs)
+    if args.json:
+        print(json.dumps({"ok": not problems, "extra_specs": len(specs), "errors": problems,
+                          "warnings": warnings}, indent=2))
+        return exit_code_for(InputError("")) if problems else 0
     for warning in warnings:
         print(f"warning: {warning}")
     for problem in problems:
@@ -333,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = cloud.add_parser("check", help="validate a cloud file")
     c.add_argument("cloud")
     c.add_argument("--config-file", action="append")
+    c.add_argument("--json", action="store_true", help="print JSON")
     c.set_defaults(func=cmd_cloud_check)
     from berth.cloudio.cli import add_commands as add_cloud_io
 
@@ -341,18 +375,24 @@ def build_parser() -> argparse.ArgumentParser:
     conf = sub.add_parser("config", help="configuration tools").add_subparsers(dest="action", required=True)
     c = conf.add_parser("check", help="validate nova.conf files")
     c.add_argument("files", nargs="+")
+    c.add_argument("--json", action="store_true", help="print JSON")
     c.set_defaults(func=cmd_config_check)
 
     flt = sub.add_parser("filters", help="filter tools").add_subparsers(dest="action", required=True)
-    flt.add_parser("list", help="list the built-in filters").set_defaults(func=cmd_filters_list)
+    c = flt.add_parser("list", help="list the built-in filters")
+    c.add_argument("--json", action="store_true", help="print JSON")
+    c.set_defaults(func=cmd_filters_list)
     wgt = sub.add_parser("weighers", help="weigher tools").add_subparsers(dest="action", required=True)
-    wgt.add_parser("list", help="list the built-in weighers").set_defaults(func=cmd_weighers_list)
+    c = wgt.add_parser("list", help="list the built-in weighers")
+    c.add_argument("--json", action="store_true", help="print JSON")
+    c.set_defaults(func=cmd_weighers_list)
 
     flv = sub.add_parser("flavor", help="flavor tools").add_subparsers(dest="action", required=True)
     c = flv.add_parser("check", help="validate a flavor's extra specs")
     c.add_argument("cloud", nargs="?", help="cloud file holding the flavor")
     c.add_argument("--flavor", help="flavor name in the cloud file")
     c.add_argument("--extra-spec", action="append", metavar="KEY=VALUE")
+    c.add_argument("--json", action="store_true", help="print JSON")
     c.set_defaults(func=cmd_flavor_check)
 
     from berth.service.cli import add_commands
