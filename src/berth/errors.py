@@ -162,16 +162,19 @@ class NoValidHost(SchedulingError):
     """Fewer hosts could be selected and claimed than instances were requested.
 
     ``diagnosis`` carries the explanation when the caller asked for one; the message
-    itself stays terse, as Nova's does.
+    itself stays terse, as Nova's does. ``cause`` says which stage ran out of hosts, for
+    metrics: ``request_filter``, ``placement`` (no allocation candidates) or ``hosts``
+    (the filters, weighers and claims left fewer hosts than instances).
     """
 
     code = "berth.scheduling.no_valid_host"
 
-    def __init__(self, reason: str = "", diagnosis: Any = None) -> None:
+    def __init__(self, reason: str = "", diagnosis: Any = None, cause: str | None = None) -> None:
         message = "No valid host was found. " + reason if reason else "No valid host was found."
         super().__init__(message.strip())
         self.reason = reason
         self.diagnosis = diagnosis
+        self.cause = cause
 
 
 class UnsupportedPolicy(SchedulingError):

@@ -524,7 +524,7 @@ class Scheduler:
                 if req.placement_step is not None:
                     diag.steps.append(req.placement_step)
                 req.diagnosis.instances.append(diag)
-            raise NoValidHost(diagnosis=req.diagnosis)
+            raise NoValidHost(diagnosis=req.diagnosis, cause="placement")
         claimed_uuids: list[str] = []
         claimed_rows: list[int] = []
         claimed_requests: list[dict[str, Any] | None] = []
@@ -570,7 +570,8 @@ class Scheduler:
                     claimer.rollback(claimed_uuids)
                 for row in claimed_rows:
                     ws.set_updated(row, None)
-                raise NoValidHost("There are not enough hosts available.", diagnosis=req.diagnosis)
+                raise NoValidHost("There are not enough hosts available.", diagnosis=req.diagnosis,
+                                  cause="hosts")
 
             num_alts = self.config.scheduler.max_attempts - 1 if return_alternates else 0
             assert isinstance(hosts, HostOrder)

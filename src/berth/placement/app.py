@@ -239,7 +239,8 @@ class PlacementApp:
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
         """Serve one WSGI request."""
-        request_id = f"req-{uuid_mod.uuid4()}"
+        # The id the serving middleware gave the request (so logs and the answer agree).
+        request_id = environ.get("berth.request_id") or f"req-{uuid_mod.uuid4()}"
         accept = environ.get("HTTP_ACCEPT")
         if accept is None or accept.strip() in ("", "*/*"):
             environ["HTTP_ACCEPT"] = JSON_TYPE

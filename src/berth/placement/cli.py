@@ -142,7 +142,9 @@ def make_wsgi_app(
 
 def serve_command(args: argparse.Namespace) -> int:
     """Run the server until SIGTERM/SIGINT."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from berth.service.metrics import configure_logging
+
+    configure_logging()
     logging.getLogger("alembic").setLevel(logging.WARNING)
     for name in ("workers", "threads", "max_body", "channel_timeout"):
         if getattr(args, name) < 1:
@@ -210,10 +212,16 @@ def _make_server(args: argparse.Namespace, sock: socket.socket) -> Any:
         cors_allow_headers=args.cors_allow_header,
         prefix=args.prefix,
     )
-    return create_server(app, sockets=[sock], threads=args.threads, ident="berth-placement",
-                         max_request_body_size=args.max_body,
-                         channel_timeout=args.channel_timeout, backlog=1024,
-                         clear_untrusted_proxy_headers=True)
+    from berth.service.metrics import Metrics, instrument, queue_collector
+
+    metrics = Metrics()
+    server = create_server(instrument(app, metrics, "placement"), sockets=[sock],
+                           threads=args.threads, ident="berth-placement",
+                           max_request_body_size=args.max_body,
+                           channel_timeout=args.channel_timeout, backlog=1024,
+                           clear_untrusted_proxy_headers=True)
+    metrics.add(queue_collector(server))
+    return server
 
 
 def _run(server: Any) -> int:

@@ -486,11 +486,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from berth.placement.cli import DEFAULT_CHANNEL_TIMEOUT, DEFAULT_MAX_BODY
     from berth.service.api import DEFAULT_FLAVORS, SchedulerApp
     from berth.service.conductor import FakeDriver
+    from berth.service.metrics import configure_logging
     from berth.service.stack import open_stack
 
-    # ``berth`` configured logging at WARNING already; serve logs at INFO.
-    logging.basicConfig(level=logging.INFO, force=True,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # ``berth`` configured logging at WARNING already; serve logs at INFO, each line with
+    # the request id of the request it belongs to.
+    configure_logging()
     for chatty in ("alembic", "httpx"):  # migrations, and every in-process placement call
         logging.getLogger(chatty).setLevel(logging.WARNING)
     config = SchedulerConfig.from_files(args.config_file) if args.config_file else SchedulerConfig.default()
@@ -528,6 +529,13 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
            default_flavors: dict[str, Any], app_class: Any, driver_class: Any) -> int:
     """Register the hosts, wire the app behind ``server`` and run it."""
     from berth.service.compute import agent_key
+    from berth.service.metrics import (
+        Metrics,
+        claims_collector,
+        hosts_collector,
+        instrument,
+        queue_collector,
+    )
 
     flavors: dict[str, Any] = dict(default_flavors)
     images: dict[str, Any] = {}
@@ -573,8 +581,13 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
             if cleaned:
                 LOG.info("compute %s is up: released %d instances evacuated from it",
                          host, len(cleaned))
-    apps.append(app_class(service, conductor, stack.placement_app, flavors, images,
-                          groups=stack.groups, moves=moves))
+    metrics = Metrics()
+    service.observers.append(metrics.observe_decision)
+    metrics.add(claims_collector(service.claimer.stats))
+    metrics.add(hosts_collector(service))
+    metrics.add(queue_collector(server))
+    apps.append(instrument(app_class(service, conductor, stack.placement_app, flavors, images,
+                                     groups=stack.groups, moves=moves), metrics, "scheduler"))
     reconciler = stack.reconciler(timeout=args.build_timeout, interval=args.reconcile_interval)
     reconciler.start()
 

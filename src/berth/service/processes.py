@@ -111,8 +111,9 @@ def add_commands(subparsers: Any) -> None:
 
 
 def _logging() -> None:
-    logging.basicConfig(level=logging.INFO, force=True,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from berth.service.metrics import configure_logging
+
+    configure_logging()
     for chatty in ("alembic", "httpx", "oslo_messaging", "oslo_service", "amqp", "kombu",
                    "waitress.queue"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
@@ -310,6 +311,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     from berth.service.builds import instance_uuid_rng
     from berth.service.compute_rpc import AgentDirectory, RemoteDriver
     from berth.service.conductor import Conductor
+    from berth.service.metrics import Metrics, claims_collector, instrument, queue_collector
     from berth.service.placement import PlacementClaimer
     from berth.service.scheduler_rpc import RemoteScheduler
     from berth.service.stack import open_stack
@@ -361,8 +363,12 @@ def cmd_api(args: argparse.Namespace) -> int:
         reconciler = stack.reconciler(timeout=args.build_timeout,
                                       interval=args.reconcile_interval)
         reconciler.start()
-        apps.append(SchedulerApp(remote, conductor, stack.placement_app, flavors, images,
-                                 groups=stack.groups, hosts_view=remote.hosts))
+        metrics = Metrics()
+        metrics.add(claims_collector(claimer.stats))
+        metrics.add(queue_collector(server))
+        apps.append(instrument(SchedulerApp(remote, conductor, stack.placement_app, flavors,
+                                            images, groups=stack.groups,
+                                            hosts_view=remote.hosts), metrics, "scheduler"))
 
         def _stop(signum: int, _frame: Any) -> None:
             raise KeyboardInterrupt

@@ -130,6 +130,9 @@ class SchedulerService:
         self._lock = threading.Lock()
         self._frozen_at: int | None = None
         self.freeze_heap = freeze_heap
+        #: Called after every request with (outcome, seconds, placed=, cause=):
+        #: ``Metrics.observe_decision`` in a serving process.
+        self.observers: list[Callable[..., None]] = []
 
     # ----------------------------------------------------------------- helpers
     def _freeze_long_lived(self, snapshot: HostSnapshot) -> None:
@@ -179,7 +182,7 @@ class SchedulerService:
                             network_lookup=self.network_lookup,
                             min_compute_version=self.min_compute_version)
         except RequestFilterFailed as exc:
-            raise NoValidHost(exc.message) from exc
+            raise NoValidHost(exc.message, cause="request_filter") from exc
         resources = resources_from_request_spec(spec, self.config, self._find_nodes(snapshot))
         self.stats.candidate_queries += 1
         answer: CandidatesAnswer = self.candidates.get(resources.to_queryparams())
@@ -191,7 +194,7 @@ class SchedulerService:
             self.stats.fallback_queries += 1
             answer.merge(self.candidates.get(fallback.to_queryparams()))
         if answer.empty and not explain:
-            raise NoValidHost()
+            raise NoValidHost(cause="placement")
         candidates = candidate_set(snapshot, answer, self.feed.uuid_rows)
         if explain:
             candidates.rejections = placement_rejections(snapshot, answer, candidates, spec,
@@ -232,14 +235,37 @@ class SchedulerService:
             self.stats.requests += 1
             try:
                 decision = self._select(spec, instance_uuids, return_alternates, explain)
-            except NoValidHost:
+            except NoValidHost as exc:
                 self.stats.no_valid_host += 1
+                self._observe("no_valid_host", started, cause=exc.cause or "hosts")
+                LOG.info("NoValidHost for %d x %s (%s) in %.1f ms: %s", spec.num_instances,
+                         spec.flavor.name, exc.cause or "hosts",
+                         1000 * (time.perf_counter() - started), exc.message)
+                raise
+            except Exception:
+                self._observe("error", started)
                 raise
             finally:
                 self.stats.latencies.append(time.perf_counter() - started)
                 self._freeze_long_lived(self.feed.snapshot)
             self.stats.placed += len(decision.selections)
+        self._observe("placed", started, placed=len(decision.selections))
+        if LOG.isEnabledFor(logging.INFO):
+            LOG.info("placed %d x %s in %.1f ms: %s", len(decision.selections),
+                     spec.flavor.name, 1000 * (time.perf_counter() - started),
+                     ", ".join(f"{uuid[:8]}->{sels[0].service_host}"
+                               + (f"/{sels[0].nodename}"
+                                  if sels[0].nodename != sels[0].service_host else "")
+                               for uuid, sels in zip(decision.instance_uuids,
+                                                     decision.selections)))
         return decision
+
+    def _observe(self, outcome: str, started: float, *, placed: int = 0,
+                 cause: str | None = None) -> None:
+        """Tell the observers (metrics) about one request."""
+        seconds = time.perf_counter() - started
+        for observer in self.observers:
+            observer(outcome, seconds, placed=placed, cause=cause)
 
     def _select(
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None,

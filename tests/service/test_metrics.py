@@ -1,0 +1,126 @@
+"""``/metrics``, request ids, the access log and the decision log lines of the serving
+processes, as an operator scrapes and reads them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from berth.service.metrics import route_of
+
+CLOUD = """
+flavors: [{name: web, vcpus: 2, memory_mb: 2048, root_gb: 10}]
+hosts:
+  - {host: "n{index}", count: 3, vcpus: 8, memory_mb: 8704, local_gb: 100}
+"""
+RID = "req-12345678-1234-4234-8234-123456789abc"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def _run_until_up(argv: list[str], url: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-m", "berth.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/metrics", timeout=1)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+    raise AssertionError("not up")
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    return out
+
+
+def test_berth_serve_exports_metrics_and_logs_each_request_and_decision(tmp_path: Path) -> None:
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(CLOUD)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _run_until_up(["serve", "--db", f"sqlite:///{tmp_path}/b.sqlite", "--port",
+                          str(port), "--cloud", str(cloud)], url)
+    try:
+        answer = httpx.post(url + "/boot", json={"flavor": "web", "num": 2}, timeout=30,
+                            headers={"X-Openstack-Request-Id": RID})
+        assert answer.status_code == 200 and answer.headers["x-openstack-request-id"] == RID
+        huge = {"name": "huge", "vcpus": 64, "memory_mb": 1024, "root_gb": 1}
+        assert httpx.post(url + "/boot", json={"flavor": huge}, timeout=30).status_code == 409
+        assert httpx.get(url + "/placement/resource_providers", timeout=10,
+                         headers={"X-Auth-Token": "admin"}).status_code == 200
+        metrics = httpx.get(url + "/metrics", timeout=10)
+        assert metrics.headers["content-type"].startswith("text/plain")
+        samples = _samples(metrics.text)
+    finally:
+        log = _stop(proc)
+    assert samples[("berth_http_requests_total", (("app", "scheduler"), ("method", "POST"),
+                                                  ("route", "/boot"), ("status", "200")))] == 1
+    assert samples[("berth_http_requests_total", (("app", "placement"), ("method", "GET"),
+                                                  ("route", "/placement/resource_providers"),
+                                                  ("status", "200")))] == 1
+    assert samples[("berth_scheduling_requests_total", (("outcome", "placed"),))] == 1
+    assert samples[("berth_no_valid_host_total", (("cause", "placement"),))] == 1
+    assert samples[("berth_instances_placed_total", ())] == 2
+    assert samples[("berth_claims_total", (("result", "success"),))] == 2
+    assert samples[("berth_compute_nodes", (("state", "up"),))] == 3
+    assert ("berth_compute_report_age_seconds", (("quantile", "1.0"),)) in samples
+    assert ("berth_http_queue_depth", ()) in samples
+    assert samples[("berth_http_request_duration_seconds_count",
+                    (("app", "scheduler"), ("route", "/boot")))] == 2
+    # One line per decision and per request, each with the request's id.
+    assert f"[{RID}] placed 2 x web in" in log
+    assert f'INFO berth.access [{RID}] 127.0.0.1 "POST /boot" 200' in log
+    assert "NoValidHost for 1 x huge (placement)" in log
+    assert '"GET /placement/resource_providers" 200' in log
+    assert log.splitlines()[0].startswith("listening on http://") or "listening on" in log
+
+
+def test_berth_placement_serve_exports_metrics_and_says_where_it_listens(tmp_path: Path) -> None:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _run_until_up(["placement", "serve", "--db", f"sqlite:///{tmp_path}/p.sqlite",
+                          "--port", str(port)], url)
+    try:
+        assert httpx.get(url + "/resource_providers", timeout=10,
+                         headers={"X-Auth-Token": "admin"}).status_code == 200
+        samples = _samples(httpx.get(url + "/metrics", timeout=10).text)
+    finally:
+        log = _stop(proc)
+    assert samples[("berth_http_requests_total", (("app", "placement"), ("method", "GET"),
+                                                  ("route", "/resource_providers"),
+                                                  ("status", "200")))] == 1
+    assert f"listening on http://127.0.0.1:{port}" in log
+    assert '"GET /resource_providers" 200' in log
+
+
+def test_routes_have_ids_replaced_so_labels_stay_bounded() -> None:
+    assert route_of("/resource_providers/6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11/inventories/VCPU") \
+        == "/resource_providers/{id}/inventories/VCPU"
+    assert route_of("/servers/6f1f7d0c1c554f0e9d1e6a3f1b0b8e11/migrate") == "/servers/{id}/migrate"
+    assert route_of("/") == "/"
