@@ -248,7 +248,7 @@ def test_serve_restarts_with_its_instances_and_refuses_a_conflicting_cloud_file(
     assert httpx.post(url + "/boot", json={"flavor": "web", "num": 2}).status_code == 200
     before = {h["host"]: h["num_instances"] for h in httpx.get(url + "/hosts").json()["hosts"]}
     log = _stop(proc)
-    assert "INFO berth.service registered 2 compute nodes" in log
+    assert "INFO berth.service [-] registered 2 compute nodes" in log
 
     shrunk = _cloud(tmp_path, CLOUD.replace("local_gb: 100", "local_gb: 0"))
     bad = subprocess.run([sys.executable, "-m", "berth.cli", "serve", "--db", f"sqlite:///{db}",

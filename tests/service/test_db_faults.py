@@ -105,7 +105,10 @@ def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Pat
         url = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen(
             [sys.executable, "-m", "berth.cli", "serve", "--db", db, "--port", str(port),
-             "--cloud", str(cloud)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+             # A file, not a pipe nobody reads: the access log of this much traffic
+             # would fill a pipe and block the server.
+             "--cloud", str(cloud)], stdout=(tmp_path / "serve.log").open("w"),
+            stderr=subprocess.STDOUT,
             text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         admin = sa.create_engine(db, isolation_level="AUTOCOMMIT")
         try:
@@ -155,4 +158,4 @@ def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Pat
         finally:
             admin.dispose()
             proc.terminate()
-            proc.communicate(timeout=30)
+            proc.wait(timeout=30)

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -75,9 +76,12 @@ def _free_port() -> int:
 def _start(procs: list[subprocess.Popen[str]], db: str, *args: str) -> str:
     """Start ``berth serve`` on ``db``; its URL once it answers."""
     port = _free_port()
+    # Output to a file, not a pipe nobody reads: the access log of many boots would fill
+    # a pipe and block the server.
+    log = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "berth.cli", "serve", "--db", db, "--port", str(port), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=log, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     procs.append(proc)
     url = f"http://127.0.0.1:{port}"
@@ -89,7 +93,8 @@ def _start(procs: list[subprocess.Popen[str]], db: str, *args: str) -> str:
         except httpx.HTTPError:
             time.sleep(0.2)
         if proc.poll() is not None:
-            raise AssertionError(proc.communicate()[0])
+            log.seek(0)
+            raise AssertionError(log.read())
     raise AssertionError("berth serve did not come up")
 
 
