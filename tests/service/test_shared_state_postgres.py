@@ -78,7 +78,7 @@ def _start(procs: list[subprocess.Popen[str]], db: str, *args: str) -> str:
     port = _free_port()
     # Output to a file, not a pipe nobody reads: the access log of many boots would fill
     # a pipe and block the server.
-    log = tempfile.TemporaryFile("w+")
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (lives as long as the server)
     proc = subprocess.Popen(
         [sys.executable, "-m", "berth.cli", "serve", "--db", db, "--port", str(port), *args],
         stdout=log, stderr=subprocess.STDOUT, text=True,
