@@ -321,7 +321,7 @@ def _in_process_boot(tmp: Path, cloud: str, request: dict[str, Any], seed: int) 
         stack.close()
 
 
-CASES = int(os.environ.get("BERTH_ONE_PATH_CASES", "24"))
+CASES = int(os.environ.get("BERTH_ONE_PATH_CASES", "16"))
 PROCESS_CASES = max(1, CASES // 4)
 
 

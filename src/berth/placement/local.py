@@ -32,7 +32,7 @@ from berth.placement.client import (
     microversion_tuple,
 )
 from berth.placement.dbfaults import call_with_retry
-from berth.placement.store import UNSET, ConsumerWrite, PlacementStore
+from berth.placement.store import UNSET, ConsumerWrite, PlacementStore, inventory_from_body
 from berth.placement.web import error_detail
 
 
@@ -164,6 +164,116 @@ class LocalPlacement:
         with _as_client_errors():
             call_with_retry(lambda: self.store.delete_consumer_allocations(uuid), safe=False,
                             what=f"DELETE /allocations/{uuid}")
+
+
+class LocalProviders(LocalPlacement):
+    """:class:`LocalPlacement` plus the provider writes a compute agent makes (create a
+    provider, replace its inventories, traits and aggregates, ensure custom traits and
+    classes, read usages), with the client's results and exceptions.
+
+    ``berth serve`` and offline scheduling give their in-process agents this instead of
+    the HTTP client: the same store methods the API's handlers call, without rendering a
+    body to JSON and validating it again. The bodies are the agents' own; a body from a
+    user still goes through the API.
+    """
+
+    def create_provider(self, name: str, *, uuid: str | None = None,
+                        parent_provider_uuid: str | None = None) -> Any:
+        """POST /resource_providers: the provider (``.uuid``, ``.generation``)."""
+        with _as_client_errors():
+            return call_with_retry(
+                lambda: self.store.create_provider(name, uuid, parent_provider_uuid),
+                safe=False, what="POST /resource_providers")
+
+    def get_provider(self, uuid: str) -> Any:
+        """GET /resource_providers/{uuid} (NotFoundError when missing)."""
+        prov = call_with_retry(lambda: self.store.get_provider(uuid), safe=True,
+                               what=f"GET /resource_providers/{uuid}")
+        if prov is None:
+            raise _not_found(uuid)
+        return prov
+
+    def get_inventories(self, uuid: str) -> tuple[int, dict[str, dict[str, Any]]]:
+        """(generation, {class: record})."""
+        found = call_with_retry(lambda: self.store.get_inventories(uuid), safe=True,
+                                what=f"GET /resource_providers/{uuid}/inventories")
+        if found is None:
+            raise _not_found(uuid)
+        prov, invs = found
+        return prov.generation, {rc: inv.as_dict() for rc, inv in invs.items()}
+
+    def set_inventories(self, uuid: str, generation: int,
+                        inventories: Mapping[str, Mapping[str, Any]]) -> int:
+        """PUT .../inventories (replace all); the new generation."""
+        new = {rc: inventory_from_body(rc, rec) for rc, rec in inventories.items()}
+        if self.store.get_provider(uuid) is None:
+            raise _not_found(uuid)
+        with _as_client_errors():
+            gen, _ = call_with_retry(
+                lambda: self.store.set_inventories(uuid, generation, new, self.version),
+                safe=False, what=f"PUT /resource_providers/{uuid}/inventories")
+        return int(gen)
+
+    def get_provider_traits(self, uuid: str) -> tuple[int, list[str]]:
+        """(generation, traits)."""
+        found = call_with_retry(lambda: self.store.get_provider_traits(uuid), safe=True,
+                                what=f"GET /resource_providers/{uuid}/traits")
+        if found is None:
+            raise _not_found(uuid)
+        prov, names = found
+        return prov.generation, list(names)
+
+    def set_provider_traits(self, uuid: str, generation: int, traits: Sequence[str]) -> int:
+        """PUT .../traits; the new generation."""
+        with _as_client_errors():
+            result = call_with_retry(
+                lambda: self.store.set_provider_traits(uuid, list(traits), generation),
+                safe=False, what=f"PUT /resource_providers/{uuid}/traits")
+        if result is None:
+            raise _not_found(uuid)
+        return int(result[0])
+
+    def create_trait(self, name: str) -> bool:
+        """PUT /traits/{name}; True if it was created."""
+        if schemas.first_error(schemas.CUSTOM_TRAIT, name) is not None:
+            raise error_class(400)(400, errors.UNDEFINED_CODE,
+                                   error_detail(400, f"Invalid trait name {name!r}"), None)
+        with _as_client_errors():
+            created, _ = call_with_retry(lambda: self.store.ensure_trait(name), safe=False,
+                                         what=f"PUT /traits/{name}")
+        return bool(created)
+
+    def set_aggregates(self, uuid: str, generation: int, aggregates: Sequence[str]) -> int:
+        """PUT .../aggregates (>= 1.19, with the generation); the new generation."""
+        if self.store.get_provider(uuid) is None:
+            raise _not_found(uuid)
+        with _as_client_errors():
+            gen, _ = call_with_retry(
+                lambda: self.store.set_aggregates(uuid, list(aggregates), generation),
+                safe=False, what=f"PUT /resource_providers/{uuid}/aggregates")
+        return int(gen)
+
+    def create_resource_class(self, name: str) -> bool:
+        """PUT /resource_classes/{name}; True if it was created."""
+        with _as_client_errors():
+            return bool(call_with_retry(
+                lambda: self.store.create_resource_class(name, exists_ok=True), safe=False,
+                what=f"PUT /resource_classes/{name}"))
+
+    def provider_usages(self, uuid: str) -> dict[str, int]:
+        """GET .../usages."""
+        found = call_with_retry(lambda: self.store.provider_usages(uuid), safe=True,
+                                what=f"GET /resource_providers/{uuid}/usages")
+        if found is None:
+            raise _not_found(uuid)
+        return dict(found[1])
+
+
+def _not_found(uuid: str) -> Exception:
+    """The client's NotFoundError for a missing provider."""
+    return error_class(404)(404, errors.UNDEFINED_CODE,
+                            error_detail(404, f"No resource provider with uuid {uuid} found"),
+                            None)
 
 
 def _multi(params: Mapping[str, str | Sequence[str]]) -> dict[str, list[str]]:

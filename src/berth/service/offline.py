@@ -42,7 +42,7 @@ def offline_cloud(path: str, config: SchedulerConfig, *, now: float) -> Iterator
         stack = open_stack(f"sqlite:///{scratch}/cloud.sqlite", config)
         stack.clock = lambda: now
         try:
-            seed_cloud(stack, cloud, path, now=now)
+            seed_cloud(stack, cloud, path, now=now, fresh=True)
             yield OfflineCloud(cloud, stack)
         finally:
             stack.close()

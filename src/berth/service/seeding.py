@@ -92,15 +92,20 @@ def seed_from_cloud(stack: Any, path: str, *, now: float | None = None
     return dict(cloud.flavors), dict(cloud.images)
 
 
-def seed_cloud(stack: Any, cloud: Cloud, path: str, *, now: float) -> None:
+def seed_cloud(stack: Any, cloud: Cloud, path: str, *, now: float, fresh: bool = False) -> None:
     """Register the hosts of ``cloud`` (loaded from ``path``) through their agents, at
-    the instant ``now`` (a host the file says is down keeps its older heartbeat)."""
+    the instant ``now`` (a host the file says is down keeps its older heartbeat).
+
+    ``fresh`` says the store is empty (offline scheduling's scratch store): nothing
+    stored can conflict with the file, so its checks against stored allocations are
+    skipped."""
     from berth.moves import instance_from_cloud
 
     snap = cloud.snapshot
     nodes = cloud_nodes(cloud)
-    check_against_allocations(stack, nodes, path)
-    register_sharing(stack.client, cloud)
+    if not fresh:
+        check_against_allocations(stack, nodes, path)
+    register_sharing(stack.agent_client or stack.client, cloud)
     agents = stack.register_hosts(nodes, snap.aggregates)
     for group in cloud.server_groups.values():
         stack.groups.put(group)
@@ -129,7 +134,7 @@ def seed_cloud(stack: Any, cloud: Cloud, path: str, *, now: float) -> None:
                 # file's usage of this host no longer includes it.
                 continue
             existing[uuid] = agent.node.host
-            _allocate(stack, uuid, agent.uuid, flavor, inst.project_id or "seed")
+            _allocate(stack, uuid, agent.uuid, flavor, inst.project_id or "seed", fresh=fresh)
             agent.spawn(uuid, flavor, inst.project_id, publish=False,
                         image_properties=inst.image_properties)
             if known is None:
@@ -160,7 +165,7 @@ def seed_cloud(stack: Any, cloud: Cloud, path: str, *, now: float) -> None:
                                root_gb=_share(extra.root_gb, parts, i))
                 holder = stable_uuid("preexisting", agent.uuid, str(i))
                 existing[holder] = agent.node.host
-                _allocate(stack, holder, agent.uuid, share, "seed")
+                _allocate(stack, holder, agent.uuid, share, "seed", fresh=fresh)
             agent.baseline = extra
         # Instances the file counts (stats num_instances) but does not list.
         agent.baseline_instances = max(
@@ -222,7 +227,8 @@ def _share(total: int, parts: int, index: int) -> int:
 _PLAIN = frozenset({"VCPU", "MEMORY_MB", "DISK_GB"})
 
 
-def _allocate(stack: Any, consumer: str, rp_uuid: str, flavor: Flavor, project: str) -> None:
+def _allocate(stack: Any, consumer: str, rp_uuid: str, flavor: Flavor, project: str, *,
+              fresh: bool = False) -> None:
     """Give an existing workload its allocation, unless it has one already.
 
     A flavor that asks placement for no more than VCPU, MEMORY_MB and DISK_GB takes
@@ -233,7 +239,7 @@ def _allocate(stack: Any, consumer: str, rp_uuid: str, flavor: Flavor, project: 
     from berth.model.request import RequestSpec
     from berth.resource_request import from_request_spec
 
-    if stack.client.get_allocations(consumer).allocations:
+    if not fresh and stack.client.get_allocations(consumer).allocations:
         return
     request = from_request_spec(RequestSpec(flavor=flavor))
     groups = [g for g in request.groups.values() if g.resources]

@@ -23,7 +23,7 @@ from berth.claims import CANDIDATES_MICROVERSION
 from berth.config import SchedulerConfig
 from berth.model.aggregate import Aggregate
 from berth.placement.client import NotFoundError, PlacementClient
-from berth.placement.local import LocalPlacement
+from berth.placement.local import LocalPlacement, LocalProviders
 from berth.request_filters import NetworkLookup
 from berth.service.builds import BuildRecords, instance_uuid_rng
 from berth.service.compute import (
@@ -71,6 +71,10 @@ class Stack:
     #: Scheduler services made so far (each draws its own instance uuids).
     schedulers_made: int = 0
 
+    #: What this stack's compute agents write providers through: the store in process
+    #: (:class:`~berth.placement.local.LocalProviders`), or ``client`` when placement is
+    #: remote or the stack goes through the API end to end.
+    agent_client: Any = None
     #: Instances and migrations (same database), for moves; opened when not given.
     instances: InstanceStore = None  # type: ignore[assignment]
     #: The instant agents report at and schedulers decide at (the wall clock; a fixed
@@ -111,7 +115,8 @@ class Stack:
         """A compute agent for ``node`` (kept in ``agents`` under its
         :func:`~berth.service.compute.agent_key`: the host name, or ``host/node`` for a
         node of a multi-node host)."""
-        agent = ComputeAgent(node, self.client, self.records, self.config, clock=self.clock)
+        agent = ComputeAgent(node, self.agent_client or self.client, self.records, self.config,
+                             clock=self.clock)
         self.agents[agent_key(node.host, node.nodename)] = agent
         return agent
 
@@ -244,6 +249,7 @@ def open_stack(
     store = PlacementStore(engine)
     app = make_app(store)
     claims: PlacementClient | LocalPlacement | None = None
+    agents: LocalProviders | None = None
     cand: PlacementClient | LocalPlacement
     if placement_url is None:
         base = "http://placement.local"
@@ -254,8 +260,9 @@ def open_stack(
         else:
             cand = LocalPlacement(store, microversion=CANDIDATES_MICROVERSION)
             claims = LocalPlacement(store)
+            agents = LocalProviders(store)
     else:
         client = PlacementClient(placement_url)
         cand = PlacementClient(placement_url, microversion=CANDIDATES_MICROVERSION)
     return Stack(config, engine, app, client, cand, ComputeRecordStore(engine), claims_client=claims,
-                 store=store)
+                 store=store, agent_client=agents)
