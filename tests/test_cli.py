@@ -37,10 +37,10 @@ def test_the_same_seed_gives_the_same_json_decision(capsys):
     second = json.loads(run(capsys, *args)[1])
     assert first == second
     assert len(first["instances"]) == 4
-    hosts = [i["selected"]["host"] for i in first["instances"]]
+    hosts = [i["host"] for i in first["instances"]]
     for inst in first["instances"]:
-        assert inst["selected"]["allocation_request"]["allocations"]
-        assert inst["selected"]["host"] not in {a["host"] for a in inst["alternates"]}
+        assert inst["allocation_request"]["allocations"]
+        assert inst["host"] not in {a["host"] for a in inst["alternates"]}
         assert not {a["host"] for a in inst["alternates"]} & set(hosts)
 
 

@@ -219,7 +219,7 @@ def test_schedule_migrate_moves_the_claim_and_keeps_anti_affinity(
                        "--seed", "7", "--now", NOW, "--json")
     assert code == 0
     data = json.loads(out)
-    chosen = data["decision"]["instances"][0]["selected"]["host"]
+    chosen = data["decision"]["instances"][0]["host"]
     # web's other member runs on c1-w02; the source c1-w01 is ignored.
     assert chosen not in {"c1-w01", "c1-w02"}
     medium = {"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 40}

@@ -331,14 +331,14 @@ def test_berth_schedule_same_host_passes_both_nodes_of_ironic1(capsys: Any,
                                                                 ironic_files: Any) -> None:
     answer = schedule(capsys, ironic_files, "--hint", "same_host=i-1")
     inst = answer["instances"][0]
-    assert {_nodes(s) for s in [inst["selected"], *inst["alternates"]]} == {
+    assert {_nodes(s) for s in [inst, *inst["alternates"]]} == {
         ("ironic1", "node-a"), ("ironic1", "node-b")}
 
 
 def test_berth_schedule_different_host_passes_only_cmp2(capsys: Any, ironic_files: Any) -> None:
     answer = schedule(capsys, ironic_files, "--hint", "different_host=i-1")
     inst = answer["instances"][0]
-    assert _nodes(inst["selected"]) == ("cmp2", "cmp2") and inst["alternates"] == []
+    assert _nodes(inst) == ("cmp2", "cmp2") and inst["alternates"] == []
     step = next(s for s in answer["diagnosis"]["instances"][0]["steps"]
                 if s["name"] == "DifferentHostFilter")
     assert [(r["host"], r["nodename"]) for r in step["rejections"]] == [
@@ -348,7 +348,7 @@ def test_berth_schedule_different_host_passes_only_cmp2(capsys: Any, ironic_file
 def test_berth_schedule_sends_the_second_anti_affinity_instance_to_cmp2(
         capsys: Any, ironic_files: Any) -> None:
     answer = schedule(capsys, ironic_files, "--group", "apart", "--num", "2")
-    assert [_nodes(i["selected"]) for i in answer["instances"]] == [
+    assert [_nodes(i) for i in answer["instances"]] == [
         ("ironic1", "node-a"), ("cmp2", "cmp2")]
 
 

@@ -100,8 +100,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
                 spec, return_alternates=not args.no_alternates, explain=args.explain)
         except NoValidHost as exc:
             if args.json:
+                # As POST /boot answers a refusal: the diagnosis only when there is one.
                 print(json.dumps({"error": {"code": exc.code, "message": exc.message},
-                                  "diagnosis": exc.diagnosis.to_dict() if exc.diagnosis else None,
+                                  **({"diagnosis": exc.diagnosis.to_dict()}
+                                     if exc.diagnosis else {}),
                                   **({"warnings": warnings} if args.explain else {})}, indent=2))
             else:
                 print(f"error: {exc.message}", file=sys.stderr)

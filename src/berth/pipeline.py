@@ -62,7 +62,7 @@ from berth.filters.base import BaseHostFilter, Reject
 from berth.host_state import CandidateOverlay, Hosts, HostState, WorkingSet
 from berth.model.compute import Instance
 from berth.model.request import RequestSpec
-from berth.model.selection import Selection, scheduler_limits
+from berth.model.selection import Selection, scheduler_limits, selection_dict
 from berth.snapshot import HostSnapshot
 from berth.weighers.base import BaseHostWeigher
 from berth.weighers.handler import PerHostRanker, Ranker, Ranking, WeigherRanker
@@ -100,39 +100,22 @@ class Decision:
         return [(s[0].service_host, s[0].nodename) for s in self.selections]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form."""
-        return {
+        """A JSON-ready form: per instance its uuid, the chosen host's selection fields
+        and its alternates, and the diagnosis when there is one: the shape ``POST /boot``
+        answers with too (which adds what the builds ``tried``)."""
+        answer: dict[str, Any] = {
             "instances": [
                 {
                     "instance_uuid": self.instance_uuids[i] if i < len(self.instance_uuids) else None,
-                    "selected": _selection_dict(sels[0]),
-                    "alternates": [_selection_dict(s) for s in sels[1:]],
+                    **selection_dict(sels[0]),
+                    "alternates": [selection_dict(s) for s in sels[1:]],
                 }
                 for i, sels in enumerate(self.selections)
             ],
-            "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
         }
-
-
-def _selection_dict(selection: Selection) -> dict[str, Any]:
-    return {
-        "host": selection.service_host,
-        "nodename": selection.nodename,
-        "compute_node_uuid": selection.compute_node_uuid,
-        "cell_uuid": selection.cell_uuid,
-        "availability_zone": selection.availability_zone,
-        "limits": {k: _jsonable(v) for k, v in selection.limits.items()},
-        "allocation_request": selection.allocation_request_dict,
-        "allocation_request_version": selection.allocation_request_version,
-    }
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if isinstance(value, (int, float, str, bool)) or value is None:
-        return value
-    return repr(value)
+        if self.diagnosis is not None:
+            answer["diagnosis"] = self.diagnosis.to_dict()
+        return answer
 
 
 @dataclass

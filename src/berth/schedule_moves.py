@@ -138,7 +138,8 @@ def _print_refusal(args: argparse.Namespace, exc: SchedulingError) -> int:
     diagnosis = getattr(exc, "diagnosis", None)
     if args.json:
         print(json.dumps({"error": {"code": exc.code, "message": exc.message},
-                          "diagnosis": diagnosis.to_dict() if diagnosis else None}, indent=2))
+                          **({"diagnosis": diagnosis.to_dict()} if diagnosis else {})},
+                         indent=2))
     else:
         print(f"error: {exc.message}", file=sys.stderr)
         if diagnosis is not None:

@@ -50,9 +50,9 @@ def test_pinned_pci_instances_fill_the_device_cell_of_each_numa_host(
     assert main(["schedule", cloud, "--flavor", "pinned", "--num", "2", "--config-file", conf,
                  "--json", "--seed", "1"]) == 0
     decision = json.loads(capsys.readouterr().out)
-    hosts = sorted(i["selected"]["host"] for i in decision["instances"])
+    hosts = sorted(i["host"] for i in decision["instances"])
     assert hosts == ["n1", "n2"]
-    limits = decision["instances"][0]["selected"]["limits"]["numa_topology"]
+    limits = decision["instances"][0]["limits"]["numa_topology"]
     assert set(limits) == {"cpu_allocation_ratio", "ram_allocation_ratio"}
     assert main(["schedule", cloud, "--flavor", "pinned", "--num", "3", "--config-file", conf,
                  "--json", "--seed", "1"]) != 0

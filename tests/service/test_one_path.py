@@ -117,7 +117,7 @@ def test_the_one_host_examples_answer_as_nova_offline_and_online(
     # ([workarounds] disable_fallback_pcpu_query = False) asks again with VCPU, and
     # NUMATopologyFilter is not among the default filters: it lands on h1 ...
     code, answer = _offline(capsys, str(cloud), "--flavor", "pinned")
-    assert code == 0 and answer["instances"][0]["selected"]["host"] == "h1"
+    assert code == 0 and answer["instances"][0]["host"] == "h1"
     status, answer = server.boot(flavor="pinned")
     assert status == 200 and answer["instances"][0]["host"] == "h1"
     # ... and without the fallback query there is no host for it.
@@ -135,7 +135,7 @@ def test_the_issue_examples_place_with_traits_resources_and_pcpu_when_the_host_h
     for flavor, resource in (("avx", "VCPU"), ("gpu", "CUSTOM_GPU"), ("pinned", "PCPU")):
         code, answer = _offline(capsys, str(cloud), "--flavor", flavor)
         assert code == 0, flavor
-        allocations = answer["instances"][0]["selected"]["allocation_request"]["allocations"]
+        allocations = answer["instances"][0]["allocation_request"]["allocations"]
         assert resource in next(iter(allocations.values()))["resources"]
 
 
@@ -144,7 +144,7 @@ def test_availability_zones_count_offline_and_online(
     server = served(EXAMPLE)
     code, answer = _offline(capsys, EXAMPLE, "--flavor", "m1.large", "--az", "az1", "--num", "3")
     assert code == 0
-    assert {i["selected"]["availability_zone"] for i in answer["instances"]} == {"az1"}
+    assert {i["availability_zone"] for i in answer["instances"]} == {"az1"}
     status, online = server.boot(flavor="m1.large", availability_zone="az1", num=3)
     assert status == 200 and {i["availability_zone"] for i in online["instances"]} == {"az1"}
     # A zone no enabled compute service is in: Nova's API refuses it before scheduling.
@@ -153,6 +153,20 @@ def test_availability_zones_count_offline_and_online(
     status, answer = server.boot(flavor="m1.large", availability_zone="nosuchzone")
     assert status == 400 and answer["error"]["message"].startswith(
         "availability_zone: the requested availability zone 'nosuchzone' is not available")
+
+
+def test_schedule_json_and_boot_json_have_one_shape(
+        served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    server = served(EXAMPLE, "--seed", "3")
+    code, offline = _offline(capsys, EXAMPLE, "--flavor", "m1.large", "--num", "2", "--seed", "3")
+    assert code == 0
+    assert main(["boot", "--url", server.url, "--flavor", "m1.large", "--num", "2", "--json"]) == 0
+    online = json.loads(capsys.readouterr().out)
+    assert set(offline) == set(online) == {"instances"}
+    for mine, theirs in zip(offline["instances"], online["instances"]):
+        # The same fields, and the same values; a boot adds the hosts its builds tried.
+        assert set(theirs) - set(mine) == {"tried"} and set(mine) <= set(theirs)
+        assert {k: v for k, v in theirs.items() if k != "tried"} == mine
 
 
 def test_serve_agents_report_the_traits_of_cpu_info(served: Any) -> None:
@@ -283,7 +297,7 @@ def _offline_hosts(capsys: pytest.CaptureFixture[str], cloud: str, request: dict
     code, answer = _offline(capsys, *argv)
     if code != 0:
         return ("error", code)
-    return [(i["instance_uuid"], i["selected"]["host"], [a["host"] for a in i["alternates"]])
+    return [(i["instance_uuid"], i["host"], [a["host"] for a in i["alternates"]])
             for i in answer["instances"]]
 
 

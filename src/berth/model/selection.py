@@ -14,6 +14,29 @@ SCHEDULER_LIMIT_FIELDS = ("numa_topology", "vcpu", "disk_gb", "memory_mb")
 INTEGER_LIMIT_FIELDS = ("vcpu", "disk_gb", "memory_mb")
 
 
+def selection_dict(selection: Selection) -> dict[str, Any]:
+    """A selection as JSON-ready data (reference §8.4 fields), as every answer prints it:
+    ``berth schedule --json``, ``POST /boot`` and the move routes."""
+    return {
+        "host": selection.service_host,
+        "nodename": selection.nodename,
+        "compute_node_uuid": selection.compute_node_uuid,
+        "cell_uuid": selection.cell_uuid,
+        "availability_zone": selection.availability_zone,
+        "limits": {k: _jsonable(v) for k, v in selection.limits.items()},
+        "allocation_request": selection.allocation_request_dict,
+        "allocation_request_version": selection.allocation_request_version,
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return repr(value)
+
+
 def scheduler_limits(limits: Mapping[str, Any]) -> dict[str, Any]:
     """``SchedulerLimits.from_dict(limits).to_dict()`` (reference §8.4): only the
     ``SchedulerLimits`` fields that are set, ``vcpu``/``disk_gb``/``memory_mb`` as

@@ -112,12 +112,13 @@ from berth.model.request import (
     ImageMetaProps,
     RequestSpec,
 )
+from berth.model.selection import selection_dict
 from berth.placement.dbfaults import as_unavailable, call_with_retry, describe, unavailable
 from berth.service.conductor import BuildOutcome, Conductor, SchedulerAPI
 from berth.service.groups import ServerGroupStore
 from berth.service.move_api import handle_servers
 from berth.service.moves import MoveService
-from berth.service.scheduler import SchedulerService, selection_dict
+from berth.service.scheduler import SchedulerService
 
 LOG = logging.getLogger(__name__)
 

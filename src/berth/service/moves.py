@@ -42,7 +42,7 @@ from berth.errors import (
     MoveRefused,
 )
 from berth.model.request import RequestSpec
-from berth.model.selection import Selection
+from berth.model.selection import Selection, selection_dict
 from berth.moves import (
     EVACUATE,
     REBUILD,
@@ -71,7 +71,7 @@ from berth.service.instances import (
     spec_from_dict,
     spec_to_dict,
 )
-from berth.service.scheduler import SchedulerService, selection_dict
+from berth.service.scheduler import SchedulerService
 from berth.snapshot import HostSnapshot
 
 LOG = logging.getLogger(__name__)

@@ -40,7 +40,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from berth.claims import CandidateSet
 from berth.config import SchedulerConfig
@@ -48,7 +47,6 @@ from berth.errors import InputError, NoValidHost
 from berth.filters.availability_zone import available_zones
 from berth.model.aggregate import Aggregate
 from berth.model.request import RequestSpec, new_instance_uuids
-from berth.model.selection import Selection
 from berth.pipeline import Decision, Scheduler
 from berth.request_filters import NetworkLookup, RequestFilterFailed, process_reqspec
 from berth.resource_request import NodeRef, resources_from_request_spec
@@ -343,15 +341,3 @@ def consume_row(snapshot: HostSnapshot, row: int, vcpus: int, memory_mb: int, di
         num_io_ops=snapshot.num("num_io_ops")[row] + 1,
     )
 
-
-def selection_dict(selection: Selection) -> dict[str, Any]:
-    """A selection as JSON-ready data (§8.4 fields)."""
-    return {
-        "host": selection.service_host,
-        "nodename": selection.nodename,
-        "compute_node_uuid": selection.compute_node_uuid,
-        "cell_uuid": selection.cell_uuid,
-        "availability_zone": selection.availability_zone,
-        "allocation_request": selection.allocation_request_dict,
-        "allocation_request_version": selection.allocation_request_version,
-    }
