@@ -344,7 +344,7 @@ def test_updated_graph_answers_like_a_rebuilt_one(
     by_uuid = {p.uuid: p for p in changed}
     fresh = ProviderGraph(
         [by_uuid.get(p.uuid, p) for p in graph.providers],
-        graph.known_traits,
+        graph.trait_names,
         sorted(graph.known_classes),
     )
     for p, v in ((params, mv), (flat_params, (1, 39)), (flat_params, (1, 29))):

@@ -470,7 +470,8 @@ def test_root_required_keeps_the_sharing_disk_and_summaries(fx: Any) -> None:
     body = get(fx, BASE3 + "&root_required=!MISC_SHARES_VIA_AGGREGATE", (1, 35))
     assert amounts(body, u["ss1"], "DISK_GB") == [100] * 5
     body = get(fx, BASE3 + "&root_required=COMPUTE_VOLUME_MULTI_ATTACH", (1, 35))
-    assert body["provider_summaries"][u["numa1"]]["traits"] == ["CUSTOM_FOO", "HW_NUMA_ROOT"]
+    # In Placement's storage order: standard traits first, then custom ones as created.
+    assert body["provider_summaries"][u["numa1"]]["traits"] == ["HW_NUMA_ROOT", "CUSTOM_FOO"]
     body = get(
         fx,
         "resources1=VCPU:1&resources2=MEMORY_MB:1024&group_policy=none"
@@ -560,3 +561,18 @@ def test_same_subtree_suffixes_are_stripped_of_whitespace_as_placement_does(fx: 
     spaced = get(fx, qs + "&same_subtree= _COMPUTE , _ACCEL")
     assert len(spaced["allocation_requests"]) == 3
     assert spaced == tight
+
+
+def test_summary_traits_are_in_the_stores_order_not_sorted() -> None:
+    from berth.placement.candidates_graph import Inventory, Provider, ProviderGraph, ordered_traits
+
+    inv = {"VCPU": Inventory(resource_class="VCPU", total=4, reserved=0, min_unit=1, max_unit=4,
+                             step_size=1,
+                             allocation_ratio=1.0)}
+    provider = Provider(uuid="rp", name="rp", generation=0, parent_uuid=None, root_uuid="rp",
+                        inventories=inv,
+                        usages={}, traits=frozenset({"CUSTOM_B", "HW_CPU_X86_AVX", "CUSTOM_A"}),
+                        aggregates=frozenset())
+    graph = ProviderGraph([provider], ["HW_CPU_X86_AVX", "CUSTOM_B", "CUSTOM_A"], ["VCPU"])
+    # Standard traits first, then custom ones in the order they were created.
+    assert ordered_traits(graph, provider.traits) == ["HW_CPU_X86_AVX", "CUSTOM_B", "CUSTOM_A"]

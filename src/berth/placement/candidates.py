@@ -41,6 +41,7 @@ from berth.placement.candidates_graph import (
     Provider,
     ProviderGraph,
     capacity_of,
+    ordered_traits,
 )
 from berth.placement.candidates_query import CandidateQuery, parse_query
 from berth.placement.candidates_search import (
@@ -289,7 +290,7 @@ def _summary_fragment(graph: ProviderGraph, p: int, with_tree: bool) -> bytes:
             for rc, inv in sorted(prov.inventories.items(), key=lambda item: order[item[0]])
         ]
     )
-    traits = ",".join([quote(t) for t in sorted(prov.traits)])
+    traits = ",".join([quote(t) for t in ordered_traits(graph, prov.traits)])
     text = f'{graph.uuid_json[p]}:{{"resources":{{{resources}}},"traits":[{traits}]'
     if with_tree:
         parent = _dumps(prov.parent_uuid) if prov.parent_uuid else "null"
@@ -434,7 +435,7 @@ def _summary_row(
     }
     row: dict[str, Any] = {"resources": resources}
     if mv >= (1, 17):
-        row["traits"] = sorted(prov.traits)
+        row["traits"] = ordered_traits(graph, prov.traits)
     if mv >= (1, 29):
         row["parent_provider_uuid"] = prov.parent_uuid
         row["root_provider_uuid"] = prov.root_uuid

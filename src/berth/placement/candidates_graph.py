@@ -135,6 +135,14 @@ class _Caches:
     fragments: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
+def ordered_traits(graph: ProviderGraph, traits: Iterable[str]) -> list[str]:
+    """A provider's traits in the store's order (:attr:`ProviderGraph.trait_rank`);
+    names the graph does not rank go last, by name."""
+    rank = graph.trait_rank
+    last = len(rank)
+    return sorted(traits, key=lambda t: (rank.get(t, last), t))
+
+
 class ProviderGraph:
     """An immutable snapshot of providers plus the indexes the candidate search needs.
 
@@ -150,7 +158,14 @@ class ProviderGraph:
         resource_classes: Iterable[str],
     ) -> None:
         self.providers: tuple[Provider, ...] = tuple(providers)
-        self.known_traits: frozenset[str] = frozenset(traits)
+        trait_names = list(traits)
+        #: Every known trait, in the store's (trait id) order.
+        self.trait_names: list[str] = trait_names
+        self.known_traits: frozenset[str] = frozenset(trait_names)
+        #: Each trait's position in the store (trait id order: the standard traits,
+        #: then custom ones as they were created), the order Placement lists a
+        #: provider's traits in.
+        self.trait_rank: dict[str, int] = {name: i for i, name in enumerate(trait_names)}
         class_names = list(resource_classes)
         self._class_names = class_names
         self.known_classes: frozenset[str] = frozenset(class_names)
@@ -355,7 +370,7 @@ class ProviderGraph:
             providers[i] = p
             positions.append(i)
         if structural:
-            return ProviderGraph(providers, self.known_traits, self._class_names)
+            return ProviderGraph(providers, self.trait_names, self._class_names)
 
         new = object.__new__(ProviderGraph)
         new.__dict__.update(self.__dict__)
