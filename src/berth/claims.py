@@ -6,8 +6,10 @@
 * A :class:`Claimer` writes an allocation (``PUT /allocations/{consumer}``) and removes
   the allocations of a request that could not be placed whole.
 
-:class:`InMemoryPlacement` plays both roles over a snapshot, for offline scheduling and
-tests; the Placement-backed implementation lives with the store adapter.
+:class:`InMemoryPlacement` plays both roles over a snapshot, for the core's tests and
+for estimating, in an explanation, why placement left a host out. Scheduling itself,
+offline (``berth schedule``) and online, goes through the Placement-backed
+implementation with the store adapter.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ Every error names the field path and the bad value, e.g.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -397,6 +398,19 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
                  broken_images=broken)
 
 
+@functools.lru_cache(maxsize=256)
+def _reported_traits(hypervisor_type: str | None, cpu_info: str) -> tuple[str, ...]:
+    """The traits a node's driver reports, from its hypervisor and ``cpu_info`` text
+    (once per distinct pair: the hosts a ``count`` stamps out share them)."""
+    try:
+        cpu = json.loads(cpu_info)
+    except ValueError:
+        cpu = {}
+    features = cpu.get("features") if isinstance(cpu, Mapping) else None
+    return tuple(driver_traits(hypervisor_type,
+                               [str(f) for f in features] if isinstance(features, list) else []))
+
+
 def _node_providers(entry: Mapping[str, Any], path: str, record: HostRecord) -> NodeProviders:
     """The node's traits (given, or those its driver reports), extra inventories,
     dedicated CPUs and nested providers."""
@@ -404,13 +418,7 @@ def _node_providers(entry: Mapping[str, Any], path: str, record: HostRecord) -> 
     if r.has("traits"):
         traits = read_traits(entry["traits"], r.at("traits"))
     else:
-        try:
-            cpu = json.loads(record.cpu_info or "{}")
-        except ValueError:
-            cpu = {}
-        features = cpu.get("features") if isinstance(cpu, Mapping) else None
-        traits = driver_traits(record.hypervisor_type,
-                               [str(f) for f in features] if isinstance(features, list) else [])
+        traits = list(_reported_traits(record.hypervisor_type, record.cpu_info or "{}"))
     pcpus = 0
     if r.has("cpu_dedicated_set"):
         from berth.hardware.numa import parse_cpu_spec

@@ -26,7 +26,7 @@ import yaml
 
 from berth.cli import main
 from berth.config import SchedulerConfig
-from berth.service.api import SchedulerApp, parse_boot
+from berth.service.api import SchedulerApp
 from berth.service.seeding import seed_from_cloud
 from berth.service.stack import open_stack
 
@@ -309,28 +309,18 @@ def _online_hosts(status: int, answer: dict[str, Any]) -> Any:
 
 
 def _in_process_boot(tmp: Path, cloud: str, request: dict[str, Any], seed: int) -> Any:
-    """What ``berth serve`` does for ``POST /boot``, in this process: the same stack,
-    scheduler service, conductor (fake driver) and boot route."""
+    """``POST /boot`` as ``berth serve`` answers it, in this process: the same stack,
+    scheduler service, conductor (fake driver) and WSGI app, called over HTTP semantics."""
     stack = open_stack(f"sqlite:///{tmp}/online.sqlite", SchedulerConfig.default())
     try:
         flavors, images = seed_from_cloud(stack, cloud)
         service = stack.scheduler(seed=seed)
         app = SchedulerApp(service, stack.conductor(service), stack.placement_app, flavors,
                            images, groups=stack.groups)
-        parse_boot(request, flavors, images)  # the route's validation
-        status, answer = 200, None
-        try:
-            answer = app.boot(request)
-        except Exception as exc:  # the route's error mapping, for the codes compared
-            from berth.errors import InputError, NoValidHost
-
-            if isinstance(exc, NoValidHost):
-                status = 409
-            elif isinstance(exc, InputError):
-                status = 400
-            else:
-                raise
-        return _online_hosts(status, answer or {})
+        with httpx.Client(transport=httpx.WSGITransport(app=app),
+                          base_url="http://berth.local") as client:
+            answer = client.post("/boot", json=request)
+        return _online_hosts(answer.status_code, answer.json())
     finally:
         stack.close()
 
@@ -339,14 +329,18 @@ CASES = int(os.environ.get("BERTH_ONE_PATH_CASES", "16"))
 PROCESS_CASES = max(1, CASES // 4)
 
 
+def _random_case(name: str, tmp_path: Path) -> tuple[Path, dict[str, Any], int]:
+    """A random cloud file (written), request and seed, the same for the same ``name``."""
+    rng = random.Random(name)
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(yaml.safe_dump(random_cloud(rng)))
+    return cloud, random_request(rng), rng.randint(0, 10_000)
+
+
 @pytest.mark.parametrize("case", range(CASES))
 def test_offline_and_online_choose_the_same_hosts(
         case: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rng = random.Random(f"one-path:{case}")
-    cloud = tmp_path / "cloud.yaml"
-    cloud.write_text(yaml.safe_dump(random_cloud(rng)))
-    request = random_request(rng)
-    seed = rng.randint(0, 10_000)
+    cloud, request, seed = _random_case(f"one-path:{case}", tmp_path)
     offline = _offline_hosts(capsys, str(cloud), request, seed)
     online = _in_process_boot(tmp_path, str(cloud), request, seed)
     assert offline == online, (request, cloud.read_text())
@@ -355,11 +349,7 @@ def test_offline_and_online_choose_the_same_hosts(
 @pytest.mark.parametrize("case", range(PROCESS_CASES))
 def test_offline_and_a_serve_process_choose_the_same_hosts(
         case: int, tmp_path: Path, served: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    rng = random.Random(f"one-path-process:{case}")
-    cloud = tmp_path / "cloud.yaml"
-    cloud.write_text(yaml.safe_dump(random_cloud(rng)))
-    request = random_request(rng)
-    seed = rng.randint(0, 10_000)
+    cloud, request, seed = _random_case(f"one-path-process:{case}", tmp_path)
     offline = _offline_hosts(capsys, str(cloud), request, seed)
     server = served(str(cloud), "--seed", str(seed))
     online = _online_hosts(*server.boot(**request))
