@@ -6,8 +6,11 @@ BIN := $(VENV)/bin
 # the OpenStack clients the tests drive, and the PostgreSQL driver.
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
+# The real Keystone the authentication tests run as a peer process (never imported).
+KEYSTONE_VENV := .venv-keystone
+KEYSTONE_STAMP := $(KEYSTONE_VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench install clean
+.PHONY: run test lint typecheck unit bench install keystone-env clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +23,14 @@ $(STAMP): $(RUN_STAMP)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(KEYSTONE_STAMP): tests/peers/keystone-requirements.txt
+	$(PYTHON) -m venv $(KEYSTONE_VENV)
+	$(KEYSTONE_VENV)/bin/python -m pip install -q --upgrade pip
+	$(KEYSTONE_VENV)/bin/python -m pip install -q -r tests/peers/keystone-requirements.txt
+	touch $(KEYSTONE_STAMP)
+
+keystone-env: $(KEYSTONE_STAMP)
 
 # The main job: schedule a request against the example cloud (offline) and print an
 # explained decision; then run the whole system on the embedded SQLite default and boot
@@ -38,10 +49,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) $(KEYSTONE_STAMP)
 	$(BIN)/pytest
 
-test: $(STAMP)
+test: $(STAMP) $(KEYSTONE_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest
@@ -50,4 +61,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/core.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(KEYSTONE_VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -39,6 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from berth.service.localcluster import LocalCluster, rabbit_unavailable, rabbit_vhost  # noqa: E402
 from pgdb import fresh_pg_database  # noqa: E402
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 FLAVORS = ["m1.tiny", "m1.small", "m1.medium"]
 
 
@@ -57,7 +60,7 @@ def boots(urls: list[str], args: argparse.Namespace) -> dict[str, float]:
     counter = iter(range(args.boots + args.warmup))
 
     def client(index: int) -> None:
-        with httpx.Client(timeout=120) as http:
+        with httpx.Client(timeout=120, headers=ADMIN) as http:
             url = urls[index % len(urls)] + "/boot"
             for n in counter:
                 t0 = time.perf_counter()

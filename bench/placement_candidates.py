@@ -180,7 +180,7 @@ def server(db: str | None) -> Iterator[str]:
     with tempfile.TemporaryDirectory() as tmp:
         url = db or f"sqlite:///{os.path.join(tmp, 'bench.sqlite')}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "berth.placement", "serve", "--db", url, "--port", str(port)],
+            [sys.executable, "-m", "berth.placement", "serve", "--auth-strategy", "noauth2", "--db", url, "--port", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )

@@ -11,7 +11,7 @@ work=$(mktemp -d)
 port=${BERTH_DEMO_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 url="http://127.0.0.1:${port}"
 
-"$BIN/berth" serve --db "sqlite:///${work}/berth.sqlite" --port "$port" --seed 7 \
+"$BIN/berth" serve --auth-strategy noauth2 --db "sqlite:///${work}/berth.sqlite" --port "$port" --seed 7 \
     --cloud examples/cloud.yaml --config-file examples/nova.conf \
     --fail-host c1-s08 --fail-host c1-s10 >"${work}/serve.log" 2>&1 &
 server=$!

@@ -19,6 +19,9 @@ from berth.cloudfile import load_cloud
 
 from .views import cloud_views, differences, node_views
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 NUMA = {"cells": [{"id": 0, "cpuset": [0, 1, 2, 3], "memory": 16384},
                   {"id": 1, "cpuset": [4, 5, 6, 7], "memory": 16384}]}
 
@@ -88,7 +91,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     cloud.write_text(yaml.safe_dump(SOURCE, sort_keys=False))
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--db", f"sqlite:///{tmp_path}/b.sqlite",
+        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp_path}/b.sqlite",
          "--port", str(port), "--cloud", str(cloud), "--seed", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -140,7 +143,7 @@ def test_an_instance_booted_online_is_exported_with_its_flavor_and_image(
     # Onto the two-node service host: the instance is written on the node it was built on.
     resp = httpx.post(url + "/boot", json={"flavor": "m1.small", "image": "ubuntu",
                                            "project_id": "gamma", "force_hosts": ["bm"]},
-                      timeout=60)
+                      timeout=60, headers=ADMIN)
     assert resp.status_code == 200, resp.text
     booted = resp.json()["instances"][0]
     out = tmp_path / "after.json"
@@ -173,7 +176,8 @@ def test_an_api_process_without_a_scheduler_of_its_own_says_so_with_a_404() -> N
 
     app = SchedulerApp(object(), None, None, hosts_view=lambda: {"hosts": []})  # type: ignore[arg-type]
     seen: list[str] = []
-    body = b"".join(app({"PATH_INFO": "/compute-nodes", "REQUEST_METHOD": "GET"},
+    body = b"".join(app({"PATH_INFO": "/compute-nodes", "REQUEST_METHOD": "GET",
+                         "HTTP_X_AUTH_TOKEN": "admin"},
                         lambda status, headers: seen.append(status)))
     assert seen == ["404 Not Found"]
     assert b"served by berth serve" in body

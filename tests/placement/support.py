@@ -30,12 +30,18 @@ class Server:
 
 
 def start_server(db: str, *extra: str) -> Server:
-    """Start ``python -m berth.placement serve`` on a free port and wait until it listens."""
+    """Start ``python -m berth.placement serve`` on a free port and wait until it listens.
+
+    It runs noauth2 trusting the role and project headers clients send, as Placement's
+    own functional tests run it (their ``X-Roles: service`` and ``X-Project-Id``)."""
     cmd = [
         sys.executable,
         "-m",
         "berth.placement",
         "serve",
+        "--auth-strategy",
+        "noauth2",
+        "--noauth2-trust-client-roles",
         "--host",
         "127.0.0.1",
         "--port",

@@ -51,11 +51,11 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
     url = f"http://127.0.0.1:{port}"
     db = f"sqlite:///{tmp_path}/db.sqlite"
     if request.param == "placement":
-        argv = ["placement", "serve", "--db", db, "--port", str(port), "--threads", "2",
+        argv = ["placement", "serve", "--auth-strategy", "noauth2", "--db", db, "--port", str(port), "--threads", "2",
                 "--channel-timeout", "5"]
         proc, post = _start(argv, url, "/"), "/resource_providers"
     else:
-        argv = ["serve", "--db", db, "--port", str(port), "--threads", "2"]
+        argv = ["serve", "--auth-strategy", "noauth2", "--db", db, "--port", str(port), "--threads", "2"]
         proc, post = _start(argv, url, "/healthz"), "/boot"
     try:
         yield url, post
@@ -95,7 +95,7 @@ def test_an_oversized_body_is_refused_before_it_is_read(server: tuple[str, str])
 
 
 def test_bad_serving_options_are_one_line_errors(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "berth.cli", "placement", "serve", "--db",
+    proc = subprocess.run([sys.executable, "-m", "berth.cli", "placement", "serve", "--auth-strategy", "noauth2", "--db",
                            f"sqlite:///{tmp_path}/db.sqlite", "--max-body", "0"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2

@@ -19,6 +19,9 @@ from berth.service.stack import Stack
 from .builders import node
 from .conftest import fresh_stack
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 UUID_A = "00000000-0000-4000-8000-00000000000a"
 
 
@@ -26,7 +29,7 @@ def _client(stack: Stack, driver: FakeDriver | None = None) -> httpx.Client:
     service = stack.scheduler(seed=3)
     app = SchedulerApp(service, stack.conductor(service, driver), stack.placement_app,
                        groups=stack.groups)
-    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth")
+    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth", headers=ADMIN)
 
 
 @pytest.mark.parametrize("body, message", [
@@ -75,6 +78,7 @@ def test_a_negative_content_length_is_refused(stack: Stack) -> None:
     app = SchedulerApp(stack.scheduler(), stack.conductor(stack.scheduler()), stack.placement_app)
     statuses: list[str] = []
     environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/boot", "CONTENT_LENGTH": "-1",
+               "HTTP_X_AUTH_TOKEN": "admin",
                "wsgi.input": None}
     body = json.loads(b"".join(app(environ, lambda status, headers: statuses.append(status))))
     assert statuses == ["400 Bad Request"] and "Content-Length" in body["error"]["message"]
@@ -147,7 +151,7 @@ def test_affinity_follows_the_host_of_the_first_member(grouped: Stack) -> None:
 def test_a_group_hint_without_a_group_store_is_a_400(stack: Stack) -> None:
     service = stack.scheduler()
     app = SchedulerApp(service, stack.conductor(service), stack.placement_app)
-    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://b") as http:
+    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://b", headers=ADMIN) as http:
         resp = http.post("/boot", json={"flavor": "m1.tiny", "hints": {"group": "g"}})
     assert resp.status_code == 400 and resp.json()["error"]["message"].startswith("hints.group:")
 

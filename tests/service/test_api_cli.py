@@ -16,11 +16,14 @@ from berth.service.compute import ComputeNodeSpec
 from berth.service.seeding import seed_from_cloud
 from berth.service.stack import Stack
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 
 def _client(stack: Stack) -> httpx.Client:
     service = stack.scheduler(seed=3)
     app = SchedulerApp(service, stack.conductor(service), stack.placement_app)
-    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth")
+    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth", headers=ADMIN)
 
 
 def test_boot_places_and_builds_each_instance(stack: Stack) -> None:
@@ -148,7 +151,8 @@ def boot_cli(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
     agents[0].report(now=agents[0].clock() - 3600)  # h0 is down: ComputeFilter rejects it
     client = _client(stack)
 
-    def post(url: str, json: object = None, timeout: float = 0) -> httpx.Response:
+    def post(url: str, json: object = None, timeout: float = 0,
+             headers: object = None) -> httpx.Response:
         return client.post("/boot", json=json)
 
     monkeypatch.setattr(httpx, "post", post)

@@ -27,6 +27,9 @@ from berth.service.stack import Stack
 
 from .builders import reopen
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 
 # ----------------------------------------------------------------- arguments
 @pytest.mark.parametrize("argv, message", [
@@ -55,7 +58,8 @@ def test_boot_group_sends_the_group_hint(monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     sent: list[object] = []
 
-    def post(url: str, json: object = None, timeout: float = 0) -> httpx.Response:
+    def post(url: str, json: object = None, timeout: float = 0,
+             headers: object = None) -> httpx.Response:
         sent.append(json)
         return httpx.Response(200, json={"instances": []})
 
@@ -191,7 +195,7 @@ def _free_port() -> int:
 def _serve(db: Path, *args: str, port: int | None = None) -> tuple[subprocess.Popen[str], str]:
     port = port or _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--db", f"sqlite:///{db}", "--port",
+        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{db}", "--port",
          str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return proc, f"http://127.0.0.1:{port}"
@@ -245,13 +249,13 @@ def test_serve_restarts_with_its_instances_and_refuses_a_conflicting_cloud_file(
     proc, url = _serve(db, "--cloud", cloud)
     stopper.append(proc)
     _wait_up(proc, url)
-    assert httpx.post(url + "/boot", json={"flavor": "web", "num": 2}).status_code == 200
-    before = {h["host"]: h["num_instances"] for h in httpx.get(url + "/hosts").json()["hosts"]}
+    assert httpx.post(url + "/boot", json={"flavor": "web", "num": 2}, headers=ADMIN).status_code == 200
+    before = {h["host"]: h["num_instances"] for h in httpx.get(url + "/hosts", headers=ADMIN).json()["hosts"]}
     log = _stop(proc)
     assert "INFO berth.service [-] registered 2 compute nodes" in log
 
     shrunk = _cloud(tmp_path, CLOUD.replace("local_gb: 100", "local_gb: 0"))
-    bad = subprocess.run([sys.executable, "-m", "berth.cli", "serve", "--db", f"sqlite:///{db}",
+    bad = subprocess.run([sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{db}",
                           "--port", str(_free_port()), "--cloud", shrunk],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 3 and "Traceback" not in bad.stderr
@@ -261,7 +265,7 @@ def test_serve_restarts_with_its_instances_and_refuses_a_conflicting_cloud_file(
         proc, url = _serve(db, *args)
         stopper.append(proc)
         _wait_up(proc, url)
-        after = {h["host"]: h["num_instances"] for h in httpx.get(url + "/hosts").json()["hosts"]}
+        after = {h["host"]: h["num_instances"] for h in httpx.get(url + "/hosts", headers=ADMIN).json()["hosts"]}
         assert after == before
         _stop(proc)
 
@@ -275,7 +279,7 @@ def test_fail_host_makes_the_conductor_reschedule_onto_an_alternate(
     proc, url = _serve(tmp_path / "b.sqlite", "--cloud", cloud, "--fail-host", "big")
     stopper.append(proc)
     _wait_up(proc, url)
-    (instance,) = httpx.post(url + "/boot", json={"flavor": "m1.tiny"}).json()["instances"]
+    (instance,) = httpx.post(url + "/boot", json={"flavor": "m1.tiny"}, headers=ADMIN).json()["instances"]
     assert instance["tried"] == ["big", "mid"] and instance["host"] == "mid"
     _stop(proc)
 
@@ -283,10 +287,10 @@ def test_fail_host_makes_the_conductor_reschedule_onto_an_alternate(
                        "--fail-first", "mid=1", "--fail-first", "small=1")
     stopper.append(proc)
     _wait_up(proc, url)
-    resp = httpx.post(url + "/boot", json={"flavor": "m1.tiny"})
+    resp = httpx.post(url + "/boot", json={"flavor": "m1.tiny"}, headers=ADMIN)
     assert resp.status_code == 409 and resp.json()["instances"] == []
     assert resp.json()["failed"][0]["tried"] == ["big", "mid", "small"]
-    (instance,) = httpx.post(url + "/boot", json={"flavor": "m1.tiny"}).json()["instances"]
+    (instance,) = httpx.post(url + "/boot", json={"flavor": "m1.tiny"}, headers=ADMIN).json()["instances"]
     assert instance["tried"] == ["big"]  # each host failed its first build only
 
 

@@ -26,6 +26,9 @@ from berth.service.stack import Stack, open_stack
 from .builders import node
 from .conftest import TEST_CONFIG
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 PLACEMENT = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
 CONSUMER = "00000000-0000-4000-8000-0000000000c1"
 TINY = {"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1}}
@@ -63,7 +66,7 @@ def test_a_sqlite_lock_past_its_timeout_is_a_503_and_reads_still_work(
     service = stack.scheduler(seed=1)
     app = SchedulerApp(service, stack.conductor(service), stack.placement_app,
                        groups=stack.groups)
-    api = httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth")
+    api = httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth", headers=ADMIN)
     rp = stack.agents["h0"].uuid
     claim = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
              "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"}
@@ -104,7 +107,7 @@ def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Pat
         s.close()
         url = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "berth.cli", "serve", "--db", db, "--port", str(port),
+            [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", db, "--port", str(port),
              # A file, not a pipe nobody reads: the access log of this much traffic
              # would fill a pipe and block the server.
              "--cloud", str(cloud)], stdout=(tmp_path / "serve.log").open("w"),
@@ -124,7 +127,7 @@ def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Pat
             stop = threading.Event()
 
             def traffic(call: str) -> None:
-                with httpx.Client(base_url=url, timeout=60) as client:
+                with httpx.Client(base_url=url, timeout=60, headers=ADMIN) as client:
                     while not stop.is_set():
                         if call == "boot":
                             r = client.post("/boot", json=TINY)
@@ -153,7 +156,7 @@ def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Pat
             assert 500 not in statuses, sorted(set(statuses))
             assert set(statuses) <= {200, 503} and statuses.count(200) > 20, odd
             # Served normally afterwards, by the same process.
-            assert httpx.post(url + "/boot", json=TINY, timeout=60).status_code == 200
+            assert httpx.post(url + "/boot", json=TINY, timeout=60, headers=ADMIN).status_code == 200
             assert proc.poll() is None
         finally:
             admin.dispose()

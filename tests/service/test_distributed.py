@@ -43,6 +43,9 @@ from berth.service.localcluster import (
 )
 from pgdb import fresh_pg_database
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 HOSTS = int(os.environ.get("BERTH_DISTRIBUTED_HOSTS", "500"))
@@ -128,7 +131,7 @@ class Load:
                 raise AssertionError("no API process left")
             url = urls[self.rng.randrange(len(urls))]
             try:
-                resp = client.post(url + "/boot", json=body, timeout=60)
+                resp = client.post(url + "/boot", json=body, timeout=60, headers=ADMIN)
             except httpx.HTTPError:
                 with self.lock:
                     self.answers["connection error"] += 1
@@ -157,7 +160,7 @@ class Load:
         raise AssertionError(f"boot {body} got no answer within 90 s")
 
     def worker(self) -> None:
-        with httpx.Client() as client:
+        with httpx.Client(headers=ADMIN) as client:
             while not self.stop.is_set():
                 self.boot(client)
 
@@ -285,7 +288,7 @@ def test_distributed_boots_hold_under_kills_and_a_broker_restart(cluster: LocalC
 
 
 def _up_count(url: str) -> int:
-    hosts = httpx.get(url + "/hosts", timeout=30).json()["hosts"]
+    hosts = httpx.get(url + "/hosts", timeout=30, headers=ADMIN).json()["hosts"]
     return sum(1 for h in hosts if h["up"])
 
 

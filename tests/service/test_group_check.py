@@ -31,6 +31,9 @@ from berth.service.stack import Stack
 from .builders import node
 from .conftest import fresh_stack
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 TINY = Flavor(name="tiny", vcpus=1, memory_mb=512, root_gb=1, id=1)
 GROUP_UUID = "aaaaaaaa-0000-4000-8000-0000000000a1"
 GHOST = "00000000-0000-4000-8000-0000000000ff"
@@ -237,7 +240,7 @@ def test_a_boot_racing_another_into_an_anti_affinity_group_is_rescheduled(
                        groups=grouped.groups)
     answers: list[dict[str, Any]] = []
     body = {"flavor": "m1.tiny", "hints": {"group": "g"}}
-    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://b") as http:
+    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://b", headers=ADMIN) as http:
         def boot() -> None:
             resp = http.post("/boot", json=body)
             assert resp.status_code == 200, resp.text
@@ -269,7 +272,7 @@ def test_concurrent_boots_into_an_anti_affinity_group_end_one_per_host(grouped: 
     statuses: list[int] = []
 
     def boot() -> None:
-        with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://b") as http:
+        with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://b", headers=ADMIN) as http:
             statuses.append(http.post("/boot", json={"flavor": "m1.tiny",
                                                      "hints": {"group": "g"}}).status_code)
 

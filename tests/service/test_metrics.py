@@ -16,6 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from berth.service.metrics import route_of
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 CLOUD = """
 flavors: [{name: web, vcpus: 2, memory_mb: 2048, root_gb: 10}]
 hosts:
@@ -64,14 +67,14 @@ def test_berth_serve_exports_metrics_and_logs_each_request_and_decision(tmp_path
     cloud.write_text(CLOUD)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = _run_until_up(["serve", "--db", f"sqlite:///{tmp_path}/b.sqlite", "--port",
+    proc = _run_until_up(["serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp_path}/b.sqlite", "--port",
                           str(port), "--cloud", str(cloud)], url)
     try:
         answer = httpx.post(url + "/boot", json={"flavor": "web", "num": 2}, timeout=30,
-                            headers={"X-Openstack-Request-Id": RID})
+                            headers={"X-Openstack-Request-Id": RID, **ADMIN})
         assert answer.status_code == 200 and answer.headers["x-openstack-request-id"] == RID
         huge = {"name": "huge", "vcpus": 64, "memory_mb": 1024, "root_gb": 1}
-        assert httpx.post(url + "/boot", json={"flavor": huge}, timeout=30).status_code == 409
+        assert httpx.post(url + "/boot", json={"flavor": huge}, timeout=30, headers=ADMIN).status_code == 409
         assert httpx.get(url + "/placement/resource_providers", timeout=10,
                          headers={"X-Auth-Token": "admin"}).status_code == 200
         metrics = httpx.get(url + "/metrics", timeout=10)
@@ -104,7 +107,7 @@ def test_berth_serve_exports_metrics_and_logs_each_request_and_decision(tmp_path
 def test_berth_placement_serve_exports_metrics_and_says_where_it_listens(tmp_path: Path) -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = _run_until_up(["placement", "serve", "--db", f"sqlite:///{tmp_path}/p.sqlite",
+    proc = _run_until_up(["placement", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp_path}/p.sqlite",
                           "--port", str(port)], url)
     try:
         assert httpx.get(url + "/resource_providers", timeout=10,

@@ -17,6 +17,9 @@ from berth.cli import main
 
 from .test_serve_process import _free_port
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 CLOUD = """
 flavors:
   - {name: small, vcpus: 1, memory_mb: 1024, root_gb: 10}
@@ -51,7 +54,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--db", f"sqlite:///{tmp}/b.sqlite",
+        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp}/b.sqlite",
          "--port", str(port), "--cloud", str(tmp / "cloud.yaml"), "--config-file",
          str(tmp / "nova.conf"), "--seed", "3"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -84,10 +87,10 @@ BIG = {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 20}
 
 
 def test_migrate_and_confirm_through_the_api(server: str) -> None:
-    booted = httpx.post(f"{server}/boot", json={"flavor": "small"}).json()["instances"][0]
+    booted = httpx.post(f"{server}/boot", json={"flavor": "small"}, headers=ADMIN).json()["instances"][0]
     uuid = booted["instance_uuid"]
     assert booted["host"] == "n3"  # the most free RAM
-    resp = httpx.post(f"{server}/servers/{uuid}/migrate", json={"explain": True})
+    resp = httpx.post(f"{server}/servers/{uuid}/migrate", json={"explain": True}, headers=ADMIN)
     assert resp.status_code == 200, resp.text
     moved = resp.json()
     assert (moved["host"], moved["status"], moved["source"]["host"]) == ("n2", "VERIFY_RESIZE", "n3")
@@ -95,9 +98,9 @@ def test_migrate_and_confirm_through_the_api(server: str) -> None:
     migration = moved["migration_uuid"]
     assert _held(server, uuid) == {"n2": SMALL}
     assert _held(server, migration) == {"n3": SMALL}
-    shown = httpx.get(f"{server}/servers/{uuid}").json()
+    shown = httpx.get(f"{server}/servers/{uuid}", headers=ADMIN).json()
     assert shown["migrations"][0]["status"] == "finished"
-    confirmed = httpx.post(f"{server}/servers/{uuid}/confirm-resize").json()
+    confirmed = httpx.post(f"{server}/servers/{uuid}/confirm-resize", headers=ADMIN).json()
     assert confirmed["status"] == "ACTIVE"
     assert _held(server, migration) == {}
     assert _held(server, uuid) == {"n2": SMALL}
@@ -124,7 +127,7 @@ def test_evacuate_from_a_down_host_and_not_from_an_up_one(
         server: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["evacuate", SEEDED, "--url", server]) == 4
     assert "Compute service of n3 is still in use" in capsys.readouterr().err
-    resp = httpx.post(f"{server}/servers/{ON_DOWN_HOST}/evacuate", json={"host": "n1"})
+    resp = httpx.post(f"{server}/servers/{ON_DOWN_HOST}/evacuate", json={"host": "n1"}, headers=ADMIN)
     assert resp.status_code == 200, resp.text
     assert resp.json()["host"] == "n1"
     # The instance consumer holds the down source and the destination.
@@ -162,7 +165,7 @@ def test_rebuild_runs_the_image_filters_on_the_instance_host(
         "unknown action"])
 def test_bad_move_requests_get_one_line_errors(server: str, path: str, body: object,
                                                status: int, message: str) -> None:
-    resp = httpx.post(server + path, json=body)
+    resp = httpx.post(server + path, json=body, headers=ADMIN)
     assert resp.status_code == status, resp.text
     assert message in resp.json()["error"]["message"]
     assert "\n" not in resp.json()["error"]["message"]

@@ -22,6 +22,9 @@ import pytest
 
 from berth.cli import main
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 I1 = "00000000-0000-4000-8000-000000000001"
 CLOUD = f"""
 flavors:
@@ -53,7 +56,7 @@ def server(tmp_path: Path) -> Iterator[str]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--db", f"sqlite:///{tmp_path}/b.sqlite",
+        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp_path}/b.sqlite",
          "--port", str(port), "--cloud", str(tmp_path / "cloud.yaml"), "--config-file",
          str(tmp_path / "nova.conf"), "--seed", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -81,7 +84,7 @@ def boot(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> dict[str, 
 def nodes(url: str) -> dict[tuple[str, str], int]:
     """Instances each node reports (its own, per node)."""
     return {(h["host"], h["nodename"]): h["num_instances"]
-            for h in httpx.get(url + "/hosts").json()["hosts"]}
+            for h in httpx.get(url + "/hosts", headers=ADMIN).json()["hosts"]}
 
 
 def test_a_multi_node_host_schedules_online_as_nova_and_berth_schedule_do(

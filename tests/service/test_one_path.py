@@ -30,6 +30,9 @@ from berth.service.api import SchedulerApp
 from berth.service.seeding import seed_from_cloud
 from berth.service.stack import open_stack
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "cloud.yaml")
 
@@ -54,7 +57,7 @@ class Served:
     def __init__(self, tmp: Path, cloud: str, *args: str) -> None:
         self.url = f"http://127.0.0.1:{_free_port()}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "berth.cli", "serve", "--db", f"sqlite:///{tmp}/serve.sqlite",
+            [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp}/serve.sqlite",
              "--port", self.url.rsplit(":", 1)[1], "--cloud", cloud, *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -71,7 +74,7 @@ class Served:
         raise AssertionError("berth serve did not come up")
 
     def boot(self, **body: Any) -> tuple[int, dict[str, Any]]:
-        resp = httpx.post(self.url + "/boot", json=body, timeout=60)
+        resp = httpx.post(self.url + "/boot", json=body, timeout=60, headers=ADMIN)
         return resp.status_code, resp.json()
 
     def stop(self) -> None:
@@ -318,7 +321,7 @@ def _in_process_boot(tmp: Path, cloud: str, request: dict[str, Any], seed: int) 
         app = SchedulerApp(service, stack.conductor(service), stack.placement_app, flavors,
                            images, groups=stack.groups)
         with httpx.Client(transport=httpx.WSGITransport(app=app),
-                          base_url="http://berth.local") as client:
+                          base_url="http://berth.local", headers=ADMIN) as client:
             answer = client.post("/boot", json=request)
         return _online_hosts(answer.status_code, answer.json())
     finally:

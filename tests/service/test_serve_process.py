@@ -36,7 +36,7 @@ def server(tmp_path: Path) -> Iterator[str]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--db", f"sqlite:///{tmp_path}/b.sqlite",
+        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp_path}/b.sqlite",
          "--port", str(port), "--cloud", str(cloud)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:

@@ -33,6 +33,9 @@ import sqlalchemy as sa
 
 from pgdb import fresh_pg_database
 
+#: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
+ADMIN = {"X-Auth-Token": "admin"}
+
 pytestmark = pytest.mark.postgres
 
 HOSTS = 6
@@ -80,7 +83,7 @@ def _start(procs: list[subprocess.Popen[str]], db: str, *args: str) -> str:
     # a pipe and block the server.
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (lives as long as the server)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--db", db, "--port", str(port), *args],
+        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", db, "--port", str(port), *args],
         stdout=log, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     procs.append(proc)
@@ -104,7 +107,7 @@ def _boot(url: str, group: str | None = None, num: int = 1) -> httpx.Response:
                                        "root_gb": 1}, "num": num}
     if group:
         body["hints"] = {"group": group}
-    return httpx.post(url + "/boot", json=body, timeout=120)
+    return httpx.post(url + "/boot", json=body, timeout=120, headers=ADMIN)
 
 
 def _wait_for(what: Callable[[], bool], seconds: float, message: str) -> None:

@@ -4,15 +4,17 @@ Pipeline, outermost first (reference 1.1):
 
 1. request id; a missing or ``*/*`` Accept becomes ``application/json``;
 2. CORS preflight, when configured;
-3. noauth2: no ``X-Auth-Token`` outside ``/`` is a 401 in WebOb's plain JSON;
-4. context from the token and headers (no user id is a 401);
+3. authentication (:mod:`berth.webauth.identity`: Keystone, or noauth2 for
+   development): no caller outside ``/`` (and, under Keystone, the empty path) is a 401
+   in WebOb's plain JSON;
+4. the caller (user, project, roles, scope) becomes the request's context;
 5. fault wrapper: anything unexpected is a JSON 500; an unavailable database (a lost
    connection, a lock timeout) is retried where safe, else a 503 with Retry-After
    (:mod:`berth.placement.dbfaults`);
 6. microversion header (400 / 406 without ``code``);
 7. Content-Length / Content-Type sanity, routing (404, 405 + ``allow``), then the
-   endpoint's own checks (microversion 404, Accept 406, media type 415, policy 403)
-   and the handler.
+   endpoint's own checks (microversion 404, Accept 406, media type 415, policy 403:
+   oslo.policy with Placement's rules, :mod:`berth.placement.policy`) and the handler.
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ from berth.placement.store import PlacementStore
 from berth.placement.web import (
     EXPLANATIONS,
     JSON_TYPE,
-    Context,
     Request,
     Response,
     accepts_json,
     empty_response,
     render_error,
 )
+from berth.webauth.identity import Caller, NoAuth2
+from berth.webauth.rules import PolicyEnforcer, PolicyMode
+from berth.webauth.settings import Security
 
 LOG = logging.getLogger(__name__)
 
@@ -231,7 +235,7 @@ class PlacementApp:
     """The WSGI callable serving the Placement API over a PlacementStore."""
 
     store: PlacementStore
-    policy_mode: policy.PolicyMode = policy.PolicyMode.LEGACY
+    security: Security = field(default_factory=lambda: default_security())
     cors: CorsConfig | None = None
     routes: dict[str, dict[str, Endpoint]] = field(default_factory=lambda: ROUTES)
 
@@ -270,12 +274,14 @@ class PlacementApp:
             if origin and req.header("Access-Control-Request-Method"):
                 return self._cors_preflight(req, origin)
         path = req.path
-        if path != "/" and req.header("X-Auth-Token") is None:
-            return _unauthorized()
-        ctx = _context(req)
-        if ctx is None and path != "/":
-            return _unauthorized()
-        req.context = ctx
+        identity = self.security.identity
+        caller = identity.caller(req.environ)
+        if caller is None:
+            # The Keystone wrapper lets the empty path through too; noauth2 only "/".
+            if path != "/" and not (path == "" and identity.strategy == "keystone"):
+                return _unauthorized(identity.challenge)
+            caller = Caller(user_id="", project_id=None)
+        req.context = caller
         try:
             req.version = extract_version(req.header("OpenStack-API-Version"))
         except InvalidVersion as exc:
@@ -373,7 +379,7 @@ class PlacementApp:
         if endpoint.policy is not None:
             assert req.context is not None
             policy.enforce(
-                self.policy_mode,
+                self.security.policy,
                 endpoint.policy,
                 req.context,
                 target_project=req.query_last().get("project_id"),
@@ -444,46 +450,48 @@ def _reason(status: int) -> str:
     return REASONS.get(status, "Unknown")
 
 
-def _unauthorized() -> Response:
-    """noauth2's 401: WebOb's plain JSON body, no version header."""
+def _unauthorized(challenge: str) -> Response:
+    """The 401 of a request without a valid token: WebOb's plain JSON body, no version
+    header, and where to authenticate."""
     body = {
         "message": EXPLANATIONS[401] + "<br /><br />\n\n",
         "code": "401 Unauthorized",
         "title": "Unauthorized",
     }
-    return Response(
-        status=401,
-        headers=[("Content-Type", JSON_TYPE), ("WWW-Authenticate", "Keystone uri='noauth'")],
-        body=json.dumps(body).encode(),
-    )
+    headers = [("Content-Type", JSON_TYPE)]
+    if challenge:
+        headers.append(("WWW-Authenticate", challenge))
+    return Response(status=401, headers=headers, body=json.dumps(body).encode())
 
 
-def _context(req: Request) -> Context | None:
-    """The caller from a noauth2 token ``user[:project]`` and the override headers."""
-    token = req.header("X-Auth-Token")
-    if token is None:
-        return Context(user_id="", project_id=None, roles=[]) if req.path == "/" else None
-    user, _, project = token.partition(":")
-    if not user:
-        return None
-    project = project or user
-    roles_hdr = req.header("X-Roles")
-    if roles_hdr is not None:
-        roles = [r.strip() for r in roles_hdr.split(",") if r.strip()]
-    else:
-        roles = ["admin"] if user == "admin" else []
-    project_id: str | None = req.header("X-Project-Id") or req.header("X-Tenant-Id") or project
-    system = (req.header("OpenStack-System-Scope") or "").lower() == "all"
-    if system:
-        project_id = None
-    return Context(user_id=user, project_id=project_id, roles=roles, system_scope=system)
+def rule_operations() -> dict[str, list[tuple[str, str]]]:
+    """Each policy rule with the (method, path) pairs it guards (from the route table)."""
+    ops: dict[str, list[tuple[str, str]]] = {}
+    for template, methods in ROUTES.items():
+        for method, endpoint in methods.items():
+            if endpoint.policy is not None:
+                ops.setdefault(endpoint.policy, []).append((method, template))
+    return ops
+
+
+def placement_rules() -> list[Any]:
+    """Placement's oslo.policy rule defaults."""
+    return policy.placement_rules(rule_operations())
+
+
+def default_security(mode: PolicyMode | str = PolicyMode.LEGACY) -> Security:
+    """noauth2 (client role headers ignored) with the ``mode`` rules: for a store served
+    in process, and for tests."""
+    return Security(identity=NoAuth2(), policy=PolicyEnforcer(placement_rules(), mode=mode))
 
 
 def make_app(
     store: PlacementStore,
     *,
-    policy_mode: policy.PolicyMode | str = policy.PolicyMode.LEGACY,
+    security: Security | None = None,
     cors: CorsConfig | None = None,
 ) -> PlacementApp:
-    """Build the WSGI app for a store."""
-    return PlacementApp(store=store, policy_mode=policy.PolicyMode(policy_mode), cors=cors)
+    """Build the WSGI app for a store (noauth2 and the legacy rules unless ``security``
+    says otherwise). The app reads the caller that ``security.identity.wrap`` prepares:
+    a server wraps the outermost app once."""
+    return PlacementApp(store=store, security=security or default_security(), cors=cors)

@@ -25,8 +25,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from berth.errors import ConfigError
 from berth.placement.db import shown_url
-from berth.placement.policy import PolicyMode
+from berth.webauth.options import add_arguments
 
 DEFAULT_DB = "sqlite:///berth-placement.sqlite"
 DEFAULT_PORT = 8778
@@ -46,12 +47,10 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_DB,
         help="SQLAlchemy URL or SQLite file path (default ./berth-placement.sqlite)",
     )
-    parser.add_argument(
-        "--policy",
-        choices=[m.value for m in PolicyMode],
-        default=PolicyMode.LEGACY.value,
-        help="authorization rules: legacy (default), secure-rbac or open",
-    )
+    parser.add_argument("--config-file", action="append", default=[],
+                        help="placement.conf / nova.conf: [api] auth_strategy, "
+                             "[keystone_authtoken], [oslo_policy] (repeatable)")
+    add_arguments(parser)
     parser.add_argument(
         "--cors-origin", action="append", default=[], help="allowed CORS origin (repeatable)"
     )
@@ -110,19 +109,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 def make_wsgi_app(
     db_url: str,
     *,
-    policy: str = PolicyMode.LEGACY.value,
+    security: Any = None,
     cors_origins: Sequence[str] = (),
     cors_allow_headers: Sequence[str] = (),
     prefix: str = "",
 ) -> Any:
-    """Prepare the database and return the WSGI callable (prefix-aware)."""
+    """Prepare the database and return the WSGI callable (prefix-aware, behind the
+    authentication middleware ``security`` needs)."""
     from berth.placement.app import CorsConfig, make_app
     from berth.placement.db import prepare
     from berth.placement.store import PlacementStore
 
     engine = prepare(db_url)
     cors = CorsConfig(tuple(cors_origins), tuple(cors_allow_headers)) if cors_origins else None
-    app = make_app(PlacementStore(engine), policy_mode=policy, cors=cors)
+    app: Any = make_app(PlacementStore(engine), security=security, cors=cors)
+    if security is not None:
+        app = security.identity.wrap(app)
     prefix = prefix.rstrip("/")
     if not prefix:
         return app
@@ -152,6 +154,14 @@ def serve_command(args: argparse.Namespace) -> int:
                   f"{getattr(args, name)}", file=sys.stderr)
             return 2
     try:
+        from berth.placement.app import placement_rules
+        from berth.webauth.settings import security_from_args
+
+        [args.security] = security_from_args(args, args.config_file, placement_rules())
+    except ConfigError as exc:
+        print(f"berth placement serve: {exc}", file=sys.stderr)
+        return 2
+    try:
         # Migrate once, before any worker starts.
         from berth.placement.db import prepare
 
@@ -173,12 +183,12 @@ def serve_command(args: argparse.Namespace) -> int:
 
 def _announce(args: argparse.Namespace, port: int) -> None:
     LOG.info(
-        "berth placement serving on http://%s:%s%s (db %s, policy %s, %d process(es))",
+        "berth placement serving on http://%s:%s%s (db %s, %s, %d process(es))",
         args.host,
         port,
         args.prefix,
-        args.db,
-        args.policy,
+        shown_url(args.db),
+        args.security.describe(),
         args.workers,
     )
     print(f"listening on http://{args.host}:{port}{args.prefix}", flush=True)
@@ -207,7 +217,7 @@ def _make_server(args: argparse.Namespace, sock: socket.socket) -> Any:
 
     app = make_wsgi_app(
         args.db,
-        policy=args.policy,
+        security=args.security,
         cors_origins=args.cors_origin,
         cors_allow_headers=args.cors_allow_header,
         prefix=args.prefix,

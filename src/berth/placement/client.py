@@ -136,7 +136,10 @@ class PlacementClient:
         roles: Sequence[str] | None = None,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        auth: httpx.Auth | None = None,
     ) -> None:
+        """``auth`` (e.g. :class:`berth.webauth.client.KeystoneAuth`) replaces the noauth2
+        ``token`` with Keystone's."""
         headers = {
             "X-Auth-Token": token,
             "OpenStack-API-Version": f"placement {microversion}",
@@ -145,7 +148,8 @@ class PlacementClient:
         if roles is not None:
             headers["X-Roles"] = ",".join(roles)
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport,
+            auth=auth,
         )
 
     def close(self) -> None:

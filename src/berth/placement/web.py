@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl
 
 from berth.placement import errors
 from berth.placement.microversion import Version
+from berth.webauth.identity import Caller
 
 JSON_TYPE = "application/json"
 
@@ -56,14 +57,8 @@ REASONS: dict[int, str] = {
 }
 
 
-@dataclass
-class Context:
-    """The caller as seen by policy: user, project, roles and scope."""
-
-    user_id: str
-    project_id: str | None
-    roles: list[str]
-    system_scope: bool = False
+#: The caller as seen by policy (user, project, roles, scope).
+Context = Caller
 
 
 @dataclass

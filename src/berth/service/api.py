@@ -118,7 +118,11 @@ from berth.service.conductor import BuildOutcome, Conductor, SchedulerAPI
 from berth.service.groups import ServerGroupStore
 from berth.service.move_api import handle_servers
 from berth.service.moves import MoveService
+from berth.service.policy import BOOT, CATALOG, HOSTS, SERVER_GROUPS, scheduler_rules
 from berth.service.scheduler import SchedulerService
+from berth.webauth.identity import Caller, NoAuth2
+from berth.webauth.rules import Forbidden, PolicyEnforcer
+from berth.webauth.settings import Security
 
 LOG = logging.getLogger(__name__)
 
@@ -139,6 +143,18 @@ DEFAULT_FLAVORS: dict[str, Flavor] = {
 }
 
 StartResponse = Callable[..., Any]
+#: Routes answered without a token (``GET /metrics`` is answered before the app).
+PUBLIC_ROUTES = frozenset({"/healthz"})
+#: The rule guarding each read-only state route.
+STATE_RULES = {"/compute-nodes": HOSTS, "/aggregates": HOSTS, "/flavors": CATALOG,
+               "/images": CATALOG, "/server-groups": SERVER_GROUPS}
+
+
+def default_security() -> Security:
+    """noauth2 (client role headers ignored) with the legacy rules: for tests and
+    in-process use; servers build theirs from their options."""
+    return Security(identity=NoAuth2(), policy=PolicyEnforcer(scheduler_rules(),
+                                                              mode="legacy"))
 
 
 def _int(body: Mapping[str, Any], key: str, where: str, default: int | None = None,
@@ -311,8 +327,12 @@ class SchedulerApp:
         groups: ServerGroupStore | None = None,
         moves: MoveService | None = None,
         hosts_view: Callable[[], dict[str, Any]] | None = None,
+        security: Security | None = None,
     ) -> None:
         self.service = service
+        #: Who may call what (:mod:`berth.service.policy`); the server wraps the app in
+        #: ``security.identity.wrap`` once, outside.
+        self.security = security or default_security()
         self.moves = moves
         #: What ``GET /hosts`` answers: the scheduler's view (in process, or asked of a
         #: scheduler process over the bus).
@@ -343,25 +363,37 @@ class SchedulerApp:
             environ["PATH_INFO"] = path[len(PLACEMENT_PREFIX):]
             return self.placement_app(environ, start_response)  # type: ignore[no-any-return]
         method = environ.get("REQUEST_METHOD", "GET")
+        caller = self.security.identity.caller(environ)
+        if caller is None and path not in PUBLIC_ROUTES:
+            return _reply(start_response, 401, {"error": {
+                "code": "berth.auth.unauthenticated",
+                "message": "this route needs a valid X-Auth-Token"}},
+                [("WWW-Authenticate", challenge)] if (
+                    challenge := self.security.identity.challenge) else [])
         try:
             if path == "/boot":
                 if method != "POST":
                     return _reply(start_response, 405, {"error": {"code": "berth.http.method",
                                                                   "message": "use POST"}})
-                answer = self.boot(_read_json(environ))
+                assert caller is not None
+                body = self._for_caller(_read_json(environ), caller)
+                answer = self.boot(body)
                 return _reply(start_response, _boot_status(answer), answer,
                               _retry_after(answer))
             if path == "/hosts" and method == "GET":
+                self._enforce(HOSTS, caller, None)
                 return _reply(start_response, 200,
                               call_with_retry(self.hosts, safe=True, what="GET /hosts"))
             if path == "/healthz" and method == "GET":
                 return _reply(start_response, 200, {"status": "ok"})
             if path == "/servers" or path.startswith("/servers/"):
                 body = _read_json(environ) if method == "POST" else None
-                status, answer = handle_servers(self.moves, method, path, body, self.flavors,
-                                                self.images)
+                status, answer = handle_servers(
+                    self.moves, method, path, body, self.flavors, self.images,
+                    authorize=lambda rule, project: self._enforce(rule, caller, project))
                 return _reply(start_response, status, answer)
             if method == "GET" and path in self.STATE_ROUTES:
+                self._enforce(STATE_RULES[path], caller, None)
                 read = getattr(self, self.STATE_ROUTES[path])
                 try:
                     return _reply(start_response, 200,
@@ -370,6 +402,9 @@ class SchedulerApp:
                     return _reply(start_response, 404, _error(exc))
             return _reply(start_response, 404, {"error": {"code": "berth.http.not_found",
                                                           "message": f"no route {method} {path}"}})
+        except Forbidden as exc:
+            return _reply(start_response, 403, {"error": {"code": "berth.auth.forbidden",
+                                                          "message": str(exc)}})
         except InstanceNotFound as exc:
             return _reply(start_response, 404, _error(exc))
         except InputError as exc:
@@ -398,6 +433,25 @@ class SchedulerApp:
             LOG.exception("POST %s failed", path)
             return _reply(start_response, 500, {"error": {"code": "berth.internal",
                                                           "message": "internal error (logged)"}})
+
+    def _enforce(self, rule: str, caller: Caller | None, project: str | None) -> None:
+        assert caller is not None
+        self.security.policy.enforce(rule, caller, {"project_id": project})
+
+    def _for_caller(self, body: Any, caller: Caller) -> Any:
+        """The boot body with the caller's project and user where it names none, once
+        the caller may boot for that project (only an admin or a service may boot for
+        another project)."""
+        if not isinstance(body, Mapping):
+            return body  # parse_boot names the problem
+        body = dict(body)
+        if body.get("project_id") is None:
+            body["project_id"] = caller.project_id
+        if body.get("user_id") is None:
+            body["user_id"] = caller.user_id or None
+        project = body["project_id"]
+        self._enforce(BOOT, caller, project if isinstance(project, str) else None)
+        return body
 
     def boot(self, body: Any) -> dict[str, Any]:
         """Schedule and build; the placements per instance, and the instances that
@@ -621,7 +675,8 @@ def _json_default(value: Any) -> Any:
 def _reply(start_response: StartResponse, status: int, body: Any,
            headers: Iterable[tuple[str, str]] = ()) -> list[bytes]:
     data = json.dumps(body, default=_json_default).encode()
-    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+    reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+              404: "Not Found", 405: "Method Not Allowed",
               409: "Conflict", 500: "Internal Server Error", 503: "Service Unavailable"}[status]
     start_response(f"{status} {reason}", [("Content-Type", "application/json"),
                                           ("Content-Length", str(len(data))), *headers])

@@ -59,11 +59,12 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from berth.errors import InputError
+from berth.errors import BerthError, InputError
 from berth.model.request import MAX_INSTANCES_PER_REQUEST
 from berth.placement.db import shown_url
 from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT
 from berth.service.seeding import seed_from_cloud
+from berth.webauth.options import add_arguments as add_security_arguments
 
 if TYPE_CHECKING:
     from berth.explain import Diagnosis
@@ -87,6 +88,7 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--config-file", action="append", help="nova.conf (repeatable)")
     p.add_argument("--threads", type=positive_int, default=8, help="server threads (default 8)")
     p.add_argument("--seed", type=int, default=None, help="random seed of the scheduler")
+    add_security_arguments(p)
     p.add_argument("--no-resume", action="store_true",
                    help="do not re-create agents for the hosts stored by an earlier run (for "
                         "a database whose hosts report from elsewhere); they go down after "
@@ -126,9 +128,13 @@ def add_commands(subparsers: Any) -> None:
                                    "same as --hint group=GROUP")
     b.add_argument("--image", help="image name known to the server")
     b.add_argument("--availability-zone", "--az", dest="availability_zone")
-    b.add_argument("--project", default="demo")
-    b.add_argument("--user", default="demo")
+    b.add_argument("--project", default=None,
+                   help="project booted for (default the token's; another project needs "
+                        "the admin or service role)")
+    b.add_argument("--user", default=None, help="user booted for (default the token's)")
     b.add_argument("--url", default=DEFAULT_URL, help=f"server URL (default {DEFAULT_URL})")
+    b.add_argument("--token", help="token for the server (default OS_AUTH_TOKEN, else one from Keystone with "
+                        "OS_AUTH_URL, OS_USERNAME, ...; else noauth2's 'admin')")
     b.add_argument("--explain", action="store_true",
                    help="ask for the diagnosis (filters, rejections, weights) and print it "
                         "as 'berth schedule --explain' does, also when no host is valid")
@@ -168,6 +174,8 @@ def add_commands(subparsers: Any) -> None:
             m.add_argument("--verbose", "-v", action="store_true",
                            help="with --explain: every rejected host and every weigher's term")
         m.add_argument("--url", default=DEFAULT_URL, help=f"server URL (default {DEFAULT_URL})")
+        m.add_argument("--token", help="token for the server (default OS_AUTH_TOKEN, else one from Keystone with "
+                            "OS_AUTH_URL, OS_USERNAME, ...; else noauth2's 'admin')")
         m.add_argument("--json", action="store_true", help="print the JSON answer as sent")
         m.set_defaults(func=cmd_server_action, action=name)
 
@@ -267,7 +275,11 @@ def cmd_boot(args: argparse.Namespace) -> int:
                              "disagree; give one")
         hints["group"] = [args.group]
     body: dict[str, Any] = {"flavor": flavor_argument(args.flavor), "num": args.num,
-                            "hints": hints, "project_id": args.project, "user_id": args.user}
+                            "hints": hints}
+    if args.project:
+        body["project_id"] = args.project
+    if args.user:
+        body["user_id"] = args.user
     if args.image:
         body["image"] = args.image
     if args.availability_zone:
@@ -275,7 +287,8 @@ def cmd_boot(args: argparse.Namespace) -> int:
     if args.explain:
         body["explain"] = True
     try:
-        resp = httpx.post(args.url.rstrip("/") + "/boot", json=body, timeout=60)
+        resp = httpx.post(args.url.rstrip("/") + "/boot", json=body, timeout=60,
+                          headers=_auth_headers(args))
     except httpx.HTTPError as exc:
         print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
         return 7
@@ -332,9 +345,10 @@ def cmd_server_action(args: argparse.Namespace) -> int:
         body["explain"] = True
     try:
         if args.action == "server":
-            resp = httpx.get(url, timeout=60)
+            resp = httpx.get(url, timeout=60, headers=_auth_headers(args))
         else:
-            resp = httpx.post(f"{url}/{args.action}", json=body, timeout=60)
+            resp = httpx.post(f"{url}/{args.action}", json=body, timeout=60,
+                              headers=_auth_headers(args))
     except httpx.HTTPError as exc:
         print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
         return 7
@@ -401,11 +415,19 @@ def _print_instances(instances: list[dict[str, Any]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
+def _auth_headers(args: argparse.Namespace) -> dict[str, str]:
+    from berth.webauth.client import cli_token
+
+    return {"X-Auth-Token": cli_token(args.token)}
+
+
 def _exit_code(status: int, data: Any) -> int:
-    """The exit status ``berth schedule`` gives the same error (by its code), else 3 for a
-    bad request and 4 for another refusal."""
+    """The exit status ``berth schedule`` gives the same error (by its code), else 9 for a
+    refused token or a policy refusal, 3 for a bad request and 4 for another refusal."""
     from berth.errors import EXIT_CODES
 
+    if status in (401, 403):
+        return 9
     code = data.get("error", {}).get("code") if isinstance(data, dict) else None
     for cls, exit_status in EXIT_CODES.items():
         if cls.code == code:
@@ -495,6 +517,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for chatty in ("alembic", "httpx"):  # migrations, and every in-process placement call
         logging.getLogger(chatty).setLevel(logging.WARNING)
     config = SchedulerConfig.from_files(args.config_file) if args.config_file else SchedulerConfig.default()
+    from berth.service.policy import api_security
+
+    try:
+        args.security = api_security(args)
+    except BerthError as exc:
+        print(f"berth serve: {exc}", file=sys.stderr)
+        return 2
     apps: list[Any] = []
 
     def application(environ: dict[str, Any], start_response: Any) -> Any:
@@ -513,7 +542,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         try:
-            stack = open_stack(args.db, config)
+            stack = open_stack(args.db, config, security=args.security[1])
         except Exception as exc:  # start-up problems are reported, not traced
             print(f"berth serve: cannot open database {shown_url(args.db)!r}: {exc}", file=sys.stderr)
             return 2
@@ -586,8 +615,11 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
     metrics.add(claims_collector(service.claimer.stats))
     metrics.add(hosts_collector(service))
     metrics.add(queue_collector(server))
-    apps.append(instrument(app_class(service, conductor, stack.placement_app, flavors, images,
-                                     groups=stack.groups, moves=moves), metrics, "scheduler"))
+    security = args.security[0]
+    app = app_class(service, conductor, stack.placement_app, flavors, images,
+                    groups=stack.groups, moves=moves, security=security)
+    apps.append(instrument(security.identity.wrap(app), metrics, "scheduler"))
+    LOG.info("scheduler and placement APIs: %s", security.describe())
     reconciler = stack.reconciler(timeout=args.build_timeout, interval=args.reconcile_interval)
     reconciler.start()
 

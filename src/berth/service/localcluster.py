@@ -138,7 +138,7 @@ class LocalCluster:
     def start_api(self, name: str) -> str:
         """Start one API process; returns its URL once it listens."""
         port = free_port()
-        self._spawn(name, "api", "--port", str(port), "--cloud", str(self.cloud), *self.api_args)
+        self._spawn(name, "api", "--auth-strategy", "noauth2", "--port", str(port), "--cloud", str(self.cloud), *self.api_args)
         self._wait_ready(name, "listening on")
         self.urls[name] = f"http://127.0.0.1:{port}"
         return self.urls[name]
@@ -185,7 +185,8 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError, ValueError):
-                hosts = httpx.get(url + "/hosts", timeout=30).json()["hosts"]
+                hosts = httpx.get(url + "/hosts", timeout=30,
+                                  headers={"X-Auth-Token": "admin"}).json()["hosts"]
                 if sum(1 for h in hosts if h["up"]) >= count:
                     return
             time.sleep(0.5)

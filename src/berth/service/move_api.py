@@ -37,7 +37,7 @@ confirm or revert), ``...allocation_move_failed``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from berth.errors import InputError
@@ -45,6 +45,15 @@ from berth.model.image_props import show
 from berth.model.request import Flavor, ImageMeta
 from berth.moves import EVACUATE, MIGRATE, REBUILD, RESIZE, MoveRequest
 from berth.service.moves import MoveService
+from berth.service.policy import MOVE_RULES, SERVERS_LIST, SERVERS_SHOW
+
+#: ``authorize(rule, project)`` raises unless the caller may apply ``rule`` to an
+#: instance of ``project``.
+Authorize = Callable[[str, str | None], None]
+
+
+def _allow_all(rule: str, project: str | None) -> None:
+    """No policy (library use)."""
 
 #: The fields each move action takes.
 MOVE_FIELDS: dict[str, frozenset[str]] = {
@@ -96,9 +105,11 @@ def parse_move(action: str, body: Any, flavors: Mapping[str, Flavor],
 
 def handle_servers(moves: MoveService | None, method: str, path: str, body: Any,
                    flavors: Mapping[str, Flavor],
-                   images: Mapping[str, ImageMeta]) -> tuple[int, Any]:
+                   images: Mapping[str, ImageMeta],
+                   authorize: Authorize = _allow_all) -> tuple[int, Any]:
     """Answer one ``/servers`` request: ``(status, body)``. ``body`` is the parsed JSON
-    (read only for POST)."""
+    (read only for POST). ``authorize`` applies the route's policy rule
+    (:mod:`berth.service.policy`) with the instance's project as the target."""
     parts = [p for p in path.split("/") if p]
     if moves is None:
         return 404, {"error": {"code": "berth.http.not_found",
@@ -106,14 +117,18 @@ def handle_servers(moves: MoveService | None, method: str, path: str, body: Any,
     if len(parts) == 1:
         if method != "GET":
             return _method("GET")
+        authorize(SERVERS_LIST, None)
         return 200, {"servers": [
             {"instance_uuid": r.uuid, "host": r.host, "nodename": r.nodename,
              "status": r.status, "flavor": r.spec["flavor"]["name"]}
             for r in moves.instances.all()]}
     uuid = parts[1]
+    record = moves.instances.get(uuid)
+    owner = record.spec.get("project_id") if record is not None else None
     if len(parts) == 2:
         if method != "GET":
             return _method("GET")
+        authorize(SERVERS_SHOW, owner)
         return 200, moves.show(uuid)
     if len(parts) != 3:
         return 404, {"error": {"code": "berth.http.not_found", "message": f"no route {path}"}}
@@ -124,6 +139,7 @@ def handle_servers(moves: MoveService | None, method: str, path: str, body: Any,
                                "message": f"no action {action!r} (known: {known})"}}
     if method != "POST":
         return _method("POST")
+    authorize(MOVE_RULES[action], owner)
     if action in PLAIN_ACTIONS:
         if body not in (None, {}):
             raise InputError(f"body: {action} takes no fields, got {show(body)}")

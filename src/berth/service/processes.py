@@ -55,6 +55,7 @@ def add_commands(subparsers: Any) -> None:
     """Register ``compute``, ``scheduler`` and ``api``."""
     from berth.service.cli import host_count, port_number, positive_int, positive_seconds
     from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT
+    from berth.webauth.options import add_arguments as add_security_arguments
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--db", required=True, help="SQLAlchemy URL of the shared database")
@@ -97,6 +98,7 @@ def add_commands(subparsers: Any) -> None:
     a.add_argument("--cloud", help="cloud file whose flavors, images and server groups "
                                    "the API knows")
     a.add_argument("--threads", type=positive_int, default=16, help="server threads")
+    add_security_arguments(a)
     a.add_argument("--seed", type=int, default=None,
                    help="seed of the instance uuids (default random)")
     a.add_argument("--build-timeout", type=positive_seconds, default=DEFAULT_BUILD_TIMEOUT,
@@ -159,6 +161,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
     from berth.service.groups import ServerGroupStore
     from berth.service.reports import BusRecordStore
     from berth.service.seeding import cloud_nodes, register_sharing
+    from berth.webauth.client import placement_auth
 
     _logging()
     try:
@@ -186,7 +189,12 @@ def cmd_compute(args: argparse.Namespace) -> int:
         bus.close()
         return _fail("compute", f"cannot start: {exc}")
     records = BusRecordStore(engine, bus)
-    client = PlacementClient(args.placement_url)
+    try:
+        auth = placement_auth(args.config_file)
+    except BerthError as exc:
+        bus.close()
+        return _fail("compute", str(exc))
+    client = PlacementClient(args.placement_url, auth=auth)
     fleet = Fleet(nodes, aggregates, client=client, records=records,
                   directory=AgentDirectory(engine), config=config, server=server)
     for host in list(args.fail_host) + [h for h, _ in args.fail_first]:
@@ -313,11 +321,13 @@ def cmd_api(args: argparse.Namespace) -> int:
     from berth.service.conductor import Conductor
     from berth.service.metrics import Metrics, claims_collector, instrument, queue_collector
     from berth.service.placement import PlacementClaimer
+    from berth.service.policy import api_security
     from berth.service.scheduler_rpc import RemoteScheduler
     from berth.service.stack import open_stack
 
     _logging()
     try:
+        security, placement_security = api_security(args)
         config, bus = _open("api", args)
     except BerthError as exc:
         return _fail("api", str(exc))
@@ -337,7 +347,7 @@ def cmd_api(args: argparse.Namespace) -> int:
         reason = getattr(exc, "strerror", None) or str(exc)
         return _fail("api", f"cannot listen on --host {args.host!r} --port {args.port}: {reason}")
     try:
-        stack = open_stack(args.db, config)
+        stack = open_stack(args.db, config, security=placement_security)
     except Exception as exc:
         server.close()
         bus.close()
@@ -366,9 +376,10 @@ def cmd_api(args: argparse.Namespace) -> int:
         metrics = Metrics()
         metrics.add(claims_collector(claimer.stats))
         metrics.add(queue_collector(server))
-        apps.append(instrument(SchedulerApp(remote, conductor, stack.placement_app, flavors,
-                                            images, groups=stack.groups,
-                                            hosts_view=remote.hosts), metrics, "scheduler"))
+        app = SchedulerApp(remote, conductor, stack.placement_app, flavors, images,
+                           groups=stack.groups, hosts_view=remote.hosts, security=security)
+        apps.append(instrument(security.identity.wrap(app), metrics, "scheduler"))
+        LOG.info("scheduler and placement APIs: %s", security.describe())
 
         def _stop(signum: int, _frame: Any) -> None:
             raise KeyboardInterrupt

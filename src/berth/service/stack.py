@@ -233,12 +233,15 @@ def open_stack(
     placement_url: str | None = None,
     engine: Any = None,
     through_api: bool = False,
+    security: Any = None,
 ) -> Stack:
     """Open ``db_url`` (migrated on the way) and wire a :class:`Stack` over it.
 
     ``engine`` (an already prepared SQLAlchemy engine) skips opening and migrating.
     ``through_api`` makes in-process schedulers use the WSGI app too (HTTP semantics
-    end to end, for tests of that path).
+    end to end, for tests of that path). ``security`` (:class:`berth.webauth.settings.Security`)
+    protects the Placement app the stack serves (``stack.placement_app``); the stack's
+    own in-process clients use an app of their own over the same store.
     """
     from berth.placement.app import make_app
     from berth.placement.db import prepare
@@ -248,6 +251,7 @@ def open_stack(
     engine = engine if engine is not None else prepare(db_url)
     store = PlacementStore(engine)
     app = make_app(store)
+    served = make_app(store, security=security) if security is not None else app
     claims: PlacementClient | LocalPlacement | None = None
     agents: LocalProviders | None = None
     cand: PlacementClient | LocalPlacement
@@ -264,5 +268,5 @@ def open_stack(
     else:
         client = PlacementClient(placement_url)
         cand = PlacementClient(placement_url, microversion=CANDIDATES_MICROVERSION)
-    return Stack(config, engine, app, client, cand, ComputeRecordStore(engine), claims_client=claims,
+    return Stack(config, engine, served, client, cand, ComputeRecordStore(engine), claims_client=claims,
                  store=store, agent_client=agents)

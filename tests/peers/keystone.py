@@ -1,0 +1,167 @@
+"""A real Keystone as a peer process, for the authentication tests.
+
+It runs from its own environment, ``.venv-keystone`` (``make keystone-env``, which
+``make test`` builds), on a SQLite database in a scratch directory: ``keystone-manage``
+migrates it, makes the Fernet keys and bootstraps the admin, then waitress serves the
+public API on a free loopback port. Berth never imports Keystone: the tests talk to it
+over HTTP as Berth's servers do.
+
+Users (password ``secret``), all in the ``Default`` domain:
+
+=========  =============  ==============
+user       project        role
+=========  =============  ==============
+admin      admin          admin
+alice      demo           reader
+bob        demo           member
+carol      other          member
+berth      service        service (the servers' own credentials)
+=========  =============  ==============
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".venv-keystone"
+PASSWORD = "secret"
+#: user -> (project, role)
+USERS = {"alice": ("demo", "reader"), "bob": ("demo", "member"),
+         "carol": ("other", "member"), "berth": ("service", "service")}
+
+_SERVE = """
+import sys
+sys.argv = ["keystone"]
+from keystone.wsgi.api import application
+import waitress
+waitress.serve(application, host="127.0.0.1", port=int({port}), threads=4)
+"""
+
+
+def available() -> str | None:
+    """Why the peer cannot run here, or None."""
+    if not (VENV / "bin" / "keystone-manage").exists():
+        return f"no Keystone environment at {VENV} (make test builds it: make keystone-env)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Keystone:
+    """A running Keystone: ``url`` is its ``/v3`` endpoint."""
+
+    workdir: Path
+    port: int = field(default_factory=_free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v3"
+
+    def start(self) -> Keystone:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        conf = self.workdir / "keystone.conf"
+        keys, creds = self.workdir / "fernet-keys", self.workdir / "credential-keys"
+        keys.mkdir(exist_ok=True)
+        creds.mkdir(exist_ok=True)
+        conf.write_text(
+            "[database]\n"
+            f"connection = sqlite:///{self.workdir}/keystone.sqlite\n"
+            "[token]\nprovider = fernet\n"
+            f"[fernet_tokens]\nkey_repository = {keys}\n"
+            f"[fernet_receipts]\nkey_repository = {keys}\n"
+            f"[credential]\nkey_repository = {creds}\n")
+        manage = [str(VENV / "bin" / "keystone-manage"), "--config-file", str(conf)]
+        log = open(self.workdir / "keystone.log", "ab")  # noqa: SIM115 - kept by the process
+        for step in (["db_sync"],
+                     ["fernet_setup", "--keystone-user", "root", "--keystone-group", "root"],
+                     ["credential_setup", "--keystone-user", "root", "--keystone-group", "root"],
+                     ["bootstrap", "--bootstrap-password", PASSWORD,
+                      "--bootstrap-public-url", self.url]):
+            subprocess.run([*manage, *step], check=True, stdout=log, stderr=log, timeout=120)
+        self.proc = subprocess.Popen(
+            [str(VENV / "bin" / "python"), "-c", _SERVE.format(port=self.port)],
+            stdout=log, stderr=log, cwd=self.workdir,
+            env={"OS_KEYSTONE_CONFIG_DIR": str(self.workdir), "PATH": "/usr/bin:/bin"})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"keystone exited: see {self.workdir / 'keystone.log'}")
+            try:
+                if httpx.get(self.url, timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            raise RuntimeError("keystone did not start in 60 s")
+        self._populate()
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    # -- tokens and the users of the table above ---------------------------------------
+    def token(self, user: str, project: str | None = None) -> str:
+        """A project-scoped token of ``user`` (its own project by default)."""
+        project = project or ("admin" if user == "admin" else USERS[user][0])
+        body = {"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {
+                "name": user, "domain": {"id": "default"}, "password": PASSWORD}}},
+            "scope": {"project": {"name": project, "domain": {"id": "default"}}}}}
+        resp = httpx.post(self.url + "/auth/tokens", json=body, timeout=30)
+        resp.raise_for_status()
+        return resp.headers["X-Subject-Token"]
+
+    def project_id(self, name: str) -> str:
+        return self._ids["projects"][name]
+
+    def _populate(self) -> None:
+        admin = {"X-Auth-Token": self.token("admin")}
+        http = httpx.Client(base_url=self.url, headers=admin, timeout=30)
+        roles = {r["name"]: r["id"] for r in http.get("/roles").json()["roles"]}
+        if "service" not in roles:
+            roles["service"] = http.post("/roles", json={"role": {"name": "service"}}
+                                         ).json()["role"]["id"]
+        projects = {p["name"]: p["id"] for p in http.get("/projects").json()["projects"]}
+        for name in {p for p, _ in USERS.values()} - set(projects):
+            projects[name] = http.post("/projects", json={"project": {
+                "name": name, "domain_id": "default"}}).json()["project"]["id"]
+        for user, (project, role) in USERS.items():
+            uid = http.post("/users", json={"user": {
+                "name": user, "domain_id": "default", "password": PASSWORD}}).json()["user"]["id"]
+            http.put(f"/projects/{projects[project]}/users/{uid}/roles/{roles[role]}"
+                     ).raise_for_status()
+        self._ids = {"projects": projects}
+        http.close()
+
+    def authtoken_section(self) -> str:
+        """``[keystone_authtoken]`` for a server that validates tokens as ``berth``."""
+        return ("[keystone_authtoken]\n"
+                f"www_authenticate_uri = {self.url}\n"
+                f"auth_url = {self.url}\n"
+                "auth_type = password\n"
+                "interface = public\n"
+                "username = berth\n"
+                f"password = {PASSWORD}\n"
+                "project_name = service\n"
+                "user_domain_name = Default\n"
+                "project_domain_name = Default\n"
+                "service_token_roles_required = true\n")
