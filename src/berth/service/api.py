@@ -7,6 +7,7 @@ Routes (JSON in, JSON out)::
                         sees it (``up``, ``forced_down``, ``heartbeat_age_s``: why
                         ComputeFilter passes or rejects it)
     GET  /healthz       {"status": "ok"}
+    GET  /openapi.json  this API described in OpenAPI 3.1 (:mod:`berth.service.openapi`)
     GET  /servers[/{uuid}], POST /servers/{uuid}/{migrate,resize,evacuate,rebuild,
          confirm-resize,revert-resize}: instances and their moves
          (:mod:`berth.service.move_api`)
@@ -144,7 +145,7 @@ DEFAULT_FLAVORS: dict[str, Flavor] = {
 
 StartResponse = Callable[..., Any]
 #: Routes answered without a token (``GET /metrics`` is answered before the app).
-PUBLIC_ROUTES = frozenset({"/healthz"})
+PUBLIC_ROUTES = frozenset({"/healthz", "/openapi.json"})
 #: The rule guarding each read-only state route.
 STATE_RULES = {"/compute-nodes": HOSTS, "/aggregates": HOSTS, "/flavors": CATALOG,
                "/images": CATALOG, "/server-groups": SERVER_GROUPS}
@@ -386,6 +387,10 @@ class SchedulerApp:
                               call_with_retry(self.hosts, safe=True, what="GET /hosts"))
             if path == "/healthz" and method == "GET":
                 return _reply(start_response, 200, {"status": "ok"})
+            if path == "/openapi.json" and method == "GET":
+                from berth.service.openapi import document
+
+                return _reply(start_response, 200, document())
             if path == "/servers" or path.startswith("/servers/"):
                 body = _read_json(environ) if method == "POST" else None
                 status, answer = handle_servers(
