@@ -169,11 +169,14 @@ class NoValidHost(SchedulingError):
 
     code = "berth.scheduling.no_valid_host"
 
-    def __init__(self, reason: str = "", diagnosis: Any = None, cause: str | None = None) -> None:
+    def __init__(self, reason: str = "", diagnosis: Any = None, cause: str | None = None,
+                 rejections: dict[str, int] | None = None) -> None:
         message = "No valid host was found. " + reason if reason else "No valid host was found."
         super().__init__(message.strip())
         self.reason = reason
         self.diagnosis = diagnosis
+        #: Hosts each filter removed before the request ran out of hosts (for metrics).
+        self.rejections = rejections or {}
         self.cause = cause
 
 

@@ -93,6 +93,8 @@ class Decision:
     selections: list[list[Selection]]
     instance_uuids: list[str]
     diagnosis: Diagnosis | None = None
+    #: Hosts each filter removed, summed over the instances (for metrics).
+    rejections: dict[str, int] = field(default_factory=dict)
 
     @property
     def hosts(self) -> list[tuple[str, str]]:
@@ -140,6 +142,8 @@ class _Request:
     levels: _Levels = field(default_factory=lambda: _Levels())
     #: Filters whose ``validate_request`` has run for this request (by position).
     validated: set[int] = field(default_factory=set)
+    #: Hosts each filter removed, summed over the instances.
+    rejected: dict[str, int] = field(default_factory=dict)
     #: The bulk view of the last host list filtered or ranked: the next filter, the
     #: ranker and the next instance share it (and its interned codes) while no host is
     #: filtered out (the pipeline passes the very same array then).
@@ -554,13 +558,14 @@ class Scheduler:
                 for row in claimed_rows:
                     ws.set_updated(row, None)
                 raise NoValidHost("There are not enough hosts available.", diagnosis=req.diagnosis,
-                                  cause="hosts")
+                                  cause="hosts", rejections=req.rejected)
 
             num_alts = self.config.scheduler.max_attempts - 1 if return_alternates else 0
             assert isinstance(hosts, HostOrder)
             selections = self._alternates(req, hosts, index, num_alts, claimed_rows, claimed_requests,
                                           req.version)
-            return Decision(selections, uuids[:len(selections)] if uuids else [], req.diagnosis)
+            return Decision(selections, uuids[:len(selections)] if uuids else [], req.diagnosis,
+                            req.rejected)
         except BaseException:
             # Anything unexpected after a claim (a plugin's error, an interrupt) leaves no
             # claim behind either; NoValidHost above has rolled back already.
@@ -795,6 +800,8 @@ class Scheduler:
         # The same array when every host passes: later rankings of the request recognize
         # an unchanged host list by identity.
         kept = rows if bool(mask.all()) else rows[mask]
+        if len(kept) != len(rows):
+            req.rejected[name] = req.rejected.get(name, 0) + len(rows) - len(kept)
         if req.current is not None:
             step = FilterStep(name, len(rows), len(kept))
             snapshot = req.ws.snapshot

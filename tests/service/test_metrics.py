@@ -127,3 +127,53 @@ def test_routes_have_ids_replaced_so_labels_stay_bounded() -> None:
         == "/resource_providers/{id}/inventories/VCPU"
     assert route_of("/servers/6f1f7d0c1c554f0e9d1e6a3f1b0b8e11/migrate") == "/servers/{id}/migrate"
     assert route_of("/") == "/"
+
+
+def test_scheduler_and_compute_processes_export_metrics(tmp_path: Path) -> None:
+    """``berth scheduler`` and ``berth compute`` have no HTTP API; ``--metrics-port``
+    gives each its ``/metrics``: decisions, rejections per filter, the hosts it sees and
+    the age of their reports, reports applied; the fleet's hosts and builds."""
+    import re
+
+    from berth.service.localcluster import LocalCluster, rabbit_unavailable, rabbit_vhost
+    from pgdb import fresh_pg_database
+
+    reason = rabbit_unavailable()
+    if reason:
+        import pytest
+
+        pytest.skip(reason)
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(CLOUD + "server_groups: [{name: apart, policy: anti-affinity}]\n")
+    with fresh_pg_database("berth_metrics") as db, rabbit_vhost("berth_metrics") as bus:
+        cluster = LocalCluster(tmp_path / "run", db, bus, cloud, schedulers=1, apis=1,
+                               compute_args=("--metrics-port", "0"),
+                               scheduler_args=("--metrics-port", "0"))
+        try:
+            cluster.start()
+            api = cluster.alive_urls()[0]
+            cluster.wait_hosts(api, 3, timeout=60)
+            answer = httpx.post(api + "/boot", json={"flavor": "web", "num": 2,
+                                                     "hints": {"group": "apart"}},
+                                headers=ADMIN, timeout=60)
+            assert answer.status_code == 200, answer.text
+
+            def scrape(name: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+                found = re.search(r"^metrics on (http://\S+)$", cluster.log(name), re.M)
+                assert found, cluster.log(name)
+                return _samples(httpx.get(found.group(1), timeout=10).text)
+
+            sched = scrape("scheduler0")
+            assert sched[("berth_scheduling_requests_total", (("outcome", "placed"),))] == 1
+            assert sched[("berth_instances_placed_total", ())] == 2
+            # The second member's host list lost the first member's host.
+            assert sched[("berth_filter_rejections_total",
+                          (("filter", "ServerGroupAntiAffinityFilter"),))] >= 1
+            assert sched[("berth_compute_nodes", (("state", "up"),))] == 3
+            assert sched[("berth_host_reports_applied_total", ())] >= 3
+            assert ("berth_compute_report_age_seconds", (("quantile", "1.0"),)) in sched
+            compute = scrape("compute")
+            assert compute[("berth_compute_hosts", ())] == 3
+            assert compute[("berth_builds_total", (("result", "built"),))] == 2
+        finally:
+            cluster.close()

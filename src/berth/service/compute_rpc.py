@@ -108,10 +108,18 @@ class ComputeEndpoint:
         self.driver = driver
         self.group_check = group_check
         self.config = config
+        #: Builds answered, by result (``built``, ``failed``), and instances terminated.
+        self.counts: dict[str, int] = {"built": 0, "failed": 0, "terminated": 0}
 
     def build_and_run_instance(self, ctxt: Any, host: str, instance_uuid: str,
                                spec: dict[str, Any], selection: dict[str, Any]) -> dict[str, Any]:
         """Check the server group late, then build; ``{"host"}`` or a build error."""
+        answer = self._build(host, instance_uuid, spec, selection)
+        self.counts["failed" if "error" in answer else "built"] += 1
+        return answer
+
+    def _build(self, host: str, instance_uuid: str, spec: dict[str, Any],
+               selection: dict[str, Any]) -> dict[str, Any]:
         if host not in self.agents:
             return _failed(f"build of {instance_uuid} failed on {host}: unknown node {host!r} "
                            "on this compute service")
@@ -132,6 +140,7 @@ class ComputeEndpoint:
         agent = self.agents.get(host)
         if agent is not None:
             agent.destroy(instance_uuid)
+            self.counts["terminated"] += 1
         return {"host": host}
 
 

@@ -89,6 +89,9 @@ class LocalCluster:
     ready_timeout: float = 300.0
     #: Extra arguments of every ``berth api`` (``--build-timeout 20``, ...).
     api_args: tuple[str, ...] = ()
+    #: Extra arguments of the ``berth compute`` fleet and of every ``berth scheduler``.
+    compute_args: tuple[str, ...] = ()
+    scheduler_args: tuple[str, ...] = ()
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     urls: dict[str, str] = field(default_factory=dict)
     ready_lines: dict[str, str] = field(default_factory=dict)
@@ -147,12 +150,12 @@ class LocalCluster:
         """Start the fleet; returns its ready line (with the registration time)."""
         api = next(iter(self.urls.values()))
         self._spawn(name, "compute", "--fleet", str(self.cloud),
-                    "--placement-url", api + "/placement")
+                    "--placement-url", api + "/placement", *self.compute_args)
         return self._wait_ready(name, "ready:")
 
     def start_scheduler(self, name: str) -> str:
         """Start one scheduler process; returns its ready line."""
-        self._spawn(name, "scheduler", "--name", name, "--workers", "1")
+        self._spawn(name, "scheduler", "--name", name, "--workers", "1", *self.scheduler_args)
         return self._wait_ready(name, "ready:")
 
     def start(self) -> None:

@@ -90,6 +90,10 @@ class Metrics:
                                      ["cause"], registry=self.registry)
         self.placed = Counter("berth_instances_placed", "Instances given a host and a claim",
                               registry=self.registry)
+        self.filter_rejections = Counter("berth_filter_rejections",
+                                         "Hosts each filter removed from a request's list "
+                                         "(summed over the instances of the request)",
+                                         ["filter"], registry=self.registry)
         self.decision_time = Histogram("berth_scheduling_duration_seconds",
                                        "Time of one scheduling request in the scheduler",
                                        buckets=_BUCKETS, registry=self.registry)
@@ -99,9 +103,12 @@ class Metrics:
         self.registry.register(collector)
 
     def observe_decision(self, outcome: str, seconds: float, *, placed: int = 0,
-                         cause: str | None = None) -> None:
+                         cause: str | None = None,
+                         rejections: dict[str, int] | None = None) -> None:
         """Count one scheduling request."""
         self.decisions.labels(outcome).inc()
+        for name, removed in (rejections or {}).items():
+            self.filter_rejections.labels(name).inc(removed)
         self.decision_time.observe(seconds)
         if placed:
             self.placed.inc(placed)
@@ -273,3 +280,40 @@ def queue_collector(server: Any) -> StatsCollector:
                {(): float(dispatcher.active_count)}, ())
 
     return StatsCollector(read)
+
+
+def feed_collector(feed: Any) -> StatsCollector:
+    """A scheduler's bus feed: host reports applied to its snapshot, and those dropped
+    as older than what it holds."""
+
+    def read() -> Iterator[Any]:
+        yield ("berth_host_reports_applied", "Host reports applied to the snapshot", "counter",
+               {(): float(feed.applied)}, ())
+        yield ("berth_host_reports_stale", "Host reports dropped as older than the snapshot's",
+               "counter", {(): float(feed.stale_dropped)}, ())
+
+    return StatsCollector(read)
+
+
+def compute_collector(fleet: Any, endpoint: Any) -> StatsCollector:
+    """A compute process: its hosts, how long they took to register, its builds."""
+
+    def read() -> Iterator[Any]:
+        yield ("berth_compute_hosts", "Compute hosts this process runs", "gauge",
+               {(): float(len(fleet.agents))}, ())
+        yield ("berth_compute_registration_seconds",
+               "Time the hosts took to register with Placement at start-up", "gauge",
+               {(): float(fleet.registration_s)}, ())
+        yield ("berth_builds", "Builds and terminations served, by result", "counter",
+               {(k,): float(v) for k, v in endpoint.counts.items()}, ("result",))
+
+    return StatsCollector(read)
+
+
+def serve_metrics(metrics: Metrics, host: str, port: int) -> int:
+    """``GET /metrics`` of a process with no HTTP API of its own, on a thread; returns the
+    port (``0`` picks a free one)."""
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
+    return int(server.server_address[1])

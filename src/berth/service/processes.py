@@ -57,6 +57,13 @@ def add_commands(subparsers: Any) -> None:
     from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT
     from berth.webauth.options import add_arguments as add_security_arguments
 
+    def metrics_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--metrics-port", type=port_number, default=None,
+                       help="serve GET /metrics (Prometheus) on this port (0: any free "
+                            "one; default: none)")
+        p.add_argument("--metrics-host", default="127.0.0.1",
+                       help="address of --metrics-port (default 127.0.0.1)")
+
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--db", required=True, help="SQLAlchemy URL of the shared database")
         p.add_argument("--config-file", action="append", default=[], help="nova.conf (repeatable)")
@@ -80,6 +87,7 @@ def add_commands(subparsers: Any) -> None:
                    help="the fake driver fails every build on HOST (repeatable)")
     c.add_argument("--fail-first", action="append", default=[], type=host_count,
                    metavar="HOST=N", help="the fake driver fails the first N builds on HOST")
+    metrics_options(c)
     c.set_defaults(func=cmd_compute)
 
     s = subparsers.add_parser("scheduler", help="run a scheduler worker on the bus")
@@ -89,6 +97,7 @@ def add_commands(subparsers: Any) -> None:
     s.add_argument("--workers", type=positive_int, default=None,
                    help="worker processes (default [scheduler] workers, else one per "
                         "CPU, as Nova's); each serves the topic with its own snapshot")
+    metrics_options(s)
     s.set_defaults(func=cmd_scheduler)
 
     a = subparsers.add_parser("api", help="run the boot API (and Placement API) over the bus")
@@ -159,6 +168,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
     from berth.service.fleet import Fleet, local_node
     from berth.service.group_check import GroupPolicyCheck
     from berth.service.groups import ServerGroupStore
+    from berth.service.metrics import Metrics, compute_collector
     from berth.service.reports import BusRecordStore
     from berth.service.seeding import cloud_nodes, register_sharing
     from berth.webauth.client import placement_auth
@@ -209,7 +219,12 @@ def cmd_compute(args: argparse.Namespace) -> int:
         if cloud is not None:
             register_sharing(client, cloud)  # the fleet's storage beside its hosts
         seconds = fleet.register(threads=args.threads)
-        bus.serve(COMPUTE_TOPIC, server, [ComputeEndpoint(fleet.agents, driver, check, config)])
+        endpoint = ComputeEndpoint(fleet.agents, driver, check, config)
+        bus.serve(COMPUTE_TOPIC, server, [endpoint])
+        if args.metrics_port is not None:
+            metrics = Metrics()
+            metrics.add(compute_collector(fleet, endpoint))
+            _announce_metrics(metrics, args)
         print(f"ready: {len(fleet.agents)} compute hosts registered in {seconds:.1f} s, "
               f"serving compute.{server}", flush=True)
         _wait_for_signal()
@@ -226,6 +241,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
 def cmd_scheduler(args: argparse.Namespace) -> int:
     """Serve select_destinations on topic ``scheduler`` until stopped."""
     from berth.filters.compute import effective_service_down_time
+    from berth.service.metrics import Metrics, claims_collector, feed_collector, hosts_collector
     from berth.service.placement import PlacementCandidates, PlacementClaimer
     from berth.service.reports import BusFeed
     from berth.service.scheduler import SchedulerService
@@ -253,6 +269,13 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             config, feed, PlacementCandidates(stack.candidates_client),
             PlacementClaimer(stack.claims_client or stack.client), seed=args.seed)
         endpoint = SchedulerEndpoint(service, feed)
+        if args.metrics_port is not None:
+            metrics = Metrics()
+            service.observers.append(metrics.observe_decision)
+            metrics.add(claims_collector(service.claimer.stats))
+            metrics.add(hosts_collector(service))
+            metrics.add(feed_collector(feed))
+            _announce_metrics(metrics, args)
         # Serve first (reports queue up meanwhile), warm, then take requests.
         bus.serve(SCHEDULER_TOPIC, name, [endpoint])
         feed.warm()
@@ -270,6 +293,14 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     return 0
 
 
+def _announce_metrics(metrics: Any, args: argparse.Namespace) -> None:
+    """Serve ``/metrics`` as ``--metrics-port`` says and say where."""
+    from berth.service.metrics import serve_metrics
+
+    port = serve_metrics(metrics, args.metrics_host, args.metrics_port)
+    print(f"metrics on http://{args.metrics_host}:{port}/metrics", flush=True)
+
+
 def _start_workers(args: argparse.Namespace, name: str, workers: int) -> list[Any]:
     """Workers 2..N as child processes (``<name>-<i>``, one worker each, the seed
     offset so that each breaks ties in its own order); this process is worker 1."""
@@ -285,6 +316,9 @@ def _start_workers(args: argparse.Namespace, name: str, workers: int) -> list[An
             argv += ["--transport-url", args.transport_url]
         if args.seed is not None:
             argv += ["--seed", str(args.seed + i)]
+        if args.metrics_port is not None:  # each worker its own port (0: any free one)
+            argv += ["--metrics-port", str(args.metrics_port + i if args.metrics_port else 0),
+                     "--metrics-host", args.metrics_host]
         children.append(subprocess.Popen(argv))
     return children
 

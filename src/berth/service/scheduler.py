@@ -235,7 +235,8 @@ class SchedulerService:
                 decision = self._select(spec, instance_uuids, return_alternates, explain)
             except NoValidHost as exc:
                 self.stats.no_valid_host += 1
-                self._observe("no_valid_host", started, cause=exc.cause or "hosts")
+                self._observe("no_valid_host", started, cause=exc.cause or "hosts",
+                              rejections=exc.rejections)
                 LOG.info("NoValidHost for %d x %s (%s) in %.1f ms: %s", spec.num_instances,
                          spec.flavor.name, exc.cause or "hosts",
                          1000 * (time.perf_counter() - started), exc.message)
@@ -247,7 +248,8 @@ class SchedulerService:
                 self.stats.latencies.append(time.perf_counter() - started)
                 self._freeze_long_lived(self.feed.snapshot)
             self.stats.placed += len(decision.selections)
-        self._observe("placed", started, placed=len(decision.selections))
+        self._observe("placed", started, placed=len(decision.selections),
+                      rejections=decision.rejections)
         if LOG.isEnabledFor(logging.INFO):
             LOG.info("placed %d x %s in %.1f ms: %s", len(decision.selections),
                      spec.flavor.name, 1000 * (time.perf_counter() - started),
@@ -259,11 +261,11 @@ class SchedulerService:
         return decision
 
     def _observe(self, outcome: str, started: float, *, placed: int = 0,
-                 cause: str | None = None) -> None:
+                 cause: str | None = None, rejections: dict[str, int] | None = None) -> None:
         """Tell the observers (metrics) about one request."""
         seconds = time.perf_counter() - started
         for observer in self.observers:
-            observer(outcome, seconds, placed=placed, cause=cause)
+            observer(outcome, seconds, placed=placed, cause=cause, rejections=rejections or {})
 
     def _select(
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None,
