@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-dev
 KEYSTONE_VENV := .venv-keystone
 KEYSTONE_STAMP := $(KEYSTONE_VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench install keystone-env clean
+.PHONY: run test lint typecheck unit bench install keystone-env nova-options clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ $(KEYSTONE_STAMP): tests/peers/keystone-requirements.txt
 	touch $(KEYSTONE_STAMP)
 
 keystone-env: $(KEYSTONE_STAMP)
+
+# Regenerate the table of Nova's option names `berth config check` reads, from Nova's
+# own option definitions in an environment of its own (Berth never imports Nova).
+NOVA_RELEASE ?= 34.*
+nova-options:
+	$(PYTHON) -m venv .venv-nova
+	.venv-nova/bin/python -m pip install -q 'nova==$(NOVA_RELEASE)'
+	.venv-nova/bin/python scripts/nova-option-names.py > src/berth/nova_options.json
 
 # The main job: schedule a request against the example cloud (offline) and print an
 # explained decision; then run the whole system on the embedded SQLite default and boot
@@ -61,4 +69,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/core.py
 
 clean:
-	rm -rf $(VENV) $(KEYSTONE_VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(KEYSTONE_VENV) .venv-nova build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

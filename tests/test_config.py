@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -156,9 +160,13 @@ def test_a_missing_file_is_a_config_error(tmp_path):
 
 
 def test_unknown_options_in_known_groups_are_reported_as_likely_typos(tmp_path):
-    path = write(tmp_path, "[filter_scheduler]\nhost_subset_sise = 2\n[unrelated]\nx = 1\n")
-    assert unknown_options([path]) == [f"{path}: [filter_scheduler] host_subset_sise is not a "
-                                       "known option; did you mean host_subset_size?"]
+    path = write(tmp_path, "[filter_scheduler]\nhost_subset_sise = 2\n[unrelated]\nx = 1\n"
+                           "[libvirt]\nvirt_typ = kvm\n")
+    assert unknown_options([path]) == [
+        f"{path}: [filter_scheduler] host_subset_sise is not a known option; did you mean "
+        "host_subset_size?",
+        f"{path}: [unrelated] is not a known section (its options are ignored)",
+        f"{path}: [libvirt] virt_typ is not a known option; did you mean virt_type?"]
 
 
 def test_a_near_miss_of_a_known_section_is_reported_and_other_groups_are_not(tmp_path):
@@ -193,3 +201,22 @@ def test_reading_a_config_warns_about_typos_so_every_command_does(tmp_path, capl
 )
 def test_name_ratio_settings_parse_like_nova(items, expected):
     assert parse_weight_setting(items) == expected
+
+
+def test_a_real_nova_conf_is_quiet_and_nova_options_are_named_not_used(tmp_path):
+    """A controller's nova.conf: Nova's own options ([DEFAULT] debug, [database] ...),
+    the Keystone and Placement credentials Berth's services read, and an honoured
+    deprecated name ([DEFAULT] scheduler_default_filters) give no warning."""
+    from berth.config_check import check_files
+
+    path = os.path.join(os.path.dirname(__file__), "data", "real-nova.conf")
+    report = check_files([path])
+    assert report.problems == []
+    assert "[DEFAULT] debug" in report.not_used and "[libvirt] virt_type" in report.not_used
+    assert not any(entry.startswith(("[keystone_authtoken]", "[placement]", "[api]"))
+                   for entry in report.not_used)
+    done = subprocess.run([sys.executable, "-m", "berth.cli", "config", "check", path, "--json"],
+                          capture_output=True, text=True, check=True)
+    answer = json.loads(done.stdout)
+    assert answer["warnings"] == [] and "[vnc] enabled" in answer["not_used_by_berth"]
+    assert done.stderr == ""

@@ -215,21 +215,28 @@ def cmd_cloud_check(args: argparse.Namespace) -> int:
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate nova.conf files: values, plugin names, unknown options."""
     from berth import plugins
-    from berth.config import SchedulerConfig, unknown_options
+    from berth.config import SchedulerConfig
+    from berth.config_check import check_files, nova_release
 
     config = SchedulerConfig.from_files(args.files, warn_unknown=False)
     filters = plugins.load_filters(config)
     weighers = plugins.load_weighers(config)
-    problems = unknown_options(args.files)
+    report = check_files(args.files)
+    problems = report.problems
     if args.json:
         print(json.dumps({"files": list(args.files), "ok": True,
                           "enabled_filters": [type(f).__name__ for f in filters],
                           "weighers": [type(w).__name__ for w in weighers],
                           "weighing_strategy": config.filter_scheduler.weighing_strategy,
-                          "warnings": problems}, indent=2))
+                          "warnings": problems, "not_used_by_berth": report.not_used},
+                         indent=2))
         return 0
     for problem in problems:
         print(f"warning: {problem}")
+    if report.not_used:
+        shown = ", ".join(report.not_used[:8]) + (", ..." if len(report.not_used) > 8 else "")
+        print(f"{len(report.not_used)} option(s) of Nova {nova_release()} not used by Berth: "
+              f"{shown}")
     print("enabled filters: " + ", ".join(type(f).__name__ for f in filters))
     print("weighers: " + ", ".join(type(w).__name__ for w in weighers))
     print(f"weighing strategy: {config.filter_scheduler.weighing_strategy}")

@@ -15,7 +15,6 @@ Deprecated names the seeds use (``scheduler_default_filters``, ``scheduler_weigh
 from __future__ import annotations
 
 import configparser
-import difflib
 import logging
 import math
 import os
@@ -593,41 +592,8 @@ def _check_ini_syntax(path: str) -> None:
 
 
 def unknown_options(paths: Iterable[str]) -> list[str]:
-    """Options set in the files' known groups that Berth does not know (likely typos)."""
-    problems: list[str] = []
-    known = {group: {opt.dest for opt in opts} | _deprecated_names(opts)
-             for group, opts in OPTION_GROUPS.items()}  # fmt: skip
-    for path in paths:
-        if is_flag_file(path):
-            continue
-        parser = configparser.RawConfigParser(strict=False)
-        with open(path, encoding="utf-8") as handle:
-            parser.read_file(handle)
-        sections = [("DEFAULT", parser.defaults())] + [
-            (s, {k: v for k, v in parser.items(s, raw=True) if k not in parser.defaults()})
-            for s in parser.sections()
-        ]
-        for section, items in sections:
-            if section not in known:
-                # Nova's other groups ([api_database], [placement], ...) are not Berth's
-                # business; a near miss of one of Berth's groups is a typo.
-                close = difflib.get_close_matches(section, known, n=1, cutoff=0.8)
-                if close:
-                    problems.append(f"{path}: [{section}] is not a known section; did you "
-                                    f"mean [{close[0]}]? (its options are ignored)")
-                continue
-            for key in items:
-                if key not in known[section] and not key.endswith("_weight"):
-                    close = difflib.get_close_matches(key, known[section], n=1, cutoff=0.8)
-                    hint = f"; did you mean {close[0]}?" if close else ""
-                    problems.append(f"{path}: [{section}] {key} is not a known option{hint}")
-    return problems
+    """Options and sections the files set that neither Berth nor Nova knows: likely
+    typos (:mod:`berth.config_check`)."""
+    from berth.config_check import check_files
 
-
-def _deprecated_names(opts: Iterable[cfg.Opt]) -> set[str]:
-    names: set[str] = set()
-    for opt in opts:
-        for dep in opt.deprecated_opts:
-            if dep.name:
-                names.add(dep.name)
-    return names
+    return check_files(paths).problems
