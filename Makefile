@@ -9,8 +9,12 @@ STAMP := $(VENV)/.installed-dev
 # The real Keystone the authentication tests run as a peer process (never imported).
 KEYSTONE_VENV := .venv-keystone
 KEYSTONE_STAMP := $(KEYSTONE_VENV)/.installed
+# The real Placement 16 the parity tests compare with, likewise.
+PLACEMENT_VENV := .venv-placement
+PLACEMENT_STAMP := $(PLACEMENT_VENV)/.installed
+PEERS := $(KEYSTONE_STAMP) $(PLACEMENT_STAMP)
 
-.PHONY: run test lint typecheck unit bench install keystone-env nova-options clean
+.PHONY: run test lint typecheck unit bench install keystone-env placement-env nova-options clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +35,14 @@ $(KEYSTONE_STAMP): tests/peers/keystone-requirements.txt
 	touch $(KEYSTONE_STAMP)
 
 keystone-env: $(KEYSTONE_STAMP)
+
+$(PLACEMENT_STAMP): tests/peers/placement-requirements.txt
+	$(PYTHON) -m venv $(PLACEMENT_VENV)
+	$(PLACEMENT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PLACEMENT_VENV)/bin/python -m pip install -q -r tests/peers/placement-requirements.txt
+	touch $(PLACEMENT_STAMP)
+
+placement-env: $(PLACEMENT_STAMP)
 
 # Regenerate the table of Nova's option names `berth config check` reads, from Nova's
 # own option definitions in an environment of its own (Berth never imports Nova).
@@ -57,10 +69,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) $(KEYSTONE_STAMP)
+unit: $(STAMP) $(PEERS)
 	$(BIN)/pytest
 
-test: $(STAMP) $(KEYSTONE_STAMP)
+test: $(STAMP) $(PEERS)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest
@@ -69,4 +81,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/core.py
 
 clean:
-	rm -rf $(VENV) $(KEYSTONE_VENV) .venv-nova build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(KEYSTONE_VENV) $(PLACEMENT_VENV) .venv-nova build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -75,7 +75,9 @@ def test_qualified_providers_cut_by_the_limit_say_so() -> None:
     for i in range(4):
         b.provider(f"cn{i}", VCPU=inv(8))
     why = _why(b.graph(), "resources=VCPU:1&limit=3")
-    assert why == {"cn3": Exclusion("beyond the candidate limit", {"returned": 3})}
+    # One of the four, whichever Placement's order puts last, is cut.
+    assert len(why) == 1
+    assert next(iter(why.values())) == Exclusion("beyond the candidate limit", {"returned": 3})
 
 
 def test_root_traits_and_forbidden_aggregates() -> None:

@@ -43,6 +43,7 @@ from berth.placement.candidates_graph import (
     capacity_of,
     ordered_traits,
 )
+from berth.placement.candidates_order import flat_order, general_order
 from berth.placement.candidates_query import CandidateQuery, parse_query
 from berth.placement.candidates_search import (
     Candidate,
@@ -101,7 +102,7 @@ def allocation_candidates(
     """
     query = parse_query(params, microversion)
     with _gc_paused():
-        result = _cut(search(graph, query, microversion), query, options)
+        result = _cut(graph, search(graph, query, microversion), query, options)
         return _render(graph, query, result, microversion)
 
 
@@ -119,7 +120,7 @@ def search_candidates(
     """
     query = parse_query(params, microversion)
     with _gc_paused():
-        return query, _cut(search(graph, query, microversion), query, options)
+        return query, _cut(graph, search(graph, query, microversion), query, options)
 
 
 def render_result(
@@ -154,7 +155,7 @@ def _encode(
     microversion: Microversion,
     options: CandidateOptions,
 ) -> bytes:
-    result = _cut(search(graph, query, microversion), query, options)
+    result = _cut(graph, search(graph, query, microversion), query, options)
     if isinstance(result, GeneralResult) and microversion >= (1, 27) and result.candidates:
         # Requests through orjson (the C ``json`` encoder needs ~10x longer here);
         # summaries from the per-provider fragments the flat path caches too.
@@ -316,29 +317,42 @@ def _quote(name: str) -> str:
     return quoted
 
 
-def _cut(result: SearchResult, query: CandidateQuery, options: CandidateOptions) -> SearchResult:
-    """Apply max_allocation_candidates, then ``limit`` (or the random variants)."""
+def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
+         options: CandidateOptions) -> SearchResult:
+    """Apply max_allocation_candidates (Placement stops forming requests after that
+    many), then ``limit`` (or the random variants). Either keeps the requests Placement
+    would keep, in its order (:mod:`berth.placement.candidates_order`)."""
     size = len(result.providers) if isinstance(result, FlatResult) else len(result.candidates)
-    keep = size
-    if options.max_allocation_candidates >= 0:
-        keep = min(keep, options.max_allocation_candidates)
+    cap = options.max_allocation_candidates if 0 <= options.max_allocation_candidates < size \
+        else None
+    keep = size if cap is None else cap
     if query.limit is not None:
         keep = min(keep, query.limit)
     randomize = options.randomize_allocation_candidates
     if keep == size and not randomize:
         return result
-    order: list[int] | None = None
+    order: list[int]
     if randomize:
         rng = random.Random(options.seed)
-        order = sorted(rng.sample(range(size), keep)) if keep < size else list(range(size))
+        pool = list(range(size if cap is None else cap))
+        order = sorted(rng.sample(pool, keep)) if keep < len(pool) else pool
         if query.limit is None:
             rng.shuffle(order)
+    elif isinstance(result, FlatResult):
+        last_rc, amount = list(result.resources.items())[-1]
+        fit = graph.fit_mask(last_rc, amount)
+        group = next(iter(query.groups.values()))
+        if group.in_tree is not None and group.in_tree in graph.index:
+            fit &= graph.root_array == graph.root[graph.index[group.in_tree]]
+        order = flat_order(graph, result.providers.tolist(), result.resources,
+                           np.flatnonzero(fit).tolist(), cap)[:keep]
+    else:
+        groups = list(query.groups.values())
+        order = general_order(graph, [c.amounts for c in result.candidates],
+                              groups[0] if len(groups) == 1 else None, cap)[:keep]
     if isinstance(result, FlatResult):
-        picked = result.providers[order] if order is not None else result.providers[:keep]
-        return FlatResult(picked, result.resources)
-    if order is not None:
-        return GeneralResult([result.candidates[i] for i in order])
-    return GeneralResult(result.candidates[:keep])
+        return FlatResult(result.providers[order], result.resources)
+    return GeneralResult([result.candidates[i] for i in order])
 
 
 def _render(

@@ -156,8 +156,14 @@ class ProviderGraph:
         providers: Iterable[Provider],
         traits: Iterable[str],
         resource_classes: Iterable[str],
+        ids: Iterable[int] | None = None,
     ) -> None:
         self.providers: tuple[Provider, ...] = tuple(providers)
+        #: Each provider's internal id in the store (creation order; 1, 2, ... when the
+        #: caller has none): Placement's answer order derives from them
+        #: (:mod:`berth.placement.candidates_order`).
+        self.ids: list[int] = (list(ids) if ids is not None
+                               else list(range(1, len(self.providers) + 1)))
         trait_names = list(traits)
         #: Every known trait, in the store's (trait id) order.
         self.trait_names: list[str] = trait_names
@@ -352,10 +358,12 @@ class ProviderGraph:
         providers = list(self.providers)
         structural = False
         positions: list[int] = []
+        ids = list(self.ids)
         for p in changed:
             i = self.index.get(p.uuid)
             if i is None:
                 providers.append(p)
+                ids.append(max(ids, default=0) + 1)
                 structural = True
                 continue
             old = providers[i]
@@ -370,7 +378,7 @@ class ProviderGraph:
             providers[i] = p
             positions.append(i)
         if structural:
-            return ProviderGraph(providers, self.trait_names, self._class_names)
+            return ProviderGraph(providers, self.trait_names, self._class_names, ids)
 
         new = object.__new__(ProviderGraph)
         new.__dict__.update(self.__dict__)

@@ -2604,8 +2604,9 @@ class PlacementStore:
 
         if self._structural or self._graph is None:
             providers = self._providers
+            ids = sorted(providers)
             self._graph = candidates.ProviderGraph(
-                [providers[i] for i in sorted(providers)], self._trait_names, self._class_names
+                [providers[i] for i in ids], self._trait_names, self._class_names, ids
             )
         elif self._dirty:
             # The common case while scheduling: usages of a few providers changed. The

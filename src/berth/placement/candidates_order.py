@@ -1,0 +1,213 @@
+"""The order Placement answers allocation candidates in, so that ``limit`` keeps the
+same first N (reference section 4.12, "limit").
+
+Placement gathers the allocation requests of a query in Python sets and answers
+``list(that set)``, truncated to ``limit``. Its order is therefore the iteration order
+of a set of allocation requests, each hashed as the tuple of its ``(provider id,
+resource class, amount)`` hashes sorted by hash. Python salts the hash of a string per
+process (``PYTHONHASHSEED``), so each Placement process answers a truncated query with
+its own arbitrary, not provider-order, subset: neither the oldest providers nor the
+newest are favoured.
+
+Berth is Python too: it computes the very same hashes (from the providers' internal
+ids) and replays the set insertions Placement makes, in the order Placement's queries
+yield the requests:
+
+* flat (one group, no trees, no sharing): Placement walks its set of ``(id, root id)``
+  pairs of the providers with room for the group's last class, and collects the
+  qualifying providers' requests in the answer's set;
+* one unsuffixed group over provider trees (no sharing provider, no trait, aggregate
+  or root filter): Placement gathers ``(id, root id, class id)`` triples in sets class
+  by class, walks them tree by tree, forms each tree's combinations in product order
+  (classes by id) into a set per tree, unions those into the group's set, and the merge
+  walks that set anchor by anchor into the answer's set. Berth replays each step with
+  the same tuples, so the same sets come out;
+* any other shape (granular groups, sharing providers, filters): the same set stages
+  replayed from the engine's own order, which agrees with Placement's only in part.
+
+Two processes started with the same ``PYTHONHASHSEED`` keep the same N (the suite
+checks this against Placement 16 itself); with random seeds Berth's N is as arbitrary
+as Placement's. Only truncation uses this order: without ``limit`` the list stays in
+provider order (the set of requests is the same either way).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.placement.candidates_graph import ProviderGraph
+from berth.placement.candidates_query import RequestGroup
+
+
+class _Hashed:
+    """An object whose hash is a given value (a stand-in for one of Placement's
+    objects in a tuple or a set); equal only to itself, as distinct requests are."""
+
+    __slots__ = ("value", "index")
+
+    def __init__(self, value: int, index: int = -1) -> None:
+        self.value = value
+        self.index = index
+
+    def __hash__(self) -> int:
+        return self.value
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+def request_hash(rows: Iterable[tuple[int, str, int]]) -> int:
+    """The hash of an allocation request made of ``(provider id, class, amount)`` rows,
+    as Placement's ``AllocationRequest.__hash__`` computes it."""
+    return hash(tuple(_Hashed(h) for h in sorted(hash(row) for row in rows)))
+
+
+def set_order(hashes: Sequence[int], sequence: Iterable[int]) -> list[int]:
+    """The positions of ``sequence`` in the order a Python set filled in that order
+    iterates them (``hashes[i]`` is the hash of item ``i``)."""
+    filled = set()
+    for i in sequence:
+        filled.add(_Hashed(hashes[i], i))
+    return [item.index for item in filled]
+
+
+def flat_order(graph: ProviderGraph, providers: Sequence[int],
+               resources: dict[str, int], last_class_fit: Sequence[int],
+               cap: int | None = None) -> list[int]:
+    """Placement's order of a flat answer: positions into ``providers``.
+
+    Placement walks the providers in the order of its set of ``(id, root id)`` pairs of
+    those with room for the group's *last* class (``last_class_fit``, in id order),
+    keeps those that qualify, and collects their requests in the answer's set (only the
+    first ``cap`` it forms: ``max_allocation_candidates``). The hashes are computed for
+    all providers at once (:func:`tuple_hashes`)."""
+    ids = np.asarray(graph.ids, dtype=np.int64)
+    roots = np.asarray(graph.root, dtype=np.int64)
+    fit = np.asarray(last_class_fit, dtype=np.int64)
+    pair_hashes = tuple_hashes([ids[fit], ids[roots[fit]]]).tolist()
+    walk = fit[set_order(pair_hashes, range(len(pair_hashes)))]
+    chosen = np.asarray(providers, dtype=np.int64)
+    position = np.full(graph.size, -1, dtype=np.int64)
+    position[chosen] = np.arange(len(chosen))
+    sequence = position[walk]
+    sequence = sequence[sequence >= 0][:cap].tolist()
+    mine = ids[chosen]
+    lanes = [tuple_hashes([mine, np.full(len(mine), hash(rc), dtype=np.int64),
+                           np.full(len(mine), n, dtype=np.int64)])
+             for rc, n in resources.items()]
+    ordered = np.sort(np.stack(lanes, axis=1), axis=1)
+    hashes = tuple_hashes([ordered[:, k] for k in range(ordered.shape[1])]).tolist()
+    return set_order(hashes, sequence)
+
+
+_XXPRIME_1 = np.uint64(11400714785074694791)
+_XXPRIME_2 = np.uint64(14029467366897019727)
+_XXPRIME_5 = np.uint64(2870177450012600261)
+
+
+def tuple_hashes(lanes: Sequence[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
+    """``hash(tuple)`` of many equal-length tuples at once, from their items' hashes
+    (``lanes[k][i]`` is the hash of item ``k`` of tuple ``i``): CPython's tuple hash
+    (xxHash's round on 64-bit lanes), as ``hash((a, b, c))`` computes it. Small ints
+    hash to themselves, so ids and amounts are their own lanes."""
+    acc = np.full(len(lanes[0]), _XXPRIME_5, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for lane in lanes:
+            acc = acc + lane.astype(np.uint64) * _XXPRIME_2
+            acc = (acc << np.uint64(31)) | (acc >> np.uint64(33))
+            acc = acc * _XXPRIME_1
+        acc = acc + (np.uint64(len(lanes)) ^ (_XXPRIME_5 ^ np.uint64(3527539)))
+    out = acc.view(np.int64).copy()
+    out[out == -1] = 1546275796
+    return out
+
+
+def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, int]]],
+                  group: RequestGroup | None = None, cap: int | None = None) -> list[int]:
+    """Placement's order of a general answer (``amounts`` per candidate, in the engine's
+    order): positions into it. ``group`` is the request's only group, when it has one
+    (the shape whose walk is replayed exactly); the merge stops after ``cap`` requests
+    (``max_allocation_candidates``)."""
+    ids = graph.ids
+    hashes = [request_hash([(ids[p], rc, n) for p, per_rc in a.items() for rc, n in per_rc.items()])
+              for a in amounts]
+    anchors = [_anchor(graph, a) for a in amounts]
+    walk = _tree_walk(graph, group, amounts) if group is not None else None
+    # The group's set: each tree's requests gathered in a set of their own, unioned in
+    # (a union, not one add per request: the table grows as Placement's does).
+    by_tree: dict[int, list[int]] = {}
+    for i in walk if walk is not None else range(len(amounts)):
+        by_tree.setdefault(anchors[i], []).append(i)
+    group_set: set[_Hashed] = set()
+    for members in by_tree.values():
+        tree_set = set()
+        for i in members:
+            tree_set.add(_Hashed(hashes[i], i))
+        group_set |= tree_set
+    # The merge walks the group's set anchor by anchor (first seen first) into the
+    # answer's set.
+    by_anchor: dict[int, list[int]] = {}
+    for item in group_set:
+        by_anchor.setdefault(anchors[item.index], []).append(item.index)
+    return set_order(hashes, [i for members in by_anchor.values() for i in members][:cap])
+
+
+def _anchor(graph: ProviderGraph, amounts: dict[int, dict[str, int]]) -> int:
+    """The root a request is anchored at: that of a provider that is not sharing, else
+    that of the first provider."""
+    sharing = graph.sharing
+    for p in amounts:
+        if p not in sharing:
+            return int(graph.root[p])
+    return int(graph.root[next(iter(amounts))])
+
+
+def _tree_walk(graph: ProviderGraph, group: RequestGroup,
+               amounts: Sequence[dict[int, dict[str, int]]]) -> list[int] | None:
+    """The candidates (positions into ``amounts``) in the order Placement forms them for
+    one unsuffixed group over trees, or None outside that shape."""
+    if (group.suffix or graph.sharing or group.required or group.forbidden or group.member_of
+            or group.forbidden_aggs or not group.resources):
+        return None
+    ids, root, class_id = graph.ids, graph.root, graph.class_id
+    tree: int | None = None
+    if group.in_tree is not None:
+        if group.in_tree not in graph.index:
+            return None
+        tree = root[graph.index[group.in_tree]]
+    by_id = {ids[p]: p for p in range(graph.size)}
+    found: set[tuple[int, int, int]] = set()
+    for rc, amount in group.resources.items():
+        fit = graph.fit_mask(rc, amount)
+        if tree is not None:
+            fit &= graph.root_array == tree
+        pairs = {(ids[p], ids[root[p]]) for p in fit.nonzero()[0].tolist()}
+        with_class: set[tuple[int, int, int]] = set()
+        with_class |= {(a, b, class_id[rc]) for a, b in pairs}
+        if not found:
+            found = with_class
+        else:
+            common = {t[1] for t in found} & {t[1] for t in with_class}
+            found |= with_class
+            found = {t for t in found if t[1] in common}
+    per_tree: dict[int, dict[int, list[int]]] = {}
+    for rp_id, root_id, rc_id in found:
+        per_tree.setdefault(root_id, {}).setdefault(rc_id, []).append(by_id[rp_id])
+    names = {class_id[rc]: rc for rc in group.resources}
+    position = {
+        frozenset((p, rc) for p, per_rc in a.items() for rc in per_rc): i
+        for i, a in enumerate(amounts)
+    }
+    walk: list[int] = []
+    for per_class in per_tree.values():
+        lists = [per_class[c] for c in sorted(per_class)]
+        classes = [names[c] for c in sorted(per_class)]
+        for combo in itertools.product(*lists):
+            i = position.get(frozenset(zip(combo, classes, strict=True)))
+            if i is not None:
+                walk.append(i)
+    return walk if len(walk) == len(amounts) else None

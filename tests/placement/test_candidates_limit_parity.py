@@ -1,0 +1,120 @@
+"""Under ``limit``, Berth's Placement API keeps the very allocation requests, in the very
+order, that Placement 16 keeps: compared with the real service, a peer process from
+``.venv-placement``, on a generated flat cloud and a generated nested one.
+
+Placement's order comes from Python sets of its requests, so it depends on the
+process's ``PYTHONHASHSEED``: both servers run with the same seed here (with different
+seeds two Placement processes disagree with each other as much as with Berth).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from peers import placement as peer
+
+pytestmark = pytest.mark.slow
+HEADERS = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
+SEED = 0
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[dict[str, str]]:
+    why = peer.available()
+    if why:
+        pytest.skip(why)
+    real = peer.Placement(tmp_path / "real", hash_seed=SEED).start()
+    port = peer.free_port()
+    log = tmp_path / "berth.log"
+    with open(log, "wb") as out:
+        berth = subprocess.Popen(
+            [sys.executable, "-m", "berth.cli", "placement", "serve", "--auth-strategy",
+             "noauth2", "--port", str(port), "--db", f"sqlite:///{tmp_path}/berth.sqlite"],
+            stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONHASHSEED": str(SEED)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        peer.wait_up(url, berth, log)
+        yield {"placement": real.url, "berth": url}
+    finally:
+        berth.terminate()
+        berth.wait(timeout=30)
+        real.stop()
+
+
+def _load(urls: dict[str, str], providers: list[dict[str, Any]]) -> None:
+    """The same providers, created in the same order, in both services."""
+    for url in urls.values():
+        with httpx.Client(base_url=url, headers=HEADERS, timeout=60) as http:
+            for p in providers:
+                body = {"uuid": p["uuid"], "name": p["name"]}
+                if p.get("parent"):
+                    body["parent_provider_uuid"] = p["parent"]
+                assert http.post("/resource_providers", json=body).status_code == 200
+                resp = http.put(f"/resource_providers/{p['uuid']}/inventories", json={
+                    "resource_provider_generation": 0,
+                    "inventories": {rc: {"total": n} for rc, n in p["inventory"].items()}})
+                assert resp.status_code == 200, resp.text
+
+
+def _requests(url: str, query: dict[str, str]) -> list[Any]:
+    resp = httpx.get(url + "/allocation_candidates", params=query, headers=HEADERS, timeout=60)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    # The requests in answer order; within one, JSON key and mapping order carry no
+    # meaning (Placement's come from sets of uuid strings).
+    return [[_canonical(r) for r in body["allocation_requests"]],
+            sorted(body["provider_summaries"])]
+
+
+def _canonical(request: dict[str, Any]) -> Any:
+    return (sorted((u, sorted(a["resources"].items())) for u, a in request["allocations"].items()),
+            sorted((s, sorted(ps)) for s, ps in request["mappings"].items()))
+
+
+def _uuid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def test_a_flat_cloud_keeps_the_same_first_n(servers: dict[str, str]) -> None:
+    rng = random.Random(11)
+    _load(servers, [{"uuid": _uuid(rng), "name": f"cn{i:04d}", "inventory": {
+        "VCPU": rng.choice([8, 16, 32]), "MEMORY_MB": rng.choice([16384, 32768, 65536]),
+        "DISK_GB": rng.choice([100, 500])}} for i in range(300)])
+    for query in ({"resources": "VCPU:1,MEMORY_MB:1024,DISK_GB:10", "limit": "50"},
+                  {"resources": "VCPU:1,MEMORY_MB:20000", "limit": "30"},
+                  {"resources": "DISK_GB:200,VCPU:2", "limit": "40"},
+                  {"resources": "MEMORY_MB:1024", "limit": "299"}):
+        assert _requests(servers["berth"], query) == _requests(servers["placement"], query), query
+
+
+def test_a_nested_cloud_keeps_the_same_first_n(servers: dict[str, str]) -> None:
+    rng = random.Random(5)
+    providers: list[dict[str, Any]] = []
+    for i in range(100):
+        root = _uuid(rng)
+        providers.append({"uuid": root, "name": f"cn{i:04d}",
+                          "inventory": {"DISK_GB": rng.choice([100, 500])}})
+        for j in range(rng.choice([1, 2, 2, 4])):
+            providers.append({"uuid": _uuid(rng), "name": f"cn{i:04d}_numa{j}", "parent": root,
+                              "inventory": {"VCPU": rng.choice([4, 8, 16]),
+                                            "MEMORY_MB": rng.choice([8192, 16384, 32768])}})
+    _load(servers, providers)
+    for query in ({"resources": "VCPU:1,MEMORY_MB:1024,DISK_GB:10", "limit": "50"},
+                  {"resources": "VCPU:4,MEMORY_MB:10000", "limit": "30"},
+                  {"resources": "DISK_GB:200,VCPU:2", "limit": "40"}):
+        assert _requests(servers["berth"], query) == _requests(servers["placement"], query), query
+    # Without limit the answers hold the same requests (Berth keeps its own order).
+    query = {"resources": "VCPU:1,MEMORY_MB:1024,DISK_GB:10"}
+    ours, theirs = _requests(servers["berth"], query), _requests(servers["placement"], query)
+    assert sorted(ours[0]) == sorted(theirs[0]) and ours[1] == theirs[1]
