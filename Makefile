@@ -14,7 +14,7 @@ PLACEMENT_VENV := .venv-placement
 PLACEMENT_STAMP := $(PLACEMENT_VENV)/.installed
 PEERS := $(KEYSTONE_STAMP) $(PLACEMENT_STAMP)
 
-.PHONY: run test lint typecheck unit bench install keystone-env placement-env nova-options clean
+.PHONY: run test lint typecheck unit bench install keystone-env placement-env placement-gabbi nova-options clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ $(PLACEMENT_STAMP): tests/peers/placement-requirements.txt
 	touch $(PLACEMENT_STAMP)
 
 placement-env: $(PLACEMENT_STAMP)
+
+# Placement 16's own gabbi suite against `berth placement serve` (and, with
+# GABBI_TARGET=--placement, against the real Placement as the control).
+GABBI_TARGET ?= --berth $(BIN)/berth
+placement-gabbi: $(STAMP) $(PLACEMENT_STAMP)
+	$(PLACEMENT_VENV)/bin/python tests/peers/gabbi_run.py $(GABBI_TARGET) --failures gabbi-failures.json 2>/dev/null
 
 # Regenerate the table of Nova's option names `berth config check` reads, from Nova's
 # own option definitions in an environment of its own (Berth never imports Nova).

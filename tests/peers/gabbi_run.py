@@ -1,0 +1,308 @@
+"""Run Placement's own gabbi suite (the YAML files shipped with Placement 16) against a
+live server: Berth's ``berth placement serve``, or the real Placement as a control.
+
+Runs with the Python of ``.venv-placement`` (Placement, gabbi and the suite's fixtures
+live there; Berth is only a server process it talks to over HTTP)::
+
+    .venv-placement/bin/python tests/peers/gabbi_run.py --berth .venv/bin/berth
+    .venv-placement/bin/python tests/peers/gabbi_run.py --placement   # the control
+
+For each YAML file: Placement's fixture for it runs in process, on its own in-memory
+database, as in Placement's suite; what it created (resource classes, traits,
+providers with inventories, traits, aggregates and generations, consumers with their
+allocations) is read back through Placement's own WSGI app and written to a fresh
+target server over HTTP, in the same order, so internal ids and the environment
+variables the YAML uses (``$ENVIRON['RP_UUID']`` ...) agree; the target runs with the
+fixture's policy mode and CORS settings. Provider generations cannot be replayed
+exactly (see :func:`import_state`), so the real Placement run through this same replay
+(``--placement``) is the number to compare with, next to the suite's own in-process
+result. Then gabbi runs the YAML
+against the target. Prints the totals and writes the failures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import unittest
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+# This directory holds placement.py (the peer helper), which would shadow the package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+#: The real stdout: the suite's fixtures capture sys.stdout while they run.
+OUT = sys.__stdout__
+HEADERS = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39",
+           "Accept": "application/json", "Content-Type": "application/json"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ----------------------------------------------------------------- reading the fixture
+def _wsgi_get(app: Any, path: str) -> Any:
+    import webob
+
+    req = webob.Request.blank(path, headers=HEADERS)
+    resp = req.get_response(app)
+    assert resp.status_int == 200, (path, resp.status, resp.text)
+    return json.loads(resp.body)
+
+
+def export_state(conf: Any) -> dict[str, Any]:
+    """Everything the fixture created, read through Placement's own app."""
+    from placement import deploy
+
+    app = deploy.loadapp(conf)
+    state: dict[str, Any] = {}
+    state["classes"] = [c["name"] for c in _wsgi_get(app, "/resource_classes")["resource_classes"]
+                        if c["name"].startswith("CUSTOM_")]
+    state["traits"] = _wsgi_get(app, "/traits?name=startswith:CUSTOM_")["traits"]
+    providers = _wsgi_get(app, "/resource_providers")["resource_providers"]
+    out = []
+    consumers: dict[str, Any] = {}
+    for p in providers:
+        u = p["uuid"]
+        inv = _wsgi_get(app, f"/resource_providers/{u}/inventories")["inventories"]
+        traits = _wsgi_get(app, f"/resource_providers/{u}/traits")["traits"]
+        aggs = _wsgi_get(app, f"/resource_providers/{u}/aggregates")["aggregates"]
+        allocs = _wsgi_get(app, f"/resource_providers/{u}/allocations")["allocations"]
+        for consumer in allocs:
+            if consumer not in consumers:
+                consumers[consumer] = _wsgi_get(app, f"/allocations/{consumer}")
+        out.append({"uuid": u, "name": p["name"], "parent": p["parent_provider_uuid"],
+                    "generation": p["generation"], "inventories": inv, "traits": traits,
+                    "aggregates": aggs})
+    state["providers"] = out
+    state["consumers"] = consumers
+    return state
+
+
+# ----------------------------------------------------------------- writing the target
+def _call(base: str, method: str, path: str, body: Any = None, mv: str = "1.39") -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {**HEADERS, "OpenStack-API-Version": f"placement {mv}"}
+    req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            raw = resp.read()
+            return json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"{method} {path}: {exc.code} {exc.read()[:300]!r}") from None
+
+
+def import_state(base: str, state: dict[str, Any]) -> None:
+    """Write ``state`` to the target, generations included."""
+    for name in state["classes"]:
+        _call(base, "PUT", f"/resource_classes/{name}")
+    for name in state["traits"]:
+        _call(base, "PUT", f"/traits/{name}")
+    for p in state["providers"]:
+        body = {"uuid": p["uuid"], "name": p["name"]}
+        if p["parent"]:
+            body["parent_provider_uuid"] = p["parent"]
+        _call(base, "POST", "/resource_providers", body)
+        gen = 0
+        if p["inventories"]:
+            gen = _call(base, "PUT", f"/resource_providers/{p['uuid']}/inventories", {
+                "resource_provider_generation": gen, "inventories": p["inventories"]}
+            )["resource_provider_generation"]
+        if p["traits"]:
+            gen = _call(base, "PUT", f"/resource_providers/{p['uuid']}/traits", {
+                "resource_provider_generation": gen, "traits": p["traits"]}
+            )["resource_provider_generation"]
+        if p["aggregates"]:
+            gen = _call(base, "PUT", f"/resource_providers/{p['uuid']}/aggregates", {
+                "resource_provider_generation": gen, "aggregates": p["aggregates"]}
+            )["resource_provider_generation"]
+    for consumer, data in state["consumers"].items():
+        body = {"allocations": {u: {"resources": a["resources"]}
+                                for u, a in data["allocations"].items()},
+                "project_id": data["project_id"], "user_id": data["user_id"],
+                "consumer_generation": None}
+        # A consumer of no type ("unknown") is written below 1.38, as it was made.
+        kind = data.get("consumer_type")
+        mv = "1.39" if kind and kind != "unknown" else "1.37"
+        if mv == "1.39":
+            body["consumer_type"] = kind
+        _call(base, "PUT", f"/allocations/{consumer}", body, mv)
+        for _ in range(20):  # a rewrite of the same allocations bumps the generation
+            current = _call(base, "GET", f"/allocations/{consumer}")["consumer_generation"]
+            if current >= data["consumer_generation"]:
+                break
+            body["consumer_generation"] = current
+            _call(base, "PUT", f"/allocations/{consumer}", body, mv)
+    # Provider generations are not replayed: a write that changes nothing leaves a
+    # generation alone, so the fixture's exact count of writes cannot be redone from its
+    # end state. The control run (--placement) goes through the same replay.
+
+
+# ----------------------------------------------------------------- the target servers
+def start_target(kind: str, berth: str | None, workdir: Path, flags: list[str]) -> tuple[Any, str]:
+    port = free_port()
+    log = open(workdir / f"target-{port}.log", "wb")  # noqa: SIM115
+    if kind == "berth":
+        assert berth is not None
+        cmd = [berth, "placement", "serve", "--auth-strategy", "noauth2",
+               "--noauth2-trust-client-roles", "--port", str(port),
+               "--db", f"sqlite:///{workdir}/berth-{port}.sqlite", *flags]
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+    else:
+        confdir = workdir / f"placement-{port}"
+        confdir.mkdir()
+        conf = confdir / "placement.conf"
+        mode = "true" if "secure-rbac" in flags else "false"
+        policy = cors = ""
+        if "open" in flags:  # OpenPolicyFixture: every rule but admin_api is "@"
+            from placement import policies
+
+            rules = {r.name: "@" for r in policies.list_rules() if r.name != "admin_api"}
+            (confdir / "policy.json").write_text(json.dumps(rules))
+            policy = f"policy_file = {confdir / 'policy.json'}\n"
+        if "--cors-origin" in flags:
+            cors = f"[cors]\nallowed_origin = {flags[flags.index('--cors-origin') + 1]}\n"
+        conf.write_text(f"[api]\nauth_strategy = noauth2\n[placement_database]\nconnection = "
+                        f"sqlite:///{workdir}/placement-{port}.sqlite\n[oslo_policy]\n"
+                        f"enforce_new_defaults = {mode}\n{policy}{cors}")
+        subprocess.run([str(Path(sys.executable).parent / "placement-manage"), "--config-file",
+                        str(conf), "db", "sync"], check=True, stdout=log, stderr=log)
+        code = ("import sys; sys.argv=['placement']\n"
+                "from placement.wsgi.api import application\nimport waitress\n"
+                "waitress.serve(application, host='127.0.0.1', port=%d)") % port
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=log,
+                                env={**os.environ, "OS_PLACEMENT_CONFIG_DIR": str(confdir)})
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(base + "/", timeout=1).read()
+            return proc, base
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"target exited: {log.name}") from None
+            time.sleep(0.1)
+    raise RuntimeError("target did not start")
+
+
+def target_flags(fixture_names: list[str]) -> list[str]:
+    flags: list[str] = []
+    if "SecureRBACPolicyFixture" in fixture_names:
+        flags += ["--policy", "secure-rbac"]
+    elif "OpenPolicyFixture" in fixture_names:
+        flags += ["--policy", "open"]
+    if "CORSFixture" in fixture_names:
+        flags += ["--cors-origin", "http://valid.example.com", "--cors-allow-header",
+                  "openstack-api-version"]
+    return flags
+
+
+# ----------------------------------------------------------------- one YAML file
+def run_file(path: Path, kind: str, berth: str | None, workdir: Path) -> tuple[int, int, list]:
+    import yaml
+    from gabbi import driver
+    from gabbi import fixture as gfixture
+
+    from placement.tests.functional.fixtures import gabbits as real
+
+    doc = yaml.safe_load(path.read_text())
+    names = doc.get("fixtures") or []
+    # The fixture runs here, in process, on its own database.
+    before = dict(os.environ)
+    started = []
+    for name in names:
+        fx = getattr(real, name)()
+        fx.start_fixture()
+        started.append(fx)
+    api = next((f for f in started if hasattr(f, "conf_fixture")), None)
+    state = export_state(api.conf_fixture.conf) if api is not None else None
+    env = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    for fx in reversed(started):
+        fx.stop_fixture()
+    os.environ.clear()
+    os.environ.update(before)
+
+    proc, base = start_target(kind, berth, workdir, target_flags(names))
+    try:
+        if state is not None:
+            import_state(base, state)
+
+        class Replay(gfixture.GabbiFixture):
+            def start_fixture(self) -> None:
+                os.environ.update(env)
+
+            def stop_fixture(self) -> None:
+                for key in env:
+                    os.environ.pop(key, None)
+                os.environ.update({k: v for k, v in before.items() if k in env})
+
+        module = types.ModuleType("replayed_fixtures")
+        for name in names:
+            setattr(module, name, type(name, (Replay,), {}))
+        single = workdir / "one"
+        single.mkdir(exist_ok=True)
+        for old in single.iterdir():
+            old.unlink()
+        (single / path.name).write_text(path.read_text())
+        port = int(base.rsplit(":", 1)[1])
+        suite = driver.build_tests(str(single), unittest.TestLoader(), host="127.0.0.1",
+                                   port=port, fixture_module=module,
+                                   test_loader_name="placement_gabbi")
+        result = unittest.TestResult()
+        suite.run(result)
+        failures = [(str(t), tb.splitlines()[-1][:400]) for t, tb in result.failures + result.errors]
+        return result.testsRun, len(failures), failures
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--berth", help="the berth executable (target: berth placement serve)")
+    which.add_argument("--placement", action="store_true", help="target: the real Placement")
+    parser.add_argument("--only", action="append", default=[], help="run these YAML files")
+    parser.add_argument("--failures", help="write the failures here (JSON)")
+    args = parser.parse_args()
+    import placement.tests.functional as functional
+
+    gabbits = Path(functional.__file__).parent / "gabbits"
+    files = sorted(gabbits.glob("*.yaml"))
+    if args.only:
+        files = [f for f in files if f.name in args.only]
+    kind = "placement" if args.placement else "berth"
+    total = failed = 0
+    all_failures: list = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in files:
+            ran, bad, failures = run_file(path, kind, args.berth, Path(tmp))
+            total += ran
+            failed += bad
+            all_failures += failures
+            print(f"{path.name}: {ran - bad}/{ran}", file=OUT, flush=True)
+    print(f"TOTAL {kind}: {total - failed}/{total} passed", file=OUT, flush=True)
+    if args.failures:
+        Path(args.failures).write_text(json.dumps(all_failures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:
+        import traceback
+
+        traceback.print_exc(file=sys.__stderr__)
+        sys.exit(1)
