@@ -213,7 +213,6 @@ def run_file(path: Path, kind: str, berth: str | None, workdir: Path) -> tuple[i
     import yaml
     from gabbi import driver
     from gabbi import fixture as gfixture
-
     from placement.tests.functional.fixtures import gabbits as real
 
     doc = yaml.safe_load(path.read_text())
