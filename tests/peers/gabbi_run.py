@@ -181,7 +181,7 @@ def start_target(kind: str, berth: str | None, workdir: Path, flags: list[str]) 
                         str(conf), "db", "sync"], check=True, stdout=log, stderr=log)
         code = ("import sys; sys.argv=['placement']\n"
                 "from placement.wsgi.api import application\nimport waitress\n"
-                "waitress.serve(application, host='127.0.0.1', port=%d)") % port
+                f"waitress.serve(application, host='127.0.0.1', port={port})")
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=log,
                                 env={**os.environ, "OS_PLACEMENT_CONFIG_DIR": str(confdir)})
     base = f"http://127.0.0.1:{port}"
