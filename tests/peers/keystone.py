@@ -21,41 +21,24 @@ berth      service        service (the servers' own credentials)
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]
+from berth.service.localcluster import free_port
+from peers import ROOT, missing, serve, stop, wait_up
+
 VENV = ROOT / ".venv-keystone"
 PASSWORD = "secret"
 #: user -> (project, role)
 USERS = {"alice": ("demo", "reader"), "bob": ("demo", "member"),
          "carol": ("other", "member"), "berth": ("service", "service")}
 
-_SERVE = """
-import sys
-sys.argv = ["keystone"]
-from keystone.wsgi.api import application
-import waitress
-waitress.serve(application, host="127.0.0.1", port=int({port}), threads=4)
-"""
-
-
 def available() -> str | None:
     """Why the peer cannot run here, or None."""
-    if not (VENV / "bin" / "keystone-manage").exists():
-        return f"no Keystone environment at {VENV} (make test builds it: make keystone-env)"
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return missing(VENV, "keystone-manage", "keystone-env")
 
 
 @dataclass
@@ -63,7 +46,7 @@ class Keystone:
     """A running Keystone: ``url`` is its ``/v3`` endpoint."""
 
     workdir: Path
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -84,39 +67,24 @@ class Keystone:
             f"[fernet_receipts]\nkey_repository = {keys}\n"
             f"[credential]\nkey_repository = {creds}\n")
         manage = [str(VENV / "bin" / "keystone-manage"), "--config-file", str(conf)]
-        log = open(self.workdir / "keystone.log", "ab")  # noqa: SIM115 - kept by the process
-        for step in (["db_sync"],
-                     ["fernet_setup", "--keystone-user", "root", "--keystone-group", "root"],
-                     ["credential_setup", "--keystone-user", "root", "--keystone-group", "root"],
-                     ["bootstrap", "--bootstrap-password", PASSWORD,
-                      "--bootstrap-public-url", self.url]):
-            subprocess.run([*manage, *step], check=True, stdout=log, stderr=log, timeout=120)
-        self.proc = subprocess.Popen(
-            [str(VENV / "bin" / "python"), "-c", _SERVE.format(port=self.port)],
-            stdout=log, stderr=log, cwd=self.workdir,
-            env={"OS_KEYSTONE_CONFIG_DIR": str(self.workdir), "PATH": "/usr/bin:/bin"})
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"keystone exited: see {self.workdir / 'keystone.log'}")
-            try:
-                if httpx.get(self.url, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        else:
-            raise RuntimeError("keystone did not start in 60 s")
+        with open(self.workdir / "keystone.log", "ab") as log:
+            for step in (["db_sync"],
+                         ["fernet_setup", "--keystone-user", "root", "--keystone-group", "root"],
+                         ["credential_setup", "--keystone-user", "root", "--keystone-group",
+                          "root"],
+                         ["bootstrap", "--bootstrap-password", PASSWORD,
+                          "--bootstrap-public-url", self.url]):
+                subprocess.run([*manage, *step], check=True, stdout=log, stderr=log,
+                               timeout=120)
+        self.proc = serve(VENV, "keystone", "keystone.wsgi.api", self.port, self.workdir,
+                          {"OS_KEYSTONE_CONFIG_DIR": str(self.workdir), "PATH": "/usr/bin:/bin"},
+                          self.workdir / "keystone.log")
+        wait_up(self.url, self.proc, self.workdir / "keystone.log")
         self._populate()
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
 
     # -- tokens and the users of the table above ---------------------------------------
     def token(self, user: str, project: str | None = None) -> str:

@@ -9,37 +9,20 @@ over HTTP.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from berth.service.localcluster import free_port
+from peers import ROOT, missing, serve, stop, wait_up
 
-ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-placement"
-
-_SERVE = """
-import sys
-sys.argv = ["placement"]
-from placement.wsgi.api import application
-import waitress
-waitress.serve(application, host="127.0.0.1", port=int({port}), threads=4)
-"""
+__all__ = ["Placement", "available", "free_port", "wait_up"]
 
 
 def available() -> str | None:
     """Why the peer cannot run here, or None."""
-    if not (VENV / "bin" / "placement-manage").exists():
-        return f"no Placement environment at {VENV} (make test builds it: make placement-env)"
-    return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return missing(VENV, "placement-manage", "placement-env")
 
 
 @dataclass
@@ -61,36 +44,16 @@ class Placement:
             "[api]\nauth_strategy = noauth2\n"
             f"[placement_database]\nconnection = sqlite:///{self.workdir}/placement.sqlite\n"
             "[oslo_policy]\nenforce_new_defaults = false\n")
-        log = open(self.workdir / "placement.log", "ab")  # noqa: SIM115 - kept by the process
-        subprocess.run([str(VENV / "bin" / "placement-manage"), "--config-file",
-                        str(self.workdir / "placement.conf"), "db", "sync"],
-                       check=True, stdout=log, stderr=log, timeout=120)
+        with open(self.workdir / "placement.log", "ab") as log:
+            subprocess.run([str(VENV / "bin" / "placement-manage"), "--config-file",
+                            str(self.workdir / "placement.conf"), "db", "sync"],
+                           check=True, stdout=log, stderr=log, timeout=120)
         env = {"OS_PLACEMENT_CONFIG_DIR": str(self.workdir), "PATH": os.environ["PATH"],
                "PYTHONHASHSEED": str(self.hash_seed)}
-        self.proc = subprocess.Popen(
-            [str(VENV / "bin" / "python"), "-c", _SERVE.format(port=self.port)],
-            stdout=log, stderr=log, cwd=self.workdir, env=env)
-        wait_up(self.url, self.proc, self.workdir / "placement.log")
+        self.proc = serve(VENV, "placement", "placement.wsgi.api", self.port, self.workdir,
+                          env, self.workdir / "placement.log")
+        wait_up(self.url + "/", self.proc, self.workdir / "placement.log")
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def wait_up(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            if httpx.get(url + "/", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not start in {timeout} s")
+        stop(self.proc)

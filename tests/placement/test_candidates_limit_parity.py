@@ -44,7 +44,7 @@ def servers(tmp_path: Path) -> Iterator[dict[str, str]]:
             env={**os.environ, "PYTHONHASHSEED": str(SEED)})
     url = f"http://127.0.0.1:{port}"
     try:
-        peer.wait_up(url, berth, log)
+        peer.wait_up(url + "/", berth, log)
         yield {"placement": real.url, "berth": url}
     finally:
         berth.terminate()
