@@ -28,19 +28,21 @@ $(STAMP): $(RUN_STAMP)
 
 install: $(STAMP)
 
+# A peer's environment: $(1) the directory, $(2) its requirements file.
+define peer_env
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q -r $(2)
+	touch $(1)/.installed
+endef
+
 $(KEYSTONE_STAMP): tests/peers/keystone-requirements.txt
-	$(PYTHON) -m venv $(KEYSTONE_VENV)
-	$(KEYSTONE_VENV)/bin/python -m pip install -q --upgrade pip
-	$(KEYSTONE_VENV)/bin/python -m pip install -q -r tests/peers/keystone-requirements.txt
-	touch $(KEYSTONE_STAMP)
+	$(call peer_env,$(KEYSTONE_VENV),$<)
 
 keystone-env: $(KEYSTONE_STAMP)
 
 $(PLACEMENT_STAMP): tests/peers/placement-requirements.txt
-	$(PYTHON) -m venv $(PLACEMENT_VENV)
-	$(PLACEMENT_VENV)/bin/python -m pip install -q --upgrade pip
-	$(PLACEMENT_VENV)/bin/python -m pip install -q -r tests/peers/placement-requirements.txt
-	touch $(PLACEMENT_STAMP)
+	$(call peer_env,$(PLACEMENT_VENV),$<)
 
 placement-env: $(PLACEMENT_STAMP)
 
