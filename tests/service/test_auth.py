@@ -309,3 +309,31 @@ def test_a_keystone_that_cannot_validate_tokens_is_a_503_not_a_500(
         assert resp.headers["Retry-After"] == "5"
     finally:
         server.stop()
+
+
+def test_a_service_authenticates_to_placement_with_its_placement_credentials(
+        keystone: peer.Keystone, nova_conf: Path, tmp_path: Path) -> None:
+    """What ``berth compute`` does: a token from the keystoneauth options of
+    ``[placement]``, renewed by the plugin, sent to a Placement API that validates it."""
+    from berth.placement.client import PlacementClient
+    from berth.webauth.client import placement_auth
+
+    server = Server(tmp_path, "placement", "serve", "--config-file", str(nova_conf), "--db",
+                    f"sqlite:///{tmp_path}/p.sqlite", health="/")
+    conf = tmp_path / "compute.conf"
+    conf.write_text("[placement]\nauth_type = password\n"
+                    f"auth_url = {keystone.url}\nusername = berth\n"
+                    f"password = {peer.PASSWORD}\nproject_name = service\n"
+                    "user_domain_name = Default\nproject_domain_name = Default\n")
+    try:
+        auth = placement_auth([str(conf)])
+        assert auth is not None
+        with PlacementClient(server.url, auth=auth) as client:
+            created = client.create_provider("compute-1")
+            assert [p.uuid for p in client.list_providers()] == [created.uuid]
+        # Without [placement] credentials: the noauth2 token, which Keystone refuses.
+        assert placement_auth([str(nova_conf)]) is None
+        with PlacementClient(server.url) as client, pytest.raises(Exception, match="401"):
+            client.list_providers()
+    finally:
+        server.stop()
