@@ -36,12 +36,14 @@ hosts:
      instances: [{uuid: 0b8f9c3e-0000-4000-8000-0000000000aa, flavor: small, image: x86}]}
   - {host: n4, vcpus: 8, memory_mb: 8704, local_gb: 100, service: {up: false},
      instances: [{uuid: 0b8f9c3e-0000-4000-8000-0000000000bb, flavor: small}]}
+server_groups:
+  - {name: pair, policy: anti-affinity}
 """
 SEEDED = "0b8f9c3e-0000-4000-8000-0000000000aa"
 ON_DOWN_HOST = "0b8f9c3e-0000-4000-8000-0000000000bb"
 CONF = """
 [filter_scheduler]
-enabled_filters = ComputeFilter,ImagePropertiesFilter
+enabled_filters = ComputeFilter,ImagePropertiesFilter,ServerGroupAntiAffinityFilter
 weight_classes = RAMWeigher
 """
 
@@ -169,3 +171,52 @@ def test_bad_move_requests_get_one_line_errors(server: str, path: str, body: obj
     assert resp.status_code == status, resp.text
     assert message in resp.json()["error"]["message"]
     assert "\n" not in resp.json()["error"]["message"]
+
+
+def _usage(url: str, host: str) -> dict[str, int]:
+    hosts = httpx.get(f"{url}/hosts", headers=ADMIN).json()["hosts"]
+    entry = next(h for h in hosts if h["host"] == host)
+    return {"vcpus_used": entry["vcpus_used"], "num_instances": entry["num_instances"]}
+
+
+def test_delete_frees_the_allocations_the_host_and_the_group(
+        server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Churn online: DELETE /servers/{uuid} (and ``berth delete``) frees the instance's
+    claims, its host reports it gone, and it leaves its server group; a resize waiting
+    for confirmation gives up its source claim too."""
+    booted = []
+    for _ in range(2):
+        resp = httpx.post(f"{server}/boot", json={"flavor": "small", "hints": {"group": "pair"}},
+                          headers=ADMIN)
+        assert resp.status_code == 200, resp.text
+        booted += resp.json()["instances"]
+    first, second = (b["instance_uuid"] for b in booted)
+    host = booted[0]["host"]
+    before = _usage(server, host)
+    resp = httpx.delete(f"{server}/servers/{first}", headers=ADMIN)
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()
+    assert answer["status"] == "DELETED" and answer["host"] == host
+    assert list(answer["freed"][first].values()) == [SMALL]
+    assert _held(server, first) == {}
+    deadline = time.monotonic() + 10
+    while _usage(server, host)["num_instances"] != before["num_instances"] - 1:
+        assert time.monotonic() < deadline, _usage(server, host)
+        time.sleep(0.1)
+    assert httpx.get(f"{server}/servers/{first}", headers=ADMIN).status_code == 404
+    groups = httpx.get(f"{server}/server-groups", headers=ADMIN).json()["server_groups"]
+    assert next(g for g in groups if g["name"] == "pair")["members"] == [second]
+    assert httpx.delete(f"{server}/servers/{first}", headers=ADMIN).status_code == 404
+    # A resize awaiting confirmation: both consumers' claims go.
+    resized = httpx.post(f"{server}/servers/{second}/resize", json={"flavor": "big"},
+                         headers=ADMIN).json()
+    migration = resized["migration_uuid"]
+    assert _held(server, migration) != {}
+    assert main(["delete", second, "--url", server]) == 0
+    out = capsys.readouterr().out
+    assert f"{second}: deleted from {resized['host']}" in out
+    assert f"freed from consumer {migration}: " in out
+    assert _held(server, second) == {} and _held(server, migration) == {}
+    # Nobody without the rule deletes: a token with no role is refused.
+    assert httpx.delete(f"{server}/servers/{SEEDED}",
+                        headers={"X-Auth-Token": "mallory"}).status_code == 403

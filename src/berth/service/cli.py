@@ -153,6 +153,7 @@ def add_commands(subparsers: Any) -> None:
         ("confirm-resize", "confirm a migration or resize: the source allocation goes"),
         ("revert-resize", "revert a migration or resize: back to the source and old flavor"),
         ("server", "show an instance: host, status, migrations, allocations"),
+        ("delete", "delete an instance: its allocations go, its host forgets it"),
     )
     for name, text in actions:
         m = subparsers.add_parser(name, help=text)
@@ -346,6 +347,8 @@ def cmd_server_action(args: argparse.Namespace) -> int:
     try:
         if args.action == "server":
             resp = httpx.get(url, timeout=60, headers=_auth_headers(args))
+        elif args.action == "delete":
+            resp = httpx.delete(url, timeout=60, headers=_auth_headers(args))
         else:
             resp = httpx.post(f"{url}/{args.action}", json=body, timeout=60,
                               headers=_auth_headers(args))
@@ -380,6 +383,15 @@ def cmd_server_action(args: argparse.Namespace) -> int:
 def _print_server(action: str, data: dict[str, Any]) -> None:
     """Where the instance is (and came from), its status, and each consumer's
     allocations by provider."""
+    if action == "delete":
+        names = data.get("providers") or {}
+        print(f"{data['instance_uuid']}: deleted from {data['host']} ({data['nodename']})")
+        for consumer, held in (data.get("freed") or {}).items():
+            text = "; ".join(f"{names.get(rp, rp)} " + ", ".join(
+                f"{rc}={n}" for rc, n in sorted(res.items()))
+                for rp, res in sorted(held.items())) or "nothing"
+            print(f"  freed from consumer {consumer}: {text}")
+        return
     source = data.get("source")
     if source and action != "server":
         tried = ",".join(data.get("tried") or []) or "-"

@@ -179,6 +179,14 @@ class FakeDriver:
             source.restore_usage()
             source.report()
 
+    def terminate(self, instance_uuid: str, host: str, nodename: str | None) -> None:
+        """The instance is deleted: its host forgets it and reports."""
+        agent = self.agents.get(agent_key(host, nodename)) or self.agents.get(host)
+        if agent is not None:
+            agent.destroy(instance_uuid)
+        with self._lock:
+            self.built.pop(instance_uuid, None)
+
     def rebuild(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
         """Rebuild the instance in place with the spec's image (a build on its own host,
         failing as configured)."""

@@ -34,6 +34,8 @@ from berth.placement.db import create_tables
 ACTIVE = "ACTIVE"
 MOVING = "MOVING"
 VERIFY_RESIZE = "VERIFY_RESIZE"
+#: Being deleted (its claims go, then its record).
+DELETING = "DELETING"
 
 instances_metadata = sa.MetaData()
 
@@ -180,6 +182,11 @@ class InstanceStore:
                 instances_table.c.uuid == uuid,
                 instances_table.c.status.in_(list(expected))).values(status=status))
         return bool(done.rowcount)
+
+    def remove(self, uuid: str) -> None:
+        """Forget a deleted instance (its migrations stay, as history)."""
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            conn.execute(sa.delete(instances_table).where(instances_table.c.uuid == uuid))
 
     def update(self, uuid: str, *, status: str, host: str | None = None,
                nodename: str | None = None, spec: dict[str, Any] | None = None) -> None:

@@ -5,6 +5,9 @@ Routes::
     GET  /servers                          every instance the service knows
     GET  /servers/{uuid}                   one instance: host, status, flavor, image,
                                            its migrations and its allocations
+    DELETE /servers/{uuid}                 delete it: its allocations (and those of a
+                                           resize awaiting confirmation) go, its host
+                                           forgets it, it leaves its server groups
     POST /servers/{uuid}/migrate           {"host": null | "c1-s02", "allow_cross_cell": false,
                                             "explain": false}
     POST /servers/{uuid}/resize            {"flavor": "m1.large" | {...}, "allow_cross_cell":
@@ -45,7 +48,7 @@ from berth.model.image_props import show
 from berth.model.request import Flavor, ImageMeta
 from berth.moves import EVACUATE, MIGRATE, REBUILD, RESIZE, MoveRequest
 from berth.service.moves import MoveService
-from berth.service.policy import MOVE_RULES, SERVERS_LIST, SERVERS_SHOW
+from berth.service.policy import MOVE_RULES, SERVERS_DELETE, SERVERS_LIST, SERVERS_SHOW
 
 #: ``authorize(rule, project)`` raises unless the caller may apply ``rule`` to an
 #: instance of ``project``.
@@ -126,8 +129,11 @@ def handle_servers(moves: MoveService | None, method: str, path: str, body: Any,
     record = moves.instances.get(uuid)
     owner = record.spec.get("project_id") if record is not None else None
     if len(parts) == 2:
+        if method == "DELETE":
+            authorize(SERVERS_DELETE, owner)
+            return 200, moves.delete(uuid)
         if method != "GET":
-            return _method("GET")
+            return _method("GET or DELETE")
         authorize(SERVERS_SHOW, owner)
         return 200, moves.show(uuid)
     if len(parts) != 3:

@@ -63,6 +63,7 @@ from berth.service.conductor import BuildFailed, Conductor
 from berth.service.groups import ServerGroupStore
 from berth.service.instances import (
     ACTIVE,
+    DELETING,
     MOVING,
     VERIFY_RESIZE,
     InstanceRecord,
@@ -311,6 +312,40 @@ class MoveService:
             self.instances.update(instance_uuid, status=VERIFY_RESIZE)
             raise
         return self.show(instance_uuid, migration.uuid)
+
+    def delete(self, instance_uuid: str) -> dict[str, Any]:
+        """Delete an instance (Nova's server delete): a resize waiting for confirmation
+        gives up its source first; the instance consumer's allocations are deleted; the
+        host forgets it and reports; it leaves its server groups; its record goes. An
+        instance that is moving is refused (MoveRefused)."""
+        record = self._instance(instance_uuid)
+        if not self.instances.swap_status(instance_uuid, [ACTIVE, VERIFY_RESIZE], DELETING):
+            raise self._busy(instance_uuid)
+        freed: dict[str, Any] = {}
+        try:
+            for migration in self.instances.migrations(instance_uuid, status="finished"):
+                freed[migration.uuid] = self.claims.allocations_of(migration.uuid)
+                self.claims.delete(migration.uuid)
+                release = getattr(self.conductor.driver, "confirm_move", None)
+                if callable(release):
+                    release(instance_uuid, migration.source_host)
+                self.instances.set_migration(migration.uuid, status="deleted")
+            freed[instance_uuid] = self.claims.allocations_of(instance_uuid)
+            self.claims.delete(instance_uuid)
+        except BaseException:
+            self.instances.update(instance_uuid, status=record.status)
+            raise
+        terminate = getattr(self.conductor.driver, "terminate", None)
+        if callable(terminate):
+            terminate(instance_uuid, record.host, record.nodename)
+        if self.groups is not None:
+            for group in self.groups.all():
+                if instance_uuid in group.members:
+                    self.groups.remove_members(group.uuid, [instance_uuid])
+        self.instances.remove(instance_uuid)
+        return {"instance_uuid": instance_uuid, "status": "DELETED", "host": record.host,
+                "nodename": record.nodename, "freed": freed,
+                "providers": self._provider_names(freed)}
 
     def cleanup_evacuated(self, host: str) -> list[str]:
         """What Nova's compute does when it starts (``_destroy_evacuated_instances``):

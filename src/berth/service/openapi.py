@@ -105,7 +105,10 @@ def document() -> dict[str, Any]:
         "/server-groups": _get("The server groups", 404, 503),
         "/servers": _get("Every instance", 404, 503),
         "/servers/{uuid}": {"parameters": [uuid_param],
-                            **_get("An instance, its migrations and allocations", 404, 503)},
+                            **_get("An instance, its migrations and allocations", 404, 503),
+                            "delete": {"summary": "Delete an instance: its allocations go",
+                                       "responses": _answers("what was freed", 404, 409,
+                                                             503)}},
     }
     for action in [*MOVE_FIELDS, *PLAIN_ACTIONS]:
         fields = MOVE_FIELDS.get(action, frozenset())

@@ -16,6 +16,7 @@ berth:servers:resize           admin or service, or a member of the instance's p
 berth:servers:rebuild          admin or service, or a member of the instance's project
 berth:servers:confirm_resize   admin or service, or a member of the instance's project
 berth:servers:revert_resize    admin or service, or a member of the instance's project
+berth:servers:delete           admin or service, or a member of the instance's project
 =============================  ==========================================================
 
 The target is ``{"project_id": ...}``: for a boot, the project it boots for (the body's
@@ -41,6 +42,7 @@ SERVER_GROUPS = "berth:server_groups:list"
 CATALOG = "berth:catalog:list"
 SERVERS_LIST = "berth:servers:list"
 SERVERS_SHOW = "berth:servers:show"
+SERVERS_DELETE = "berth:servers:delete"
 
 LEGACY = "rule:admin_api"
 _MEMBER = f"{ADMIN_OR_SERVICE} or (role:member and project_id:%(project_id)s)"
@@ -74,6 +76,8 @@ def scheduler_rules() -> list[oslo_policy.RuleDefault]:
              deprecated=LEGACY),
         rule(SERVERS_SHOW, _READER, "Show an instance, its migrations and allocations.",
              [("GET", "/servers/{uuid}")], deprecated=LEGACY),
+        rule(SERVERS_DELETE, _MEMBER, "Delete an instance: its allocations go.",
+             [("DELETE", "/servers/{uuid}")], deprecated=LEGACY),
     ]
     for action, name in MOVE_RULES.items():
         check = ADMIN_OR_SERVICE if action in _ADMIN_MOVES else _MEMBER
