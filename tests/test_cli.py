@@ -268,3 +268,37 @@ def test_checks_and_lists_print_json(capsys, tmp_path):
     code, out, _ = run(capsys, "flavor", "check", "--extra-spec", "hw:cpu_policy=bogus", "--json")
     data = json.loads(out)
     assert code == 3 and data["ok"] is False and "hw:cpu_policy" in data["errors"][0]
+
+
+def test_a_random_pick_below_the_best_host_is_explained(capsys, tmp_path):
+    """host_subset_size > 1: the explanation says the host was drawn at random, and
+    names the best-ranked host it was preferred over when the pick weighs less."""
+    conf = tmp_path / "nova.conf"
+    conf.write_text("[filter_scheduler]\nhost_subset_size = 4\n")
+    code, out, _ = run(capsys, "schedule", CLOUD, "--config-file", str(conf), "--flavor",
+                       "m1.large", "--seed", "9", "--explain")
+    assert code == 0
+    assert ("random pick (host_subset_size = 4): c1-s03 (weight 3.21) was drawn among the 4 "
+            "best, not the best-ranked c1-s08 (weight 4)") in out
+    code, out, _ = run(capsys, "schedule", CLOUD, "--config-file", str(conf), "--flavor",
+                       "m1.large", "--seed", "9", "--explain", "--json")
+    pick = json.loads(out)["diagnosis"]["instances"][0]["random_pick"]
+    assert pick["lower_weighted"] is True and pick["among"] == 4
+    assert pick["best"] == ["c1-s08", "c1-s08"]
+    # The default (host_subset_size = 1) draws nothing, and says nothing.
+    code, out, _ = run(capsys, "schedule", CLOUD, "--flavor", "m1.large", "--seed", "9",
+                       "--explain")
+    assert "random pick" not in out
+
+
+def test_a_random_pick_survives_the_json_round_trip():
+    """berth boot --explain rebuilds the explanation from the server's JSON."""
+    from berth.explain import Diagnosis, InstanceDiagnosis, RandomPick, diagnosis_lines
+    from berth.service.cli import diagnosis_from_dict
+
+    pick = RandomPick(among=3, subset_size=3, best=("a", "a"), best_weight=2.0,
+                      picked_weight=1.5)
+    original = Diagnosis([InstanceDiagnosis(0, None, 5, chosen=("b", "b"), random_pick=pick)])
+    rebuilt = diagnosis_from_dict(json.loads(json.dumps(original.to_dict())))
+    assert diagnosis_lines(rebuilt) == diagnosis_lines(original)
+    assert any("not the best-ranked a (weight 2)" in line for line in diagnosis_lines(rebuilt))

@@ -61,6 +61,43 @@ class HostWeighing:
 
 
 @dataclass
+class RandomPick:
+    """The first host was drawn at random among the ``among`` best (Nova's
+    ``host_subset_size``, widened to the hosts tied for the best weight when
+    ``shuffle_best_same_weighed_hosts`` is on): which host ranked best, and whether
+    the pick weighs less than it."""
+
+    among: int
+    subset_size: int
+    best: tuple[str, str]
+    best_weight: float
+    picked_weight: float
+
+    @property
+    def lower(self) -> bool:
+        """The pick weighs less than the best host (not merely tied with it)."""
+        return self.picked_weight < self.best_weight
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"among": self.among, "host_subset_size": self.subset_size,
+                "best": list(self.best), "best_weight": self.best_weight,
+                "picked_weight": self.picked_weight, "lower_weighted": self.lower}
+
+    def line(self, picked: tuple[str, str] | None, by_cost: bool) -> str:
+        """One line of the explanation."""
+        what = "cost" if by_cost else "weight"
+        sign = -1.0 if by_cost else 1.0
+        where = (f"host_subset_size = {self.subset_size}" if self.among <= self.subset_size
+                 else f"{self.among} hosts tied for the best {what}")
+        chosen = node_label(*picked) if picked else "the host"
+        if self.lower:
+            return (f"  random pick ({where}): {chosen} ({what} {sign * self.picked_weight:.4g})"
+                    f" was drawn among the {self.among} best, not the best-ranked "
+                    f"{node_label(*self.best)} ({what} {sign * self.best_weight:.4g})")
+        return f"  random pick ({where}): {chosen} was drawn among the {self.among} best"
+
+
+@dataclass
 class InstanceDiagnosis:
     """Everything that happened while choosing a host for one instance of the request."""
 
@@ -74,6 +111,9 @@ class InstanceDiagnosis:
     #: "weight" (weighers: higher is better) or "cost" (least-cost functions: lower is
     #: better; a host's cost is minus its ranking weight, its terms the cost shares).
     ranked_by: str = "weight"
+    #: When the host was picked at random among several (``host_subset_size`` > 1, or
+    #: hosts tied for the best weight with ``shuffle_best_same_weighed_hosts``).
+    random_pick: RandomPick | None = None
 
     @property
     def hosts_available(self) -> int:
@@ -125,6 +165,7 @@ class InstanceDiagnosis:
             "chosen": list(self.chosen) if self.chosen else None,
             "claim_failures": [list(c) for c in self.claim_failures],
             "ranked_by": self.ranked_by,
+            **({"random_pick": self.random_pick.to_dict()} if self.random_pick else {}),
             "steps": [
                 {
                     "name": s.name,
@@ -208,6 +249,8 @@ def diagnosis_lines(diagnosis: Diagnosis, *, verbose: bool = False) -> list[str]
         if inst.claim_failures:
             lines.append("  claims refused on: " + ", ".join(
                 node_label(h, n) for h, n in inst.claim_failures))
+        if inst.random_pick is not None:
+            lines.append(inst.random_pick.line(inst.chosen, inst.ranked_by == "cost"))
         if inst.weighing:
             lines.extend(_weighing_lines(inst, verbose))
     return lines

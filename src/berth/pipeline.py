@@ -56,6 +56,7 @@ from berth.explain import (
     HostRejection,
     HostWeighing,
     InstanceDiagnosis,
+    RandomPick,
     WeigherTerm,
 )
 from berth.filters.base import BaseHostFilter, Reject
@@ -699,6 +700,7 @@ class Scheduler:
                 order = tied + order[len(tied):]
             subset = order[:subset_size] if subset_size < len(order) else order
             chosen = req.rng.choice(subset)
+            among = len(subset)
             order.remove(chosen)
             order.insert(0, chosen)
             ordered = filtered[np.asarray(order, dtype=np.int64)]
@@ -722,6 +724,7 @@ class Scheduler:
                 head = tied + head[tied_count:]
             subset = head[:subset_size] if subset_size < n else head
             chosen = req.rng.choice(subset)
+            among = len(subset)
             head.remove(chosen)
             head.insert(0, chosen)
             level.prefix = np.asarray(head, dtype=np.int64)
@@ -729,6 +732,8 @@ class Scheduler:
         result = HostOrder(req.levels, len(req.levels) - 1)
         if req.current is not None:
             self._record_weighing(req, hosts, ranking, result)
+            if among > 1:
+                self._record_pick(req, hosts, ranking, result, among)
         return result
 
     def _filtered_hosts(self, req: _Request, rows: np.ndarray, index: int) -> np.ndarray:
@@ -840,6 +845,23 @@ class Scheduler:
             req.current.weighing.append(HostWeighing(
                 snapshot.obj("host")[row], snapshot.obj("nodename")[row],
                 float(ranking.weights[pos]), terms))
+
+    def _record_pick(self, req: _Request, hosts: Hosts, ranking: Ranking, order: HostOrder,
+                     among: int) -> None:
+        """Say that the first host was drawn at random among ``among``, and which host
+        ranked best."""
+        assert req.current is not None
+        weights = np.asarray(ranking.weights, dtype=float)
+        if not len(weights) or np.isnan(weights).all():
+            return
+        best = int(np.nanargmax(weights))
+        snapshot = req.ws.snapshot
+        best_row = int(hosts.rows[best])
+        picked = {row: pos for pos, row in enumerate(hosts.rows.tolist())}[int(order.head(1)[0])]
+        req.current.random_pick = RandomPick(
+            among=among, subset_size=self.config.filter_scheduler.host_subset_size,
+            best=(snapshot.obj("host")[best_row], snapshot.obj("nodename")[best_row]),
+            best_weight=float(weights[best]), picked_weight=float(weights[picked]))
 
     def _claim(
         self, req: _Request, rows: HostOrder, instance_uuid: str | None, claimer: Claimer | None

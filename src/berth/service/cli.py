@@ -488,8 +488,22 @@ def diagnosis_from_dict(data: Any) -> Diagnosis:
             weighing=weighing, chosen=(chosen[0], chosen[1]) if chosen else None,
             claim_failures=[(c[0], c[1]) for c in item.get("claim_failures") or []],
             ranked_by="cost" if item.get("ranked_by") == "cost" else "weight",
+            random_pick=_random_pick(item.get("random_pick")),
         ))
     return Diagnosis(instances)
+
+
+def _random_pick(data: Any) -> Any:
+    from berth.explain import RandomPick
+
+    if not isinstance(data, dict):
+        return None
+    best = data.get("best") or ["?", "?"]
+    return RandomPick(among=int(data.get("among", 0)),
+                      subset_size=int(data.get("host_subset_size", 1)),
+                      best=(str(best[0]), str(best[1])),
+                      best_weight=float(data.get("best_weight", 0.0)),
+                      picked_weight=float(data.get("picked_weight", 0.0)))
 
 
 def _print_diagnosis(data: Any, verbose: bool) -> None:
