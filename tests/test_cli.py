@@ -302,3 +302,20 @@ def test_a_random_pick_survives_the_json_round_trip():
     rebuilt = diagnosis_from_dict(json.loads(json.dumps(original.to_dict())))
     assert diagnosis_lines(rebuilt) == diagnosis_lines(original)
     assert any("not the best-ranked a (weight 2)" in line for line in diagnosis_lines(rebuilt))
+
+
+def test_a_multi_create_that_runs_out_of_hosts_says_how_many_fit(capsys):
+    code, _, err = run(capsys, "schedule", CLOUD, "--flavor", "m1.huge", "--num", "40",
+                       "--seed", "1")
+    assert code == 4
+    assert err.splitlines()[1] == ("  23 of 40 instances found a host before the hosts ran "
+                                   "out (their claims were released: a request is placed "
+                                   "whole or not at all)")
+    code, out, _ = run(capsys, "schedule", CLOUD, "--flavor", "m1.huge", "--num", "40",
+                       "--seed", "1", "--json")
+    error = json.loads(out)["error"]
+    assert (error["instances_fit"], error["instances_requested"]) == (23, 40)
+    # One instance that fits nowhere: nothing to count.
+    code, out, _ = run(capsys, "schedule", CLOUD, "--flavor", "m1.huge", "--num", "1",
+                       "--seed", "1", "--json", "--az", "nowhere")
+    assert "instances_fit" not in out

@@ -33,6 +33,7 @@ from berth.errors import (
     ExtraSpecError,
     InputError,
     NoValidHost,
+    error_dict,
     exit_code_for,
 )
 from berth.explain import diagnosis_lines, node_label
@@ -101,12 +102,14 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         except NoValidHost as exc:
             if args.json:
                 # As POST /boot answers a refusal: the diagnosis only when there is one.
-                print(json.dumps({"error": {"code": exc.code, "message": exc.message},
+                print(json.dumps({"error": error_dict(exc),
                                   **({"diagnosis": exc.diagnosis.to_dict()}
                                      if exc.diagnosis else {}),
                                   **({"warnings": warnings} if args.explain else {})}, indent=2))
             else:
                 print(f"error: {exc.message}", file=sys.stderr)
+                if exc.fit_note():
+                    print(f"  {exc.fit_note()}", file=sys.stderr)
                 if exc.diagnosis is not None:
                     _print_warnings(warnings)
                     _print_diagnosis(exc.diagnosis, verbose=args.verbose)

@@ -177,7 +177,19 @@ class NoValidHost(SchedulingError):
         self.diagnosis = diagnosis
         #: Hosts each filter removed before the request ran out of hosts (for metrics).
         self.rejections = rejections or {}
+        #: For a multi-create that ran out of hosts: how many of how many instances
+        #: had found a host (their claims released) when it did.
+        self.fitted: int | None = None
+        self.requested: int | None = None
         self.cause = cause
+
+    def fit_note(self) -> str | None:
+        """``"3 of 5 instances fit ..."`` for a multi-create, else None."""
+        if self.fitted is None or not self.requested or self.requested < 2:
+            return None
+        return (f"{self.fitted} of {self.requested} instances found a host before the hosts "
+                "ran out (their claims were released: a request is placed whole or not at "
+                "all)")
 
 
 class UnsupportedPolicy(SchedulingError):
@@ -273,3 +285,13 @@ def exit_code_for(error: BaseException) -> int:
         if cls in EXIT_CODES:
             return EXIT_CODES[cls]  # type: ignore[index]
     return 1
+
+
+def error_dict(exc: BerthError) -> dict[str, Any]:
+    """The ``{"code", "message"}`` of an error as the APIs and ``--json`` answer it, with
+    how many instances of a multi-create found a host when NoValidHost ended it."""
+    body: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if isinstance(exc, NoValidHost) and exc.fit_note():
+        body["instances_fit"] = exc.fitted
+        body["instances_requested"] = exc.requested
+    return body

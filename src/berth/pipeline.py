@@ -558,8 +558,11 @@ class Scheduler:
                     claimer.rollback(claimed_uuids)
                 for row in claimed_rows:
                     ws.set_updated(row, None)
-                raise NoValidHost("There are not enough hosts available.", diagnosis=req.diagnosis,
-                                  cause="hosts", rejections=req.rejected)
+                refused = NoValidHost("There are not enough hosts available.",
+                                      diagnosis=req.diagnosis, cause="hosts",
+                                      rejections=req.rejected)
+                refused.fitted, refused.requested = len(claimed_rows), num_instances
+                raise refused
 
             num_alts = self.config.scheduler.max_attempts - 1 if return_alternates else 0
             assert isinstance(hosts, HostOrder)

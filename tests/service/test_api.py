@@ -171,3 +171,16 @@ def test_hosts_show_why_compute_filter_passes_or_rejects_each_host(stack: Stack)
     assert hosts["forced"]["forced_down"] and not hosts["forced"]["up"]
     assert not hosts["disabled"]["up"]
     assert hosts["disabled"]["disabled_reason"] == "maintenance"
+
+
+def test_a_multi_create_refused_for_lack_of_hosts_says_how_many_fit(grouped: Stack) -> None:
+    """Four members of an anti-affinity group on three hosts: three found a host, the
+    claims were released, and the 409 says so."""
+    with _client(grouped) as http:
+        resp = http.post("/boot", json={"flavor": "m1.tiny", "num": 4,
+                                        "hints": {"group": "spread"}})
+    assert resp.status_code == 409
+    error = resp.json()["error"]
+    assert (error["instances_fit"], error["instances_requested"]) == (3, 4)
+    assert all(grouped.client.provider_usages(a.uuid).get("VCPU", 0) == 0
+               for a in grouped.agents.values())

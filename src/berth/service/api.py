@@ -102,6 +102,7 @@ from berth.errors import (
     NoValidHost,
     SchedulingError,
     ServiceUnavailable,
+    error_dict,
 )
 from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
 from berth.filters.compute import effective_service_down_time, services_up
@@ -649,7 +650,7 @@ def _num(value: float) -> int | None:
 
 
 def _error(exc: BerthError) -> dict[str, Any]:
-    return {"error": {"code": exc.code, "message": exc.message}}
+    return {"error": error_dict(exc)}
 
 
 def _read_json(environ: dict[str, Any]) -> Any:

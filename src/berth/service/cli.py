@@ -318,6 +318,10 @@ def cmd_boot(args: argparse.Namespace) -> int:
         err = data.get("error", {})
         print(f"error: {err.get('message', resp.text)} ({err.get('code', resp.status_code)})",
               file=sys.stderr)
+        if err.get("instances_requested"):
+            print(f"  {err.get('instances_fit')} of {err['instances_requested']} instances found "
+                  "a host before the hosts ran out (their claims were released)",
+                  file=sys.stderr)
         if data.get("diagnosis"):
             _print_diagnosis(data["diagnosis"], verbose)
         return _exit_code(resp.status_code, data)
