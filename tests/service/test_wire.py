@@ -69,3 +69,19 @@ def test_errors_come_back_as_their_class_with_the_diagnosis() -> None:
     assert back.diagnosis is not None and back.diagnosis.to_dict() == diagnosis.to_dict()
     bad = error_from_wire(error_to_wire(InputError("flavor: nope", field="flavor")))
     assert isinstance(bad, InputError) and bad.details == {"field": "flavor"}
+
+
+def test_a_no_valid_host_keeps_its_cause_and_how_many_fit_over_the_bus() -> None:
+    """What an API process answers for a scheduler's refusal (the 409 counts the
+    instances that fit), and a refusal from an older scheduler without those fields."""
+    from berth.errors import error_dict
+
+    refused = NoValidHost("There are not enough hosts available.", cause="hosts")
+    refused.fitted, refused.requested = 3, 4
+    back = error_from_wire(error_to_wire(refused))
+    assert isinstance(back, NoValidHost) and back.cause == "hosts"
+    assert error_dict(back)["instances_fit"] == 3 and back.fit_note() is not None
+    old = error_to_wire(NoValidHost("no room"))
+    del old["error"]["no_valid_host"]
+    assert error_dict(error_from_wire(old)) == {"code": "berth.scheduling.no_valid_host",
+                                                "message": "No valid host was found. no room"}

@@ -137,6 +137,9 @@ def error_to_wire(exc: errors.BerthError) -> dict[str, Any]:
     diagnosis = getattr(exc, "diagnosis", None)
     if diagnosis is not None:
         body["diagnosis"] = diagnosis.to_dict()
+    if isinstance(exc, errors.NoValidHost):
+        body["no_valid_host"] = {"cause": exc.cause, "fitted": exc.fitted,
+                                 "requested": exc.requested}
     return {"error": body}
 
 
@@ -152,6 +155,10 @@ def error_from_wire(data: Mapping[str, Any]) -> errors.BerthError:
     if isinstance(exc, errors.NoValidHost):
         exc.reason = ""
         exc.diagnosis = None
+        extra = body.get("no_valid_host") or {}
+        exc.rejections = {}
+        exc.cause = extra.get("cause")
+        exc.fitted, exc.requested = extra.get("fitted"), extra.get("requested")
         if body.get("diagnosis") is not None:
             from berth.service.cli import diagnosis_from_dict
 
