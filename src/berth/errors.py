@@ -185,10 +185,9 @@ class NoValidHost(SchedulingError):
 
     def fit_note(self) -> str | None:
         """``"3 of 5 instances fit ..."`` for a multi-create, else None."""
-        fitted, requested = getattr(self, "fitted", None), getattr(self, "requested", None)
-        if fitted is None or not requested or requested < 2:
+        if self.fitted is None or not self.requested or self.requested < 2:
             return None
-        return (f"{fitted} of {requested} instances found a host before the hosts "
+        return (f"{self.fitted} of {self.requested} instances found a host before the hosts "
                 "ran out (their claims were released: a request is placed whole or not at "
                 "all)")
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from berth.service.metrics import route_of
@@ -140,8 +141,6 @@ def test_scheduler_and_compute_processes_export_metrics(tmp_path: Path) -> None:
 
     reason = rabbit_unavailable()
     if reason:
-        import pytest
-
         pytest.skip(reason)
     cloud = tmp_path / "cloud.yaml"
     cloud.write_text(CLOUD + "server_groups: [{name: apart, policy: anti-affinity}]\n")

@@ -144,7 +144,3 @@ class PolicyEnforcer:
         """Raise :class:`Forbidden` unless ``caller`` may perform ``rule_name``."""
         if not self.allowed(rule_name, caller, target):
             raise Forbidden(rule_name)
-
-    def rules(self) -> dict[str, str]:
-        """Every rule in effect, by name (defaults with the file's overrides)."""
-        return {name: str(check) for name, check in sorted(self._enforcer.rules.items())}

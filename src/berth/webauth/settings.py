@@ -10,9 +10,8 @@ without real authentication is always asked for by name.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from oslo_config import cfg
 from oslo_policy import policy as oslo_policy
@@ -83,13 +82,10 @@ def build_security(config_files: Sequence[str], *rule_sets: Sequence[oslo_policy
             for rules in rule_sets]
 
 
-def read_conf(config_files: Sequence[str], register: Callable[[cfg.ConfigOpts], Any] | None = None
-              ) -> cfg.ConfigOpts:
+def read_conf(config_files: Sequence[str]) -> cfg.ConfigOpts:
     """The files as oslo.config reads them, with ``[api]`` registered."""
     conf = cfg.ConfigOpts()
     conf.register_opts(API_OPTS, group="api")
-    if register is not None:
-        register(conf)
     try:
         conf([], project="berth", default_config_files=list(config_files), use_env=False)
         conf.api.auth_strategy  # noqa: B018 - a bad value is reported here, in one line
