@@ -256,10 +256,14 @@ def create_inventory(req: Request, store: PlacementStore, params: Mapping[str, s
 def set_inventories(req: Request, store: PlacementStore, params: Mapping[str, str]) -> Response:
     """PUT .../inventories: 200; 400; 404; 409."""
     uuid = params["uuid"]
-    _require_rp(store, uuid)
-    data = req.json_body()
-    schemas.validate_body(schemas.PUT_INVENTORIES, data)
+    try:
+        data = req.json_body()
+        schemas.validate_body(schemas.PUT_INVENTORIES, data)
+    except errors.PlacementError:
+        _require_rp(store, uuid)  # a missing provider answers 404 before a bad body
+        raise
     new = {rc: inventory_from_body(rc, rec) for rc, rec in data["inventories"].items()}
+    # The store answers 404 for a missing provider itself (one read fewer).
     generation, invs = store.set_inventories(
         uuid, data["resource_provider_generation"], new, req.version
     )

@@ -43,7 +43,7 @@ import os_traits
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from berth.placement import db, errors
+from berth.placement import db, errors, provider_writes
 from berth.placement.db import (
     allocations,
     consumer_types,
@@ -623,6 +623,10 @@ class PlacementStore:
                 prefix + "Object action create failed because: parent provider UUID cannot be "
                 "same as UUID. Please set parent provider UUID to None if there is no parent."
             )
+        if parent_uuid is None:
+            fast = provider_writes.create_root(self, name, rp_uuid)
+            if fast is not None:
+                return fast
         rp = resource_providers
         try:
             with self._write() as conn:
@@ -979,6 +983,9 @@ class PlacementStore:
         version: tuple[int, int],
     ) -> tuple[int, dict[str, InventoryRecord]]:
         """Replace all inventory of a provider (PUT .../inventories)."""
+        fast = provider_writes.set_inventories(self, uuid, generation, new, version)
+        if fast is not None:
+            return fast
         with self._write() as conn:
             prov = self._require_provider(conn, uuid)
             if prov.generation != generation:
@@ -1238,6 +1245,9 @@ class PlacementStore:
             "Resource provider's generation already changed. Please update the generation and "
             "try again."
         )
+        fast = provider_writes.set_traits(self, uuid, names, generation)
+        if fast is not None:
+            return fast
         with self._write() as conn:
             prov = self._get_provider(conn, uuid)
             if prov is None:
@@ -2830,8 +2840,10 @@ def _fields(inv: InventoryRecord) -> dict[str, Any]:
 # connection is in autocommit mode with explicit BEGIN/COMMIT, and the statements of one
 # ``run`` go out as a psycopg pipeline: one network round trip however many there are.
 
-#: Raw connections kept per store between calls.
-_KEEP_RAW = 2
+#: Raw connections kept per store between calls: enough for an API process's threads
+#: writing at once (a PostgreSQL connection costs milliseconds to open), few enough that
+#: several processes stay well inside PostgreSQL's default 100 connections.
+_KEEP_RAW = 8
 #: More changed providers than this are read with a full reload.
 _CHANGED_LIMIT = 5000
 _RAW_STATE = "SELECT change_seq, full_seq, names_seq FROM berth_state WHERE id = 1"

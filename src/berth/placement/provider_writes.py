@@ -1,0 +1,296 @@
+"""The provider writes a compute node makes when it registers, in two round trips.
+
+A compute agent (``berth compute``, the agents of ``berth serve``, Nova's resource
+tracker) registers its node with three calls: create the provider, replace its
+inventories, replace its traits. Through the general path of :class:`PlacementStore`
+each is a SQLAlchemy transaction of 7-13 statements, each statement a round trip and a
+compiled construct; at 10,000 hosts that is most of the registration time.
+
+The paths here do the same writes on the store's raw DBAPI connections: one pipelined
+read (the provider, what it has now, the names counter), then one pipelined write
+transaction (the rows, the provider's generation compare-and-swap, the change counter
+and the change log, COMMIT). They handle the common case only. Anything else — a
+missing provider, a generation that does not match, an unknown class or trait, an
+inventory removed (which needs the in-use check), a capacity the microversion refuses,
+a constraint violated, a lost compare-and-swap or names that changed in between —
+returns ``None`` and the caller takes the general path, which gives Placement's exact
+answer. The compare-and-swap is what makes the read outside the write transaction
+sound: every change to a provider's inventories, traits or usage bumps its generation.
+
+They are the store's own (:class:`PlacementStore` calls them first and owns the raw
+connections, the class-name cache and the change log they use); nothing else calls them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from berth.placement.db import utcnow
+
+if TYPE_CHECKING:
+    from berth.placement.store import InventoryRecord, PlacementStore, ProviderRecord, RawConnection
+
+_SQLITE_STAMP = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DateTime storage format on SQLite
+
+_PROVIDER_GEN = "SELECT id, generation FROM resource_providers WHERE uuid = ?"
+_NAMES_SEQ = "SELECT names_seq FROM berth_state WHERE id = 1"
+_CLASS_NAMES = "SELECT id, name FROM resource_classes ORDER BY id"
+_INVENTORY_ROWS = (
+    "SELECT i.resource_class_id, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, "
+    "i.allocation_ratio, i.created_at, i.updated_at FROM inventories i "
+    "JOIN resource_providers rp ON rp.id = i.resource_provider_id WHERE rp.uuid = ?"
+)
+_TRAIT_IDS = "SELECT id, name FROM traits WHERE name IN ({})"
+_PROVIDER_TRAIT_IDS = (
+    "SELECT rpt.trait_id FROM resource_provider_traits rpt "
+    "JOIN resource_providers rp ON rp.id = rpt.resource_provider_id WHERE rp.uuid = ?"
+)
+#: 1 while the trait and class names are those read (a rename or delete bumps it).
+_SAME_NAMES = "SELECT CASE WHEN names_seq = ? THEN 1 ELSE 0 END FROM berth_state WHERE id = 1"
+_INSERT_ROOT = (
+    "INSERT INTO resource_providers (uuid, name, generation, created_at) VALUES (?, ?, 0, ?) "
+    "RETURNING id"
+)
+_OWN_ROOT = "UPDATE resource_providers SET root_provider_id = id WHERE uuid = ?"
+_INSERT_INVENTORIES = (
+    "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, "
+    "min_unit, max_unit, step_size, allocation_ratio, created_at, updated_at) VALUES {}"
+)
+_UPDATE_INVENTORY = (
+    "UPDATE inventories SET total = ?, reserved = ?, min_unit = ?, max_unit = ?, "
+    "step_size = ?, allocation_ratio = ?, updated_at = ? "
+    "WHERE resource_provider_id = ? AND resource_class_id = ?"
+)
+_CLEAR_TRAITS = "DELETE FROM resource_provider_traits WHERE resource_provider_id = ?"
+_INSERT_TRAITS = "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES {}"
+_CAS = (
+    "UPDATE resource_providers SET generation = ?, updated_at = ? "
+    "WHERE id = ? AND generation = ?"
+)
+_BUMP_SEQ = "UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 RETURNING change_seq"
+#: The change log row of a provider the cached graph must reload (by id, or by uuid
+#: for one this transaction created).
+_LOG_RELOAD = (
+    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
+    "SELECT b.change_seq, ?, NULL, NULL FROM berth_state b WHERE b.id = 1"
+)
+_LOG_RELOAD_UUID = (
+    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
+    "SELECT b.change_seq, rp.id, NULL, NULL FROM berth_state b, resource_providers rp "
+    "WHERE b.id = 1 AND rp.uuid = ?"
+)
+
+
+def _marks(n: int, mark: str) -> str:
+    return ", ".join([mark] * n)
+
+
+def _as_datetime(value: Any) -> dt.datetime | None:
+    """A timestamp column as read on a raw connection (text on SQLite)."""
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(str(value))
+
+
+def _stamp(store: PlacementStore, now: dt.datetime) -> Any:
+    return now.strftime(_SQLITE_STAMP) if store.is_sqlite else now
+
+
+def _begin(store: PlacementStore) -> tuple[str, tuple[()]]:
+    return ("BEGIN IMMEDIATE" if store.is_sqlite else "BEGIN", ())
+
+
+def _commit_change(
+    store: PlacementStore,
+    raw: RawConnection,
+    stmts: list[tuple[Any, ...]],
+    log: tuple[str, Sequence[Any]],
+) -> list[Any] | None:
+    """Run ``stmts`` (after BEGIN), bump the change counter, log ``log`` and commit,
+    in one round trip; the results of ``stmts``. None (nothing committed) when a
+    statement failed or an expectation did not hold."""
+    from berth.placement.store import CHANGE_LOG_KEEP, _Unexpected
+
+    batch = [_begin(store), *stmts, (_BUMP_SEQ, ()), log, ("COMMIT", ())]
+    try:
+        res = store._run(raw, batch)
+    except (_Unexpected, sa.exc.DBAPIError):
+        return None
+    seq = int(res[-3][0][0])
+    if seq % 500 == 0:
+        with contextlib.suppress(sa.exc.DBAPIError):  # the next prune catches up
+            store._run(raw, [("DELETE FROM berth_provider_changes WHERE seq < ?",
+                             (seq - CHANGE_LOG_KEEP,))])
+    return res[1:-3]
+
+
+def _with_raw(store: PlacementStore, work: Any) -> Any:
+    """``work(raw)`` on a kept raw connection; None when none could be had."""
+    try:
+        raw = store._take_raw()
+    except sa.exc.DBAPIError:
+        return None
+    ok = False
+    try:
+        out = work(raw)
+        ok = out is not None
+        return out
+    finally:
+        store._give_raw(raw, ok)
+
+
+def _class_ids(store: PlacementStore, raw: RawConnection, names_seq: int) -> dict[str, int]:
+    """Resource class name -> id as of ``names_seq`` (cached per names counter)."""
+    cached = store._write_rcs
+    if cached is not None and cached[0] == names_seq:
+        return cached[1]
+    (rows,) = store._run(raw, [(_CLASS_NAMES, ())])
+    by_name = {r[1]: int(r[0]) for r in rows}
+    store._write_rcs = (names_seq, by_name)
+    return by_name
+
+
+# -- POST /resource_providers --------------------------------------------------------
+
+def create_root(store: PlacementStore, name: str, rp_uuid: str) -> ProviderRecord | None:
+    """A new root provider; None for the general path (a taken name or uuid...)."""
+    from berth.placement.store import ProviderRecord
+
+    now = utcnow()
+
+    def work(raw: RawConnection) -> ProviderRecord | None:
+        stmts: list[tuple[Any, ...]] = [
+            (_INSERT_ROOT, (rp_uuid, name, _stamp(store, now))),
+            (_OWN_ROOT, (rp_uuid,), True),
+        ]
+        res = _commit_change(store, raw, stmts, (_LOG_RELOAD_UUID, (rp_uuid,)))
+        if res is None:
+            return None
+        return ProviderRecord(id=int(res[0][0][0]), uuid=rp_uuid, name=name, generation=0,
+                              parent_uuid=None, root_uuid=rp_uuid, created_at=now,
+                              updated_at=None)
+
+    return _with_raw(store, work)  # type: ignore[no-any-return]
+
+
+# -- PUT /resource_providers/{uuid}/inventories ----------------------------------------
+
+def set_inventories(
+    store: PlacementStore,
+    uuid: str,
+    generation: int,
+    new: Mapping[str, InventoryRecord],
+    version: tuple[int, int],
+) -> tuple[int, dict[str, InventoryRecord]] | None:
+    """Replace a provider's inventories when none is removed; None for the general
+    path."""
+    from berth.placement.store import InventoryRecord, _capacity_ok, _fields
+
+    if any(not _capacity_ok(inv, version) for inv in new.values()):
+        return None
+
+    def work(raw: RawConnection) -> tuple[int, dict[str, InventoryRecord]] | None:
+        try:
+            prov, rows, seq_rows = store._run(
+                raw, [(_PROVIDER_GEN, (uuid,)), (_INVENTORY_ROWS, (uuid,)), (_NAMES_SEQ, ())])
+            if not prov or int(prov[0][1]) != generation:
+                return None
+            names_seq = int(seq_rows[0][0])
+            by_name = _class_ids(store, raw, names_seq)
+        except sa.exc.DBAPIError:
+            return None
+        rp_id = int(prov[0][0])
+        if any(rc not in by_name for rc in new):
+            return None
+        by_id = {v: k for k, v in by_name.items()}
+        old: dict[str, InventoryRecord] = {}
+        for rc_id, total, reserved, min_unit, max_unit, step, ratio, created, updated in rows:
+            rc = by_id.get(int(rc_id))
+            if rc is None:
+                return None
+            old[rc] = InventoryRecord(rc, total, reserved, min_unit, max_unit, step, ratio,
+                                      _as_datetime(created), _as_datetime(updated))
+        if any(rc not in new for rc in old):
+            return None  # a removal: the general path checks whether it is in use
+        now = utcnow()
+        stamp = _stamp(store, now)
+        inserts: list[Any] = []
+        stmts: list[tuple[Any, ...]] = [(_SAME_NAMES, (names_seq,), True)]
+        result: dict[str, InventoryRecord] = {}
+        for rc, inv in new.items():
+            fields = (inv.total, inv.reserved, inv.min_unit, inv.max_unit, inv.step_size,
+                      inv.allocation_ratio)
+            before = old.get(rc)
+            if before is None:
+                inserts += (rp_id, by_name[rc], *fields, stamp, None)
+                result[rc] = _replace_stamps(inv, now, None)
+            elif _fields(before) != _fields(inv):
+                stmts.append((_UPDATE_INVENTORY, (*fields, stamp, rp_id, by_name[rc]), True))
+                result[rc] = _replace_stamps(inv, before.created_at, now)
+            else:
+                result[rc] = before
+        if inserts:
+            count = len(inserts) // 10
+            stmts.append((_INSERT_INVENTORIES.format(
+                _marks(count, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")), inserts))
+        stmts.append((_CAS, (generation + 1, stamp, rp_id, generation), True))
+        if _commit_change(store, raw, stmts, (_LOG_RELOAD, (rp_id,))) is None:
+            return None
+        return generation + 1, result
+
+    return _with_raw(store, work)  # type: ignore[no-any-return]
+
+
+# -- PUT /resource_providers/{uuid}/traits ---------------------------------------------
+
+def set_traits(
+    store: PlacementStore, uuid: str, names: Sequence[str], generation: int
+) -> tuple[int, list[str]] | None:
+    """Replace a provider's traits; None for the general path."""
+    wanted = list(dict.fromkeys(names))
+
+    def work(raw: RawConnection) -> tuple[int, list[str]] | None:
+        stmts: list[tuple[Any, ...]] = [(_PROVIDER_GEN, (uuid,)), (_PROVIDER_TRAIT_IDS, (uuid,)),
+                                        (_NAMES_SEQ, ())]
+        if wanted:
+            stmts.append((_TRAIT_IDS.format(_marks(len(wanted), "?")), wanted))
+        try:
+            prov, current_rows, seq_rows, *found_rows = store._run(raw, stmts)
+        except sa.exc.DBAPIError:
+            return None
+        if not prov or int(prov[0][1]) != generation:
+            return None
+        found = {r[1]: int(r[0]) for r in found_rows[0]} if found_rows else {}
+        if len(found) != len(wanted):
+            return None  # an unknown trait: the general path names it
+        rp_id = int(prov[0][0])
+        ids = sorted(found.values())
+        by_id = {v: k for k, v in found.items()}
+        if {int(r[0]) for r in current_rows} == set(ids):
+            return generation, [by_id[i] for i in ids]
+        stamp = _stamp(store, utcnow())
+        write: list[tuple[Any, ...]] = [
+            (_SAME_NAMES, (int(seq_rows[0][0]),), True),
+            (_CLEAR_TRAITS, (rp_id,)),
+        ]
+        if ids:
+            write.append((_INSERT_TRAITS.format(_marks(len(ids), "(?, ?)")),
+                          [v for i in ids for v in (rp_id, i)]))
+        write.append((_CAS, (generation + 1, stamp, rp_id, generation), True))
+        if _commit_change(store, raw, write, (_LOG_RELOAD, (rp_id,))) is None:
+            return None
+        return generation + 1, [by_id[i] for i in ids]
+
+    return _with_raw(store, work)  # type: ignore[no-any-return]
+
+
+def _replace_stamps(inv: InventoryRecord, created: dt.datetime | None,
+                    updated: dt.datetime | None) -> InventoryRecord:
+    from dataclasses import replace
+
+    return replace(inv, created_at=created, updated_at=updated)

@@ -1,0 +1,206 @@
+"""The registration fast paths (create a root provider, replace its inventories and
+traits in two round trips): the same database rows, answers and cached graph as the
+general path, and every case they do not handle answered by the general path exactly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from berth.placement import db, errors, provider_writes
+from berth.placement.store import InventoryRecord, PlacementStore
+from pgdb import fresh_pg_database
+
+INV = {
+    "VCPU": InventoryRecord("VCPU", 32, 0, 1, 32, 1, 4.0),
+    "MEMORY_MB": InventoryRecord("MEMORY_MB", 131072, 512, 1, 131072, 1, 1.0),
+    "DISK_GB": InventoryRecord("DISK_GB", 2000, 0, 1, 2000, 1, 1.0),
+}
+TRAITS = ["HW_CPU_X86_AVX2", "COMPUTE_VOLUME_EXTEND", "HW_CPU_X86_SSE42"]
+V = (1, 39)
+
+
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this module (skipped when PostgreSQL is down)."""
+    with fresh_pg_database("berth_regw") as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A migrated engine on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'regw.sqlite'}"
+    else:
+        url = request.getfixturevalue("pg_database")
+    eng = db.prepare(url)
+    yield eng
+    eng.dispose()
+
+
+@contextmanager
+def _general_path() -> Iterator[None]:
+    """The fast paths turned off meanwhile: every call takes the general path."""
+    saved = (provider_writes.create_root, provider_writes.set_inventories,
+             provider_writes.set_traits)
+    provider_writes.create_root = lambda *a: None  # type: ignore[assignment]
+    provider_writes.set_inventories = lambda *a: None  # type: ignore[assignment]
+    provider_writes.set_traits = lambda *a: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        (provider_writes.create_root, provider_writes.set_inventories,
+         provider_writes.set_traits) = saved
+
+
+def _rows(engine: Any, rp_uuid: str) -> dict[str, Any]:
+    """What the database holds for one provider, as the API would show it."""
+    with engine.connect() as conn:
+        rp = conn.execute(sa.text(
+            "SELECT id, name, generation, root_provider_id, parent_provider_id "
+            "FROM resource_providers WHERE uuid = :u"), {"u": rp_uuid}).one()
+        inv = conn.execute(sa.text(
+            "SELECT rc.name, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, "
+            "i.allocation_ratio FROM inventories i JOIN resource_classes rc "
+            "ON rc.id = i.resource_class_id WHERE i.resource_provider_id = :i "
+            "ORDER BY rc.name"), {"i": rp.id}).all()
+        trs = conn.execute(sa.text(
+            "SELECT t.name FROM resource_provider_traits x JOIN traits t ON t.id = x.trait_id "
+            "WHERE x.resource_provider_id = :i ORDER BY t.name"), {"i": rp.id}).all()
+    return {"name": rp.name, "generation": rp.generation, "own_root": rp.root_provider_id == rp.id,
+            "parent": rp.parent_provider_id, "inventories": [tuple(r) for r in inv],
+            "traits": [r[0] for r in trs]}
+
+
+def _register(store: PlacementStore, name: str) -> tuple[str, Any, Any, Any]:
+    rp_uuid = str(uuid.uuid4())
+    prov = store.create_provider(name, rp_uuid, None)
+    gen, invs = store.set_inventories(rp_uuid, 0, INV, V)
+    result = store.set_provider_traits(rp_uuid, TRAITS, gen)
+    return rp_uuid, prov, (gen, invs), result
+
+
+def test_registration_writes_what_the_general_path_writes(engine: Any) -> None:
+    store = PlacementStore(engine)
+    through_core: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        through_core.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", count)
+    raw_before = store.raw_statements
+    try:
+        a, prov_a, inv_a, traits_a = _register(store, f"fast-{uuid.uuid4().hex[:6]}")
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", count)
+    # The fast paths did it all: six round trips, no statement through SQLAlchemy.
+    assert through_core == []
+    assert store.raw_statements - raw_before >= 20
+    with _general_path():
+        b, prov_b, inv_b, traits_b = _register(store, f"slow-{uuid.uuid4().hex[:6]}")
+    rows_a, rows_b = _rows(engine, a), _rows(engine, b)
+    assert rows_a.pop("name") != rows_b.pop("name")
+    assert rows_a == rows_b
+    assert rows_a["generation"] == 2 and rows_a["own_root"] and rows_a["parent"] is None
+    # The answers: the provider record, the inventories, the traits in id order.
+    assert (prov_a.generation, prov_a.root_uuid, prov_a.parent_uuid) == (0, a, None)
+    assert prov_a.id == store.get_provider(a).id
+    assert inv_a[0] == inv_b[0] == 1
+    assert {k: v.as_dict() for k, v in inv_a[1].items()} == \
+        {k: v.as_dict() for k, v in inv_b[1].items()}
+    assert all(v.created_at is not None for v in inv_a[1].values())
+    assert traits_a == traits_b
+
+
+def test_the_cached_graph_sees_every_fast_write(engine: Any) -> None:
+    store = PlacementStore(engine)
+    store.provider_graph()  # a cache to be kept current
+    rp_uuid, *_ = _register(store, f"cached-{uuid.uuid4().hex[:6]}")
+    store.provider_graph()
+    fresh = PlacementStore(engine)
+    fresh.provider_graph()
+    rp_id = fresh._ids_by_uuid[rp_uuid]
+    assert store._providers[rp_id] == fresh._providers[rp_id]
+    assert store._providers[rp_id].generation == 2
+    assert set(store._providers[rp_id].traits) == set(TRAITS)
+
+
+def test_refusals_are_the_general_paths(engine: Any) -> None:
+    store = PlacementStore(engine)
+    name = f"dup-{uuid.uuid4().hex[:6]}"
+    rp_uuid, *_ = _register(store, name)
+    with pytest.raises(errors.Conflict, match="already exists"):
+        store.create_provider(name, str(uuid.uuid4()), None)
+    with pytest.raises(errors.Conflict, match="already exists"):
+        store.create_provider("other-" + name, rp_uuid, None)
+    with pytest.raises(errors.Conflict) as gen_conflict:
+        store.set_inventories(rp_uuid, 0, INV, V)
+    assert gen_conflict.value.code == errors.CONCURRENT_UPDATE
+    missing = str(uuid.uuid4())
+    with pytest.raises(errors.NotFound, match=f"No resource provider with uuid {missing}"):
+        store.set_inventories(missing, 0, INV, V)
+    assert store.set_provider_traits(missing, TRAITS, 0) is None
+    with pytest.raises(errors.BadRequest, match="No such resource class CUSTOM_NOPE"):
+        store.set_inventories(rp_uuid, 2, {**INV, "CUSTOM_NOPE": InventoryRecord(
+            "CUSTOM_NOPE", 1, 0, 1, 1, 1, 1.0)}, V)
+    with pytest.raises(errors.BadRequest, match="No such trait CUSTOM_NOPE"):
+        store.set_provider_traits(rp_uuid, ["CUSTOM_NOPE"], 2)
+    with pytest.raises(errors.Conflict, match="generation"):
+        store.set_provider_traits(rp_uuid, [], 1)
+    assert _rows(engine, rp_uuid)["generation"] == 2  # nothing of the above wrote
+
+
+def test_changes_and_removals(engine: Any) -> None:
+    store = PlacementStore(engine)
+    rp_uuid, *_ = _register(store, f"chg-{uuid.uuid4().hex[:6]}")
+    # Same traits again: no write, same generation (as the general path answers).
+    assert store.set_provider_traits(rp_uuid, list(reversed(TRAITS)), 2) == (2, sorted(
+        TRAITS, key=lambda n: _trait_id(engine, n)))
+    bigger = {**INV, "VCPU": InventoryRecord("VCPU", 64, 0, 1, 64, 1, 4.0)}
+    gen, invs = store.set_inventories(rp_uuid, 2, bigger, V)
+    assert gen == 3 and invs["VCPU"].total == 64 and invs["VCPU"].updated_at is not None
+    assert invs["DISK_GB"].updated_at is None  # unchanged rows keep their stamps
+    # A removal takes the general path (it checks the class is not in use).
+    gen, invs = store.set_inventories(rp_uuid, 3, {"VCPU": bigger["VCPU"]}, V)
+    assert gen == 4 and list(invs) == ["VCPU"]
+    gen, names = store.set_provider_traits(rp_uuid, [], 4)
+    assert (gen, names) == (5, [])
+    assert _rows(engine, rp_uuid)["inventories"] == [("VCPU", 64, 0, 1, 64, 1, 4.0)]
+
+
+def test_a_concurrent_change_between_read_and_write_is_a_conflict(engine: Any) -> None:
+    """The fast path reads outside its write transaction; a change that lands in
+    between loses the compare-and-swap, and the general path answers the conflict."""
+    store, other = PlacementStore(engine), PlacementStore(engine)
+    rp_uuid, *_ = _register(store, f"race-{uuid.uuid4().hex[:6]}")
+    real_run = store._run
+    fired = []
+
+    def run(raw: Any, stmts: Any) -> Any:
+        if stmts and stmts[0][0].startswith("BEGIN") and not fired:
+            fired.append(True)
+            other.set_provider_traits(rp_uuid, TRAITS[:1], 2)  # the other writer wins
+        return real_run(raw, stmts)
+
+    store._run = run  # type: ignore[method-assign]
+    with pytest.raises(errors.Conflict):
+        store.set_inventories(rp_uuid, 2, {**INV, "DISK_GB": InventoryRecord(
+            "DISK_GB", 10, 0, 1, 10, 1, 1.0)}, V)
+    assert fired
+    assert _rows(engine, rp_uuid)["inventories"] == sorted(
+        (rc, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio)
+        for rc, i in INV.items())
+
+
+def _trait_id(engine: Any, name: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT id FROM traits WHERE name = :n"),
+                                {"n": name}).scalar_one())
