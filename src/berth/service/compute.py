@@ -163,6 +163,8 @@ class ComputeRecordStore:
         self.engine = engine
         self._top_conn: RawConnection | None = None
         self._top_lock = threading.Lock()
+        self._deferred: list[tuple[str, Mapping[str, Any], float | None]] | None = None
+        self._defer_lock = threading.Lock()
         create_tables(engine, records_metadata)
         for table in (record_counter, aggregates_changed):
             try:
@@ -179,8 +181,69 @@ class ComputeRecordStore:
             .values(seq=record_counter.c.seq + 1).returning(record_counter.c.seq)
         ).scalar_one())
 
+    def begin_deferred(self) -> None:
+        """Collect the reports published from now on until :meth:`end_deferred`, which
+        writes them in one transaction (a registration wave: thousands of hosts, each
+        reporting once or twice, would otherwise be as many transactions)."""
+        with self._defer_lock:
+            self._deferred = []
+
+    def end_deferred(self) -> int:
+        """Write the collected reports (the latest of each node) in one transaction;
+        returns how many were collected."""
+        with self._defer_lock:
+            items, self._deferred = self._deferred or [], None
+        self.publish_many(items)
+        return len(items)
+
+    def _defer(self, uuid: str, report: Mapping[str, Any], heartbeat: float | None) -> bool:
+        """Keep the report for :meth:`end_deferred` when a wave is open."""
+        with self._defer_lock:
+            if self._deferred is None:
+                return False
+            self._deferred.append((uuid, report, heartbeat))
+            return True
+
+    def publish_many(self, items: Sequence[tuple[str, Mapping[str, Any], float | None]]) -> None:
+        """Insert or replace many reports in one transaction (one counter update)."""
+        if not items:
+            return
+        latest = {uuid: (report, beat) for uuid, report, beat in items}
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            top = int(conn.execute(
+                sa.update(record_counter).where(record_counter.c.id == 1)
+                .values(seq=record_counter.c.seq + len(latest)).returning(record_counter.c.seq)
+            ).scalar_one())
+            uuids = list(latest)
+            existing: set[str] = set()
+            for start in range(0, len(uuids), 1000):
+                existing.update(conn.execute(
+                    sa.select(compute_nodes.c.uuid)
+                    .where(compute_nodes.c.uuid.in_(uuids[start:start + 1000]))).scalars())
+            rows = []
+            for offset, uuid in enumerate(uuids):
+                report, beat = latest[uuid]
+                rows.append({"uuid": uuid, "host": report["host"],
+                             "nodename": report.get("nodename") or report["host"],
+                             "report": json.dumps(report, sort_keys=True, default=str),
+                             "heartbeat": beat, "seq": top - len(uuids) + 1 + offset})
+            new = [r for r in rows if r["uuid"] not in existing]
+            old = [r for r in rows if r["uuid"] in existing]
+            if new:
+                conn.execute(sa.insert(compute_nodes), new)
+            if old:
+                stmt = (sa.update(compute_nodes)
+                        .where(compute_nodes.c.uuid == sa.bindparam("b_uuid"))
+                        .values(host=sa.bindparam("host"), nodename=sa.bindparam("nodename"),
+                                report=sa.bindparam("report"), heartbeat=sa.bindparam("heartbeat"),
+                                seq=sa.bindparam("seq")))
+                conn.execute(stmt, [{**r, "b_uuid": r["uuid"]} for r in old])
+
     def publish(self, uuid: str, report: Mapping[str, Any], heartbeat: float | None) -> int:
-        """Insert or replace one node's report; returns its change number."""
+        """Insert or replace one node's report; returns its change number (0 when it
+        waits for :meth:`end_deferred`)."""
+        if self._defer(uuid, report, heartbeat):
+            return 0
         text = json.dumps(report, sort_keys=True, default=str)
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
             seq = self._next_seq(conn)

@@ -37,7 +37,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -48,7 +48,6 @@ from berth.service.compute import (
     ComputeRecordStore,
     SnapshotFeed,
     compute_nodes,
-    record_counter,
     report_to_record,
 )
 from berth.snapshot import HostSnapshot
@@ -93,7 +92,6 @@ class BusRecordStore(ComputeRecordStore):
         self._beats_out: dict[str, float] = {}
         #: The content of the last report sent on the bus, per host.
         self._sent: dict[str, str] = {}
-        self._deferred: list[tuple[str, Mapping[str, Any], float | None]] | None = None
         self._out_lock = threading.Lock()
         self._batch_lock = threading.Lock()
         self._commit_lock = threading.Lock()
@@ -130,11 +128,7 @@ class BusRecordStore(ComputeRecordStore):
         key = _content_key(report)
         seq = 0
         if self._stored.get(uuid) != key:
-            with self._out_lock:
-                deferred = self._deferred
-            if deferred is not None:
-                deferred.append((uuid, report, heartbeat))
-            else:
+            if not self._defer(uuid, report, heartbeat):
                 self._write_through(uuid, report, heartbeat)
             self._stored[uuid] = key
         with self._out_lock:
@@ -194,53 +188,6 @@ class BusRecordStore(ComputeRecordStore):
                 finally:
                     batch.done.set()
         return batch
-
-    def begin_deferred(self) -> None:
-        """Collect database writes until :meth:`end_deferred`."""
-        with self._out_lock:
-            self._deferred = []
-
-    def end_deferred(self) -> int:
-        """Write the collected reports in one transaction; returns how many."""
-        with self._out_lock:
-            items, self._deferred = self._deferred or [], None
-        self.publish_many(items)
-        return len(items)
-
-    def publish_many(self, items: Sequence[tuple[str, Mapping[str, Any], float | None]]) -> None:
-        """Insert or replace many reports in one transaction (one counter update)."""
-        if not items:
-            return
-        latest = {uuid: (report, beat) for uuid, report, beat in items}
-        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            top = int(conn.execute(
-                sa.update(record_counter).where(record_counter.c.id == 1)
-                .values(seq=record_counter.c.seq + len(latest)).returning(record_counter.c.seq)
-            ).scalar_one())
-            uuids = list(latest)
-            existing: set[str] = set()
-            for start in range(0, len(uuids), 1000):
-                existing.update(conn.execute(
-                    sa.select(compute_nodes.c.uuid)
-                    .where(compute_nodes.c.uuid.in_(uuids[start:start + 1000]))).scalars())
-            rows = []
-            for offset, uuid in enumerate(uuids):
-                report, beat = latest[uuid]
-                rows.append({"uuid": uuid, "host": report["host"],
-                             "nodename": report.get("nodename") or report["host"],
-                             "report": json.dumps(report, sort_keys=True, default=str),
-                             "heartbeat": beat, "seq": top - len(uuids) + 1 + offset})
-            new = [r for r in rows if r["uuid"] not in existing]
-            old = [r for r in rows if r["uuid"] in existing]
-            if new:
-                conn.execute(sa.insert(compute_nodes), new)
-            if old:
-                stmt = (sa.update(compute_nodes)
-                        .where(compute_nodes.c.uuid == sa.bindparam("b_uuid"))
-                        .values(host=sa.bindparam("host"), nodename=sa.bindparam("nodename"),
-                                report=sa.bindparam("report"), heartbeat=sa.bindparam("heartbeat"),
-                                seq=sa.bindparam("seq")))
-                conn.execute(stmt, [{**r, "b_uuid": r["uuid"]} for r in old])
 
     # ------------------------------------------------------------ bus side
     def announce_aggregates(self) -> None:

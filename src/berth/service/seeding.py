@@ -99,13 +99,25 @@ def seed_cloud(stack: Any, cloud: Cloud, path: str, *, now: float, fresh: bool =
     ``fresh`` says the store is empty (offline scheduling's scratch store): nothing
     stored can conflict with the file, so its checks against stored allocations are
     skipped."""
-    from berth.moves import instance_from_cloud
-
-    snap = cloud.snapshot
     nodes = cloud_nodes(cloud)
     if not fresh:
         check_against_allocations(stack, nodes, path)
     register_sharing(stack.agent_client or stack.client, cloud)
+    # Every host reports at registration and again once its state is restored: both
+    # reports are written at the end, the latest of each host, in one transaction.
+    stack.records.begin_deferred()
+    try:
+        _seed_hosts(stack, cloud, path, nodes, now=now, fresh=fresh)
+    finally:
+        stack.records.end_deferred()
+
+
+def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, now: float,
+                fresh: bool) -> None:
+    """Register ``nodes`` and restore their state from ``cloud`` (see :func:`seed_cloud`)."""
+    from berth.moves import instance_from_cloud
+
+    snap = cloud.snapshot
     agents = stack.register_hosts(nodes, snap.aggregates)
     for group in cloud.server_groups.values():
         stack.groups.put(group)
