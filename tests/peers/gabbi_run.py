@@ -22,6 +22,7 @@ against the target. Prints the totals and writes the failures as JSON.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import socket
@@ -35,6 +36,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+#: Numbers the target servers of one run.
+_SERVERS = itertools.count()
 
 # This directory holds placement.py (the peer helper), which would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
@@ -172,14 +176,16 @@ def generation_gaps(base: str, state: dict[str, Any]) -> dict[str, int]:
 def start_target(kind: str, berth: str | None, workdir: Path, flags: list[str]) -> tuple[Any, str]:
     port = free_port()
     log = open(workdir / f"target-{port}.log", "wb")  # noqa: SIM115
+    # A port can come round again: each server gets a database of its own all the same.
+    tag = f"{port}-{next(_SERVERS)}"
     if kind == "berth":
         assert berth is not None
         cmd = [berth, "placement", "serve", "--auth-strategy", "noauth2",
                "--noauth2-trust-client-roles", "--port", str(port),
-               "--db", f"sqlite:///{workdir}/berth-{port}.sqlite", *flags]
+               "--db", f"sqlite:///{workdir}/berth-{tag}.sqlite", *flags]
         proc = subprocess.Popen(cmd, stdout=log, stderr=log)
     else:
-        confdir = workdir / f"placement-{port}"
+        confdir = workdir / f"placement-{tag}"
         confdir.mkdir()
         conf = confdir / "placement.conf"
         mode = "true" if "secure-rbac" in flags else "false"
@@ -193,7 +199,7 @@ def start_target(kind: str, berth: str | None, workdir: Path, flags: list[str]) 
         if "--cors-origin" in flags:
             cors = f"[cors]\nallowed_origin = {flags[flags.index('--cors-origin') + 1]}\n"
         conf.write_text(f"[api]\nauth_strategy = noauth2\n[placement_database]\nconnection = "
-                        f"sqlite:///{workdir}/placement-{port}.sqlite\n[oslo_policy]\n"
+                        f"sqlite:///{workdir}/placement-{tag}.sqlite\n[oslo_policy]\n"
                         f"enforce_new_defaults = {mode}\n{policy}{cors}")
         subprocess.run([str(Path(sys.executable).parent / "placement-manage"), "--config-file",
                         str(conf), "db", "sync"], check=True, stdout=log, stderr=log)
