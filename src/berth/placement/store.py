@@ -2840,10 +2840,11 @@ def _fields(inv: InventoryRecord) -> dict[str, Any]:
 # connection is in autocommit mode with explicit BEGIN/COMMIT, and the statements of one
 # ``run`` go out as a psycopg pipeline: one network round trip however many there are.
 
-#: Raw connections kept per store between calls: enough for an API process's threads
-#: writing at once (a PostgreSQL connection costs milliseconds to open), few enough that
-#: several processes stay well inside PostgreSQL's default 100 connections.
-_KEEP_RAW = 8
+#: Raw connections kept per store between calls: as many as an API process has threads
+#: (16 for ``berth api``), which may all be writing at once; a PostgreSQL connection
+#: costs milliseconds to open. A store keeps only as many as it needed at once: a
+#: scheduler, one request at a time, keeps one or two.
+_KEEP_RAW = 16
 #: More changed providers than this are read with a full reload.
 _CHANGED_LIMIT = 5000
 _RAW_STATE = "SELECT change_seq, full_seq, names_seq FROM berth_state WHERE id = 1"
