@@ -346,6 +346,34 @@ def test_partial_ordering_matches_a_full_stable_sort_over_many_instances_with_ti
                 assert got[0] == got[1]
 
 
+def test_identical_hosts_tie_on_every_level_and_both_paths_agree() -> None:
+    # Every host equal: each instance's ranking ties everywhere but on the hosts taken
+    # before, so every level orders its ties by the level below, down to the first.
+    snap = cloud(*(host(f"h{i:02d}", total_usable_ram_mb=65536, free_ram_mb=65536)
+                   for i in range(24)))
+    for subset_size, salt in ((1, None), (2, 7919), (5, None)):
+        config = SchedulerConfig.default().replace("filter_scheduler",
+                                                   host_subset_size=subset_size)
+        weighers = [cls(config) for _, cls in WEIGHERS]
+        req = spec(memory_mb=2048, num_instances=40)
+        got = [_decide(Scheduler(config, filters=[], weighers=weighers, per_host=per_host,
+                                 tie_salt=salt), snap, req, 3, True)
+               for per_host in (False, True)]
+        assert got[0] == got[1]
+
+
+def test_a_big_multi_create_on_identical_hosts_spreads_in_row_order() -> None:
+    # 1,500 levels of ties (it once recursed once per instance: quadratic, and a
+    # RecursionError past ~1,000): the spreading weighers take the hosts in row order.
+    snap = cloud(*(host(f"h{i:04d}", total_usable_ram_mb=65536, free_ram_mb=65536)
+                   for i in range(2000)))
+    config = SchedulerConfig.default()
+    req = spec(memory_mb=2048, num_instances=1500)
+    chosen = _decide(Scheduler(config, filters=[], weighers=[cls(config) for _, cls in WEIGHERS]),
+                     snap, req, 1, True)
+    assert [sels[0][0] for sels in chosen] == [f"h{i:04d}" for i in range(1500)]
+
+
 # ---------------------------------------------------------------------- service hosts
 @FAST
 @given(clouds(min_hosts=2), st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["s1", "s2"])),

@@ -207,7 +207,7 @@ class _Level:
     no alternates to walk).
     """
 
-    __slots__ = ("rows", "prefix", "_aligned", "_size", "_weights")
+    __slots__ = ("rows", "prefix", "_aligned", "_size", "_weights", "rank", "rank_prefix")
 
     def __init__(self, rows: np.ndarray, aligned: np.ndarray | None, prefix: np.ndarray,
                  size: int = 0) -> None:
@@ -216,6 +216,10 @@ class _Level:
         self._aligned = aligned
         self._size = size
         self._weights: np.ndarray | None = None
+        #: Each of ``rows``' place in this level's whole order (see :func:`_level_rank`),
+        #: valid while ``prefix`` is ``rank_prefix``.
+        self.rank: np.ndarray | None = None
+        self.rank_prefix: np.ndarray | None = None
 
     @property
     def aligned(self) -> np.ndarray | None:
@@ -305,11 +309,83 @@ def _head(levels: _Levels, level: int, rows: np.ndarray, m: int) -> np.ndarray:
     ranked = neg[by_weight]
     if bool(np.any(ranked[1:] == ranked[:-1])) or np.count_nonzero(np.isnan(neg)) > 1:
         # Ties: order the candidates by the previous level, then stable-sort by weight.
-        rest = _head(levels, level - 1, rest, len(rest))
-        neg = -lvl.weights[rest]  # type: ignore[index]
+        rest = _in_order(levels, level - 1, rest)
+        neg = -_aligned_at(lvl, rest)
         by_weight = np.argsort(neg, kind="stable")
     ordered = rest[by_weight]
     return np.concatenate([head, ordered[:need]])
+
+
+def _aligned_at(lvl: _Level, rows: np.ndarray) -> np.ndarray:
+    """The weights of ``rows`` (a subset of ``lvl.rows``, which ascend) at ``lvl``."""
+    assert lvl.aligned is not None
+    return lvl.aligned[np.searchsorted(lvl.rows, rows)]
+
+
+def _in_order(levels: _Levels, level: int, rows: np.ndarray) -> np.ndarray:
+    """``rows`` (a subset of that level's hosts) in the order of ``levels[level]``: the
+    same as ``_head(levels, level, rows, len(rows))``, read off the level's whole order
+    (:func:`_level_rank`) instead of sorting again through every level below. A
+    multi-create on identical hosts ties on every level; ordering the ties by recursing
+    down the levels cost each instance as many sorts as instances before it."""
+    if level < 0:
+        return _head(levels, level, rows, len(rows))
+    lvl = levels[level]
+    rank = _level_rank(levels, level)
+    return rows[np.argsort(rank[np.searchsorted(lvl.rows, rows)], kind="stable")]
+
+
+def _level_rank(levels: _Levels, level: int) -> np.ndarray:
+    """Each host's place in the whole order of ``levels[level]`` (aligned with its
+    ``rows``), computed from the nearest level below whose order is known, upwards;
+    each level's order is computed once. Only the newest known order is kept (older
+    levels are never read again once a newer one is known), so memory stays at one
+    array whatever the number of instances."""
+    start = level
+    while start >= 0 and not _rank_known(levels[start]):
+        start -= 1
+    if start == level:
+        rank = levels[level].rank
+        assert rank is not None
+        return rank
+    for k in range(start + 1, level + 1):
+        lvl = levels[k]
+        order = _whole_order(levels, k)
+        rank = np.empty(len(lvl.rows), dtype=np.int64)
+        rank[np.searchsorted(lvl.rows, order)] = np.arange(len(order))
+        lvl.rank, lvl.rank_prefix = rank, lvl.prefix
+        if k > 0:
+            below = levels[k - 1]
+            below.rank = below.rank_prefix = None
+    rank = levels[level].rank
+    assert rank is not None
+    return rank
+
+
+def _rank_known(lvl: _Level) -> bool:
+    return lvl.rank is not None and lvl.rank_prefix is lvl.prefix
+
+
+def _whole_order(levels: _Levels, k: int) -> np.ndarray:
+    """The hosts of ``levels[k]`` in its order (the level below known or not needed)."""
+    lvl = levels[k]
+    if lvl.explicit:
+        return lvl.prefix
+    rows, aligned = lvl.rows, lvl.aligned
+    assert aligned is not None
+    head = rows[:0]
+    if len(lvl.prefix):
+        pos = lvl.prefix_positions(rows)
+        in_prefix = pos >= 0
+        head = rows[in_prefix][np.argsort(pos[in_prefix], kind="stable")]
+        rows, aligned = rows[~in_prefix], aligned[~in_prefix]
+    neg = np.negative(aligned)
+    by_weight = np.argsort(neg, kind="stable")
+    ranked = neg[by_weight]
+    if bool(np.any(ranked[1:] == ranked[:-1])) or np.count_nonzero(np.isnan(neg)) > 1:
+        rows = _in_order(levels, k - 1, rows)
+        by_weight = np.argsort(-_aligned_at(lvl, rows), kind="stable")
+    return np.concatenate([head, rows[by_weight]])
 
 
 def _best(levels: _Levels, rows: np.ndarray, weights: np.ndarray) -> list[int]:
