@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 
 import numpy as np
@@ -368,6 +369,22 @@ def test_the_callers_snapshot_and_spec_are_left_untouched():
     s.select_destinations(req, snap, now=NOW, rng=random.Random(0))
     assert snap.num("free_ram_mb").tolist() == [4096.0]
     assert req.instance_group.hosts == [] and req.instance_uuid is None
+
+
+def test_a_claiming_multi_create_leaves_every_part_of_the_callers_spec_as_it_was():
+    # The request works on a private copy (new top level, its own copies of what it
+    # writes into): group members and hosts, NUMA topology, PCI requests, instance uuid.
+    snap = cloud(*(host(f"h{i}", free_ram_mb=8192) for i in range(4)))
+    req = spec(memory_mb=1024, num_instances=3, hints={"same_host": []},
+               extra_specs={"hw:cpu_policy": "shared"},
+               group=InstanceGroup(policy="soft-affinity", uuid="g", members=["old"]))
+    before = copy.deepcopy(req)
+    s = Scheduler(filters=[], weighers=[])
+    rng = random.Random(0)
+    s.select_destinations(req, snap, now=NOW, rng=rng,
+                          candidates=InMemoryPlacement(snap).candidates(req),
+                          instance_uuids=new_instance_uuids(rng, 3))
+    assert req == before
 
 
 def test_virtual_consumption_and_the_server_group_are_visible_to_the_next_instance():

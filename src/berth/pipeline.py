@@ -401,6 +401,25 @@ def _best(levels: _Levels, rows: np.ndarray, weights: np.ndarray) -> list[int]:
     return _head(levels, len(levels) - 2, rows[at], 1).tolist()
 
 
+#: What a request writes into its spec, beyond top-level attributes: each is copied for
+#: the request (the flavor, image, hints and host lists are only read, and shared).
+_WRITTEN_INTO = ("instance_group", "requested_resources", "request_level_params",
+                 "requested_destination", "numa_topology", "pci_requests", "retry")
+
+
+def private_copy(spec: RequestSpec) -> RequestSpec:
+    """A copy of ``spec`` a request may write to without the caller seeing it: a new
+    top level, with its own copies of the parts a request writes into (group members
+    and hosts, request groups' provider mappings, the NUMA topology it fits, ...). A
+    deep copy of the whole spec cost a twentieth of a request at 1,000 hosts."""
+    new = copy.copy(spec)
+    for name in _WRITTEN_INTO:
+        value = getattr(spec, name)
+        if value is not None:
+            setattr(new, name, copy.deepcopy(value))
+    return new
+
+
 def _zone_of(aggregates: list[Any]) -> str | None:
     """Selection's AZ (§8.4): a value of ``availability_zone`` from the host's aggregates
     that carry the key, read as ``aggregate_metadata_get_by_host`` reads it (§1.2: each
@@ -554,7 +573,7 @@ class Scheduler:
         instance uuid, group members, provider mappings).
         """
         if copy_spec:
-            spec = copy.deepcopy(spec)
+            spec = private_copy(spec)
         self.check_group_policy(spec)
         uuids = list(instance_uuids) if instance_uuids is not None else None
         num_instances = len(uuids) if uuids else spec.num_instances

@@ -52,23 +52,21 @@ def weight_multipliers_all_hosts(hosts: Hosts, name: str, conf_value: float) -> 
     the snapshot changes, so a request pays one array index per weigher.
     """
     snapshot = hosts.snapshot
-    table = snapshot.table("aggregates")
-
-    def build() -> np.ndarray:
-        return np.array(
-            [
-                multiplier_from_aggregates(
-                    snapshot.aggregates_of_signature(code), name, conf_value
-                )
-                for code in range(len(table))
-            ],
-            dtype=float,
-        )
-
-    by_code = snapshot.cached(("weight_multiplier", name, float(conf_value), len(table)), build)
+    signatures = len(snapshot.table("aggregates"))
+    by_code = snapshot.cached(("weight_multiplier", name, float(conf_value), signatures),
+                              lambda: _by_signature(snapshot, signatures, name, conf_value))
     if len(by_code) == 0:
         return np.full(len(hosts), float(conf_value))
     return by_code[hosts.codes("aggregates")]
+
+
+def _by_signature(snapshot: Any, signatures: int, name: str, conf_value: float) -> np.ndarray:
+    """The multiplier of each aggregate membership signature of ``snapshot``."""
+    return np.array(
+        [multiplier_from_aggregates(snapshot.aggregates_of_signature(code), name, conf_value)
+         for code in range(signatures)],
+        dtype=float,
+    )
 
 
 class MultiplierWeigher(BaseHostWeigher):
@@ -88,8 +86,16 @@ class MultiplierWeigher(BaseHostWeigher):
         return cls.multiplier_key or cls.multiplier_option
 
     def conf_multiplier(self) -> float:
-        """The configured multiplier (before any aggregate override)."""
-        return float(getattr(self.config.group(self.multiplier_group), self.multiplier_option))
+        """The configured multiplier (before any aggregate override; the configuration
+        is frozen, so it is read once per weigher)."""
+        memo = getattr(self, "__dict__", None)  # None: a subclass with __slots__
+        found = memo.get("_conf_multiplier") if memo is not None else None
+        if found is None or found[0] is not self.config:
+            found = (self.config, float(getattr(self.config.group(self.multiplier_group),
+                                                self.multiplier_option)))
+            if memo is not None:
+                memo["_conf_multiplier"] = found
+        return found[1]
 
     def weight_multiplier(self, host_state: HostState) -> float:
         """The multiplier for ``host_state``: aggregate override (minimum) or the option."""
