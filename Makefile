@@ -14,7 +14,7 @@ PLACEMENT_VENV := .venv-placement
 PLACEMENT_STAMP := $(PLACEMENT_VENV)/.installed
 PEERS := $(KEYSTONE_STAMP) $(PLACEMENT_STAMP)
 
-.PHONY: run test lint typecheck unit bench install keystone-env placement-env placement-gabbi nova-options clean
+.PHONY: run test lint typecheck unit bench install keystone-env placement-env placement-gabbi nova-env nova-options clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,13 +52,23 @@ GABBI_TARGET ?= --berth $(BIN)/berth
 placement-gabbi: $(STAMP) $(PLACEMENT_STAMP)
 	$(PLACEMENT_VENV)/bin/python tests/peers/gabbi_run.py $(GABBI_TARGET) --failures gabbi-failures.json 2>/dev/null
 
-# Regenerate the table of Nova's option names `berth config check` reads, from Nova's
-# own option definitions in an environment of its own (Berth never imports Nova).
+# Nova 34 in an environment of its own (Berth never imports Nova): the anchor of the
+# core bench (bench/nova_anchor.py) and the source of the option names below.
 NOVA_RELEASE ?= 34.*
-nova-options:
-	$(PYTHON) -m venv .venv-nova
-	.venv-nova/bin/python -m pip install -q 'nova==$(NOVA_RELEASE)'
-	.venv-nova/bin/python scripts/nova-option-names.py > src/berth/nova_options.json
+NOVA_VENV := .venv-nova
+NOVA_STAMP := $(NOVA_VENV)/.installed
+$(NOVA_STAMP):
+	$(PYTHON) -m venv $(NOVA_VENV)
+	$(NOVA_VENV)/bin/python -m pip install -q --upgrade pip
+	$(NOVA_VENV)/bin/python -m pip install -q 'nova==$(NOVA_RELEASE)'
+	touch $(NOVA_STAMP)
+
+nova-env: $(NOVA_STAMP)
+
+# Regenerate the table of Nova's option names `berth config check` reads, from Nova's
+# own option definitions.
+nova-options: $(NOVA_STAMP)
+	$(NOVA_VENV)/bin/python scripts/nova-option-names.py > src/berth/nova_options.json
 
 # The main job: schedule a request against the example cloud (offline) and print an
 # explained decision; then run the whole system on the embedded SQLite default and boot
@@ -85,8 +95,8 @@ test: $(STAMP) $(PEERS)
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-bench: $(STAMP)
-	$(BIN)/python bench/core.py
+bench: $(STAMP) $(NOVA_STAMP)
+	$(BIN)/python bench/core.py --nova $(NOVA_VENV)/bin/python
 
 clean:
-	rm -rf $(VENV) $(KEYSTONE_VENV) $(PLACEMENT_VENV) .venv-nova build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(KEYSTONE_VENV) $(PLACEMENT_VENV) $(NOVA_VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -323,9 +326,102 @@ def bench_build(cloud: SyntheticCloud, repeat: int) -> dict[str, float]:
     return out
 
 
+def nova_case(cloud: SyntheticCloud, spec: Any, rows: Any) -> dict[str, Any]:
+    """The hosts, the placement candidates among them (``rows``) and the request for
+    bench/nova_anchor.py (plain JSON)."""
+    hosts = []
+    for r in cloud.records:
+        service = r.service
+        assert service is not None and service.last_seen_up is not None
+        hosts.append({
+            "host": r.host, "nodename": r.nodename, "cell_uuid": r.cell_uuid, "uuid": r.uuid,
+            "total_usable_ram_mb": r.total_usable_ram_mb, "free_ram_mb": r.free_ram_mb,
+            "total_usable_disk_gb": r.total_usable_disk_gb, "disk_mb_used": r.disk_mb_used,
+            "free_disk_mb": r.free_disk_mb, "vcpus_total": r.vcpus_total,
+            "vcpus_used": r.vcpus_used, "hypervisor_type": r.hypervisor_type,
+            "hypervisor_version": r.hypervisor_version, "host_ip": r.host_ip,
+            "cpu_info": r.cpu_info, "supported_instances": [list(s) for s in r.supported_instances],
+            "stats": dict(r.stats), "cpu_allocation_ratio": r.cpu_allocation_ratio,
+            "ram_allocation_ratio": r.ram_allocation_ratio,
+            "disk_allocation_ratio": r.disk_allocation_ratio,
+            "disabled": service.disabled, "heartbeat_age": NOW - service.last_seen_up,
+            "updated_age": NOW - (r.updated or NOW),
+            "instances": {u: i.project_id for u, i in r.instances.items()},
+        })
+    f = spec.flavor
+    return {
+        "hosts": hosts,
+        "candidates": [cloud.records[i].uuid for i in rows],
+        "aggregates": [{"id": a.id, "uuid": a.uuid, "name": a.name, "hosts": list(a.hosts),
+                        "metadata": dict(a.metadata)} for a in cloud.aggregates],
+        "request": {
+            "flavor": {"id": f.id, "name": f.name, "vcpus": f.vcpus, "memory_mb": f.memory_mb,
+                       "root_gb": f.root_gb, "ephemeral_gb": f.ephemeral_gb, "swap": f.swap,
+                       "extra_specs": dict(f.extra_specs)},
+            "image": {"id": spec.image.id, "properties": dict(spec.image.properties.raw)},
+            "project_id": spec.project_id,
+        },
+    }
+
+
+@dataclass
+class AnchorRow:
+    """Berth's core and Nova 34's filter scheduler on the same hosts, same run."""
+
+    hosts: int
+    berth_p50: float
+    berth_cpu_p50: float
+    nova_p50: float
+    nova_runs: int
+    nova_passed: int
+    berth_passed: int
+
+
+def nova_anchor(n: int, python: str, repeat: int, nova_repeat: int, config: SchedulerConfig,
+                weighers: list[BaseHostWeigher]) -> AnchorRow:
+    """One size: a cloud without NUMA or PCI (the anchor builds plain Nova hosts), the
+    default filters and every weigher, one instance of the medium flavor; Berth's
+    columnar ``select_destinations`` timed here, Nova's filter + weigh in Nova's own
+    environment (bench/nova_anchor.py, a separate process)."""
+    cloud = make_cloud(n, seed=1, with_hardware=False)
+    snapshot = cloud.snapshot()
+    spec = request(cloud, "medium")
+    filters, _ = available_filters(DEFAULT_ENABLED_FILTERS, config)
+    placement = InMemoryPlacement(snapshot)
+    found = placement.candidates(spec)
+    cands = CandidateSet(found.by_row, found.version)
+    scheduler = Scheduler(config, filters=filters, weighers=weighers)
+
+    def call(i: int) -> Any:
+        rng = random.Random(i)
+        return scheduler.select_destinations(spec, snapshot, now=NOW, rng=rng, candidates=cands,
+                                             instance_uuids=new_instance_uuids(rng, 1))
+
+    wall, cpu = time_calls(call, repeat)
+    decision = scheduler.select_destinations(spec, snapshot, now=NOW, rng=random.Random(0),
+                                             candidates=cands, explain=True,
+                                             instance_uuids=new_instance_uuids(random.Random(0), 1))
+    rows = sorted(found.by_row)  # the rows placement returned
+    berth_passed = len(rows) - sum(decision.rejections.values())
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(nova_case(cloud, spec, rows), f)
+    try:
+        out = subprocess.run([python, str(Path(__file__).with_name("nova_anchor.py")), f.name,
+                              "--repeat", str(nova_repeat)],
+                             capture_output=True, text=True, check=False)
+    finally:
+        os.unlink(f.name)
+    if out.returncode != 0:
+        raise SystemExit(f"nova anchor failed: {out.stderr.strip().splitlines()[-1:]}")
+    nova = json.loads(out.stdout.strip().splitlines()[-1])
+    return AnchorRow(n, statistics.median(wall) * 1000, statistics.median(cpu) * 1000,
+                     nova["median_ms"], nova_repeat, nova["passed"], berth_passed)
+
+
 def render(rows: list[Row], builds: dict[int, dict[str, float]], notes: list[str],
            args: argparse.Namespace,
-           plugin_costs: tuple[int, list[tuple[str, str, float, float]]] | None = None) -> str:
+           plugin_costs: tuple[int, list[tuple[str, str, float, float]]] | None = None,
+           anchors: list[AnchorRow] | None = None) -> str:
     """The Markdown report."""
     lines = [
         "# Core benchmark: columnar engine vs per-host path",
@@ -387,10 +483,35 @@ def render(rows: list[Row], builds: dict[int, dict[str, float]], notes: list[str
         "Column bytes count the snapshot's arrays (numbers, codes, object pointers); the "
         "tracemalloc figure also counts what a build allocates for per-host objects "
         "(instance dicts, copies of stats), not the HostRecords themselves.",
-        "",
-        "Reference: Nova 34's own filters and weighers (default set) take ~1,000-1,170 ms "
-        "per request at 10,000 hosts and ~95-100 ms at 1,000.",
     ]
+    if anchors:
+        lines += [
+            "",
+            "## Against Nova 34, same run",
+            "",
+            "The same hosts (no NUMA or PCI), placement's candidates only, Nova 34's default "
+            "`enabled_filters` and every weigher, one instance of the medium flavor. Berth: "
+            "columnar `select_destinations` (filters, weighers, choice, virtual consumption). "
+            "Nova: `HostManager.get_filtered_hosts` + `get_weighed_hosts`, run by "
+            "bench/nova_anchor.py in Nova's own environment (`make nova-env`). Targets: "
+            "≤ 1 ms and ≥ 250x at 1,000 hosts, ≥ 1,000x at 10,000.",
+            "",
+            "| hosts | hosts passing (Berth / Nova) | Berth p50 ms | Berth CPU p50 ms "
+            "| Nova p50 ms (runs) | Nova / Berth | target |",
+            "|---:|---|---:|---:|---:|---:|---|",
+        ]
+        for a in anchors:
+            ratio = a.nova_p50 / a.berth_p50
+            target = ""
+            if a.hosts == 1000:
+                target = (f"≤ 1 ms {'✓' if a.berth_p50 <= 1 else '✗'}, "
+                          f"≥ 250x {'✓' if ratio >= 250 else '✗'}")
+            elif a.hosts >= 10_000:
+                target = f"≥ 1,000x {'✓' if ratio >= 1000 else '✗'}"
+            lines.append(
+                f"| {a.hosts:,} | {a.berth_passed:,} / {a.nova_passed:,} | {a.berth_p50:.2f} "
+                f"| {a.berth_cpu_p50:.2f} | {a.nova_p50:,.0f} ({a.nova_runs}) | {ratio:,.0f}x "
+                f"| {target} |")
     if plugin_costs:
         lines += [
             "",
@@ -430,8 +551,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the select_destinations table (profiling aid)")
     parser.add_argument("--nodes-per-host", type=int, default=1, metavar="K",
                         help="K consecutive nodes share a service host (Ironic-style)")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--nova", metavar="PYTHON",
+                        help="also time Nova 34's filter scheduler on the same hosts, with the "
+                             "Python of its environment (make nova-env: .venv-nova/bin/python)")
+    parser.add_argument("--nova-repeat", type=int, default=3, help="Nova runs per size")
+    parser.add_argument("--output", type=Path, default=RESULTS,
+                        help="the results file; this bench's section of it is replaced")
     args = parser.parse_args(argv)
+    if args.nova and not Path(args.nova).exists():
+        parser.error(f"--nova: {args.nova}: no such file (make nova-env creates .venv-nova)")
     args.load = os.getloadavg()[0]
     config = SchedulerConfig.default()
     weighers, missing_w = available_weighers(config)
@@ -441,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     builds: dict[int, dict[str, float]] = {}
     plugin_costs: tuple[int, list[tuple[str, str, float, float]]] | None = None
+    anchors: list[AnchorRow] = []
     for n in args.sizes:
         print(f"building a cloud of {n:,} hosts", file=sys.stderr, flush=True)
         cloud = make_cloud(n, seed=1, nodes_per_host=args.nodes_per_host)
@@ -460,10 +589,29 @@ def main(argv: list[str] | None = None) -> int:
         del snapshot, cloud
         gc.unfreeze()
         gc.collect()
-    text = render(rows, builds, notes, args, plugin_costs)
-    args.output.write_text(text)
+        if args.nova:
+            print(f"  {n:>7} against Nova 34", file=sys.stderr, flush=True)
+            anchors.append(nova_anchor(n, args.nova, args.repeat,
+                                       1 if n >= 100_000 else args.nova_repeat, config, weighers))
+    text = render(rows, builds, notes, args, plugin_costs, anchors)
+    write_section(args.output, text)
     print(text)
     return 0
+
+
+BEGIN, END = "<!-- bench/core.py: begin -->", "<!-- bench/core.py: end -->"
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace this bench's section of the results file (the other benches' stay)."""
+    block = f"{BEGIN}\n{text}{END}\n"
+    old = path.read_text() if path.exists() else ""
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        new = head + block + rest.split(END, 1)[1].lstrip("\n")
+    else:
+        new = block + ("\n" + old if old else "")
+    path.write_text(new)
 
 
 if __name__ == "__main__":

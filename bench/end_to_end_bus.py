@@ -133,7 +133,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--apis", type=int, default=2)
-    parser.add_argument("--schedulers", default="1,4", help="comma-separated counts")
+    parser.add_argument("--schedulers", default="1,4",
+                        help="comma-separated counts (0: registration only)")
     args = parser.parse_args()
     reason = rabbit_unavailable()
     if reason:
@@ -142,7 +143,7 @@ def main() -> int:
     print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}, "
           f"{os.cpu_count()} CPUs; {args.hosts} hosts, {args.boots} boots, "
           f"{args.clients} clients, {args.apis} API processes")
-    run(args, sorted(int(c) for c in args.schedulers.split(",")))
+    run(args, sorted(int(c) for c in args.schedulers.split(",") if int(c) > 0))
     return 0
 
 

@@ -53,10 +53,13 @@ def _start_berth(workdir: Path, db: str | None) -> tuple[subprocess.Popen[bytes]
     return proc, url
 
 
-def _load(url: str, size: int) -> dict[str, list[float]]:
+def _load(url: str, size: int, nested: bool) -> dict[str, list[float]]:
     """Write the fleet; seconds per write, by kind."""
-    times: dict[str, list[float]] = {k: [] for k in ("provider", "inventory", "traits",
-                                                      "aggregates", "allocation")}
+    kinds = ("provider", "inventory", "traits", "aggregates", "allocation")
+    if nested:
+        kinds = ("provider", "inventory", "child provider", "child inventory", "traits",
+                 "aggregates")
+    times: dict[str, list[float]] = {k: [] for k in kinds}
     agg = str(uuidlib.UUID(int=1))
     with httpx.Client(base_url=url, headers=HEADERS, timeout=120) as http:
 
@@ -70,10 +73,11 @@ def _load(url: str, size: int) -> dict[str, list[float]]:
         for i in range(size):
             u = str(uuidlib.UUID(int=i + 1000))
             timed("provider", "POST", "/resource_providers", {"uuid": u, "name": f"cn{i:05d}"})
+            root_inventory = {"DISK_GB": {"total": 2000}} if nested else {
+                "VCPU": {"total": 32, "allocation_ratio": 4.0},
+                "MEMORY_MB": {"total": 131072}, "DISK_GB": {"total": 2000}}
             gen = timed("inventory", "PUT", f"/resource_providers/{u}/inventories", {
-                "resource_provider_generation": 0, "inventories": {
-                    "VCPU": {"total": 32, "allocation_ratio": 4.0},
-                    "MEMORY_MB": {"total": 131072}, "DISK_GB": {"total": 2000}}}
+                "resource_provider_generation": 0, "inventories": root_inventory}
             )["resource_provider_generation"]
             if i % 2 == 0:
                 gen = timed("traits", "PUT", f"/resource_providers/{u}/traits", {
@@ -82,7 +86,17 @@ def _load(url: str, size: int) -> dict[str, list[float]]:
             if i % 3 == 0:
                 timed("aggregates", "PUT", f"/resource_providers/{u}/aggregates", {
                     "resource_provider_generation": gen, "aggregates": [agg]})
-            if i % 4 == 0:
+            if nested:
+                # Two NUMA children holding the CPUs and memory; the root keeps the disk.
+                for cell in range(2):
+                    c = str(uuidlib.UUID(int=(i + 1000) * 4 + cell + 10**9))
+                    timed("child provider", "POST", "/resource_providers", {
+                        "uuid": c, "name": f"cn{i:05d}_numa{cell}", "parent_provider_uuid": u})
+                    timed("child inventory", "PUT", f"/resource_providers/{c}/inventories", {
+                        "resource_provider_generation": 0, "inventories": {
+                            "VCPU": {"total": 16, "allocation_ratio": 4.0},
+                            "MEMORY_MB": {"total": 65536}}})
+            if i % 4 == 0 and not nested:
                 timed("allocation", "PUT", f"/allocations/{uuidlib.UUID(int=i + 10**6)}", {
                     "allocations": {u: {"resources": {"VCPU": 2, "MEMORY_MB": 4096}}},
                     "project_id": "p", "user_id": "u", "consumer_generation": None,
@@ -94,6 +108,13 @@ QUERIES = {
     "full": "resources=VCPU:1,MEMORY_MB:256,DISK_GB:10&limit=1000",
     "filtered": f"resources=VCPU:1,MEMORY_MB:256,DISK_GB:10&limit=1000&member_of="
                 f"{uuidlib.UUID(int=1)}&required=HW_CPU_X86_AVX2",
+}
+#: On the nested fleet: the unnumbered group spread over root and NUMA children, and
+#: Nova's form for a NUMA guest (one numbered group per guest cell, isolated).
+NESTED_QUERIES = {
+    "nested": "resources=VCPU:1,MEMORY_MB:256,DISK_GB:10&limit=1000",
+    "nested granular": "resources=DISK_GB:10&resources1=VCPU:2,MEMORY_MB:1024&"
+                       "resources2=VCPU:2,MEMORY_MB:1024&group_policy=isolate&limit=1000",
 }
 
 
@@ -129,6 +150,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--nested", action="store_true",
+                        help="each compute node a tree: the root with the disk, two NUMA "
+                             "children with the CPUs and memory (no allocations)")
     parser.add_argument("--db", help="Berth's database URL (default a fresh SQLite file); "
                                      "the real Placement always runs on SQLite")
     args = parser.parse_args()
@@ -144,20 +168,22 @@ def main() -> int:
             berth, berth_url = _start_berth(Path(tmp), args.db)
             try:
                 rows = []
-                writes = {"placement16": _load(real.url, size), "berth": _load(berth_url, size)}
+                writes = {"placement16": _load(real.url, size, args.nested),
+                          "berth": _load(berth_url, size, args.nested)}
                 for kind in writes["berth"]:
                     a, b = writes["placement16"][kind], writes["berth"][kind]
                     rows.append((f"write {kind}", _ms(a, 0.5), _ms(a, 0.99), _ms(b, 0.5),
                                  _ms(b, 0.99)))
-                for name, query in QUERIES.items():
+                for name, query in (NESTED_QUERIES if args.nested else QUERIES).items():
                     a, ours = _query(real.url, query, args.repeat)
                     b, theirs = _query(berth_url, query, args.repeat)
                     same = _same(ours["allocation_requests"], theirs["allocation_requests"],
-                                 truncated=size > 1000 and name == "full")
+                                 truncated=len(ours["allocation_requests"]) == 1000
+                                 and (size > 1000 or args.nested))
                     rows.append((f"candidates {name} ({len(ours['allocation_requests'])}"
                                  f"{', same' if same else ', DIFFERENT'})",
                                  _ms(a, 0.5), _ms(a, 0.99), _ms(b, 0.5), _ms(b, 0.99)))
-                print(f"\n## {size} providers\n")
+                print(f"\n## {size} {'compute nodes (trees of 3 providers)' if args.nested else 'providers'}\n")
                 print("| operation | Placement 16 p50 | p99 | Berth p50 | p99 | speed-up (p50) |")
                 print("|---|---|---|---|---|---|")
                 for label, ap50, ap99, bp50, bp99 in rows:
