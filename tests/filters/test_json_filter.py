@@ -223,7 +223,26 @@ def test_reason_carries_the_query() -> None:
     req = spec(hints={"query": '[">", "$free_ram_mb", 4096]'})
     reject = JsonFilter().check(state(verified_host(), "h1"), req)
     assert reject is not None and reject.reason == "JSON query false"
-    assert reject.numbers == {"query": '[">", "$free_ram_mb", 4096]'}
+    assert reject.numbers == {"query": '[">", "$free_ram_mb", 4096]', "host": "free_ram_mb=1024"}
+
+
+def test_reason_names_the_clause_that_failed_and_the_hosts_values() -> None:
+    query = json.dumps(["and", [">=", "$free_ram_mb", 1024],
+                        ["or", ["=", "$hypervisor_type", "QEMU"], ["<", "$vcpus_used", 2]],
+                        ["and", [">=", "$free_disk_mb", 1024], ["<=", "$stats.num_instances", "3"]]])
+    snap = cloud(host("h1", free_ram_mb=2048, free_disk_mb=300 * 1024, hypervisor_type="QEMU",
+                      stats={"num_instances": "7"}),
+                 host("h2", free_ram_mb=2048, hypervisor_type="xen", vcpus_used=4))
+    req = spec(hints={"query": query})
+    first = JsonFilter().check(state(snap, "h1"), req)
+    assert first is not None and first.numbers["clause"] == '["<=", "$stats.num_instances", "3"]'
+    assert first.numbers["host"] == 'stats.num_instances="7"'
+    second = JsonFilter().check(state(snap, "h2"), req)
+    assert second is not None
+    assert second.numbers["clause"] == \
+        '["or", ["=", "$hypervisor_type", "QEMU"], ["<", "$vcpus_used", 2]]'
+    assert second.numbers["host"] == 'hypervisor_type="xen", vcpus_used=4'
+    assert "clause" in second.render() and "host" in second.render()
 
 
 def test_the_seed_query_free_ram_and_free_disk() -> None:

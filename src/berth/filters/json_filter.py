@@ -133,6 +133,27 @@ def _process(query: Any, host_state: HostState) -> Any:
     return _apply(cmd, cooked)
 
 
+def failing_clause(query: Any, host_state: HostState) -> Any:
+    """The innermost clause that makes a false ``query`` false for this host: under
+    ``and``, the first false clause (followed down); anything else is its own answer
+    (a comparison, ``in``, an ``or`` none of whose clauses held, a ``not``)."""
+    while isinstance(query, list) and query and query[0] == "and":
+        for arg in query[1:]:
+            if isinstance(arg, list) and not _process(arg, host_state):
+                query = arg
+                break
+        else:
+            return query  # false through a literal argument: the whole ``and``
+    return query
+
+
+def _shown(value: Any) -> str:
+    """A host's value as the query compares it (None: unset, dropped by the query)."""
+    if value is None:
+        return "unset"
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
 #: Resolves a ``$path`` string for one host.
 Resolver = Callable[[str], Any]
 #: A compiled (sub)query: evaluates it for the host a resolver stands for.
@@ -436,14 +457,25 @@ class JsonFilter(BaseHostFilter):
         self._query(spec_obj)
 
     def check(self, host_state: HostState, spec_obj: RequestSpec) -> Reject | None:
-        """Reject a host for which the query is false."""
+        """Reject a host for which the query is false, naming the clause that made it
+        false (when the query has several) and the host's values of that clause's
+        ``$`` attributes."""
         compiled = self._query(spec_obj)
         if compiled is None or compiled.evaluate(host_state):
             return None
+        numbers: dict[str, Any] = {"query": compiled.text}
+        clause = failing_clause(compiled.parsed, host_state)
+        if clause is not compiled.parsed:
+            numbers["clause"] = json.dumps(clause)
+        values = {path[1:]: _parse_string(path, host_state)
+                  for path in sorted(_paths(clause, set()))}
+        if values:
+            numbers["host"] = ", ".join(f"{name}={_shown(value)}"
+                                        for name, value in values.items())
         note = compiled.host_ip_note
         if note is not None:
-            return Reject.of("JSON query false", query=compiled.text, note=note)
-        return Reject.of("JSON query false", query=compiled.text)
+            numbers["note"] = note
+        return Reject("JSON query false", numbers)
 
     def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:
         """NumPy evaluation of numeric queries; per-host evaluation otherwise (see module)."""
