@@ -319,3 +319,12 @@ def test_a_multi_create_that_runs_out_of_hosts_says_how_many_fit(capsys):
     code, out, _ = run(capsys, "schedule", CLOUD, "--flavor", "m1.huge", "--num", "1",
                        "--seed", "1", "--json", "--az", "nowhere")
     assert "instances_fit" not in out
+
+
+def test_explanations_name_aggregates_not_their_uuids(capsys):
+    # The AZ becomes a member_of of placement's query; its refusal names the aggregate.
+    code, out, _ = run(capsys, "schedule", CLOUD, "--config-file", CONF, "--flavor", "m1.large",
+                       "--az", "az3", "--seed", "1", "--now", NOW, "--explain")
+    assert code == 0
+    assert "not in a required aggregate (member of az3)" in out
+    assert "member of e431d10b" not in out

@@ -420,6 +420,29 @@ def private_copy(spec: RequestSpec) -> RequestSpec:
     return new
 
 
+#: Numbers of placement's reasons that hold aggregate uuids (``" or "``-separated).
+_AGGREGATE_NUMBERS = ("member_of", "aggregate")
+
+
+def _with_aggregate_names(reject: Any, names: dict[str, str]) -> Any:
+    """``reject`` with the aggregate uuids of its numbers shown by their host
+    aggregates' names (a uuid no host aggregate carries stays as it is)."""
+    numbers = getattr(reject, "numbers", None)
+    if not isinstance(numbers, dict):
+        return reject
+    changed = {}
+    for key in _AGGREGATE_NUMBERS:
+        text = numbers.get(key)
+        if isinstance(text, str):
+            parts = text.split(" or ")
+            shown = " or ".join(names.get(part, part) for part in parts)
+            if shown != text:
+                changed[key] = shown
+    if not changed:
+        return reject
+    return type(reject)(reject.reason, {**numbers, **changed})
+
+
 def _zone_of(aggregates: list[Any]) -> str | None:
     """Selection's AZ (§8.4): a value of ``availability_zone`` from the host's aggregates
     that carry the key, read as ``aggregate_metadata_get_by_host`` reads it (§1.2: each
@@ -758,9 +781,14 @@ class Scheduler:
     def _record_placement(self, req: _Request, candidates: CandidateSet) -> None:
         snapshot = req.ws.snapshot
         step = FilterStep("placement", len(snapshot), len(candidates.by_row))
+        names = {a.uuid: a.name for a in snapshot.aggregates if a.uuid and a.name}
+        named: dict[int, Any] = {}
         for row, reject in candidates.rejections.items():
+            shown = named.get(id(reject))
+            if shown is None:
+                shown = named[id(reject)] = _with_aggregate_names(reject, names)
             step.rejections.append(HostRejection(
-                snapshot.obj("host")[row], snapshot.obj("nodename")[row], "placement", reject))
+                snapshot.obj("host")[row], snapshot.obj("nodename")[row], "placement", shown))
         req.placement_step = step
 
     def _next_input(self, hosts: np.ndarray | HostOrder) -> np.ndarray:
