@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from berth.claims import CandidateSet, InMemoryPlacement
 from berth.errors import NoValidHost, UnsupportedPolicy
+from berth.explain import diagnosis_lines
 from berth.filters.base import BaseHostFilter, Reject
 from berth.host_state import HostState
 from berth.model import InstanceGroup, RequestSpec
@@ -646,3 +647,28 @@ def test_a_filter_after_the_first_empty_result_is_never_reached_so_never_validat
             spec(memory_mb=10**6, hints=BAD_QUERY, extra_specs=BAD_SPEC),
             cloud(host("a"), host("b")), now=NOW, rng=random.Random(0), explain=True)
     assert "insufficient RAM" in caught.value.diagnosis.summary()
+
+
+def test_a_refused_claim_is_explained_with_the_resource_and_the_amounts():
+    # Placement's answer still lists "big", but another request took most of its memory
+    # before this one claimed: the claim is refused there and the next host is used.
+    snap = cloud(host("big", free_ram_mb=8192, total_usable_ram_mb=8192),
+                 host("small", free_ram_mb=4096, total_usable_ram_mb=4096))
+    req = spec(memory_mb=2048)
+    p = InMemoryPlacement(snap)
+    candidates = p.candidates(req)
+    rp = next(iter(candidates.by_row[0][0]["allocations"]))
+    assert p.claim("someone-else", {"allocations": {rp: {"resources": {"MEMORY_MB": 7168}}}},
+                   req, None)
+    rng = random.Random(0)
+    s = Scheduler(filters=[], weighers=[FreeRam()])
+    decision = s.select_destinations(req, snap, now=NOW, rng=rng, candidates=candidates,
+                                     claimer=p, explain=True,
+                                     instance_uuids=new_instance_uuids(rng, 1))
+    assert decision.hosts == [("small", "small")]
+    inst = decision.diagnosis.instances[0]
+    assert inst.claim_failures == [("big", "big", "insufficient MEMORY_MB (requested 2048, free 1024)")]
+    assert "  claims refused on: big (insufficient MEMORY_MB (requested 2048, free 1024))" in \
+        diagnosis_lines(decision.diagnosis)
+    assert decision.diagnosis.to_dict()["instances"][0]["claim_failures"] == [
+        ["big", "big", "insufficient MEMORY_MB (requested 2048, free 1024)"]]

@@ -55,6 +55,40 @@ class CandidateSet:
             self.no_allocation_requests = len(self.by_row) == 0
 
 
+@dataclass(frozen=True)
+class ClaimRefusal:
+    """Why placement refused a claim; false, as the ``False`` a claimer may also answer.
+
+    ``reason`` is short and constant ("insufficient capacity", "the consumer exists
+    already", ...); for a capacity refusal ``resource_class``, ``provider`` and the
+    ``requested`` and ``free`` amounts (free: capacity less usage, as placement counts
+    them, after the refusal) say what did not fit.
+    """
+
+    reason: str
+    resource_class: str | None = None
+    provider: str | None = None
+    requested: int | None = None
+    free: int | None = None
+
+    def __bool__(self) -> bool:
+        return False
+
+    def render(self) -> str:
+        """``insufficient MEMORY_MB (requested 8192, free 4096)``."""
+        what = self.reason
+        if self.resource_class is not None and self.reason == INSUFFICIENT:
+            what = f"insufficient {self.resource_class}"
+        amounts = [f"{name} {value}" for name, value in (("requested", self.requested),
+                                                         ("free", self.free))
+                   if value is not None]
+        return f"{what} ({', '.join(amounts)})" if amounts else what
+
+
+#: The reason of a refusal for capacity.
+INSUFFICIENT = "insufficient capacity"
+
+
 class Claimer(Protocol):
     """Claims resources for an instance and rolls back a request's claims."""
 
@@ -64,8 +98,9 @@ class Claimer(Protocol):
         allocation_request: dict[str, Any],
         spec: RequestSpec,
         version: str | None,
-    ) -> bool:
-        """Write the allocation; False if placement refused it (capacity or generation)."""
+    ) -> bool | ClaimRefusal:
+        """Write the allocation; false if placement refused it: ``False``, or a
+        :class:`ClaimRefusal` saying why."""
         ...
 
     def rollback(self, consumer_uuids: Sequence[str]) -> None:
@@ -179,20 +214,24 @@ class InMemoryPlacement:
         allocation_request: dict[str, Any],
         spec: RequestSpec,
         version: str | None,
-    ) -> bool:
+    ) -> bool | ClaimRefusal:
         """Record the allocation if every provider still has room; all or nothing."""
         planned: dict[int, dict[str, int]] = {}
         for rp, body in allocation_request.get("allocations", {}).items():
             row = self._rows_by_provider.get(rp)
             if row is None:
-                return False
+                return ClaimRefusal("no such resource provider", provider=rp)
             planned[row] = {rc: int(v) for rc, v in body.get("resources", {}).items()}
         for row, resources in planned.items():
             for rc, amount in resources.items():
                 if rc not in self.capacity:
-                    return False
+                    return ClaimRefusal("no such inventory", resource_class=rc,
+                                        provider=provider_id(self.snapshot, row))
                 if self.used[rc][row] + amount > self.capacity[rc][row]:
-                    return False
+                    return ClaimRefusal(
+                        INSUFFICIENT, resource_class=rc,
+                        provider=provider_id(self.snapshot, row), requested=amount,
+                        free=int(self.capacity[rc][row] - self.used[rc][row]))
         for row, resources in planned.items():
             for rc, amount in resources.items():
                 self.used[rc][row] += amount

@@ -107,7 +107,8 @@ class InstanceDiagnosis:
     steps: list[FilterStep] = field(default_factory=list)
     weighing: list[HostWeighing] = field(default_factory=list)
     chosen: tuple[str, str] | None = None
-    claim_failures: list[tuple[str, str]] = field(default_factory=list)
+    #: Hosts whose claim placement refused: (host, node, why — None when not known).
+    claim_failures: list[tuple[str, str, str | None]] = field(default_factory=list)
     #: "weight" (weighers: higher is better) or "cost" (least-cost functions: lower is
     #: better; a host's cost is minus its ranking weight, its terms the cost shares).
     ranked_by: str = "weight"
@@ -248,7 +249,8 @@ def diagnosis_lines(diagnosis: Diagnosis, *, verbose: bool = False) -> list[str]
                 lines.append(f"      ... {len(step.rejections) - len(rejected)} more (--verbose)")
         if inst.claim_failures:
             lines.append("  claims refused on: " + ", ".join(
-                node_label(h, n) for h, n in inst.claim_failures))
+                node_label(h, n) + (f" ({why})" if why else "")
+                for h, n, why in inst.claim_failures))
         if inst.random_pick is not None:
             lines.append(inst.random_pick.line(inst.chosen, inst.ranked_by == "cost"))
         if inst.weighing:

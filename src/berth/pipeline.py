@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from berth import plugins
-from berth.claims import CandidateSet, Claimer
+from berth.claims import CandidateSet, Claimer, ClaimRefusal
 from berth.config import SchedulerConfig
 from berth.errors import NoValidHost, UnsupportedPolicy
 from berth.explain import (
@@ -1003,11 +1003,15 @@ class Scheduler:
             if not cands:
                 continue
             alloc_req = cands[0]
-            if claimer is None or claimer.claim(instance_uuid, alloc_req, req.spec, req.version):
+            if claimer is None:
+                return row, alloc_req
+            claimed = claimer.claim(instance_uuid, alloc_req, req.spec, req.version)
+            if claimed:
                 return row, alloc_req
             if req.current is not None:
                 req.current.claim_failures.append(
-                    (snapshot.obj("host")[row], snapshot.obj("nodename")[row]))
+                    (snapshot.obj("host")[row], snapshot.obj("nodename")[row],
+                     claimed.render() if isinstance(claimed, ClaimRefusal) else None))
         return None, None
 
     def _consume(self, req: _Request, row: int, instance_uuid: str | None) -> None:

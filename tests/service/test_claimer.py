@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from berth.claims import ClaimRefusal
 from berth.model.request import Flavor, RequestSpec
+from berth.placement import db
 from berth.placement.client import ConflictError, ConsumerAllocations
+from berth.placement.local import LocalProviders
+from berth.placement.store import PlacementStore
 from berth.service.placement import CLAIM_ATTEMPTS, PlacementClaimer
 
 SPEC = RequestSpec(flavor=Flavor(name="f", vcpus=1, memory_mb=1), project_id="p", user_id="u")
@@ -85,3 +90,31 @@ def test_an_unreachable_placement_is_a_failed_claim() -> None:
 
     claimer = PlacementClaimer(Down([]))  # type: ignore[arg-type]
     assert not claimer.claim("c", REQ, SPEC, "1.36") and claimer.stats.errors == 1
+
+
+def test_a_capacity_refusal_says_what_did_not_fit(tmp_path: Path) -> None:
+    engine = db.prepare(f"sqlite:///{tmp_path / 'p.sqlite'}")
+    local = LocalProviders(PlacementStore(engine))
+    rp = "6f2f3c1e-0000-4000-8000-000000000001"
+    local.create_provider("n1", uuid=rp)
+    local.set_inventories(rp, 0, {"MEMORY_MB": {"total": 4096, "reserved": 512},
+                                  "VCPU": {"total": 8}})
+    local.put_allocations("6f2f3c1e-0000-4000-8000-00000000000a", {rp: {"MEMORY_MB": 2560}},
+                          project_id="p", user_id="u", consumer_generation=None)
+    claimer = PlacementClaimer(local)
+    got = claimer.claim("6f2f3c1e-0000-4000-8000-00000000000b",
+                        {"allocations": {rp: {"resources": {"VCPU": 1, "MEMORY_MB": 2048}}}},
+                        SPEC, "1.36")
+    assert not got and isinstance(got, ClaimRefusal)
+    assert (got.resource_class, got.provider, got.requested, got.free) == \
+        ("MEMORY_MB", rp, 2048, 1024)
+    assert got.render() == "insufficient MEMORY_MB (requested 2048, free 1024)"
+    engine.dispose()
+
+
+def test_refusals_without_amounts_still_say_why() -> None:
+    assert PlacementClaimer(FakeClient([CONSUMER])).claim(  # type: ignore[arg-type]
+        "c", REQ, SPEC, "1.36") == ClaimRefusal("the consumer exists already")
+    refused = PlacementClaimer(FakeClient([RACE] * 10)).claim(  # type: ignore[arg-type]
+        "c", REQ, SPEC, "1.36")
+    assert not refused and "concurrent updates" in refused.render()  # type: ignore[union-attr]

@@ -5,7 +5,8 @@ the WSGI app for every request would render allocation candidates to JSON only t
 them again, and validate a PUT body the scheduler built itself. :class:`LocalPlacement`
 offers the calls the scheduler makes (:meth:`allocation_candidates`,
 :meth:`get_allocations`, :meth:`put_allocations`, :meth:`post_allocations`,
-:meth:`delete_allocations`) with the
+:meth:`delete_allocations`, and the reads that explain a refused claim,
+:meth:`get_inventories` and :meth:`provider_usages`) with the
 same arguments, results and exceptions as :class:`~berth.placement.client.PlacementClient`,
 straight on a :class:`~berth.placement.store.PlacementStore`, plus :meth:`search`, which
 keeps a candidates answer as engine objects.
@@ -165,6 +166,25 @@ class LocalPlacement:
             call_with_retry(lambda: self.store.delete_consumer_allocations(uuid), safe=False,
                             what=f"DELETE /allocations/{uuid}")
 
+    # -- reads a claimer makes to explain a refusal ------------------------------------
+
+    def get_inventories(self, uuid: str) -> tuple[int, dict[str, dict[str, Any]]]:
+        """(generation, {class: record})."""
+        found = call_with_retry(lambda: self.store.get_inventories(uuid), safe=True,
+                                what=f"GET /resource_providers/{uuid}/inventories")
+        if found is None:
+            raise _not_found(uuid)
+        prov, invs = found
+        return prov.generation, {rc: inv.as_dict() for rc, inv in invs.items()}
+
+    def provider_usages(self, uuid: str) -> dict[str, int]:
+        """GET .../usages."""
+        found = call_with_retry(lambda: self.store.provider_usages(uuid), safe=True,
+                                what=f"GET /resource_providers/{uuid}/usages")
+        if found is None:
+            raise _not_found(uuid)
+        return dict(found[1])
+
 
 class LocalProviders(LocalPlacement):
     """:class:`LocalPlacement` plus the provider writes a compute agent makes (create a
@@ -193,22 +213,11 @@ class LocalProviders(LocalPlacement):
             raise _not_found(uuid)
         return prov
 
-    def get_inventories(self, uuid: str) -> tuple[int, dict[str, dict[str, Any]]]:
-        """(generation, {class: record})."""
-        found = call_with_retry(lambda: self.store.get_inventories(uuid), safe=True,
-                                what=f"GET /resource_providers/{uuid}/inventories")
-        if found is None:
-            raise _not_found(uuid)
-        prov, invs = found
-        return prov.generation, {rc: inv.as_dict() for rc, inv in invs.items()}
-
     def set_inventories(self, uuid: str, generation: int,
                         inventories: Mapping[str, Mapping[str, Any]]) -> int:
         """PUT .../inventories (replace all); the new generation."""
         new = {rc: inventory_from_body(rc, rec) for rc, rec in inventories.items()}
-        if self.store.get_provider(uuid) is None:
-            raise _not_found(uuid)
-        with _as_client_errors():
+        with _as_client_errors():  # a missing provider: the store's 404
             gen, _ = call_with_retry(
                 lambda: self.store.set_inventories(uuid, generation, new, self.version),
                 safe=False, what=f"PUT /resource_providers/{uuid}/inventories")
@@ -259,14 +268,6 @@ class LocalProviders(LocalPlacement):
             return bool(call_with_retry(
                 lambda: self.store.create_resource_class(name, exists_ok=True), safe=False,
                 what=f"PUT /resource_classes/{name}"))
-
-    def provider_usages(self, uuid: str) -> dict[str, int]:
-        """GET .../usages."""
-        found = call_with_retry(lambda: self.store.provider_usages(uuid), safe=True,
-                                what=f"GET /resource_providers/{uuid}/usages")
-        if found is None:
-            raise _not_found(uuid)
-        return dict(found[1])
 
 
 def _not_found(uuid: str) -> Exception:

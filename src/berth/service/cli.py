@@ -490,7 +490,8 @@ def diagnosis_from_dict(data: Any) -> Diagnosis:
             index=int(item.get("index", len(instances))), instance_uuid=item.get("instance_uuid"),
             hosts_considered=int(item.get("hosts_considered", 0)), steps=steps,
             weighing=weighing, chosen=(chosen[0], chosen[1]) if chosen else None,
-            claim_failures=[(c[0], c[1]) for c in item.get("claim_failures") or []],
+            claim_failures=[(c[0], c[1], c[2] if len(c) > 2 else None)
+                            for c in item.get("claim_failures") or []],
             ranked_by="cost" if item.get("ranked_by") == "cost" else "weight",
             random_pick=_random_pick(item.get("random_pick")),
         ))

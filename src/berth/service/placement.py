@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 import httpx
 import numpy as np
 
-from berth.claims import CANDIDATES_MICROVERSION, CandidateSet
+from berth.claims import CANDIDATES_MICROVERSION, INSUFFICIENT, CandidateSet, ClaimRefusal
 from berth.config import SchedulerConfig
 from berth.errors import ServiceUnavailable
 from berth.filters.base import Reject
@@ -47,6 +48,10 @@ from berth.placement.local import LocalPlacement
 from berth.snapshot import HostSnapshot
 
 LOG = logging.getLogger(__name__)
+#: Placement's refusal of an allocation for capacity: the class and the provider.
+_CAPACITY_REFUSAL = re.compile(
+    r"Unable to create allocation for '([A-Z0-9_]+)' on resource provider '([0-9a-fA-F-]+)'\. "
+    r"The requested amount would exceed the capacity")
 
 #: Attempts of one claim when placement reports a concurrent update (Nova's ``@retries``).
 CLAIM_ATTEMPTS = 4
@@ -136,6 +141,14 @@ class PlacementAccess(Protocol):
 
     def delete_allocations(self, consumer: str) -> None:
         """DELETE /allocations/{consumer}."""
+        ...
+
+    def get_inventories(self, uuid: str) -> tuple[int, dict[str, dict[str, Any]]]:
+        """GET /resource_providers/{uuid}/inventories: (generation, {class: record})."""
+        ...
+
+    def provider_usages(self, uuid: str) -> dict[str, int]:
+        """GET /resource_providers/{uuid}/usages."""
         ...
 
 
@@ -365,7 +378,7 @@ class PlacementClaimer:
         allocation_request: dict[str, Any],
         spec: RequestSpec,
         version: str | None,
-    ) -> bool:
+    ) -> bool | ClaimRefusal:
         """PUT the allocation at the allocation request's microversion ``version`` (as
         Nova does: 1.36 sends no consumer type, so placement records "unknown"); True on
         204, False when placement refuses it.
@@ -376,7 +389,9 @@ class PlacementClaimer:
         another instance (a re-issued uuid, or a concurrent claim for the same one), and
         the claim is refused and counted (``consumer_conflicts``) rather than merged into
         them, unless they are exactly this claim (an earlier attempt of it committed and
-        its answer was lost with the database connection). Nova's ``claim_resources`` reads the consumer first and merges what it
+        its answer was lost with the database connection). A refusal says why
+        (:class:`~berth.claims.ClaimRefusal`: for capacity, the class, the amount asked
+        and the amount free). Nova's ``claim_resources`` reads the consumer first and merges what it
         finds, for its move operations (evacuate); Berth has none, and a merge would let
         one instance take over another's allocations. A provider-generation race
         (placement's "Inventory and/or allocations changed") is retried up to
@@ -400,7 +415,7 @@ class PlacementClaimer:
                 if not exc.is_generation_conflict:
                     self._count("refusals")
                     LOG.debug("claim for %s refused: %s", consumer_uuid, exc.detail)
-                    return False
+                    return self._refusal(exc.detail, allocations)
                 if "consumer generation conflict" in exc.detail:
                     if self._already_ours(consumer_uuid, allocations):
                         self._count("successes")
@@ -408,24 +423,48 @@ class PlacementClaimer:
                     self._count("consumer_conflicts")
                     LOG.warning("claim for %s refused: the consumer exists already (another "
                                 "instance's allocations): %s", consumer_uuid, exc.detail)
-                    return False
+                    return ClaimRefusal("the consumer exists already")
                 attempt += 1
                 if attempt >= self.attempts:
                     self._count("exhausted")
                     LOG.warning("claim for %s: out of retries: %s", consumer_uuid, exc.detail)
-                    return False
+                    return ClaimRefusal(f"concurrent updates ({attempt} attempts)")
                 self._count("conflict_retries")
                 continue
             except PlacementAPIError as exc:
                 self._count("errors")
                 LOG.warning("unable to submit allocation for %s: %s", consumer_uuid, exc)
-                return False
+                return ClaimRefusal(f"placement error {exc.status}")
             except httpx.HTTPError as exc:
                 self._count("errors")
                 LOG.warning("placement unreachable while claiming for %s: %s", consumer_uuid, exc)
-                return False
+                return ClaimRefusal("placement unreachable")
             self._count("successes")
             return True
+
+    def _refusal(self, detail: str, allocations: Mapping[str, Mapping[str, int]]) -> ClaimRefusal:
+        """What placement's refusal says, with the amounts: the class and provider its
+        message names, what the claim asked there, and what is free there now (read
+        back: capacity less usage); only the reason when it names none or the reads
+        fail."""
+        found = _CAPACITY_REFUSAL.search(detail)
+        if found is None:
+            return ClaimRefusal("refused by placement" if "constraints" not in detail
+                                else "violates the inventory's min_unit, max_unit or step_size")
+        rc, rp = found.group(1), found.group(2)
+        requested = allocations.get(rp, {}).get(rc)
+        free = None
+        try:
+            _, inventory = self.client.get_inventories(rp)
+            used = self.client.provider_usages(rp).get(rc, 0)
+            inv = inventory.get(rc)
+            if inv is not None:
+                capacity = int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
+                free = capacity - int(used)
+        except (PlacementAPIError, httpx.HTTPError, ServiceUnavailable, KeyError, TypeError):
+            pass  # the provider went away, or placement cannot be read: no amount
+        return ClaimRefusal(INSUFFICIENT, resource_class=rc, provider=rp,
+                            requested=requested, free=free)
 
     def _already_ours(self, consumer_uuid: str, allocations: Mapping[str, Mapping[str, int]]) -> bool:
         """Whether the consumer holds exactly this claim: an earlier attempt of this very
