@@ -407,8 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print JSON")
     c.set_defaults(func=cmd_flavor_check)
 
+    from berth.service.capacity import add_command as add_capacity
     from berth.service.cli import add_commands
     from berth.service.processes import add_commands as add_process_commands
+
+    add_capacity(sub)
 
     add_commands(sub)
     add_process_commands(sub)

@@ -181,6 +181,9 @@ class NoValidHost(SchedulingError):
         #: had found a host (their claims released) when it did.
         self.fitted: int | None = None
         self.requested: int | None = None
+        #: The (host, node) each of those ``fitted`` instances had found, in order (in
+        #: process only: what-if and capacity read it; it does not cross the wire).
+        self.placed: list[tuple[str, str]] = []
         self.cause = cause
 
     def fit_note(self) -> str | None:

@@ -125,10 +125,15 @@ class WorkingSet:
         candidates: dict[int, list[dict[str, Any]]] | None = None,
         *,
         share_stubs: bool = True,
+        builds_in_flight: bool = True,
     ) -> None:
         self.snapshot = snapshot
         self.now = now
         self.candidates = candidates
+        #: Whether an instance this request placed counts as a build in progress (Nova:
+        #: ``num_io_ops`` grows by one), or as built and running (what-if of a steady
+        #: state: capacity, where builds of the past do not hold I/O slots).
+        self.builds_in_flight = builds_in_flight
         #: Whether the nodes of a service host see each other's server-group stubs. Nova
         #: gives them one shared instance dict when it tracks instance changes (``[filter_
         #: scheduler] track_instance_changes``, the default, once the computes have
@@ -295,8 +300,8 @@ class WorkingSet:
     def consume(self, row: int, spec: RequestSpec) -> None:
         """Virtually consume a flavor on a row (reference §2.3).
 
-        Swap is not subtracted from disk; ``num_io_ops`` and ``num_instances`` always grow
-        by one. NUMA and PCI usage are applied when both sides have them. Any error is
+        Swap is not subtracted from disk; ``num_instances`` grows by one, and
+        ``num_io_ops`` too unless the working set counts placed instances as built. NUMA and PCI usage are applied when both sides have them. Any error is
         logged and swallowed, as Nova does, and then ``updated`` is left unchanged.
         """
         flavor = spec.flavor
@@ -306,7 +311,8 @@ class WorkingSet:
             self.set_num("free_disk_mb", row, self.col("free_disk_mb")[row] - disk_mb)
             self.set_num("vcpus_used", row, self.col("vcpus_used")[row] + flavor.vcpus)
             self.set_num("num_instances", row, self.col("num_instances")[row] + 1)
-            self.set_num("num_io_ops", row, self.col("num_io_ops")[row] + 1)
+            if self.builds_in_flight:
+                self.set_num("num_io_ops", row, self.col("num_io_ops")[row] + 1)
             host_numa = self.obj("numa_topology", row)
             pci_stats = self.obj("pci_stats", row)
             pci_requests = getattr(spec.pci_requests, "requests", None) or []

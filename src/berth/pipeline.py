@@ -578,6 +578,7 @@ class Scheduler:
         return_alternates: bool = True,
         explain: bool = False,
         copy_spec: bool = True,
+        builds_in_flight: bool = True,
     ) -> Decision:
         """Choose a host (and alternates) for every instance of ``spec``.
 
@@ -594,6 +595,9 @@ class Scheduler:
         first. The request works on a copy of ``spec``; a caller that hands over a
         private copy already may pass ``copy_spec=False`` (the copy is then written to:
         instance uuid, group members, provider mappings).
+
+        ``builds_in_flight`` false counts each placed instance as built and running rather
+        than as a build in progress (``num_io_ops`` stays): a steady-state what-if.
         """
         if copy_spec:
             spec = private_copy(spec)
@@ -612,7 +616,8 @@ class Scheduler:
         # caller's mapping without copying it.
         ws = WorkingSet(snapshot, now,
                         CandidateOverlay(placement.by_row) if placement is not None else None,
-                        share_stubs=self.config.filter_scheduler.track_instance_changes)
+                        share_stubs=self.config.filter_scheduler.track_instance_changes,
+                        builds_in_flight=builds_in_flight)
         ws.memo["instances"] = num_instances  # rankers memoize only for multi-creates
         req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None,
                        claiming=claiming)
@@ -680,6 +685,8 @@ class Scheduler:
                                       diagnosis=req.diagnosis, cause="hosts",
                                       rejections=req.rejected)
                 refused.fitted, refused.requested = len(claimed_rows), num_instances
+                refused.placed = [(snapshot.obj("host")[row], snapshot.obj("nodename")[row])
+                                  for row in claimed_rows]
                 raise refused
 
             num_alts = self.config.scheduler.max_attempts - 1 if return_alternates else 0

@@ -220,8 +220,11 @@ class SchedulerService:
         *,
         return_alternates: bool = True,
         explain: bool = False,
+        builds_in_flight: bool = True,
     ) -> Decision:
         """Place every instance of ``spec``; raises NoValidHost (claims rolled back).
+        ``builds_in_flight`` false: the core counts placed instances as built (see
+        :meth:`berth.pipeline.Scheduler.select_destinations`).
 
         Without ``instance_uuids`` the service names ``spec.num_instances`` instances
         itself (:meth:`new_instance_uuids`) and claims for them: Berth has no old
@@ -232,7 +235,8 @@ class SchedulerService:
         with self._lock:
             self.stats.requests += 1
             try:
-                decision = self._select(spec, instance_uuids, return_alternates, explain)
+                decision = self._select(spec, instance_uuids, return_alternates, explain,
+                                        builds_in_flight)
             except NoValidHost as exc:
                 self.stats.no_valid_host += 1
                 self._observe("no_valid_host", started, cause=exc.cause or "hosts",
@@ -269,7 +273,7 @@ class SchedulerService:
 
     def _select(
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None,
-        return_alternates: bool, explain: bool,
+        return_alternates: bool, explain: bool, builds_in_flight: bool = True,
     ) -> Decision:
         # Nova's conductor refuses an unsupported group policy before asking the
         # scheduler: before the request filters and the placement query.
@@ -293,7 +297,7 @@ class SchedulerService:
         decision = self.scheduler.select_destinations(
             spec, snapshot, now=now, rng=self.rng, candidates=candidates, claimer=self.claimer,
             instance_uuids=instance_uuids, return_alternates=return_alternates, explain=explain,
-            copy_spec=False)
+            copy_spec=False, builds_in_flight=builds_in_flight)
         if self.config.filter_scheduler.consume_between_reports:
             self._consume_locally(snapshot, spec, decision)
         return decision

@@ -1,0 +1,177 @@
+"""berth capacity: counts made by the real pipeline, agreeing with berth schedule; spread,
+limits and unusable capacity; JSON and Prometheus; a running berth serve read by URL."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from berth.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = str(ROOT / "examples" / "cloud.yaml")
+EXAMPLE_CONF = str(ROOT / "examples" / "nova.conf")
+NOW = "1800000000"
+
+# Two zones; n1-n2 hold 4 web instances each (memory and vCPUs both run out), n3 2;
+# "big" fits only on the large ones; n4 is disabled. With 1 GiB "small" the vCPUs run
+# out first.
+CLOUD = """
+flavors:
+  - {name: web, vcpus: 2, memory_mb: 2048, root_gb: 10}
+  - {name: big, vcpus: 4, memory_mb: 6144, root_gb: 10}
+  - {name: small, vcpus: 2, memory_mb: 1024, root_gb: 10}
+hosts:
+  - {host: n1, vcpus: 8, memory_mb: 8704, local_gb: 100}
+  - {host: n2, vcpus: 8, memory_mb: 8704, local_gb: 100}
+  - {host: n3, vcpus: 4, memory_mb: 4608, local_gb: 100}
+  - {host: n4, vcpus: 8, memory_mb: 8704, local_gb: 100, service: {disabled: true}}
+aggregates:
+  - {name: zone-a, availability_zone: az-a, hosts: [n1, n3]}
+  - {name: zone-b, availability_zone: az-b, hosts: [n2, n4]}
+"""
+CONF = "[DEFAULT]\nreserved_host_memory_mb = 512\ncpu_allocation_ratio = 1.0\n"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[str, str]:
+    (tmp_path / "cloud.yaml").write_text(CLOUD)
+    (tmp_path / "nova.conf").write_text(CONF)
+    return str(tmp_path / "cloud.yaml"), str(tmp_path / "nova.conf")
+
+
+def test_counts_spread_limits_and_unusable_capacity(capsys: pytest.CaptureFixture[str],
+                                                     files: tuple[str, str]) -> None:
+    cloud, conf = files
+    code, out, _ = run(capsys, "capacity", cloud, "--config-file", conf, "--now", NOW,
+                       "--json")
+    assert code == 0
+    report = json.loads(out)
+    by = {f["flavor"]: f for f in report["flavors"]}
+    assert by["web"]["fits"] == 4 + 4 + 2 and not by["web"]["capped"]
+    assert by["web"]["by_availability_zone"] == {"az-a": 6, "az-b": 4}
+    assert by["web"]["by_aggregate"] == {"zone-a": 6, "zone-b": 4}
+    # n1-n3 run out of memory and vCPUs at once; n4 is out of play (disabled).
+    assert by["web"]["hosts_limited_by"] == {"VCPU+MEMORY_MB": 3, "filters": 1}
+    assert by["big"]["fits"] == 2
+    assert by["small"]["fits"] == 4 + 4 + 2
+    assert by["small"]["hosts_limited_by"]["VCPU"] == 3
+    # Only the disabled host takes nothing: all its capacity is unusable.
+    assert report["unusable"] == {"hosts": 1,
+                                  "free": {"DISK_GB": 100, "MEMORY_MB": 8192, "VCPU": 8}}
+
+
+def test_a_count_is_what_berth_schedule_places(capsys: pytest.CaptureFixture[str]) -> None:
+    # The one path: the count fits as one multi-create, one more does not.
+    code, out, _ = run(capsys, "capacity", EXAMPLE, "--config-file", EXAMPLE_CONF,
+                       "--flavor", "m1.huge", "--now", NOW, "--seed", "3", "--json")
+    assert code == 0
+    fits = json.loads(out)["flavors"][0]["fits"]
+    assert fits > 1
+    common = ("schedule", EXAMPLE, "--config-file", EXAMPLE_CONF, "--flavor", "m1.huge",
+              "--now", NOW, "--seed", "3", "--no-alternates")
+    assert run(capsys, *common, "--num", str(fits))[0] == 0
+    code, _, err = run(capsys, *common, "--num", str(fits + 1))
+    assert code == 4 and f"{fits} of {fits + 1} instances found a host" in err
+
+
+def test_a_limit_caps_the_count_and_says_so(capsys: pytest.CaptureFixture[str],
+                                             files: tuple[str, str]) -> None:
+    cloud, conf = files
+    code, out, _ = run(capsys, "capacity", cloud, "--config-file", conf, "--flavor", "web",
+                       "--limit", "3", "--now", NOW)
+    assert code == 0
+    assert ">=3" in out and "unusable capacity: not computed" in out
+
+
+def test_prometheus_text_parses(capsys: pytest.CaptureFixture[str],
+                                files: tuple[str, str]) -> None:
+    cloud, conf = files
+    code, out, _ = run(capsys, "capacity", cloud, "--config-file", conf, "--now", NOW,
+                       "--prometheus")
+    assert code == 0
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(out) for s in family.samples}
+    assert samples[("berth_capacity_instances",
+                    (("capped", "false"), ("flavor", "web")))] == 10
+    assert samples[("berth_capacity_instances_by_zone",
+                    (("availability_zone", "az-b"), ("flavor", "web")))] == 4
+    assert samples[("berth_capacity_unusable", (("resource_class", "VCPU"),))] == 8
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["capacity"], "give a cloud file or --url (one of them)"),
+    (["capacity", "{cloud}", "--flavor", "nope"], "unknown flavor 'nope'"),
+])
+def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], files: tuple[str, str],
+                               argv: list[str], message: str) -> None:
+    code, _, err = run(capsys, *[a.format(cloud=files[0]) for a in argv])
+    assert code == 3 and err.count("\n") == 1 and message in err
+
+
+def test_a_bad_limit_is_a_usage_error(capsys: pytest.CaptureFixture[str],
+                                      files: tuple[str, str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["capacity", files[0], "--limit", "0"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--limit" in err and "Traceback" not in err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def serve(tmp_path: Path, files: tuple[str, str]) -> Iterator[str]:
+    cloud, conf = files
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2",
+         "--config-file", conf, "--db", f"sqlite:///{tmp_path}/b.sqlite", "--port", str(port),
+         "--cloud", cloud],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_running_berth_is_read_by_url_and_its_boots_count(
+        capsys: pytest.CaptureFixture[str], serve: str, files: tuple[str, str]) -> None:
+    _, conf = files
+    assert main(["boot", "--flavor", "web", "--num", "3", "--url", serve]) == 0
+    capsys.readouterr()
+    code, out, _ = run(capsys, "capacity", "--url", serve, "--config-file", conf,
+                       "--flavor", "web", "--json")
+    assert code == 0
+    # Three of the ten places are taken now.
+    assert json.loads(out)["flavors"][0]["fits"] == 7
