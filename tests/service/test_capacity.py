@@ -69,6 +69,9 @@ def test_counts_spread_limits_and_unusable_capacity(capsys: pytest.CaptureFixtur
     assert by["web"]["by_aggregate"] == {"zone-a": 6, "zone-b": 4}
     # n1-n3 run out of memory and vCPUs at once; n4 is out of play (disabled).
     assert by["web"]["hosts_limited_by"] == {"VCPU+MEMORY_MB": 3, "filters": 1}
+    hosts = {h["host"]: (h["instances"], h["limited_by"]) for h in by["web"]["hosts"]}
+    assert hosts == {"n1": (4, "VCPU+MEMORY_MB"), "n2": (4, "VCPU+MEMORY_MB"),
+                     "n3": (2, "VCPU+MEMORY_MB"), "n4": (0, "filters")}
     assert by["big"]["fits"] == 2
     assert by["small"]["fits"] == 4 + 4 + 2
     assert by["small"]["hosts_limited_by"]["VCPU"] == 3

@@ -70,14 +70,17 @@ class FlavorCapacity:
     limited_by: dict[str, int] = field(default_factory=dict)
     #: Instances per (host, node) after the fill.
     placed: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: What stops one more instance on each (host, node) after the fill.
+    limits: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
         return {"flavor": self.flavor, "fits": self.fits, "capped": self.capped,
                 "by_availability_zone": self.by_zone, "by_cell": self.by_cell,
                 "by_aggregate": self.by_aggregate, "hosts_limited_by": self.limited_by,
-                "hosts": [{"host": h, "nodename": n, "instances": c}
-                          for (h, n), c in sorted(self.placed.items())]}
+                "hosts": [{"host": h, "nodename": n, "instances": self.placed.get((h, n), 0),
+                           "limited_by": limit}
+                          for (h, n), limit in sorted(self.limits.items())]}
 
 
 @dataclass
@@ -182,7 +185,9 @@ def summarize(name: str, placed: Sequence[tuple[str, str]], capped: bool,
                 aggregates[agg] += took
         short = [rc for rc, amount in need.items()
                  if r.free.get(rc, 0) - took * amount < amount]
-        limits[short[0] if len(short) == 1 else "+".join(short) if short else BY_FILTERS] += 1
+        limit = "+".join(short) if short else BY_FILTERS
+        result.limits[(r.host, r.nodename)] = limit
+        limits[limit] += 1
     result.by_zone, result.by_cell = dict(sorted(zones.items())), dict(sorted(cells.items()))
     result.by_aggregate = dict(sorted(aggregates.items()))
     result.limited_by = dict(limits.most_common())
