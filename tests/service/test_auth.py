@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import pytest
 
 from peers import keystone as peer
 
+from .serving import free_port
+
 CLOUD = """
 flavors: [{name: web, vcpus: 1, memory_mb: 512, root_gb: 1}]
 hosts:
@@ -26,17 +27,13 @@ hosts:
 PLACEMENT = {"OpenStack-API-Version": "placement 1.39"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
     """A ``berth`` server process on a free port (its output in ``log``)."""
 
     def __init__(self, tmp: Path, *argv: str, health: str = "/healthz") -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tmp / f"server-{self.port}.log"
         with open(self.log, "w") as out:

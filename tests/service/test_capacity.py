@@ -4,19 +4,15 @@ limits and unusable capacity; JSON and Prometheus; a running berth serve read by
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from berth.cli import main
+
+from .serving import berth_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "cloud.yaml")
@@ -137,35 +133,11 @@ def test_a_bad_limit_is_a_usage_error(capsys: pytest.CaptureFixture[str],
     assert "--limit" in err and "Traceback" not in err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def serve(tmp_path: Path, files: tuple[str, str]) -> Iterator[str]:
     cloud, conf = files
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2",
-         "--config-file", conf, "--db", f"sqlite:///{tmp_path}/b.sqlite", "--port", str(port),
-         "--cloud", cloud],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+    with berth_serve(tmp_path, "--config-file", conf, "--cloud", cloud) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_a_running_berth_is_read_by_url_and_its_boots_count(

@@ -26,6 +26,7 @@ from berth.service.seeding import seed_from_cloud
 from berth.service.stack import Stack
 
 from .builders import reopen
+from .serving import free_port
 
 #: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
 ADMIN = {"X-Auth-Token": "admin"}
@@ -186,14 +187,10 @@ def test_a_cloud_file_that_conflicts_with_stored_allocations_changes_nothing(
 
 
 # ----------------------------------------------------------------- the server process
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _serve(db: Path, *args: str, port: int | None = None) -> tuple[subprocess.Popen[str], str]:
-    port = port or _free_port()
+    port = port or free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{db}", "--port",
          str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -256,7 +253,7 @@ def test_serve_restarts_with_its_instances_and_refuses_a_conflicting_cloud_file(
 
     shrunk = _cloud(tmp_path, CLOUD.replace("local_gb: 100", "local_gb: 0"))
     bad = subprocess.run([sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{db}",
-                          "--port", str(_free_port()), "--cloud", shrunk],
+                          "--port", str(free_port()), "--cloud", shrunk],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 3 and "Traceback" not in bad.stderr
     assert "local_gb would leave it no DISK_GB inventory" in bad.stderr

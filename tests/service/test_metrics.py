@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from berth.service.metrics import route_of
+
+from .serving import free_port
 
 #: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
 ADMIN = {"X-Auth-Token": "admin"}
@@ -28,10 +29,6 @@ hosts:
 RID = "req-12345678-1234-4234-8234-123456789abc"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -66,7 +63,7 @@ def _stop(proc: subprocess.Popen[str]) -> str:
 def test_berth_serve_exports_metrics_and_logs_each_request_and_decision(tmp_path: Path) -> None:
     cloud = tmp_path / "cloud.yaml"
     cloud.write_text(CLOUD)
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = _run_until_up(["serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp_path}/b.sqlite", "--port",
                           str(port), "--cloud", str(cloud)], url)
@@ -106,7 +103,7 @@ def test_berth_serve_exports_metrics_and_logs_each_request_and_decision(tmp_path
 
 
 def test_berth_placement_serve_exports_metrics_and_says_where_it_listens(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = _run_until_up(["placement", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp_path}/p.sqlite",
                           "--port", str(port)], url)

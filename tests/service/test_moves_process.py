@@ -4,9 +4,6 @@ instance and migration consumers' allocations checked in the Placement API."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -15,7 +12,7 @@ import pytest
 
 from berth.cli import main
 
-from .test_serve_process import _free_port
+from .serving import berth_serve
 
 #: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
 ADMIN = {"X-Auth-Token": "admin"}
@@ -53,26 +50,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("moves")
     (tmp / "cloud.yaml").write_text(CLOUD)
     (tmp / "nova.conf").write_text(CONF)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp}/b.sqlite",
-         "--port", str(port), "--cloud", str(tmp / "cloud.yaml"), "--config-file",
-         str(tmp / "nova.conf"), "--seed", "3"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+    with berth_serve(tmp, "--cloud", str(tmp / "cloud.yaml"), "--config-file",
+                     str(tmp / "nova.conf"), "--seed", "3") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def _held(url: str, consumer: str) -> dict[str, dict[str, int]]:

@@ -9,11 +9,6 @@ does offline (tests/test_service_hosts.py).
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +16,8 @@ import httpx
 import pytest
 
 from berth.cli import main
+
+from .serving import berth_serve
 
 #: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
 ADMIN = {"X-Auth-Token": "admin"}
@@ -43,37 +40,13 @@ enabled_filters = ComputeFilter,SameHostFilter,DifferentHostFilter,ServerGroupAn
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     (tmp_path / "cloud.yaml").write_text(CLOUD)
     (tmp_path / "nova.conf").write_text(NOVA_CONF)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp_path}/b.sqlite",
-         "--port", str(port), "--cloud", str(tmp_path / "cloud.yaml"), "--config-file",
-         str(tmp_path / "nova.conf"), "--seed", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+    with berth_serve(tmp_path, "--cloud", str(tmp_path / "cloud.yaml"), "--config-file",
+                     str(tmp_path / "nova.conf"), "--seed", "1") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def boot(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> dict[str, object]:

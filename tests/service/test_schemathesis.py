@@ -10,7 +10,6 @@ are derandomized so that a run is repeatable.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from hypothesis import HealthCheck, given, settings
 
 from berth.placement.openapi import document as placement_document
 from berth.service.openapi import document as scheduler_document
+
+from .serving import free_port
 
 EXAMPLES = int(os.environ.get("BERTH_SCHEMATHESIS_EXAMPLES", "25"))
 CLOUD = """
@@ -40,17 +41,13 @@ CHECKS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, databa
                   suppress_health_check=list(HealthCheck))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("schemathesis")
     (tmp / "cloud.yaml").write_text(CLOUD)
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp / "serve.log"
     with open(log, "w") as out:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from berth.cli import main
+
+from .serving import berth_serve, free_port
 
 CLOUD = """
 flavors:
@@ -23,35 +19,12 @@ hosts:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     cloud = tmp_path / "cloud.yaml"
     cloud.write_text(CLOUD)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp_path}/b.sqlite",
-         "--port", str(port), "--cloud", str(cloud)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+    with berth_serve(tmp_path, "--cloud", str(cloud)) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_boot_prints_the_placements(server: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,5 +51,5 @@ def test_boot_reports_scheduling_and_input_errors(server: str,
 
 
 def test_boot_without_a_server_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["boot", "--flavor", "m1.tiny", "--url", f"http://127.0.0.1:{_free_port()}"]) == 7
+    assert main(["boot", "--flavor", "m1.tiny", "--url", f"http://127.0.0.1:{free_port()}"]) == 7
     assert "cannot reach" in capsys.readouterr().err
