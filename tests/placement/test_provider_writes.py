@@ -8,15 +8,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from berth.placement import db, errors, provider_writes
+from berth.placement import errors, provider_writes
 from berth.placement.store import InventoryRecord, PlacementStore
-from pgdb import fresh_pg_database
 
 INV = {
     "VCPU": InventoryRecord("VCPU", 32, 0, 1, 32, 1, 4.0),
@@ -25,25 +23,6 @@ INV = {
 }
 TRAITS = ["HW_CPU_X86_AVX2", "COMPUTE_VOLUME_EXTEND", "HW_CPU_X86_SSE42"]
 V = (1, 39)
-
-
-@pytest.fixture(scope="module")
-def pg_database() -> Iterator[str]:
-    """A fresh PostgreSQL database for this module (skipped when PostgreSQL is down)."""
-    with fresh_pg_database("berth_regw") as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """A migrated engine on SQLite and on PostgreSQL."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'regw.sqlite'}"
-    else:
-        url = request.getfixturevalue("pg_database")
-    eng = db.prepare(url)
-    yield eng
-    eng.dispose()
 
 
 @contextmanager

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,31 +26,11 @@ from berth.placement.store import (
     decode_usage_delta,
     encode_usage_delta,
 )
-from pgdb import fresh_pg_database
 
 INV = {
     "VCPU": InventoryRecord("VCPU", 8, 0, 1, 8, 1, 1.0),
     "MEMORY_MB": InventoryRecord("MEMORY_MB", 4096, 0, 1, 4096, 1, 1.0),
 }
-
-
-@pytest.fixture(scope="module")
-def pg_database() -> Iterator[str]:
-    """A fresh PostgreSQL database for this module (skipped when PostgreSQL is down)."""
-    with fresh_pg_database("berth_hot") as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """A migrated engine on SQLite and on PostgreSQL."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'hot.sqlite'}"
-    else:
-        url = request.getfixturevalue("pg_database")
-    eng = db.prepare(url)
-    yield eng
-    eng.dispose()
 
 
 def _providers(engine: Any, n: int, tag: str) -> list[str]:
