@@ -84,6 +84,17 @@ _LOG_RELOAD_UUID = (
     "SELECT b.change_seq, rp.id, NULL, NULL FROM berth_state b, resource_providers rp "
     "WHERE b.id = 1 AND rp.uuid = ?"
 )
+#: On PostgreSQL the counter's bump and the log row are one statement (a data-modifying
+#: WITH), returning the change number.
+_PG_BUMP = "WITH b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 " \
+           "RETURNING change_seq) "
+_PG_BUMP_AND_LOG = {
+    _LOG_RELOAD: _PG_BUMP + "INSERT INTO berth_provider_changes (seq, provider_id, generation, "
+                 "usage_delta) SELECT b.change_seq, ?, NULL, NULL FROM b RETURNING seq",
+    _LOG_RELOAD_UUID: _PG_BUMP + "INSERT INTO berth_provider_changes (seq, provider_id, "
+                      "generation, usage_delta) SELECT b.change_seq, rp.id, NULL, NULL FROM b, "
+                      "resource_providers rp WHERE rp.uuid = ? RETURNING seq",
+}
 
 
 def _marks(n: int, mark: str) -> str:
@@ -116,17 +127,22 @@ def _commit_change(
     statement failed or an expectation did not hold."""
     from berth.placement.store import CHANGE_LOG_KEEP, _Unexpected
 
-    batch = [_begin(store), *stmts, (_BUMP_SEQ, ()), log, ("COMMIT", ())]
+    if store.is_sqlite:
+        tail: list[tuple[Any, ...]] = [(_BUMP_SEQ, ()), log]
+    else:
+        tail = [(_PG_BUMP_AND_LOG[log[0]], log[1])]
+    batch = [_begin(store), *stmts, *tail, ("COMMIT", ())]
     try:
         res = store._run(raw, batch)
     except (_Unexpected, sa.exc.DBAPIError):
         return None
-    seq = int(res[-3][0][0])
-    if seq % 500 == 0:
+    bumped = res[-1 - len(tail)]  # committed: never answer None from here on
+    seq = int(bumped[0][0]) if bumped else None
+    if seq is not None and seq % 500 == 0:
         with contextlib.suppress(sa.exc.DBAPIError):  # the next prune catches up
             store._run(raw, [("DELETE FROM berth_provider_changes WHERE seq < ?",
                              (seq - CHANGE_LOG_KEEP,))])
-    return res[1:-3]
+    return res[1:-1 - len(tail)]
 
 
 def _with_raw(store: PlacementStore, work: Any) -> Any:

@@ -2234,11 +2234,12 @@ class PlacementStore:
         for rp_id in touched:
             gen = gens.get(rp_id)
             log += (rp_id, None if gen is None else gen + 1, encode_usage_delta(deltas[rp_id]))
-        stmts += [
-            (_RAW_BUMP_SEQ, ()),
-            (_RAW_LOG_CHANGES.format(_marks(len(touched), "(?, ?, ?)")), log),
-            ("COMMIT", ()),
-        ]
+        values = _marks(len(touched), "(?, ?, ?)")
+        if self.is_sqlite:
+            stmts += [(_RAW_BUMP_SEQ, ()), (_RAW_LOG_CHANGES.format(values), log)]
+        else:  # the bump and the log in one statement
+            stmts.append((_PG_BUMP_AND_LOG_CHANGES.format(values), log))
+        stmts.append(("COMMIT", ()))
         try:
             res = self._run(raw, stmts)
         except sa.exc.DBAPIError:
@@ -2246,7 +2247,7 @@ class PlacementStore:
             # and whether it committed is unknown: the general path is safe then too, as
             # a committed write left its consumer at a generation this one does not send.
             return None
-        seq = int(res[-3][0][0])
+        seq = int(res[-3 if self.is_sqlite else -2][0][0])
         if seq % 500 == 0:
             with contextlib.suppress(sa.exc.DBAPIError):
                 self._run(raw, [(_RAW_PRUNE, (seq - CHANGE_LOG_KEEP,))])
@@ -2912,6 +2913,15 @@ _RAW_LOG_CHANGES = (
     "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
     "SELECT b.change_seq, v.column1, CAST(v.column2 AS BIGINT), CAST(v.column3 AS TEXT) "
     "FROM berth_state b, (VALUES {}) AS v WHERE b.id = 1"
+)
+#: PostgreSQL: the counter's bump and the log rows of :data:`_RAW_LOG_CHANGES` in one
+#: statement (a data-modifying WITH), returning the change number.
+_PG_BUMP_AND_LOG_CHANGES = (
+    "WITH b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
+    "RETURNING change_seq) "
+    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
+    "SELECT b.change_seq, v.column1, CAST(v.column2 AS BIGINT), CAST(v.column3 AS TEXT) "
+    "FROM b, (VALUES {}) AS v RETURNING seq"
 )
 #: The counters and, in the same snapshot, the change log after the cached state (at
 #: most ``INCREMENTAL_LIMIT`` changes: a cache further behind is rebuilt anyway). With no
