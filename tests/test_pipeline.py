@@ -672,3 +672,34 @@ def test_a_refused_claim_is_explained_with_the_resource_and_the_amounts():
         diagnosis_lines(decision.diagnosis)
     assert decision.diagnosis.to_dict()["instances"][0]["claim_failures"] == [
         ["big", "big", "insufficient MEMORY_MB (requested 2048, free 1024)"]]
+
+
+class PrefersA(BaseHostWeigher):
+    """Host "a" first, whatever its usage (as a weigher blind to what ran out would)."""
+
+    def _weigh_object(self, host_state, weight_properties):
+        return 1.0 if host_state.host == "a" else 0.0
+
+
+def test_a_host_placement_refused_for_capacity_is_not_asked_again_in_the_request():
+    # "a" holds two instances, then placement refuses it; the weigher keeps putting it
+    # first. Nova would ask placement again for every later instance (and be refused
+    # again); Berth remembers the refusal for the rest of the request.
+    snap = cloud(host("a", free_ram_mb=4096, total_usable_ram_mb=4096),
+                 host("b", free_ram_mb=65536, total_usable_ram_mb=65536))
+    req = spec(memory_mb=2048, num_instances=6)
+    p = InMemoryPlacement(snap)
+    asked: list[str] = []
+    real_claim = p.claim
+
+    def claim(consumer, alloc, spec_obj, version):
+        asked.append(next(iter(alloc["allocations"])))
+        return real_claim(consumer, alloc, spec_obj, version)
+
+    p.claim = claim  # type: ignore[method-assign]
+    rng = random.Random(0)
+    decision = Scheduler(filters=[], weighers=[PrefersA()]).select_destinations(
+        req, snap, now=NOW, rng=rng, candidates=p.candidates(req), claimer=p,
+        instance_uuids=new_instance_uuids(rng, 6))
+    assert [h for h, _ in decision.hosts] == ["a", "a", "b", "b", "b", "b"]
+    assert asked.count("a/a") == 3  # two claims, one refusal

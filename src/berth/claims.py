@@ -15,7 +15,7 @@ implementation with the store adapter.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -70,9 +70,18 @@ class ClaimRefusal:
     provider: str | None = None
     requested: int | None = None
     free: int | None = None
+    #: Reads the free amount when it is first asked for (a claimer that must ask
+    #: placement for it does so only for an explanation).
+    lookup: Callable[[], int | None] | None = field(default=None, compare=False, repr=False)
 
     def __bool__(self) -> bool:
         return False
+
+    def free_amount(self) -> int | None:
+        """``free``, or what ``lookup`` reads."""
+        if self.free is None and self.lookup is not None:
+            return self.lookup()
+        return self.free
 
     def render(self) -> str:
         """``insufficient MEMORY_MB (requested 8192, free 4096)``."""
@@ -80,7 +89,7 @@ class ClaimRefusal:
         if self.resource_class is not None and self.reason == INSUFFICIENT:
             what = f"insufficient {self.resource_class}"
         amounts = [f"{name} {value}" for name, value in (("requested", self.requested),
-                                                         ("free", self.free))
+                                                         ("free", self.free_amount()))
                    if value is not None]
         return f"{what} ({', '.join(amounts)})" if amounts else what
 

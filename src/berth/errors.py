@@ -184,6 +184,8 @@ class NoValidHost(SchedulingError):
         #: The (host, node) each of those ``fitted`` instances had found, in order (in
         #: process only: what-if and capacity read it; it does not cross the wire).
         self.placed: list[tuple[str, str]] = []
+        #: And the (instance uuid, allocation request) each had claimed (released).
+        self.claimed: list[tuple[str, dict[str, Any]]] = []
         self.cause = cause
 
     def fit_note(self) -> str | None:

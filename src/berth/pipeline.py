@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from berth import plugins
-from berth.claims import CandidateSet, Claimer, ClaimRefusal
+from berth.claims import INSUFFICIENT, CandidateSet, Claimer, ClaimRefusal
 from berth.config import SchedulerConfig
 from berth.errors import NoValidHost, UnsupportedPolicy
 from berth.explain import (
@@ -134,6 +134,9 @@ class _Request:
     claiming: bool = False
     current: InstanceDiagnosis | None = None
     selected_rows: list[int] = field(default_factory=list)
+    #: Rows whose claim placement refused for capacity: this request only adds usage,
+    #: so they are not asked again for its later instances.
+    full_rows: set[int] = field(default_factory=set)
     placement_step: FilterStep | None = None
     #: The hosts of cells the request may not use (a move kept in its cell, disabled
     #: cells), explained after placement's step.
@@ -687,6 +690,8 @@ class Scheduler:
                 refused.fitted, refused.requested = len(claimed_rows), num_instances
                 refused.placed = [(snapshot.obj("host")[row], snapshot.obj("nodename")[row])
                                   for row in claimed_rows]
+                refused.claimed = [(uuid, alloc) for uuid, alloc
+                                   in zip(claimed_uuids, claimed_requests) if alloc is not None]
                 raise refused
 
             num_alts = self.config.scheduler.max_attempts - 1 if return_alternates else 0
@@ -1005,7 +1010,10 @@ class Scheduler:
         if not req.claiming or req.ws.candidates is None or instance_uuid is None:
             return int(rows.head(1)[0]), None
         snapshot = req.ws.snapshot
+        full = req.full_rows
         for row in rows:
+            if row in full:
+                continue
             cands = req.ws.candidates.get(row)
             if not cands:
                 continue
@@ -1015,6 +1023,8 @@ class Scheduler:
             claimed = claimer.claim(instance_uuid, alloc_req, req.spec, req.version)
             if claimed:
                 return row, alloc_req
+            if isinstance(claimed, ClaimRefusal) and claimed.reason == INSUFFICIENT:
+                full.add(row)
             if req.current is not None:
                 req.current.claim_failures.append(
                     (snapshot.obj("host")[row], snapshot.obj("nodename")[row],

@@ -63,14 +63,16 @@ def test_counts_spread_limits_and_unusable_capacity(capsys: pytest.CaptureFixtur
     assert by["web"]["fits"] == 4 + 4 + 2 and not by["web"]["capped"]
     assert by["web"]["by_availability_zone"] == {"az-a": 6, "az-b": 4}
     assert by["web"]["by_aggregate"] == {"zone-a": 6, "zone-b": 4}
-    # n1-n3 run out of memory and vCPUs at once; n4 is out of play (disabled).
-    assert by["web"]["hosts_limited_by"] == {"VCPU+MEMORY_MB": 3, "filters": 1}
+    # n1-n3 run out of memory (placement names the first class short); n4 is out of
+    # play (disabled): what the scheduler says of one more instance.
+    memory, disabled = "placement: insufficient MEMORY_MB", "placement: compute service disabled"
+    assert by["web"]["hosts_limited_by"] == {memory: 3, disabled: 1}
     hosts = {h["host"]: (h["instances"], h["limited_by"]) for h in by["web"]["hosts"]}
-    assert hosts == {"n1": (4, "VCPU+MEMORY_MB"), "n2": (4, "VCPU+MEMORY_MB"),
-                     "n3": (2, "VCPU+MEMORY_MB"), "n4": (0, "filters")}
+    assert hosts == {"n1": (4, memory), "n2": (4, memory), "n3": (2, memory),
+                     "n4": (0, disabled)}
     assert by["big"]["fits"] == 2
     assert by["small"]["fits"] == 4 + 4 + 2
-    assert by["small"]["hosts_limited_by"]["VCPU"] == 3
+    assert by["small"]["hosts_limited_by"]["placement: insufficient VCPU"] == 3
     # Only the disabled host takes nothing: all its capacity is unusable.
     assert report["unusable"] == {"hosts": 1,
                                   "free": {"DISK_GB": 100, "MEMORY_MB": 8192, "VCPU": 8}}

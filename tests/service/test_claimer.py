@@ -106,7 +106,7 @@ def test_a_capacity_refusal_says_what_did_not_fit(tmp_path: Path) -> None:
                         {"allocations": {rp: {"resources": {"VCPU": 1, "MEMORY_MB": 2048}}}},
                         SPEC, "1.36")
     assert not got and isinstance(got, ClaimRefusal)
-    assert (got.resource_class, got.provider, got.requested, got.free) == \
+    assert (got.resource_class, got.provider, got.requested, got.free_amount()) == \
         ("MEMORY_MB", rp, 2048, 1024)
     assert got.render() == "insufficient MEMORY_MB (requested 2048, free 1024)"
     engine.dispose()

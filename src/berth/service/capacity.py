@@ -14,10 +14,12 @@ the cloud as it is.
 
 Per flavor: the count (``capped`` when it reached ``limit``, which bounds the run time),
 its spread over availability zones, cells and host aggregates, and per host what stops
-one more instance afterwards: the resource class that no longer fits (placement's
-capacity less usage, less what the flavor took there), or ``filters`` when every class
-would still fit and the filters or a policy (availability zone, a disabled or down
-service, ``max_instances_per_host``, ...) keep the host out.
+one more instance afterwards, as the scheduler says it: one more instance is asked for
+with an explanation, whose first refusal of each host is
+its limit (``placement: insufficient MEMORY_MB``, ``ComputeFilter: compute service
+disabled``, ``AvailabilityZoneFilter: ...``), after the fill's allocations are written
+back in one transaction. A capped count
+gets the arithmetic instead: the classes the fill used up, or ``filters``.
 
 Unusable capacity: the free amount of every resource class on hosts that took no
 instance of any flavor asked about (each answered without a cap): capacity no flavor of
@@ -147,29 +149,80 @@ def flavor_capacity(offline: OfflineCloud, name: str, room: Sequence[HostRoom], 
     """How many instances of flavor ``name`` fit now (at most ``limit``), through the
     scheduler service; the claims are released afterwards."""
     cloud, stack = offline.cloud, offline.stack
-    spec = RequestSpec(flavor=cloud.flavor(name), project_id=project, user_id=user)
-    prepare_request(spec, stack.config)
-    need = needs(spec)
-    spec.num_instances = min(bound(room, need), limit) if need else limit
+    def request(num: int) -> RequestSpec:
+        spec = RequestSpec(flavor=cloud.flavor(name), project_id=project, user_id=user,
+                           num_instances=num)
+        prepare_request(spec, stack.config)
+        return spec
+
+    need = needs(request(1))
+    count = min(bound(room, need), limit) if need else limit
     service = stack.scheduler(seed=seed)
     try:
         # Capacity is a steady state: the instances placed before count as built and
         # running, not as builds holding I/O slots (IoOpsFilter's max_io_ops_per_host).
-        decision = service.select_destinations(spec, return_alternates=False,
+        decision = service.select_destinations(request(count), return_alternates=False,
                                                builds_in_flight=False)
     except NoValidHost as exc:
         placed = list(exc.placed)
         capped = False
+        claimed = list(exc.claimed)
     else:  # the limit fitted: release those claims too
         service.claimer.rollback(decision.instance_uuids)
         placed = [(sels[0].service_host, sels[0].nodename) for sels in decision.selections]
         capped = True
-    return summarize(name, placed, capped, room, need)
+    why = {} if capped else next_refusals(offline, request, claimed, seed)
+    return summarize(name, placed, capped, room, need, why)
+
+
+def next_refusals(offline: OfflineCloud, request: Any, claimed: list[tuple[str, Any]],
+                  seed: int | None) -> dict[tuple[str, str], str]:
+    """Why each host refuses one more instance once the fill is placed: the fill's
+    allocations are written back (one POST /allocations), one more instance is asked
+    for with an explanation, and every claim is released. Per (host, node): the first
+    step that turned it away (``placement: insufficient MEMORY_MB``, ``ComputeFilter:
+    service down``, ...)."""
+    from berth.placement.client import ConsumerPost
+
+    stack = offline.stack
+    service = stack.scheduler(seed=seed)
+    client = stack.claims_client or stack.client
+    held = [uuid for uuid, _ in claimed]
+    diagnosis = None
+    try:
+        if claimed:
+            client.post_allocations({
+                uuid: ConsumerPost(
+                    allocations={rp: dict(body.get("resources", {}))
+                                 for rp, body in alloc.get("allocations", {}).items()},
+                    project_id="capacity", user_id="capacity", consumer_generation=None)
+                for uuid, alloc in claimed})
+        try:
+            extra = service.select_destinations(request(1), return_alternates=False,
+                                                explain=True, builds_in_flight=False)
+        except NoValidHost as exc:
+            diagnosis = exc.diagnosis
+        else:  # room left after all (cannot be: the fill ran out): no reasons then
+            held += extra.instance_uuids
+            return {}
+    finally:
+        if held:
+            service.claimer.rollback(held)
+    reasons: dict[tuple[str, str], str] = {}
+    if diagnosis is not None and diagnosis.instances:
+        for step in diagnosis.instances[-1].steps:
+            for r in step.rejections:
+                reason = r.reject.reason.removesuffix(" in placement")
+                reasons.setdefault((r.host, r.nodename), f"{step.name}: {reason}")
+    return reasons
 
 
 def summarize(name: str, placed: Sequence[tuple[str, str]], capped: bool,
-              room: Sequence[HostRoom], need: dict[str, int]) -> FlavorCapacity:
-    """Spread and limits of a fill that put instances on ``placed``."""
+              room: Sequence[HostRoom], need: dict[str, int],
+              why: dict[tuple[str, str], str] | None = None) -> FlavorCapacity:
+    """Spread and limits of a fill that put instances on ``placed``: per host the step
+    that refused one more (``why``), else the classes the fill used up, else
+    ``filters``."""
     per_node = Counter(placed)
     result = FlavorCapacity(name, len(placed), capped, placed=dict(per_node))
     zones: Counter[str] = Counter()
@@ -185,7 +238,8 @@ def summarize(name: str, placed: Sequence[tuple[str, str]], capped: bool,
                 aggregates[agg] += took
         short = [rc for rc, amount in need.items()
                  if r.free.get(rc, 0) - took * amount < amount]
-        limit = "+".join(short) if short else BY_FILTERS
+        limit = (why or {}).get((r.host, r.nodename)) or ("+".join(short) if short
+                                                           else BY_FILTERS)
         result.limits[(r.host, r.nodename)] = limit
         limits[limit] += 1
     result.by_zone, result.by_cell = dict(sorted(zones.items())), dict(sorted(cells.items()))

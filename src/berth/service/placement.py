@@ -41,6 +41,7 @@ from berth.placement import candidates as engine
 from berth.placement.client import (
     ConflictError,
     ConsumerAllocations,
+    ConsumerPost,
     PlacementAPIError,
     PlacementClient,
 )
@@ -141,6 +142,11 @@ class PlacementAccess(Protocol):
 
     def delete_allocations(self, consumer: str) -> None:
         """DELETE /allocations/{consumer}."""
+        ...
+
+    def post_allocations(self, consumers: Mapping[str, ConsumerPost], *,
+                         microversion: str | None = None) -> None:
+        """POST /allocations: every consumer's new allocations in one transaction."""
         ...
 
     def get_inventories(self, uuid: str) -> tuple[int, dict[str, dict[str, Any]]]:
@@ -444,27 +450,30 @@ class PlacementClaimer:
 
     def _refusal(self, detail: str, allocations: Mapping[str, Mapping[str, int]]) -> ClaimRefusal:
         """What placement's refusal says, with the amounts: the class and provider its
-        message names, what the claim asked there, and what is free there now (read
-        back: capacity less usage); only the reason when it names none or the reads
-        fail."""
+        message names, what the claim asked there, and what is free there (read back,
+        capacity less usage, when an explanation asks); only the reason when it names
+        none or the reads fail."""
         found = _CAPACITY_REFUSAL.search(detail)
         if found is None:
             return ClaimRefusal("refused by placement" if "constraints" not in detail
                                 else "violates the inventory's min_unit, max_unit or step_size")
         rc, rp = found.group(1), found.group(2)
-        requested = allocations.get(rp, {}).get(rc)
-        free = None
-        try:
-            _, inventory = self.client.get_inventories(rp)
-            used = self.client.provider_usages(rp).get(rc, 0)
-            inv = inventory.get(rc)
-            if inv is not None:
+
+        def free() -> int | None:
+            try:
+                _, inventory = self.client.get_inventories(rp)
+                used = self.client.provider_usages(rp).get(rc, 0)
+                inv = inventory.get(rc)
+                if inv is None:
+                    return None
                 capacity = int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
-                free = capacity - int(used)
-        except (PlacementAPIError, httpx.HTTPError, ServiceUnavailable, KeyError, TypeError):
-            pass  # the provider went away, or placement cannot be read: no amount
+                return capacity - int(used)
+            except (PlacementAPIError, httpx.HTTPError, ServiceUnavailable, KeyError,
+                    TypeError):
+                return None  # the provider went away, or placement cannot be read
+
         return ClaimRefusal(INSUFFICIENT, resource_class=rc, provider=rp,
-                            requested=requested, free=free)
+                            requested=allocations.get(rp, {}).get(rc), lookup=free)
 
     def _already_ours(self, consumer_uuid: str, allocations: Mapping[str, Mapping[str, int]]) -> bool:
         """Whether the consumer holds exactly this claim: an earlier attempt of this very
@@ -482,9 +491,28 @@ class PlacementClaimer:
         return False
 
     def rollback(self, consumer_uuids: Sequence[str]) -> None:
-        """DELETE every consumer's allocations (missing ones are fine)."""
-        for consumer in consumer_uuids:
+        """Remove every consumer's allocations (missing ones are fine): several at once
+        in one POST /allocations when they are as this claimer left them, else one
+        DELETE each."""
+        uuids = list(consumer_uuids)
+        if len(uuids) > 1 and self._release_together(uuids):
+            return
+        for consumer in uuids:
             self.delete(consumer)
+
+    def _release_together(self, uuids: Sequence[str]) -> bool:
+        """Empty every consumer's allocations in one transaction (a new consumer's
+        claim leaves it at generation 1). False, with nothing changed, when placement
+        refuses it (a consumer gone or written since) or cannot be reached."""
+        body = {uuid: ConsumerPost(allocations={}, project_id="unknown", user_id="unknown",
+                                   consumer_generation=1) for uuid in uuids}
+        try:
+            self.client.post_allocations(body)
+        except (PlacementAPIError, httpx.HTTPError, ServiceUnavailable) as exc:
+            LOG.debug("releasing %d claims together refused (%s); one by one", len(uuids), exc)
+            return False
+        self._count("rollbacks", len(uuids))
+        return True
 
     def delete(self, consumer_uuid: str) -> bool:
         """DELETE one consumer's allocations; False if it had none or placement failed."""
