@@ -52,13 +52,17 @@ def files(tmp_path: Path) -> tuple[str, str]:
     return str(tmp_path / "cloud.yaml"), str(tmp_path / "nova.conf")
 
 
+def capacity(capsys: pytest.CaptureFixture[str], files: tuple[str, str], *extra: str) -> str:
+    """``berth capacity`` of the test cloud with its nova.conf; its output (exit 0)."""
+    cloud, conf = files
+    code, out, _ = run(capsys, "capacity", cloud, "--config-file", conf, "--now", NOW, *extra)
+    assert code == 0
+    return out
+
+
 def test_counts_spread_limits_and_unusable_capacity(capsys: pytest.CaptureFixture[str],
                                                      files: tuple[str, str]) -> None:
-    cloud, conf = files
-    code, out, _ = run(capsys, "capacity", cloud, "--config-file", conf, "--now", NOW,
-                       "--json")
-    assert code == 0
-    report = json.loads(out)
+    report = json.loads(capacity(capsys, files, "--json"))
     by = {f["flavor"]: f for f in report["flavors"]}
     assert by["web"]["fits"] == 4 + 4 + 2 and not by["web"]["capped"]
     assert by["web"]["by_availability_zone"] == {"az-a": 6, "az-b": 4}
@@ -94,19 +98,13 @@ def test_a_count_is_what_berth_schedule_places(capsys: pytest.CaptureFixture[str
 
 def test_a_limit_caps_the_count_and_says_so(capsys: pytest.CaptureFixture[str],
                                              files: tuple[str, str]) -> None:
-    cloud, conf = files
-    code, out, _ = run(capsys, "capacity", cloud, "--config-file", conf, "--flavor", "web",
-                       "--limit", "3", "--now", NOW)
-    assert code == 0
+    out = capacity(capsys, files, "--flavor", "web", "--limit", "3")
     assert ">=3" in out and "unusable capacity: not computed" in out
 
 
 def test_prometheus_text_parses(capsys: pytest.CaptureFixture[str],
                                 files: tuple[str, str]) -> None:
-    cloud, conf = files
-    code, out, _ = run(capsys, "capacity", cloud, "--config-file", conf, "--now", NOW,
-                       "--prometheus")
-    assert code == 0
+    out = capacity(capsys, files, "--prometheus")
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(out) for s in family.samples}
     assert samples[("berth_capacity_instances",

@@ -26,20 +26,33 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 import sqlalchemy as sa
 
 from berth.placement.db import utcnow
-
-if TYPE_CHECKING:
-    from berth.placement.store import InventoryRecord, PlacementStore, ProviderRecord, RawConnection
-
-_SQLITE_STAMP = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DateTime storage format on SQLite
+from berth.placement.store import (
+    _PG_BUMP_AND_LOG_CHANGES,
+    _RAW_BUMP_SEQ,
+    _RAW_CAS_RP,
+    _RAW_CLASS_NAMES,
+    _RAW_LOG_CHANGES,
+    _RAW_NAMES_SEQ,
+    _RAW_PRUNE,
+    _SQLITE_STAMP,
+    CHANGE_LOG_KEEP,
+    InventoryRecord,
+    PlacementStore,
+    ProviderRecord,
+    RawConnection,
+    _capacity_ok,
+    _fields,
+    _marks,
+    _Unexpected,
+)
 
 _PROVIDER_GEN = "SELECT id, generation FROM resource_providers WHERE uuid = ?"
-_NAMES_SEQ = "SELECT names_seq FROM berth_state WHERE id = 1"
-_CLASS_NAMES = "SELECT id, name FROM resource_classes ORDER BY id"
 _INVENTORY_ROWS = (
     "SELECT i.resource_class_id, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, "
     "i.allocation_ratio, i.created_at, i.updated_at FROM inventories i "
@@ -68,37 +81,21 @@ _UPDATE_INVENTORY = (
 )
 _CLEAR_TRAITS = "DELETE FROM resource_provider_traits WHERE resource_provider_id = ?"
 _INSERT_TRAITS = "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES {}"
-_CAS = (
-    "UPDATE resource_providers SET generation = ?, updated_at = ? "
-    "WHERE id = ? AND generation = ?"
-)
-_BUMP_SEQ = "UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 RETURNING change_seq"
-#: The change log row of a provider the cached graph must reload (by id, or by uuid
-#: for one this transaction created).
-_LOG_RELOAD = (
-    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
-    "SELECT b.change_seq, ?, NULL, NULL FROM berth_state b WHERE b.id = 1"
-)
-_LOG_RELOAD_UUID = (
+#: The change log row of a provider this transaction created, which the cached graph
+#: must load (by uuid: its id is not known before the transaction runs); on PostgreSQL
+#: with the counter's bump in the same statement, returning the change number.
+_LOG_CREATED = (
     "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
     "SELECT b.change_seq, rp.id, NULL, NULL FROM berth_state b, resource_providers rp "
     "WHERE b.id = 1 AND rp.uuid = ?"
 )
-#: On PostgreSQL the counter's bump and the log row are one statement (a data-modifying
-#: WITH), returning the change number.
-_PG_BUMP = "WITH b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 " \
-           "RETURNING change_seq) "
-_PG_BUMP_AND_LOG = {
-    _LOG_RELOAD: _PG_BUMP + "INSERT INTO berth_provider_changes (seq, provider_id, generation, "
-                 "usage_delta) SELECT b.change_seq, ?, NULL, NULL FROM b RETURNING seq",
-    _LOG_RELOAD_UUID: _PG_BUMP + "INSERT INTO berth_provider_changes (seq, provider_id, "
-                      "generation, usage_delta) SELECT b.change_seq, rp.id, NULL, NULL FROM b, "
-                      "resource_providers rp WHERE rp.uuid = ? RETURNING seq",
-}
-
-
-def _marks(n: int, mark: str) -> str:
-    return ", ".join([mark] * n)
+_PG_BUMP_AND_LOG_CREATED = (
+    "WITH b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
+    "RETURNING change_seq) "
+    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
+    "SELECT b.change_seq, rp.id, NULL, NULL FROM b, resource_providers rp "
+    "WHERE rp.uuid = ? RETURNING seq"
+)
 
 
 def _as_datetime(value: Any) -> dt.datetime | None:
@@ -120,17 +117,17 @@ def _commit_change(
     store: PlacementStore,
     raw: RawConnection,
     stmts: list[tuple[Any, ...]],
-    log: tuple[str, Sequence[Any]],
+    log: tuple[str, str, Sequence[Any]],
 ) -> list[Any] | None:
-    """Run ``stmts`` (after BEGIN), bump the change counter, log ``log`` and commit,
-    in one round trip; the results of ``stmts``. None (nothing committed) when a
-    statement failed or an expectation did not hold."""
-    from berth.placement.store import CHANGE_LOG_KEEP, _Unexpected
-
+    """Run ``stmts`` (after BEGIN), bump the change counter, log and commit, in one
+    round trip; the results of ``stmts``. ``log`` is the log statement on SQLite, the
+    bump-and-log statement on PostgreSQL, and their parameters. None (nothing
+    committed) when a statement failed or an expectation did not hold."""
+    sqlite_log, pg_bump_and_log, params = log
     if store.is_sqlite:
-        tail: list[tuple[Any, ...]] = [(_BUMP_SEQ, ()), log]
+        tail: list[tuple[Any, ...]] = [(_RAW_BUMP_SEQ, ()), (sqlite_log, params)]
     else:
-        tail = [(_PG_BUMP_AND_LOG[log[0]], log[1])]
+        tail = [(pg_bump_and_log, params)]
     batch = [_begin(store), *stmts, *tail, ("COMMIT", ())]
     try:
         res = store._run(raw, batch)
@@ -140,9 +137,16 @@ def _commit_change(
     seq = int(bumped[0][0]) if bumped else None
     if seq is not None and seq % 500 == 0:
         with contextlib.suppress(sa.exc.DBAPIError):  # the next prune catches up
-            store._run(raw, [("DELETE FROM berth_provider_changes WHERE seq < ?",
-                             (seq - CHANGE_LOG_KEEP,))])
+            store._run(raw, [(_RAW_PRUNE, (seq - CHANGE_LOG_KEEP,))])
     return res[1:-1 - len(tail)]
+
+
+def _log_reload(rp_id: int) -> tuple[str, str, Sequence[Any]]:
+    """The change log of a provider the cached graph must reload: the store's own
+    log statements (generation and usage delta NULL: reload it)."""
+    values = _marks(1, "(?, ?, ?)")
+    return (_RAW_LOG_CHANGES.format(values), _PG_BUMP_AND_LOG_CHANGES.format(values),
+            (rp_id, None, None))
 
 
 def _with_raw(store: PlacementStore, work: Any) -> Any:
@@ -165,7 +169,7 @@ def _class_ids(store: PlacementStore, raw: RawConnection, names_seq: int) -> dic
     cached = store._write_rcs
     if cached is not None and cached[0] == names_seq:
         return cached[1]
-    (rows,) = store._run(raw, [(_CLASS_NAMES, ())])
+    (rows,) = store._run(raw, [(_RAW_CLASS_NAMES, ())])
     by_name = {r[1]: int(r[0]) for r in rows}
     store._write_rcs = (names_seq, by_name)
     return by_name
@@ -175,8 +179,6 @@ def _class_ids(store: PlacementStore, raw: RawConnection, names_seq: int) -> dic
 
 def create_root(store: PlacementStore, name: str, rp_uuid: str) -> ProviderRecord | None:
     """A new root provider; None for the general path (a taken name or uuid...)."""
-    from berth.placement.store import ProviderRecord
-
     now = utcnow()
 
     def work(raw: RawConnection) -> ProviderRecord | None:
@@ -184,7 +186,7 @@ def create_root(store: PlacementStore, name: str, rp_uuid: str) -> ProviderRecor
             (_INSERT_ROOT, (rp_uuid, name, _stamp(store, now))),
             (_OWN_ROOT, (rp_uuid,), True),
         ]
-        res = _commit_change(store, raw, stmts, (_LOG_RELOAD_UUID, (rp_uuid,)))
+        res = _commit_change(store, raw, stmts, (_LOG_CREATED, _PG_BUMP_AND_LOG_CREATED, (rp_uuid,)))
         if res is None:
             return None
         return ProviderRecord(id=int(res[0][0][0]), uuid=rp_uuid, name=name, generation=0,
@@ -205,15 +207,13 @@ def set_inventories(
 ) -> tuple[int, dict[str, InventoryRecord]] | None:
     """Replace a provider's inventories when none is removed; None for the general
     path."""
-    from berth.placement.store import InventoryRecord, _capacity_ok, _fields
-
     if any(not _capacity_ok(inv, version) for inv in new.values()):
         return None
 
     def work(raw: RawConnection) -> tuple[int, dict[str, InventoryRecord]] | None:
         try:
             prov, rows, seq_rows = store._run(
-                raw, [(_PROVIDER_GEN, (uuid,)), (_INVENTORY_ROWS, (uuid,)), (_NAMES_SEQ, ())])
+                raw, [(_PROVIDER_GEN, (uuid,)), (_INVENTORY_ROWS, (uuid,)), (_RAW_NAMES_SEQ, ())])
             if not prov or int(prov[0][1]) != generation:
                 return None
             names_seq = int(seq_rows[0][0])
@@ -254,8 +254,8 @@ def set_inventories(
             count = len(inserts) // 10
             stmts.append((_INSERT_INVENTORIES.format(
                 _marks(count, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")), inserts))
-        stmts.append((_CAS, (generation + 1, stamp, rp_id, generation), True))
-        if _commit_change(store, raw, stmts, (_LOG_RELOAD, (rp_id,))) is None:
+        stmts.append((_RAW_CAS_RP, (generation + 1, stamp, rp_id, generation), True))
+        if _commit_change(store, raw, stmts, _log_reload(rp_id)) is None:
             return None
         return generation + 1, result
 
@@ -272,7 +272,7 @@ def set_traits(
 
     def work(raw: RawConnection) -> tuple[int, list[str]] | None:
         stmts: list[tuple[Any, ...]] = [(_PROVIDER_GEN, (uuid,)), (_PROVIDER_TRAIT_IDS, (uuid,)),
-                                        (_NAMES_SEQ, ())]
+                                        (_RAW_NAMES_SEQ, ())]
         if wanted:
             stmts.append((_TRAIT_IDS.format(_marks(len(wanted), "?")), wanted))
         try:
@@ -297,8 +297,8 @@ def set_traits(
         if ids:
             write.append((_INSERT_TRAITS.format(_marks(len(ids), "(?, ?)")),
                           [v for i in ids for v in (rp_id, i)]))
-        write.append((_CAS, (generation + 1, stamp, rp_id, generation), True))
-        if _commit_change(store, raw, write, (_LOG_RELOAD, (rp_id,))) is None:
+        write.append((_RAW_CAS_RP, (generation + 1, stamp, rp_id, generation), True))
+        if _commit_change(store, raw, write, _log_reload(rp_id)) is None:
             return None
         return generation + 1, [by_id[i] for i in ids]
 
@@ -307,6 +307,4 @@ def set_traits(
 
 def _replace_stamps(inv: InventoryRecord, created: dt.datetime | None,
                     updated: dt.datetime | None) -> InventoryRecord:
-    from dataclasses import replace
-
     return replace(inv, created_at=created, updated_at=updated)

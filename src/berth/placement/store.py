@@ -43,7 +43,7 @@ import os_traits
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from berth.placement import db, errors, provider_writes
+from berth.placement import db, errors
 from berth.placement.db import (
     allocations,
     consumer_types,
@@ -624,6 +624,8 @@ class PlacementStore:
                 "same as UUID. Please set parent provider UUID to None if there is no parent."
             )
         if parent_uuid is None:
+            from berth.placement import provider_writes  # built on this module
+
             fast = provider_writes.create_root(self, name, rp_uuid)
             if fast is not None:
                 return fast
@@ -983,6 +985,8 @@ class PlacementStore:
         version: tuple[int, int],
     ) -> tuple[int, dict[str, InventoryRecord]]:
         """Replace all inventory of a provider (PUT .../inventories)."""
+        from berth.placement import provider_writes  # built on this module
+
         fast = provider_writes.set_inventories(self, uuid, generation, new, version)
         if fast is not None:
             return fast
@@ -1245,6 +1249,8 @@ class PlacementStore:
             "Resource provider's generation already changed. Please update the generation and "
             "try again."
         )
+        from berth.placement import provider_writes  # built on this module
+
         fast = provider_writes.set_traits(self, uuid, names, generation)
         if fast is not None:
             return fast
