@@ -412,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     from berth.service.processes import add_commands as add_process_commands
 
     add_capacity(sub)
+    from berth.simulate.cli import add_commands as add_simulate
+
+    add_simulate(sub)
 
     add_commands(sub)
     add_process_commands(sub)

@@ -296,7 +296,13 @@ def error_dict(exc: BerthError) -> dict[str, Any]:
     """The ``{"code", "message"}`` of an error as the APIs and ``--json`` answer it, with
     how many instances of a multi-create found a host when NoValidHost ended it."""
     body: dict[str, Any] = {"code": exc.code, "message": exc.message}
-    if isinstance(exc, NoValidHost) and exc.fit_note():
-        body["instances_fit"] = exc.fitted
-        body["instances_requested"] = exc.requested
+    if isinstance(exc, NoValidHost):
+        if exc.fit_note():
+            body["instances_fit"] = exc.fitted
+            body["instances_requested"] = exc.requested
+        # Which stage ran out of hosts, and the hosts each filter removed before it did.
+        if exc.cause:
+            body["cause"] = exc.cause
+        if exc.rejections:
+            body["rejections"] = dict(exc.rejections)
     return body

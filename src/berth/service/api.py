@@ -18,6 +18,8 @@ Routes (JSON in, JSON out)::
     GET  /flavors       the flavors the server knows (``POST /boot``'s ``flavor`` names)
     GET  /images        the images it knows: id, name, disk_format, properties as given
     GET  /server-groups the server groups: uuid, name, policy, rules, members, project
+    POST /server-groups create one: {"name", "policy", "rules": {"max_server_per_host": N}}
+                        (the project defaults to the token's); answers it with its uuid
     *    /placement/... the Placement API (same database)
 
 The ``GET`` routes besides ``/boot`` are what ``berth cloud export`` reads (with the
@@ -112,6 +114,7 @@ from berth.model.request import (
     Flavor,
     ImageMeta,
     ImageMetaProps,
+    InstanceGroup,
     RequestSpec,
 )
 from berth.model.selection import selection_dict
@@ -120,7 +123,14 @@ from berth.service.conductor import BuildOutcome, Conductor, SchedulerAPI
 from berth.service.groups import ServerGroupStore
 from berth.service.move_api import handle_servers
 from berth.service.moves import MoveService
-from berth.service.policy import BOOT, CATALOG, HOSTS, SERVER_GROUPS, scheduler_rules
+from berth.service.policy import (
+    BOOT,
+    CATALOG,
+    HOSTS,
+    SERVER_GROUPS,
+    SERVER_GROUPS_CREATE,
+    scheduler_rules,
+)
 from berth.service.scheduler import SchedulerService
 from berth.webauth.identity import Caller, NoAuth2
 from berth.webauth.rules import Forbidden, PolicyEnforcer
@@ -303,6 +313,43 @@ def parse_boot(body: Any, flavors: Mapping[str, Flavor], images: Mapping[str, Im
     )
 
 
+def parse_server_group(body: Any) -> InstanceGroup:
+    """A ``POST /server-groups`` body as a new group; InputError naming the field."""
+    if not isinstance(body, Mapping):
+        raise InputError("body: expected a JSON object", field="body")
+    unknown = sorted(set(body) - {"name", "policy", "rules", "project_id", "user_id"})
+    if unknown:
+        raise InputError(f"{unknown[0]}: unknown field (name, policy, rules, project_id, "
+                         "user_id)", field=unknown[0])
+    name = body.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise InputError(f"name: expected a non-empty string of at most 255 characters, "
+                         f"got {name!r}", field="name")
+    policy = body.get("policy")
+    if policy not in InstanceGroup.VALID_POLICIES:
+        raise InputError(f"policy: expected one of {', '.join(InstanceGroup.VALID_POLICIES)}, "
+                         f"got {policy!r}", field="policy")
+    rules = body.get("rules") or {}
+    if not isinstance(rules, Mapping):
+        raise InputError(f"rules: expected an object, got {rules!r}", field="rules")
+    for key, value in rules.items():
+        if key != "max_server_per_host":
+            raise InputError(f"rules.{key}: unknown rule (max_server_per_host)",
+                             field=f"rules.{key}")
+        if policy != "anti-affinity":
+            raise InputError("rules.max_server_per_host: only with the anti-affinity policy",
+                             field="rules.max_server_per_host")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"rules.max_server_per_host: expected an integer >= 1, got "
+                             f"{value!r}", field="rules.max_server_per_host")
+    project, user = body.get("project_id"), body.get("user_id")
+    for key, value in (("project_id", project), ("user_id", user)):
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{key}: expected a string, got {value!r}", field=key)
+    return InstanceGroup(policy=policy, uuid=str(uuidlib.uuid4()), name=name, rules=dict(rules),
+                         project_id=project, user_id=user)
+
+
 class StateNotServed(BerthError):
     """A state route asked of a process that does not hold that state (404)."""
 
@@ -382,6 +429,10 @@ class SchedulerApp:
                 answer = self.boot(body)
                 return _reply(start_response, _boot_status(answer), answer,
                               _retry_after(answer))
+            if path == "/server-groups" and method == "POST":
+                assert caller is not None
+                body = self._for_caller(_read_json(environ), caller, SERVER_GROUPS_CREATE)
+                return _reply(start_response, 200, self.create_server_group(body))
             if path == "/hosts" and method == "GET":
                 self._enforce(HOSTS, caller, None)
                 return _reply(start_response, 200,
@@ -444,10 +495,10 @@ class SchedulerApp:
         assert caller is not None
         self.security.policy.enforce(rule, caller, {"project_id": project})
 
-    def _for_caller(self, body: Any, caller: Caller) -> Any:
-        """The boot body with the caller's project and user where it names none, once
-        the caller may boot for that project (only an admin or a service may boot for
-        another project)."""
+    def _for_caller(self, body: Any, caller: Caller, rule: str = BOOT) -> Any:
+        """The boot (or server group) body with the caller's project and user where it
+        names none, once the caller may act for that project under ``rule`` (only an
+        admin or a service may act for another project)."""
         if not isinstance(body, Mapping):
             return body  # parse_boot names the problem
         body = dict(body)
@@ -456,7 +507,7 @@ class SchedulerApp:
         if body.get("user_id") is None:
             body["user_id"] = caller.user_id or None
         project = body["project_id"]
-        self._enforce(BOOT, caller, project if isinstance(project, str) else None)
+        self._enforce(rule, caller, project if isinstance(project, str) else None)
         return body
 
     def boot(self, body: Any) -> dict[str, Any]:
@@ -480,6 +531,19 @@ class SchedulerApp:
         if decision.diagnosis is not None:
             answer["diagnosis"] = decision.diagnosis.to_dict()
         return answer
+
+    def create_server_group(self, body: Any) -> dict[str, Any]:
+        """``POST /server-groups``: a new group (a new uuid; names need not be unique,
+        as in Nova) with its policy and rules (``max_server_per_host`` with
+        anti-affinity only, as Nova's API 2.64 allows)."""
+        if self.groups is None:
+            raise InputError("this server keeps no server groups", field="body")
+        group = parse_server_group(body)
+        self.groups.put(group)
+        return {"server_group": {"uuid": group.uuid, "name": group.name,
+                                 "policy": group.policy, "rules": dict(group.rules),
+                                 "members": [], "project_id": group.project_id,
+                                 "user_id": group.user_id}}
 
     def _group(self, ref: str) -> Any:
         """The server group ``hints.group`` names, with the hosts its members are

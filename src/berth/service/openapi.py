@@ -54,6 +54,17 @@ BOOT = {
         "explain": {"type": "boolean"},
     },
 }
+SERVER_GROUP = {
+    "type": "object", "additionalProperties": False, "required": ["name", "policy"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 255},
+        "policy": {"enum": ["affinity", "anti-affinity", "soft-affinity",
+                            "soft-anti-affinity"]},
+        "rules": {"type": "object", "additionalProperties": False,
+                  "properties": {"max_server_per_host": {"type": "integer", "minimum": 1}}},
+        "project_id": _NULLABLE_STR, "user_id": _NULLABLE_STR,
+    },
+}
 ERROR = {
     "type": "object", "required": ["error"],
     "properties": {"error": {"type": "object", "required": ["code", "message"],
@@ -102,7 +113,10 @@ def document() -> dict[str, Any]:
         "/aggregates": _get("The host aggregates", 404, 503),
         "/flavors": _get("The flavors the server knows", 404, 503),
         "/images": _get("The images the server knows", 404, 503),
-        "/server-groups": _get("The server groups", 404, 503),
+        "/server-groups": {**_get("The server groups", 404, 503), "post": {
+            "summary": "Create a server group (the project defaults to the token's)",
+            "requestBody": {"required": True, **_json(SERVER_GROUP)},
+            "responses": _answers("the group with its uuid", 400, 503)}},
         "/servers": _get("Every instance", 404, 503),
         "/servers/{uuid}": {"parameters": [uuid_param],
                             **_get("An instance, its migrations and allocations", 404, 503),

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 BOOT = "berth:boot:create"
 HOSTS = "berth:hosts:list"
 SERVER_GROUPS = "berth:server_groups:list"
+SERVER_GROUPS_CREATE = "berth:server_groups:create"
 CATALOG = "berth:catalog:list"
 SERVERS_LIST = "berth:servers:list"
 SERVERS_SHOW = "berth:servers:show"
@@ -70,6 +71,8 @@ def scheduler_rules() -> list[oslo_policy.RuleDefault]:
              deprecated=LEGACY),
         rule(SERVER_GROUPS, ADMIN_OR_SERVICE, "List every project's server groups.",
              [("GET", "/server-groups")], deprecated=LEGACY),
+        rule(SERVER_GROUPS_CREATE, _MEMBER, "Create a server group in a project.",
+             [("POST", "/server-groups")], deprecated=LEGACY),
         rule(CATALOG, "", "List the flavors and images the server knows.",
              [("GET", "/flavors"), ("GET", "/images")]),
         rule(SERVERS_LIST, ADMIN_OR_SERVICE, "List every instance.", [("GET", "/servers")],

@@ -1,0 +1,249 @@
+"""``berth simulate`` and ``berth trace generate``.
+
+    berth simulate CLOUD TRACE [--config-file A.conf ...] [--compare B.conf ...]
+                   [--out DIR] [--json FILE|-] [--plots DIR] [--html FILE]
+                   [--samples N] [--seed N] [--now T] [--limit N] [--progress]
+                   [--azure-machine VCPUS,MEMORY_MB,DISK_GB] [--azure-machine-id N]
+    berth simulate --url URL TRACE [--token T] ...
+    berth trace generate --creates N --rate R --lifetime exp:3600
+                   (--flavor-mix m1.small=3,m1.large=1 | --cloud CLOUD) [--group-fraction F]
+                   [--groups N] [--group-policy P] [--image NAME] [--duration S] [--seed N]
+                   -o FILE
+
+``simulate`` replays the trace against the cloud file once per configuration: the
+``--config-file`` files (Nova's defaults without any), then each ``--compare`` file on
+its own. Each replay starts from the cloud file as it is, in its own scratch store.
+With ``--url`` the trace is replayed against a running Berth instead (one
+configuration: the server's); what it builds stays there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from berth.errors import InputError
+from berth.simulate.trace import AzureMachine, Trace, load_trace
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``simulate`` and ``trace`` on the ``berth`` command's subparsers."""
+    from berth.service.cli import positive_int
+
+    p = sub.add_parser("simulate", help="replay a workload trace (creates and deletes) "
+                       "through the scheduler, under one or more configurations")
+    p.add_argument("cloud", nargs="?", help="cloud description (YAML or JSON); or --url")
+    p.add_argument("trace", help="the trace: CSV (docs/simulate.md) or the Azure packing "
+                                 "trace 2020 (SQLite)")
+    p.add_argument("--url", help="replay against this running Berth instead of a cloud file")
+    p.add_argument("--token", default="admin", help="with --url: the X-Auth-Token to send")
+    p.add_argument("--config-file", action="append", default=[],
+                   help="nova.conf of the first configuration (repeatable, later files win)")
+    p.add_argument("--compare", action="append", default=[], metavar="NOVA_CONF",
+                   help="another configuration to replay the same trace under (repeatable: "
+                        "one configuration each)")
+    p.add_argument("--out", help="write result.json, the plots and report.html here")
+    p.add_argument("--json", dest="json_path", metavar="FILE",
+                   help="write the results as JSON ('-': standard output)")
+    p.add_argument("--plots", metavar="DIR", help="write every plot as PNG and SVG here")
+    p.add_argument("--html", metavar="FILE", help="write the HTML report here")
+    p.add_argument("--samples", type=positive_int, default=200,
+                   help="instants of the trace sampled for the time series (default 200)")
+    p.add_argument("--limit", type=positive_int, default=None,
+                   help="replay only the first N rows (VMs of an Azure trace)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the scheduler (default 0)")
+    p.add_argument("--now", type=float, default=None, help="the instant, epoch seconds")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar on standard error (default: when it is a terminal)")
+    p.add_argument("--azure-machine", type=AzureMachine.parse, default=None,
+                   metavar="VCPUS,MEMORY_MB,DISK_GB",
+                   help="the machine an Azure trace's fractions are of (default: the cloud's "
+                        "most common compute node)")
+    p.add_argument("--azure-machine-id", type=int, default=None,
+                   help="the Azure machineId whose VM type sizes to use (default: the one with "
+                        "the most VM types)")
+    p.set_defaults(func=cmd_simulate)
+
+    trace = sub.add_parser("trace", help="workload trace tools").add_subparsers(
+        dest="action", required=True)
+    g = trace.add_parser("generate", help="write a synthetic trace (Poisson arrivals, "
+                         "lifetimes, a flavor mix), seeded")
+    g.add_argument("--creates", type=positive_int, required=True, help="number of creates")
+    g.add_argument("--rate", type=float, required=True, help="creates per second (mean)")
+    g.add_argument("--lifetime", default="exp:3600",
+                   help="exp:MEAN, lognormal:MEDIAN,SIGMA, uniform:LOW,HIGH or fixed:S "
+                        "(seconds; default exp:3600)")
+    g.add_argument("--flavor-mix", help="NAME[=WEIGHT],... (default: every flavor of --cloud, "
+                                        "equally)")
+    g.add_argument("--cloud", help="a cloud file whose flavors make the mix")
+    g.add_argument("--group-fraction", type=float, default=0.0,
+                   help="share of creates that join a server group (default 0)")
+    g.add_argument("--groups", type=int, default=4, help="number of server groups (default 4)")
+    g.add_argument("--group-policy", default="anti-affinity",
+                   help="their policy (default anti-affinity)")
+    g.add_argument("--image", help="image name every create uses")
+    g.add_argument("--duration", type=float, default=None,
+                   help="end the trace here (seconds); later arrivals are dropped")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("-o", "--output", required=True, help="the CSV file to write")
+    g.set_defaults(func=cmd_trace_generate)
+
+
+def cmd_trace_generate(args: Any) -> int:
+    """Write a generated trace."""
+    from berth.simulate.generate import GroupSpec, Lifetime, generate, parse_mix
+    from berth.simulate.trace import write_csv
+
+    if args.flavor_mix:
+        mix = parse_mix(args.flavor_mix)
+    elif args.cloud:
+        from berth.cli import _load_config
+        from berth.cloudfile import load_cloud
+
+        cloud = load_cloud(args.cloud, _load_config(None))
+        if not cloud.flavors:
+            raise InputError(f"--cloud {args.cloud}: the cloud file has no flavors; give "
+                             "--flavor-mix", field="--cloud")
+        mix = {name: 1.0 for name in sorted(cloud.flavors)}
+    else:
+        raise InputError("give --flavor-mix or --cloud (whose flavors make the mix)",
+                         field="--flavor-mix")
+    trace = generate(creates=args.creates, rate=args.rate, lifetime=Lifetime.parse(args.lifetime),
+                     mix=mix, seed=args.seed, image=args.image, duration=args.duration,
+                     groups=GroupSpec(args.group_fraction, args.groups, args.group_policy))
+    write_csv(trace, args.output)
+    deletes = len(trace.events) - trace.creates()
+    print(f"wrote {args.output}: {trace.creates()} creates, {deletes} deletes over "
+          f"{trace.duration:.0f} s")
+    return 0
+
+
+def most_common_machine(cloud: Any) -> AzureMachine:
+    """The size of the cloud's most common compute node."""
+    snap = cloud.snapshot
+    sizes = Counter(zip(snap.num("vcpus_total").tolist(), snap.num("total_usable_ram_mb").tolist(),
+                        snap.num("total_usable_disk_gb").tolist()))
+    if not sizes:
+        raise InputError("the cloud has no compute nodes to size an Azure trace on; give "
+                         "--azure-machine", field="--azure-machine")
+    (vcpus, ram, disk), _ = sizes.most_common(1)[0]
+    return AzureMachine(int(vcpus), int(ram), int(disk))
+
+
+def _note(config: Any, files: list[str]) -> str:
+    fs = config.filter_scheduler
+    return (f"{', '.join(files) or 'Nova defaults'} (ram_weight_multiplier="
+            f"{fs.ram_weight_multiplier:g}, cpu_weight_multiplier={fs.cpu_weight_multiplier:g}, "
+            f"disk_weight_multiplier={fs.disk_weight_multiplier:g}, "
+            f"host_subset_size={fs.host_subset_size})")
+
+
+def cmd_simulate(args: Any) -> int:
+    """Replay the trace under every configuration and write what was asked for."""
+    import time
+
+    from tqdm import tqdm
+
+    from berth.cli import _load_config
+    from berth.simulate.run import Replay, RunResult
+
+    if (args.cloud is None) == (args.url is None):
+        raise InputError("give a cloud file or --url (one of them)", field="cloud")
+    if args.url and args.compare:
+        raise InputError("--compare: a running Berth has one configuration (its own); compare "
+                         "configurations on a cloud file", field="--compare")
+    configs = [(args.config_file, _load_config(args.config_file))]
+    configs += [([path], _load_config([path])) for path in args.compare]
+    labels = _labels([files for files, _ in configs])
+    now = time.time() if args.now is None else args.now
+    results: list[RunResult] = []
+    trace: Trace | None = None
+    for (files, config), label in zip(configs, labels):
+        with _target(args, config, now) as (target, cloud):
+            if trace is None:
+                machine = args.azure_machine or (most_common_machine(cloud) if cloud else None)
+                trace = load_trace(args.trace, machine=machine, machine_id=args.azure_machine_id,
+                                   limit=args.limit)
+                if not trace.events:
+                    raise InputError(f"trace {args.trace}: no events", field="trace")
+            with tqdm(total=len(trace.events), desc=label, unit="ev", file=sys.stderr,
+                      disable=None if args.progress is None else not args.progress,
+                      mininterval=0.5) as bar:
+                replay = Replay(target, trace, config=config, label=label, samples=args.samples,
+                                on_event=lambda n: bar.update(1))
+                result = replay.run()
+            result.config_note = _note(config, files) if not args.url else f"the server at {args.url}"
+            results.append(result)
+    _write(args, results)
+    return 0
+
+
+def _labels(file_sets: list[list[str]]) -> list[str]:
+    labels = []
+    for files in file_sets:
+        base = "+".join(Path(f).stem for f in files) or "default"
+        label, n = base, 2
+        while label in labels:
+            label, n = f"{base}-{n}", n + 1
+        labels.append(label)
+    return labels
+
+
+class _target:
+    """The replay target for one configuration: the cloud file in a scratch store, or
+    the running Berth; ``(target, cloud or None)``."""
+
+    def __init__(self, args: Any, config: Any, now: float) -> None:
+        self.args, self.config, self.now = args, config, now
+        self._ctx: Any = None
+        self._target: Any = None
+
+    def __enter__(self) -> tuple[Any, Any]:
+        from berth.simulate.targets import LocalTarget, RemoteTarget
+
+        if self.args.url:
+            self._target = RemoteTarget(self.args.url, token=self.args.token)
+            return self._target, None
+        from berth.service.offline import offline_cloud
+
+        self._ctx = offline_cloud(self.args.cloud, self.config, now=self.now)
+        offline = self._ctx.__enter__()
+        self._target = LocalTarget(offline, seed=self.args.seed)
+        return self._target, offline.cloud
+
+    def __exit__(self, *exc: Any) -> None:
+        self._target.close()
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+
+
+def _write(args: Any, results: list[Any]) -> None:
+    from berth.simulate.report import html_report, text_report, write_json, write_plots
+
+    json_path, plots, html_path = args.json_path, args.plots, args.html
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        json_path = json_path or str(out / "result.json")
+        plots = plots or str(out)
+        html_path = html_path or str(out / "report.html")
+    written = []
+    if json_path == "-":
+        import json
+
+        print(json.dumps({"configurations": [r.to_dict() for r in results]}, indent=2))
+    elif json_path:
+        write_json(results, json_path)
+        written.append(json_path)
+    if plots:
+        written += write_plots(results, plots)
+    if html_path:
+        Path(html_path).write_text(html_report(results), encoding="utf-8")
+        written.append(html_path)
+    if json_path != "-":
+        print(text_report(results))
+        if written:
+            print(f"\nwrote {', '.join(written)}")

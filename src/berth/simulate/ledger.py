@@ -1,0 +1,110 @@
+"""The resource ledger of a replay: capacity and usage per compute node, as placement
+counts them, kept current from the allocations each boot claimed.
+
+Built once from the Placement API (every provider's inventory and usages, each provider
+counted on its root: a NUMA cell's or a device's resources are its compute node's), then
+moved by the allocation requests the boots answer with and by the deletes — so a sample
+costs no request. Capacity per class is ``(total - reserved) * allocation_ratio``, as
+placement computes it.
+
+Fragmentation is arithmetic on those free amounts: the largest flavor of the set that
+some node could still take (by its whole tree's free amounts, ignoring filters), and
+the stranded capacity: what is free on nodes that can take no flavor of the set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from berth.placement.client import PlacementClient
+
+
+@dataclass
+class Need:
+    """One flavor's amounts per class (what the placement query asks)."""
+
+    name: str
+    amounts: dict[str, int]
+
+
+class Ledger:
+    """Capacity and usage of every compute node (a provider tree's root)."""
+
+    def __init__(self, client: PlacementClient, nodes: Sequence[Mapping[str, object]],
+                 needs: Sequence[Need] = ()) -> None:
+        node_uuids = {str(n["uuid"]) for n in nodes}
+        providers = client.list_providers()
+        root_of = {p.uuid: (p.root_provider_uuid or p.uuid) for p in providers}
+        #: The compute nodes (roots named by the scheduler's hosts), in a fixed order.
+        self.roots = sorted({r for r in root_of.values() if r in node_uuids})
+        index = {r: i for i, r in enumerate(self.roots)}
+        self.row_of = {p: index[r] for p, r in root_of.items() if r in index}
+        caps: dict[str, np.ndarray] = {}
+        used: dict[str, np.ndarray] = {}
+        n = len(self.roots)
+        for p in providers:
+            row = self.row_of.get(p.uuid)
+            if row is None:
+                continue  # a sharing provider or a tree without a compute node
+            _, inventory = client.get_inventories(p.uuid)
+            usages = client.provider_usages(p.uuid)
+            for rc, inv in inventory.items():
+                cap = int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
+                caps.setdefault(rc, np.zeros(n, dtype=np.int64))[row] += cap
+                used.setdefault(rc, np.zeros(n, dtype=np.int64))[row] += int(usages.get(rc, 0))
+        self.classes = sorted(caps)
+        self.col = {rc: i for i, rc in enumerate(self.classes)}
+        self.capacity = np.stack([caps[rc] for rc in self.classes], axis=1) if caps else \
+            np.zeros((n, 0), dtype=np.int64)
+        self.used = np.stack([used[rc] for rc in self.classes], axis=1) if used else \
+            np.zeros((n, 0), dtype=np.int64)
+        self.needs = [nd for nd in needs if nd.amounts]
+        self.need_matrix = np.array(
+            [[nd.amounts.get(rc, 0) for rc in self.classes] for nd in self.needs],
+            dtype=np.int64).reshape(len(self.needs), len(self.classes))
+        # A flavor asking for a class no node has never fits anywhere.
+        self.need_possible = np.array(
+            [all(rc in self.col for rc in nd.amounts) for nd in self.needs], dtype=bool)
+        #: Flavors from the largest (by memory, then vCPUs, then disk) to the smallest.
+        self.by_size = sorted(range(len(self.needs)), key=lambda i: tuple(
+            -self.needs[i].amounts.get(rc, 0) for rc in ("MEMORY_MB", "VCPU", "DISK_GB")))
+
+    def apply(self, allocations: Mapping[str, Mapping[str, int]], sign: int) -> None:
+        """Add (``sign`` 1) or remove (-1) one consumer's allocations."""
+        for rp, resources in allocations.items():
+            row = self.row_of.get(rp)
+            if row is None:
+                continue
+            for rc, amount in resources.items():
+                col = self.col.get(rc)
+                if col is not None:
+                    self.used[row, col] += sign * int(amount)
+
+    def utilization(self) -> dict[str, float]:
+        """Used over capacity per class, over every node."""
+        cap = self.capacity.sum(axis=0)
+        used = self.used.sum(axis=0)
+        return {rc: (float(used[i]) / float(cap[i]) if cap[i] else 0.0)
+                for i, rc in enumerate(self.classes)}
+
+    def hosts_in_use(self) -> int:
+        """Nodes with anything allocated."""
+        return int(np.count_nonzero(self.used.sum(axis=1)))
+
+    def fragmentation(self) -> tuple[str | None, dict[str, int], int]:
+        """The largest flavor some node can still take (None when none can), the free
+        amounts stranded on nodes that can take no flavor of the set, and how many such
+        nodes there are."""
+        if not self.needs:
+            return None, {}, 0
+        free = self.capacity - self.used
+        fits = np.all(free[None, :, :] >= self.need_matrix[:, None, :], axis=2)
+        fits &= self.need_possible[:, None]
+        largest = next((self.needs[i].name for i in self.by_size if fits[i].any()), None)
+        stranded_rows = ~fits.any(axis=0)
+        stranded = free[stranded_rows].clip(min=0).sum(axis=0)
+        return (largest, {rc: int(stranded[i]) for i, rc in enumerate(self.classes)},
+                int(stranded_rows.sum()))

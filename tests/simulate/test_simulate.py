@@ -1,0 +1,188 @@
+"""``berth simulate``: a trace replayed through the scheduler, offline and against a
+running ``berth serve``, with its JSON, plots and HTML report."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from berth.cli import main
+from berth.config import SchedulerConfig
+from berth.service.offline import offline_cloud
+from berth.simulate.run import Replay
+from berth.simulate.targets import LocalTarget, RemoteTarget
+from berth.simulate.trace import read_csv
+from service.serving import berth_serve
+
+CLOUD = """
+host_defaults: {cpu_allocation_ratio: 1.0, ram_allocation_ratio: 1.0}
+hosts:
+  - {host: "n{index:02d}", count: 6, vcpus: 16, memory_mb: 33280, local_gb: 400}
+  - {host: "old{index:02d}", count: 2, vcpus: 8, memory_mb: 16896, local_gb: 200}
+  - {host: "off01", vcpus: 16, memory_mb: 32768, local_gb: 400,
+     service: {disabled: true, disabled_reason: maintenance}}
+flavors:
+  - {name: small, vcpus: 2, memory_mb: 4096, root_gb: 20}
+  - {name: large, vcpus: 8, memory_mb: 16384, root_gb: 80}
+images:
+  - {name: cirros}
+"""
+
+TRACE = """time,event,id,flavor,image,num,group,policy,hints,project
+0,create,web-1,small,cirros,1,web,anti-affinity,,
+1,create,web-2,small,,1,web,,,
+2,create,web-3,small,,1,web,,,
+3,create,db,large,,2,,,,
+4,create,near-db,small,,1,,,"{""same_host"": [""db""]}",
+5,delete,web-2,,,,,,,
+6,create,bulk-1,large,,6,,,,
+7,create,bulk-2,large,,6,,,,
+8,create,huge,large,,1,,,"{""different_host"": [""web-1"", ""web-3""]}",
+9,delete,bulk-2,,,,,,,
+10,delete,db,,,,,,,
+11,create,tail,small,,3,,,,
+"""
+
+STACK = "[filter_scheduler]\nram_weight_multiplier = -1.0\ncpu_weight_multiplier = -1.0\n" \
+        "disk_weight_multiplier = -1.0\n"
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[str, str, str]:
+    cloud, trace, stack = tmp_path / "cloud.yaml", tmp_path / "trace.csv", tmp_path / "stack.conf"
+    cloud.write_text(CLOUD)
+    trace.write_text(TRACE)
+    stack.write_text(STACK)
+    return str(cloud), str(trace), str(stack)
+
+
+def replay_offline(cloud: str, trace: str, config: SchedulerConfig):  # type: ignore[no-untyped-def]
+    with offline_cloud(cloud, config, now=1.7e9) as offline:
+        target = LocalTarget(offline, seed=0)
+        replay = Replay(target, read_csv(trace), config=config, label="x", samples=20)
+        result = replay.run()
+        stack = offline.stack
+        # The ledger kept from the boots' answers is what placement holds.
+        for row, root in enumerate(replay.ledger.roots):
+            used = Counter(stack.client.provider_usages(root))
+            assert {rc: int(replay.ledger.used[row, col]) for rc, col in
+                    replay.ledger.col.items() if used.get(rc) or replay.ledger.used[row, col]
+                    } == {rc: n for rc, n in used.items() if n}
+        hosts = {i.uuid: i.host for i in stack.instances.all()}
+        groups = {g.name: g for g in stack.groups.all()}
+        return result, hosts, groups, replay
+
+
+def test_a_replay_counts_refusals_by_cause_and_keeps_policies(files: tuple[str, str, str]) -> None:
+    cloud, trace, _ = files
+    result, hosts, groups, replay = replay_offline(cloud, trace, SchedulerConfig.default())
+    # 6 roomy hosts of 16 vCPUs and 2 of 8: the second bulk of six large instances
+    # cannot fit whole (a request is placed whole or not at all).
+    assert result.requests == 9
+    assert result.instances_requested == 1 + 1 + 1 + 2 + 1 + 6 + 6 + 1 + 3
+    assert result.causes and sum(result.causes.values()) == \
+        result.instances_requested - result.instances_accepted
+    assert result.first_refusal is not None and result.first_refusal["id"] == "bulk-2"
+    assert result.deletes == 3 and result.deletes_of_refused == 1
+    # Anti-affinity: the live members of "web" are on different hosts.
+    web = groups["web"]
+    assert web.policy == "anti-affinity"
+    live_web = [hosts[m] for m in web.members if m in hosts]
+    assert len(live_web) == len(set(live_web)) == 2
+    # The disabled host takes nothing; what is live at the end is what the trace left.
+    assert "off01" not in set(hosts.values())
+    assert len(hosts) == result.samples[-1].live
+    assert [s.time for s in result.samples][:3] == [0.0, 0.55, 1.1]
+
+
+def test_a_replay_is_deterministic_and_stacking_uses_fewer_hosts(
+        files: tuple[str, str, str]) -> None:
+    cloud, trace, stack = files
+    one = replay_offline(cloud, trace, SchedulerConfig.default())[0]
+    two = replay_offline(cloud, trace, SchedulerConfig.default())[0]
+    assert [s.hosts_in_use for s in one.samples] == [s.hosts_in_use for s in two.samples]
+    packed = replay_offline(cloud, trace, SchedulerConfig.from_files([stack]))[0]
+    assert sum(s.hosts_in_use for s in packed.samples) < sum(s.hosts_in_use for s in one.samples)
+
+
+def test_simulate_writes_json_plots_and_a_self_contained_report(
+        files: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cloud, trace, stack = files
+    out = tmp_path / "out"
+    assert main(["simulate", cloud, trace, "--compare", stack, "--out", str(out),
+                 "--no-progress", "--samples", "30"]) == 0
+    text = capsys.readouterr().out
+    assert "acceptance rate" in text and "default" in text and "stack" in text
+    data = json.loads((out / "result.json").read_text())
+    labels = [c["label"] for c in data["configurations"]]
+    assert labels == ["default", "stack"]
+    for c in data["configurations"]:
+        assert c["hosts"] == 9 and c["events"] == 12
+        assert set(c["samples"][0]["utilization"]) == {"DISK_GB", "MEMORY_MB", "VCPU"}
+        assert c["request_ms"]["p50"] > 0
+    for name in ("utilization", "hosts", "acceptance", "refusals", "latency", "fragmentation"):
+        assert (out / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert "<svg" in (out / f"{name}.svg").read_text()
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") == 6 and "<script" not in page and 'src="http' not in page
+    assert "stack" in page and "acceptance rate" in page
+
+
+def test_simulate_json_to_stdout(files: tuple[str, str, str],
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    cloud, trace, _ = files
+    assert main(["simulate", cloud, trace, "--json", "-", "--no-progress"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["configurations"][0]["refusals_by_cause"]
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t.replace("large,,1,,,\"{", "xlarge,,1,,,\"{"),
+     "flavor 'xlarge' is neither the cloud's nor the trace's"),
+    (lambda t: t.replace("small,cirros", "small,fedora"), "image 'fedora' is not the cloud's"),
+    (lambda t: t.replace("web,anti-affinity", "web,"), "group 'web' at t=0 is not the cloud's"),
+])
+def test_a_trace_the_cloud_cannot_run_is_one_line(files: tuple[str, str, str], edit,  # type: ignore[no-untyped-def]
+                                                  message: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    cloud, trace, _ = files
+    Path(trace).write_text(edit(TRACE))
+    assert main(["simulate", cloud, trace, "--no-progress"]) == 3
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_usage_errors(files: tuple[str, str, str],
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    cloud, trace, stack = files
+    assert main(["simulate", trace, "--no-progress"]) == 3
+    assert "give a cloud file or --url" in capsys.readouterr().err
+    assert main(["simulate", "--url", "http://127.0.0.1:9", trace, "--compare", stack]) == 3
+    assert "--compare: a running Berth has one configuration" in capsys.readouterr().err
+
+
+def test_the_same_trace_replays_against_a_running_berth_with_the_same_outcome(
+        files: tuple[str, str, str], tmp_path: Path) -> None:
+    """Offline and online are one path: the same cloud, trace and seed give the same
+    acceptance, refusals and hosts in use; the deletes free their allocations there."""
+    cloud, trace, _ = files
+    offline = replay_offline(cloud, trace, SchedulerConfig.default())[0]
+    with berth_serve(tmp_path, "--cloud", cloud, "--seed", "0") as url:
+        target = RemoteTarget(url)
+        try:
+            online = Replay(target, read_csv(trace), config=SchedulerConfig.default(),
+                            label="online", samples=20).run()
+            servers = httpx.get(url + "/servers", headers={"X-Auth-Token": "admin"}).json()
+            groups = httpx.get(url + "/server-groups",
+                               headers={"X-Auth-Token": "admin"}).json()["server_groups"]
+        finally:
+            target.close()
+    assert online.instances_accepted == offline.instances_accepted
+    assert online.causes == offline.causes
+    assert [s.hosts_in_use for s in online.samples] == [s.hosts_in_use for s in offline.samples]
+    assert len(servers["servers"]) == online.samples[-1].live
+    assert [g["policy"] for g in groups if g["name"] == "web"] == ["anti-affinity"]

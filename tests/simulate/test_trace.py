@@ -1,0 +1,190 @@
+"""Trace formats: the CSV reader and writer, the Azure packing trace, the generator."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from berth.cli import main
+from berth.errors import InputError
+from berth.simulate.generate import GroupSpec, Lifetime, generate, parse_mix
+from berth.simulate.trace import (
+    CREATE,
+    DELETE,
+    AzureMachine,
+    load_trace,
+    read_csv,
+    write_csv,
+)
+
+HEADER = "time,event,id,flavor,image,num,group,policy,hints,project\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "t.csv") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_a_csv_trace_is_read_in_time_order_with_its_columns(tmp_path: Path) -> None:
+    path = write(tmp_path, HEADER + "# a comment line\n"
+                 "5,delete,a,,,,,,,\n"
+                 "0,create,a,m1.small,cirros,2,web,anti-affinity,\"{\"\"different_host\"\": [\"\"b\"\"]}\",p1\n"
+                 "1,create,b,m1.large,,,,,,\n")
+    trace = read_csv(path)
+    assert [(e.time, e.kind, e.id) for e in trace.events] == [
+        (0.0, CREATE, "a"), (1.0, CREATE, "b"), (5.0, DELETE, "a")]
+    a = trace.events[0]
+    assert (a.flavor, a.image, a.num, a.group, a.policy, a.project) == (
+        "m1.small", "cirros", 2, "web", "anti-affinity", "p1")
+    assert a.hints == {"different_host": ["b"]}
+    assert trace.events[1].num == 1 and trace.duration == 5.0
+
+
+def test_only_time_event_and_id_are_required_columns(tmp_path: Path) -> None:
+    trace = read_csv(write(tmp_path, "time,event,id,flavor\n0,create,x,m1.tiny\n3,delete,x,\n"))
+    assert [e.kind for e in trace.events] == [CREATE, DELETE]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("time,event\n", "the header has no id column"),
+    ("time,event,id,colour\n", "unknown column 'colour'"),
+    (HEADER + "-1,create,a,m1.small,,,,,,\n", "line 2: time: expected seconds >= 0, got '-1'"),
+    (HEADER + "soon,create,a,m1.small,,,,,,\n", "time: expected seconds >= 0, got 'soon'"),
+    (HEADER + "0,boot,a,m1.small,,,,,,\n", "event: expected 'create' or 'delete', got 'boot'"),
+    (HEADER + "0,create,,m1.small,,,,,,\n", "id: missing"),
+    (HEADER + "0,create,a,,,,,,,\n", "flavor: a create needs one"),
+    (HEADER + "0,create,a,m1.small,,0,,,,\n", "num: expected an integer >= 1, got '0'"),
+    (HEADER + "0,create,a,m1.small,,,g,friendly,,\n", "policy: expected one of"),
+    (HEADER + "0,create,a,m1.small,,,,,[1],\n", "hints: expected a JSON object"),
+    (HEADER + "0,create,a,m1.small,,,,,{x,\n", "hints: not a JSON object"),
+    (HEADER + "0,create,a,m1.small,,,,,\"{\"\"k\"\": 1}\",\n", "hints.k: expected a string"),
+    (HEADER + "0,create,a,m1.small,,,,,,,extra\n", "more cells than the header has columns"),
+    (HEADER + "0,create,a,m1.small,,,,,,\n1,create,a,m1.small,,,,,,\n",
+     "id 'a' is created at t=1 while still live"),
+    (HEADER + "0,delete,a,,,,,,,\n", "delete of 'a' at t=0: no live create"),
+])
+def test_a_bad_row_is_one_error_naming_line_and_column(tmp_path: Path, text: str,
+                                                        message: str) -> None:
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        read_csv(write(tmp_path, text))
+
+
+def test_a_file_that_is_not_text_or_missing_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bin.csv"
+    bad.write_bytes(b"time,event,id\n\xff\xfe,create,a\n")
+    with pytest.raises(InputError, match="not UTF-8"):
+        load_trace(str(bad))
+    with pytest.raises(InputError, match="no such file"):
+        load_trace(str(tmp_path / "nope.csv"))
+
+
+def test_written_traces_read_back_the_same(tmp_path: Path) -> None:
+    trace = generate(creates=200, rate=2.0, lifetime=Lifetime.parse("exp:30"),
+                     mix={"m1.small": 2, "m1.large": 1}, seed=5,
+                     groups=GroupSpec(0.2, 3, "soft-affinity"), image="cirros")
+    path = str(tmp_path / "g.csv")
+    write_csv(trace, path)
+    again = read_csv(path)
+    assert again.events == trace.events
+
+
+def test_generation_is_seeded_and_follows_its_parameters() -> None:
+    def make(seed: int):  # type: ignore[no-untyped-def]
+        return generate(creates=2000, rate=4.0, lifetime=Lifetime.parse("fixed:100"),
+                        mix=parse_mix("a=3,b"), seed=seed, groups=GroupSpec(0.1, 2))
+
+    one, two, other = make(1), make(1), make(2)
+    assert one.events == two.events and one.events != other.events
+    creates = [e for e in one.events if e.kind == CREATE]
+    assert len(creates) == 2000
+    # Poisson arrivals at 4/s: 2000 arrivals take about 500 s.
+    assert 430 < creates[-1].time < 570
+    share_a = sum(e.flavor == "a" for e in creates) / len(creates)
+    assert 0.70 < share_a < 0.80
+    grouped = [e for e in creates if e.group]
+    assert 0.07 < len(grouped) / len(creates) < 0.13
+    assert {e.group for e in grouped} == {"group-0", "group-1"}
+    # Fixed lifetimes: each delete 100 s after its create, none past the last arrival.
+    born = {e.id: e.time for e in creates}
+    deletes = [e for e in one.events if e.kind == DELETE]
+    assert deletes and all(abs(e.time - born[e.id] - 100) < 0.01 for e in deletes)
+    assert max(e.time for e in deletes) <= creates[-1].time
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("exp", "--lifetime"), ("exp:0", "--lifetime"), ("uniform:5,1", "--lifetime"),
+    ("weibull:1", "--lifetime"), ("lognormal:10", "--lifetime")])
+def test_bad_lifetimes_name_the_option(text: str, field: str) -> None:
+    with pytest.raises(InputError, match=field):
+        Lifetime.parse(text)
+
+
+def test_bad_mixes_name_the_option() -> None:
+    for text in ("a=0", "=2", "a=x"):
+        with pytest.raises(InputError, match="--flavor-mix"):
+            parse_mix(text)
+
+
+def azure_db(path: Path) -> str:
+    """A small trace in the Azure packing trace 2020 schema."""
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE vm (vmId INTEGER, tenantId INTEGER, vmTypeId INTEGER, priority INTEGER,
+                         starttime REAL, endtime REAL);
+        CREATE TABLE vmType (id INTEGER, vmTypeId INTEGER, machineId INTEGER, core REAL,
+                             memory REAL, hdd REAL, ssd REAL, nic REAL);
+        INSERT INTO vmType VALUES (1, 10, 0, 0.125, 0.0625, 0, 0.05, 0.01),
+                                  (2, 11, 0, 0.5, 0.25, 0, 0.1, 0.02),
+                                  (3, 10, 1, 0.25, 0.125, 0, 0.1, 0.01);
+        INSERT INTO vm VALUES (1, 7, 10, 1, -0.5, 0.25),
+                              (2, 7, 11, 0, 0.1, NULL),
+                              (3, 8, 10, 1, 0.2, 0.2);
+    """)
+    db.commit()
+    db.close()
+    return str(path)
+
+
+def test_the_azure_packing_trace_becomes_events_and_flavors(tmp_path: Path) -> None:
+    trace = load_trace(azure_db(tmp_path / "azure.sqlite"),
+                       machine=AzureMachine(32, 131072, 1000))
+    # Days become seconds; a VM from before the trace starts at 0; NULL never ends; a
+    # zero-length VM is created then deleted.
+    assert [(e.time, e.kind, e.id) for e in trace.events] == [
+        (0.0, CREATE, "1"), (8640.0, CREATE, "2"), (17280.0, CREATE, "3"),
+        (17280.0, DELETE, "3"), (21600.0, DELETE, "1")]
+    assert trace.events[0].project == "7"
+    # Machine 0 has the most VM types: its fractions of a 32-vCPU, 128 GiB, 1 TB machine.
+    assert trace.flavors == {"azure-10": {"vcpus": 4, "memory_mb": 8192, "root_gb": 50},
+                             "azure-11": {"vcpus": 16, "memory_mb": 32768, "root_gb": 100}}
+
+
+def test_a_bad_azure_trace_is_one_line(tmp_path: Path) -> None:
+    path = azure_db(tmp_path / "azure.sqlite")
+    with pytest.raises(InputError, match="--azure-machine-id: 5 is not a machineId"):
+        load_trace(path, machine_id=5)
+    with pytest.raises(InputError, match="vmTypeId 11 has no vmType row for machineId 1"):
+        load_trace(path, machine_id=1)
+    db = sqlite3.connect(tmp_path / "other.sqlite")
+    db.execute("CREATE TABLE x (a)")
+    db.commit()
+    db.close()
+    with pytest.raises(InputError, match="table vmType"):
+        load_trace(str(tmp_path / "other.sqlite"))
+    with pytest.raises(InputError, match="--azure-machine: expected VCPUS,MEMORY_MB,DISK_GB"):
+        AzureMachine.parse("32,0,1")
+
+
+def test_trace_generate_writes_a_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "g.csv"
+    assert main(["trace", "generate", "--creates", "50", "--rate", "1", "--lifetime",
+                 "uniform:5,10", "--flavor-mix", "m1.small", "-o", str(out)]) == 0
+    assert "50 creates" in capsys.readouterr().out
+    assert read_csv(str(out)).creates() == 50
+    assert main(["trace", "generate", "--creates", "5", "--rate", "0", "--flavor-mix", "a",
+                 "-o", str(out)]) == 3
+    assert capsys.readouterr().err.strip() == (
+        "error: --rate: expected creates per second > 0, got 0.0")
