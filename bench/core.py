@@ -602,13 +602,14 @@ def main(argv: list[str] | None = None) -> int:
 BEGIN, END = "<!-- bench/core.py: begin -->", "<!-- bench/core.py: end -->"
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace this bench's section of the results file (the other benches' stay)."""
-    block = f"{BEGIN}\n{text}{END}\n"
+def write_section(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace a bench's section of the results file, between its ``begin`` and ``end``
+    markers (the other benches' stay); a new section goes first."""
+    block = f"{begin}\n{text}{end}\n"
     old = path.read_text() if path.exists() else ""
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + block + rest.split(END, 1)[1].lstrip("\n")
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        new = head + block + rest.split(end, 1)[1].lstrip("\n")
     else:
         new = block + ("\n" + old if old else "")
     path.write_text(new)

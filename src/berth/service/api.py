@@ -87,9 +87,9 @@ claim behind and may be retried), as ``{"error": {"code": ..., "message": ...}}`
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -121,6 +121,9 @@ from berth.model.selection import selection_dict
 from berth.placement.dbfaults import as_unavailable, call_with_retry, describe, unavailable
 from berth.service.conductor import BuildOutcome, Conductor, SchedulerAPI
 from berth.service.groups import ServerGroupStore
+from berth.service.httpjson import StartResponse
+from berth.service.httpjson import read_json as _read_json
+from berth.service.httpjson import reply as _reply
 from berth.service.move_api import handle_servers
 from berth.service.moves import MoveService
 from berth.service.policy import (
@@ -132,6 +135,7 @@ from berth.service.policy import (
     scheduler_rules,
 )
 from berth.service.scheduler import SchedulerService
+from berth.service.webview import CapacityRuns, RecentDecisions, ViewRoutes
 from berth.webauth.identity import Caller, NoAuth2
 from berth.webauth.rules import Forbidden, PolicyEnforcer
 from berth.webauth.settings import Security
@@ -139,7 +143,6 @@ from berth.webauth.settings import Security
 LOG = logging.getLogger(__name__)
 
 PLACEMENT_PREFIX = "/placement"
-MAX_BODY = 1 << 20
 #: Hints whose values Nova's API schema requires to be instance uuids.
 UUID_HINTS = ("same_host", "different_host")
 
@@ -154,9 +157,10 @@ DEFAULT_FLAVORS: dict[str, Flavor] = {
     )
 }
 
-StartResponse = Callable[..., Any]
 #: Routes answered without a token (``GET /metrics`` is answered before the app).
-PUBLIC_ROUTES = frozenset({"/healthz", "/openapi.json"})
+PUBLIC_ROUTES = frozenset({"/healthz", "/openapi.json", "/ui"})
+#: The web view's routes (:mod:`berth.service.webview`).
+VIEW_ROUTES = frozenset({"/ui", "/decisions", "/what-if", "/capacity"})
 #: The rule guarding each read-only state route.
 STATE_RULES = {"/compute-nodes": HOSTS, "/aggregates": HOSTS, "/flavors": CATALOG,
                "/images": CATALOG, "/server-groups": SERVER_GROUPS}
@@ -356,7 +360,7 @@ class StateNotServed(BerthError):
     code = "berth.http.not_found"
 
 
-class SchedulerApp:
+class SchedulerApp(ViewRoutes):
     """WSGI app: the scheduler routes, with Placement mounted under ``/placement``.
 
     ``groups`` resolves ``hints.group``; without it a request naming a group is a 400.
@@ -399,6 +403,12 @@ class SchedulerApp:
         self.flavors = dict(flavors or DEFAULT_FLAVORS)
         self.images = dict(images or {})
         self.groups = groups
+        #: The latest boots and their funnels, for the web view.
+        self.recent = RecentDecisions()
+        #: The whole app as served (identity middleware included), which the web view's
+        #: capacity report reads the cloud through; ``berth serve`` sets it.
+        self.served_app: Any = None
+        self.capacity_runs = CapacityRuns()
 
     #: The read-only state routes and the method answering each.
     STATE_ROUTES = {"/compute-nodes": "compute_nodes", "/aggregates": "aggregates",
@@ -429,6 +439,8 @@ class SchedulerApp:
                 answer = self.boot(body)
                 return _reply(start_response, _boot_status(answer), answer,
                               _retry_after(answer))
+            if path in VIEW_ROUTES:
+                return self._view(path, method, environ, caller, start_response)
             if path == "/server-groups" and method == "POST":
                 assert caller is not None
                 body = self._for_caller(_read_json(environ), caller, SERVER_GROUPS_CREATE)
@@ -513,24 +525,33 @@ class SchedulerApp:
     def boot(self, body: Any) -> dict[str, Any]:
         """Schedule and build; the placements per instance, and the instances that
         failed (under ``"failed"``, with an ``"error"``) when some did."""
-        spec = parse_boot(body, self.flavors, self.images)
+        spec = self.boot_spec(body)
         explain = bool(body.get("explain", False))
-        group_ref = spec.get_scheduler_hint("group")
-        if group_ref is not None:
-            spec.instance_group = self._group(group_ref)
         # The API names the instances before it asks for hosts, as Nova's does; they
         # are group members from then on (those not built leave the group again).
         uuids = self.service.new_instance_uuids(spec.num_instances)
+        started = time.perf_counter()
         try:
             decision, outcome = self.conductor.schedule_and_build(spec, uuids, explain=explain)
         except NoValidHost as exc:
             if explain and exc.diagnosis is None and isinstance(self.service, SchedulerService):
                 exc.diagnosis = refusal_diagnosis(self.service)
+            self.recent.refused(spec, exc, time.perf_counter() - started)
             raise
         answer = _boot_answer(decision.selections, decision.instance_uuids, outcome)
         if decision.diagnosis is not None:
             answer["diagnosis"] = decision.diagnosis.to_dict()
+        self.recent.placed(spec, decision, answer, time.perf_counter() - started)
         return answer
+
+    def boot_spec(self, body: Any) -> RequestSpec:
+        """A boot body as the request it asks for, with the server group ``hints.group``
+        names (its members' hosts as claimed now)."""
+        spec = parse_boot(body, self.flavors, self.images)
+        group_ref = spec.get_scheduler_hint("group")
+        if group_ref is not None:
+            spec.instance_group = self._group(group_ref)
+        return spec
 
     def create_server_group(self, body: Any) -> dict[str, Any]:
         """``POST /server-groups``: a new group (a new uuid; names need not be unique,
@@ -643,13 +664,15 @@ def hosts_answer(service: SchedulerService) -> dict[str, Any]:
     for row in range(len(snap)):
         rows.append({
             "host": snap.obj("host")[row], "nodename": snap.obj("nodename")[row],
-            "uuid": snap.obj("uuid")[row],
+            "uuid": snap.obj("uuid")[row], "cell": snap.interned_value("cell_uuid", row),
             "vcpus": _num(snap.num("vcpus_total")[row]),
             "vcpus_used": _num(snap.num("vcpus_used")[row]),
             "memory_mb": _num(snap.num("total_usable_ram_mb")[row]),
             "free_ram_mb": _num(snap.num("free_ram_mb")[row]),
             "free_disk_mb": _num(snap.num("free_disk_mb")[row]),
             "num_instances": _num(snap.num("num_instances")[row]),
+            "cpu_allocation_ratio": _ratio(snap.num("cpu_allocation_ratio")[row]),
+            "ram_allocation_ratio": _ratio(snap.num("ram_allocation_ratio")[row]),
             **_liveness(snap, row, now, bool(up[row])),
         })
     return {"hosts": rows}
@@ -709,6 +732,10 @@ def _retry_after(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
     return []
 
 
+def _ratio(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
 def _num(value: float) -> int | None:
     return None if math.isnan(value) else int(value)
 
@@ -717,37 +744,3 @@ def _error(exc: BerthError) -> dict[str, Any]:
     return {"error": error_dict(exc)}
 
 
-def _read_json(environ: dict[str, Any]) -> Any:
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise InputError("Content-Length: not an integer") from None
-    if length < 0:
-        raise InputError(f"Content-Length: expected a size >= 0, got {length}")
-    if length > MAX_BODY:
-        raise InputError(f"body: larger than {MAX_BODY} bytes")
-    raw = environ["wsgi.input"].read(length) if length else b""
-    try:
-        return json.loads(raw or b"null")
-    except ValueError as exc:  # UnicodeDecodeError included
-        raise InputError(f"body: Malformed JSON: {exc}") from None
-    except RecursionError:
-        raise InputError("body: Malformed JSON: nesting too deep") from None
-
-
-def _json_default(value: Any) -> Any:
-    # A filter's rejection numbers may hold sets or other objects: never a 500 for those.
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=str)
-    return str(value)
-
-
-def _reply(start_response: StartResponse, status: int, body: Any,
-           headers: Iterable[tuple[str, str]] = ()) -> list[bytes]:
-    data = json.dumps(body, default=_json_default).encode()
-    reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-              404: "Not Found", 405: "Method Not Allowed",
-              409: "Conflict", 500: "Internal Server Error", 503: "Service Unavailable"}[status]
-    start_response(f"{status} {reason}", [("Content-Type", "application/json"),
-                                          ("Content-Length", str(len(data))), *headers])
-    return [data]

@@ -276,9 +276,10 @@ def capacity(offline: OfflineCloud, flavors: Sequence[str] | None = None, *, lim
 
 @contextmanager
 def cloud_of(path: str | None, url: str | None, token: str, config: Any, *,
-             now: float) -> Iterator[OfflineCloud]:
-    """The cloud file at ``path``, or the running Berth at ``url`` read as a cloud
-    file, registered in a scratch store."""
+             now: float, transport: Any = None) -> Iterator[OfflineCloud]:
+    """The cloud file at ``path``, or the running Berth at ``url`` (through
+    ``transport`` when given: a server reading itself) read as a cloud file,
+    registered in a scratch store."""
     import tempfile
     from pathlib import Path
 
@@ -292,7 +293,7 @@ def cloud_of(path: str | None, url: str | None, token: str, config: Any, *,
     from berth.cloudio.berth_source import BerthAPI, read_berth
     from berth.cloudio.emit import dump, to_document
 
-    api = BerthAPI(url, token=token)
+    api = BerthAPI(url, token=token, transport=transport)
     try:
         state = read_berth(api)
     finally:

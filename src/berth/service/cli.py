@@ -650,6 +650,7 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
     app = app_class(service, conductor, stack.placement_app, flavors, images,
                     groups=stack.groups, moves=moves, security=security)
     apps.append(instrument(security.identity.wrap(app), metrics, "scheduler"))
+    app.served_app = apps[-1]  # the web view's capacity report reads the cloud through it
     LOG.info("scheduler and placement APIs: %s", security.describe())
     reconciler = stack.reconciler(timeout=args.build_timeout, interval=args.reconcile_interval)
     reconciler.start()

@@ -65,6 +65,11 @@ SERVER_GROUP = {
         "project_id": _NULLABLE_STR, "user_id": _NULLABLE_STR,
     },
 }
+CAPACITY = {
+    "type": ["object", "null"], "additionalProperties": False,
+    "properties": {"flavors": {"type": "array", "items": _STR},
+                   "limit": {"type": "integer", "minimum": 1, "maximum": 100_000}},
+}
 ERROR = {
     "type": "object", "required": ["error"],
     "properties": {"error": {"type": "object", "required": ["code", "message"],
@@ -118,6 +123,20 @@ def document() -> dict[str, Any]:
             "requestBody": {"required": True, **_json(SERVER_GROUP)},
             "responses": _answers("the group with its uuid", 400, 503)}},
         "/servers": _get("Every instance", 404, 503),
+        "/ui": {"get": {"summary": "The web view (HTML)", "security": [],
+                        "responses": {"200": {"description": "the page",
+                                              "content": {"text/html": {}}}}}},
+        "/decisions": _get("The latest boots with their funnels", 503),
+        "/what-if": {"post": {
+            "summary": "The explained decision a boot would get now; nothing is claimed",
+            "requestBody": {"required": True, **_json(BOOT)},
+            "responses": _answers("the decision and its explanation", 400, 409, 503)}},
+        "/capacity": {**_get("The state of the capacity report", 503), "post": {
+            "summary": "Start a capacity report of the running cloud",
+            "requestBody": {"required": False, **_json(CAPACITY)},
+            "responses": {**_answers("never (202)", 400, 503),
+                          "202": {"description": "started (or already running)",
+                                  **_json({"type": "object"})}}}},
         "/servers/{uuid}": {"parameters": [uuid_param],
                             **_get("An instance, its migrations and allocations", 404, 503),
                             "delete": {"summary": "Delete an instance: its allocations go",

@@ -361,6 +361,48 @@ class ClaimStats:
         return dict(self.__dict__)
 
 
+class TrialClaimer:
+    """A :class:`~berth.claims.Claimer` for a what-if: each claim is checked against
+    placement's own numbers — every provider's inventory (capacity ``(total - reserved)
+    * allocation_ratio``) and usages, read once per provider — plus the claims of the
+    same request before it, and nothing is written. The decision is the one a boot
+    would get now, and no other request ever sees it."""
+
+    def __init__(self, client: PlacementAccess) -> None:
+        self.client = client
+        self._room: dict[str, dict[str, tuple[int, int]]] = {}
+        self._pending: dict[tuple[str, str], int] = defaultdict(int)
+
+    def _of(self, provider: str) -> dict[str, tuple[int, int]]:
+        room = self._room.get(provider)
+        if room is None:
+            _, inventory = self.client.get_inventories(provider)
+            used = self.client.provider_usages(provider)
+            room = {rc: (int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"]),
+                         int(used.get(rc, 0))) for rc, inv in inventory.items()}
+            self._room[provider] = room
+        return room
+
+    def claim(self, consumer_uuid: str, allocation_request: dict[str, Any], spec: RequestSpec,
+              version: str | None) -> bool | ClaimRefusal:
+        asked = [(rp, rc, int(amount))
+                 for rp, body in allocation_request.get("allocations", {}).items()
+                 for rc, amount in body.get("resources", {}).items()]
+        for rp, rc, amount in asked:
+            capacity, used = self._of(rp).get(rc, (0, 0))
+            free = capacity - used - self._pending[(rp, rc)]
+            if amount > free:
+                return ClaimRefusal(INSUFFICIENT, resource_class=rc, provider=rp,
+                                    requested=amount, free=max(free, 0))
+        for rp, rc, amount in asked:
+            self._pending[(rp, rc)] += amount
+        return True
+
+    def rollback(self, consumer_uuids: Sequence[str]) -> None:
+        """Nothing was written; the request's tally is dropped."""
+        self._pending.clear()
+
+
 class PlacementClaimer:
     """A :class:`~berth.claims.Claimer` writing allocations through the client.
 

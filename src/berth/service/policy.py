@@ -64,10 +64,12 @@ _ADMIN_MOVES = ("migrate", "evacuate")
 def scheduler_rules() -> list[oslo_policy.RuleDefault]:
     """The scheduler API's rule defaults."""
     rules = list(BASE_RULES) + [
-        rule(BOOT, _MEMBER, "Schedule and build instances.", [("POST", "/boot")],
+        rule(BOOT, _MEMBER, "Schedule and build instances (or ask what a boot would get).",
+             [("POST", "/boot"), ("POST", "/what-if")],
              deprecated=LEGACY),
         rule(HOSTS, ADMIN_OR_SERVICE, "List compute hosts, their reports and aggregates.",
-             [("GET", "/hosts"), ("GET", "/compute-nodes"), ("GET", "/aggregates")],
+             [("GET", "/hosts"), ("GET", "/compute-nodes"), ("GET", "/aggregates"),
+              ("GET", "/decisions"), ("GET", "/capacity"), ("POST", "/capacity")],
              deprecated=LEGACY),
         rule(SERVER_GROUPS, ADMIN_OR_SERVICE, "List every project's server groups.",
              [("GET", "/server-groups")], deprecated=LEGACY),

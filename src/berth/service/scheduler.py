@@ -264,6 +264,39 @@ class SchedulerService:
                                                      decision.selections)))
         return decision
 
+    def what_if(self, spec: RequestSpec) -> Decision:
+        """The explained decision a boot of ``spec`` would get now, with nothing claimed.
+
+        The same steps as :meth:`select_destinations` (request filters, placement's
+        candidates, the filters and weighers, a claim per instance) with throwaway
+        instance uuids and a :class:`~berth.service.placement.TrialClaimer`: each claim
+        is checked against placement's inventories and usages, none is written. The
+        random draws (``host_subset_size``) start from a copy of the service's generator:
+        the next real boot draws the same. Raises NoValidHost with the explanation."""
+        import copy
+        import uuid as uuidlib
+
+        from berth.service.placement import TrialClaimer
+
+        claimer = self.claimer
+        client = getattr(claimer, "client", None)
+        if client is None:
+            raise InputError("what-if: this scheduler claims through no placement client",
+                             field="what-if")
+        with self._lock:
+            self.scheduler.check_group_policy(spec)
+            snapshot = self.feed.refresh()
+            self._check_zone(spec, snapshot)
+            spec = copy.deepcopy(spec)
+            rng = random.Random()
+            rng.setstate(self.rng.getstate())
+            candidates = self.query_candidates(spec, snapshot, explain=True)
+            return self.scheduler.select_destinations(
+                spec, snapshot, now=self.clock(), rng=rng, candidates=candidates,
+                claimer=TrialClaimer(client),
+                instance_uuids=[str(uuidlib.uuid4()) for _ in range(spec.num_instances)],
+                explain=True, copy_spec=False)
+
     def _observe(self, outcome: str, started: float, *, placed: int = 0,
                  cause: str | None = None, rejections: dict[str, int] | None = None) -> None:
         """Tell the observers (metrics) about one request."""
