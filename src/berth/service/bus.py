@@ -57,7 +57,9 @@ class Bus:
     """
 
     def __init__(self, url: str | None = None, *, config_files: Sequence[str] = (),
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, exchange: str | None = None) -> None:
+        """``exchange`` is the default control exchange (``berth``; Nova's is ``nova``),
+        which ``[DEFAULT] control_exchange`` in the files still overrides."""
         oslo_messaging = _oslo_messaging()
         from oslo_config import cfg
 
@@ -74,6 +76,8 @@ class Bus:
         _register_messaging_opts(conf)
         try:
             conf(args=args, project="nova", default_config_files=[], use_env=False)
+            if exchange is not None:
+                conf.set_default("control_exchange", exchange)
             url = url or conf.transport_url or EMBEDDED_URL
             self.url = url
             self.transport = oslo_messaging.get_rpc_transport(conf, url=url)
@@ -99,10 +103,10 @@ class Bus:
         return BusClient(rpc, self._om)
 
     def serve(self, topic: str, server: str, endpoints: Sequence[Any],
-              *, workers: int = 8) -> Any:
+              *, workers: int = 8, version: str = RPC_VERSION) -> Any:
         """Start serving ``endpoints`` on ``topic`` (shared queue), ``topic.server`` and
         the topic's fanout; returns the started oslo.messaging server."""
-        target = self._om.Target(topic=topic, server=server, version=RPC_VERSION)
+        target = self._om.Target(topic=topic, server=server, version=version)
         access = self._om.rpc.dispatcher.DefaultRPCAccessPolicy
         # Threads (oslo.messaging's default executor; eventlet is not used).
         rpc_server = self._om.get_rpc_server(self.transport, target, list(endpoints),

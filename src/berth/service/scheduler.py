@@ -221,8 +221,11 @@ class SchedulerService:
         return_alternates: bool = True,
         explain: bool = False,
         builds_in_flight: bool = True,
+        claim: bool = True,
     ) -> Decision:
         """Place every instance of ``spec``; raises NoValidHost (claims rolled back).
+        ``claim`` false is Nova's path for a conductor that sends no instance uuids
+        (RPC 4.0-4.2): hosts are chosen, nothing is claimed.
         ``builds_in_flight`` false: the core counts placed instances as built (see
         :meth:`berth.pipeline.Scheduler.select_destinations`).
 
@@ -236,7 +239,7 @@ class SchedulerService:
             self.stats.requests += 1
             try:
                 decision = self._select(spec, instance_uuids, return_alternates, explain,
-                                        builds_in_flight)
+                                        builds_in_flight, claim)
             except NoValidHost as exc:
                 self.stats.no_valid_host += 1
                 self._observe("no_valid_host", started, cause=exc.cause or "hosts",
@@ -307,6 +310,7 @@ class SchedulerService:
     def _select(
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None,
         return_alternates: bool, explain: bool, builds_in_flight: bool = True,
+        claim: bool = True,
     ) -> Decision:
         # Nova's conductor refuses an unsupported group policy before asking the
         # scheduler: before the request filters and the placement query.
@@ -319,7 +323,9 @@ class SchedulerService:
                 instance_uuids=instance_uuids, return_alternates=return_alternates,
                 explain=explain)
         self._check_zone(spec, snapshot)
-        if instance_uuids is None:
+        if not claim:
+            instance_uuids = None
+        elif instance_uuids is None:
             instance_uuids = self.new_instance_uuids(spec.num_instances)
         # The request filters and the query fill in the spec (destination, traits);
         # the caller's spec stays as it was.
@@ -328,9 +334,10 @@ class SchedulerService:
         spec = copy.deepcopy(spec)
         candidates = self.query_candidates(spec, snapshot, explain=explain)
         decision = self.scheduler.select_destinations(
-            spec, snapshot, now=now, rng=self.rng, candidates=candidates, claimer=self.claimer,
-            instance_uuids=instance_uuids, return_alternates=return_alternates, explain=explain,
-            copy_spec=False, builds_in_flight=builds_in_flight)
+            spec, snapshot, now=now, rng=self.rng, candidates=candidates,
+            claimer=self.claimer if claim else None, instance_uuids=instance_uuids,
+            return_alternates=return_alternates, explain=explain, copy_spec=False,
+            builds_in_flight=builds_in_flight)
         if self.config.filter_scheduler.consume_between_reports:
             self._consume_locally(snapshot, spec, decision)
         return decision
