@@ -1,0 +1,431 @@
+"""The host state of a Nova deployment, read from Nova's databases (reference
+``nova-scheduler-rpc.md`` §2.1), as Berth's snapshot.
+
+Nova's tables are read with plain SQL; Berth issues the statements itself and imports
+no Nova code:
+
+* the API database (``[api_database] connection``): ``cell_mappings`` (cell0 is skipped,
+  a disabled cell is not scheduled to), and ``aggregates`` with ``aggregate_hosts`` and
+  ``aggregate_metadata``;
+* each cell's database (``cell_mappings.database_connection``, whose ``{username}``,
+  ``{password}``, ``{hostname}``, ``{port}``, ``{path}``, ``{scheme}`` and ``{query}``
+  templates are filled from ``[database] connection``, as Nova fills them): the compute
+  nodes that are not deleted, their ``nova-compute`` service rows (disabled, forced
+  down, and the heartbeat that ComputeFilter judges), and the instances on each host.
+
+:class:`NovaFeed` keeps a :class:`~berth.snapshot.HostSnapshot` current the way the
+scheduler service expects its feed to (``refresh``, ``snapshot``, ``uuid_rows``). The first
+refresh reads everything. Each later refresh reads only the rows updated since the
+previous one, with a two-second overlap for the databases' whole-second timestamps. It
+does so at most every ``min_interval`` seconds: compute nodes, services and instances by
+``updated_at``, ``deleted_at`` and ``created_at``.
+
+The scheduler casts make a refresh read its rows at once: a changed aggregate (fanout
+``update_aggregates`` / ``delete_aggregate``), and instance info. Nova's column values
+that are object primitives are converted: ``numa_topology`` (NUMATopology) and
+``pci_stats`` (PciDevicePoolList).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from berth.errors import ConfigError
+from berth.model.aggregate import Aggregate
+from berth.model.compute import Instance, MetricItem, ServiceRecord
+from berth.nova import primitives as prim
+from berth.service.compute import RowIndex
+from berth.snapshot import HostRecord, HostSnapshot
+
+LOG = logging.getLogger(__name__)
+
+CELL0_UUID = "00000000-0000-0000-0000-000000000000"
+#: Overlap of successive incremental reads (timestamps have whole seconds).
+OVERLAP = 2.0
+
+
+# ----------------------------------------------------------------------------- values
+def _epoch(value: Any) -> float | None:
+    """A naive-UTC DATETIME (Nova's columns) as epoch seconds."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return float(value.timestamp())
+
+
+def _stamp(epoch: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).replace(tzinfo=None)
+
+
+def _json(value: Any, default: Any) -> Any:
+    if value is None or value == "":
+        return default
+    if isinstance(value, (dict, list)):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return default
+
+
+def numa_dict(value: Any) -> dict[str, Any] | None:
+    """A host's NUMATopology primitive (the ``compute_nodes.numa_topology`` column) in
+    the dict form of :meth:`berth.hardware.numa.NUMATopology.from_dict`."""
+    data = _json(value, None)
+    if data is None:
+        return None
+    top = prim.data_of(data, "NUMATopology", "numa_topology")
+    cells = []
+    for i, c in enumerate(prim.objects_of(top.get("cells"), "NUMACellList", "NUMACell",
+                                          "numa_topology.cells")):
+        pages = [{"size_kb": p.get("size_kb"), "total": p.get("total", 0),
+                  "used": p.get("used", 0), "reserved": p.get("reserved", 0)}
+                 for p in prim.objects_of(c.get("mempages"), "NUMAPagesTopologyList",
+                                          "NUMAPagesTopology", f"numa_topology.cells[{i}].mempages")]
+        net = c.get("network_metadata")
+        cell: dict[str, Any] = {
+            "id": c.get("id", i), "cpuset": sorted(c.get("cpuset") or []),
+            "pcpuset": sorted(c.get("pcpuset") or []),
+            "siblings": [sorted(s) for s in c.get("siblings") or []],
+            "memory": c.get("memory", 0), "cpu_usage": c.get("cpu_usage", 0),
+            "memory_usage": c.get("memory_usage", 0),
+            "pinned_cpus": sorted(c.get("pinned_cpus") or []), "mempages": pages}
+        if c.get("socket") is not None:
+            cell["socket"] = c["socket"]
+        if net is not None:
+            meta = prim.data_of(net, "NetworkMetadata", f"numa_topology.cells[{i}].network_metadata")
+            cell["network_metadata"] = {"physnets": sorted(meta.get("physnets") or []),
+                                        "tunneled": bool(meta.get("tunneled", False))}
+        cells.append(cell)
+    return {"cells": cells}
+
+
+def pci_pools(value: Any) -> list[dict[str, Any]] | None:
+    """A PciDevicePoolList primitive (``compute_nodes.pci_stats``) as pool dicts."""
+    data = _json(value, None)
+    if data is None:
+        return None
+    pools = []
+    for p in prim.objects_of(data, "PciDevicePoolList", "PciDevicePool", "pci_stats"):
+        pool = {str(k): v for k, v in (p.get("tags") or {}).items()}
+        pool.update(vendor_id=p.get("vendor_id"), product_id=p.get("product_id"),
+                    numa_node=p.get("numa_node"), count=int(p.get("count") or 0))
+        pools.append(pool)
+    return pools
+
+
+def record_of(node: Mapping[str, Any], service: Mapping[str, Any] | None, cell_uuid: str,
+              instances: Mapping[str, Instance]) -> HostRecord:
+    """One ``compute_nodes`` row (with its service row) as a host record, the way
+    Nova's HostState reads a ComputeNode."""
+    from berth.hardware.numa import NUMATopology
+    from berth.hardware.pci import PciDeviceStats
+
+    least = node.get("disk_available_least")
+    free_disk_gb = least if least is not None else node.get("free_disk_gb") or 0
+    numa = numa_dict(node.get("numa_topology"))
+    topology = NUMATopology.from_dict(numa) if numa is not None else None
+    pools = pci_pools(node.get("pci_stats"))
+    record = HostRecord(
+        host=str(node["host"]), nodename=node.get("hypervisor_hostname") or node["host"],
+        cell_uuid=cell_uuid, uuid=node.get("uuid"),
+        total_usable_ram_mb=int(node.get("memory_mb") or 0),
+        free_ram_mb=int(node.get("free_ram_mb") or 0),
+        total_usable_disk_gb=int(node.get("local_gb") or 0),
+        disk_mb_used=int(node.get("local_gb_used") or 0) * 1024,
+        free_disk_mb=int(free_disk_gb) * 1024,
+        vcpus_total=int(node.get("vcpus") or 0), vcpus_used=int(node.get("vcpus_used") or 0),
+        hypervisor_type=node.get("hypervisor_type"),
+        hypervisor_version=node.get("hypervisor_version"),
+        hypervisor_hostname=node.get("hypervisor_hostname"), host_ip=node.get("host_ip"),
+        cpu_info=node.get("cpu_info") or "{}",
+        supported_instances=_json(node.get("supported_instances"), []),
+        stats=_json(node.get("stats"), {}),
+        metrics=[MetricItem(**{k: m.get(k) for k in ("name", "value", "timestamp", "source")})
+                 for m in _json(node.get("metrics"), [])],
+        numa_topology=topology,
+        pci_stats=PciDeviceStats.from_pools(pools, topology) if pools is not None else None,
+        cpu_allocation_ratio=float(node.get("cpu_allocation_ratio") or 0.0),
+        ram_allocation_ratio=float(node.get("ram_allocation_ratio") or 0.0),
+        disk_allocation_ratio=float(node.get("disk_allocation_ratio") or 0.0),
+        instances=dict(instances), updated=_epoch(node.get("updated_at")))
+    if service is not None and not service.get("deleted"):
+        record.service = ServiceRecord(
+            host=str(service["host"]), disabled=bool(service.get("disabled")),
+            disabled_reason=service.get("disabled_reason"),
+            forced_down=bool(service.get("forced_down")),
+            last_seen_up=_epoch(service.get("last_seen_up")) or _epoch(service.get("updated_at")),
+            created_at=_epoch(service.get("created_at")),
+            updated_at=_epoch(service.get("updated_at")))
+    return record
+
+
+# ----------------------------------------------------------------------------- databases
+def cell_url(template: str, main: str | None) -> str:
+    """A cell's ``database_connection``, its templates filled from ``[database]
+    connection`` (Nova's ``format_db_url``)."""
+    if "{" not in template:
+        return template
+    if not main:
+        raise ConfigError(f"cell_mappings.database_connection {template!r} is a template and "
+                          "[database] connection is not set", field="[database] connection")
+    url = sa.engine.make_url(main)
+    query = "&".join(f"{k}={v}" for k, v in url.query.items())
+    return template.format(scheme=url.drivername, username=url.username or "",
+                           password=url.password or "", hostname=url.host or "",
+                           port=url.port or "", path=url.database or "", query=query)
+
+
+@dataclass
+class Cell:
+    """A cell mapping and the engine of its database."""
+
+    uuid: str
+    name: str
+    disabled: bool
+    engine: Any
+    #: High-water mark of the last incremental read (epoch seconds).
+    mark: float | None = None
+    #: (host, nodename) -> compute node and service rows, and the instances per host.
+    nodes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    services: dict[int, dict[str, Any]] = field(default_factory=dict)
+    instances: dict[str, dict[str, Instance]] = field(default_factory=lambda: defaultdict(dict))
+
+
+#: The columns Berth reads of Nova's tables (a subset of each; Nova's schema has more).
+NOVA_TABLES = sa.MetaData()
+cell_mappings = sa.Table(
+    "cell_mappings", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("uuid", sa.String(36)), sa.Column("name", sa.String(255)),
+    sa.Column("database_connection", sa.Text), sa.Column("disabled", sa.Boolean))
+aggregates = sa.Table(
+    "aggregates", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("uuid", sa.String(36)), sa.Column("name", sa.String(255)))
+aggregate_hosts = sa.Table(
+    "aggregate_hosts", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("host", sa.String(255)), sa.Column("aggregate_id", sa.Integer))
+aggregate_metadata = sa.Table(
+    "aggregate_metadata", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("aggregate_id", sa.Integer), sa.Column("key", sa.String(255)),
+    sa.Column("value", sa.String(255)))
+
+
+def _stamps() -> tuple[sa.Column[Any], ...]:
+    """Nova's soft-delete columns (new Column objects for each table)."""
+    return (sa.Column("created_at", sa.DateTime), sa.Column("updated_at", sa.DateTime),
+            sa.Column("deleted_at", sa.DateTime), sa.Column("deleted", sa.Integer))
+
+
+compute_nodes = sa.Table(
+    "compute_nodes", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("uuid", sa.String(36)), sa.Column("service_id", sa.Integer),
+    sa.Column("host", sa.String(255)), sa.Column("hypervisor_hostname", sa.String(255)),
+    *(sa.Column(c, sa.Integer) for c in (
+        "vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "free_ram_mb", "local_gb",
+        "local_gb_used", "free_disk_gb", "disk_available_least", "hypervisor_version")),
+    sa.Column("hypervisor_type", sa.Text), sa.Column("host_ip", sa.String(39)),
+    *(sa.Column(c, sa.Text) for c in ("cpu_info", "supported_instances", "stats", "metrics",
+                                       "numa_topology", "pci_stats")),
+    *(sa.Column(c, sa.Float) for c in ("cpu_allocation_ratio", "ram_allocation_ratio",
+                                        "disk_allocation_ratio")),
+    *_stamps())
+services = sa.Table(
+    "services", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("host", sa.String(255)), sa.Column("binary", sa.String(255)),
+    sa.Column("disabled", sa.Boolean), sa.Column("disabled_reason", sa.String(255)),
+    sa.Column("forced_down", sa.Boolean), sa.Column("last_seen_up", sa.DateTime),
+    *_stamps())
+instances = sa.Table(
+    "instances", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("uuid", sa.String(36)), sa.Column("host", sa.String(255)),
+    sa.Column("instance_type_id", sa.Integer), sa.Column("project_id", sa.String(255)),
+    *_stamps())
+
+
+def _changed(table: sa.Table, mark: float | None) -> Any:
+    """Rows changed since ``mark`` (created, updated or deleted), or every row."""
+    if mark is None:
+        return sa.true()
+    since = _stamp(mark - OVERLAP)
+    return sa.or_(table.c.updated_at >= since, table.c.created_at >= since,
+                  table.c.deleted_at >= since)
+
+
+class NovaFeed:
+    """The scheduler's feed over Nova's databases (see the module's docstring)."""
+
+    def __init__(self, api_url: str, main_url: str | None = None, *,
+                 min_interval: float = 1.0, clock: Callable[[], float] = time.time,
+                 engine_factory: Callable[[str], Any] | None = None) -> None:
+        self.api_url = api_url
+        self.main_url = main_url
+        self.min_interval = min_interval
+        self.clock = clock
+        self._engine = engine_factory or (lambda url: sa.create_engine(url, pool_pre_ping=True))
+        self.api = self._engine(api_url)
+        self.cells: dict[str, Cell] = {}
+        self.snapshot = HostSnapshot()
+        self.uuid_rows = RowIndex()
+        self._lock = threading.Lock()
+        self._last = -1e18
+        self._aggregates_stale = True
+        self._dirty = True
+
+    # ---------------------------------------------------------------- cells
+    def load_cells(self) -> None:
+        """(Re)read ``cell_mappings``: the cells to read hosts from; on SIGHUP too."""
+        with self.api.connect() as conn:
+            rows = conn.execute(sa.select(cell_mappings)).mappings().all()
+        seen = set()
+        for row in rows:
+            uuid = str(row["uuid"])
+            if uuid == CELL0_UUID:
+                continue
+            seen.add(uuid)
+            cell = self.cells.get(uuid)
+            if cell is None:
+                url = cell_url(str(row["database_connection"]), self.main_url)
+                self.cells[uuid] = Cell(uuid, str(row["name"] or ""), bool(row["disabled"]),
+                                        self._engine(url))
+            else:
+                cell.disabled = bool(row["disabled"])
+        for gone in set(self.cells) - seen:
+            self.cells.pop(gone).engine.dispose()
+        self.snapshot.disabled_cells = frozenset(u for u, c in self.cells.items() if c.disabled)
+        self._dirty = True
+
+    def reset(self) -> None:
+        """What SIGHUP does to a nova-scheduler: the cells again, then everything."""
+        with self._lock:
+            self.load_cells()
+            for cell in self.cells.values():
+                cell.mark = None
+            self._aggregates_stale = True
+
+    # ---------------------------------------------------------------- casts
+    def aggregates_changed(self, aggregates: Sequence[Aggregate]) -> None:
+        """``update_aggregates``: re-read them at the next request."""
+        self._aggregates_stale = True
+        self._dirty = True
+
+    def aggregate_deleted(self, aggregate: Aggregate) -> None:
+        """``delete_aggregate``."""
+        self._aggregates_stale = True
+        self._dirty = True
+
+    def instances_changed(self, host: str, instance_uuids: list[str]) -> None:
+        """``update_instance_info``: the next request reads the changed instances."""
+        self._dirty = True
+
+    def instance_deleted(self, host: str, instance_uuid: str) -> None:
+        """``delete_instance_info``: the instance leaves its host now."""
+        with self._lock:
+            for cell in self.cells.values():
+                if cell.instances.get(host, {}).pop(instance_uuid, None) is not None:
+                    self._upsert_host(cell, host)
+        self._dirty = True
+
+    def instances_synced(self, host: str, instance_uuids: list[str]) -> None:
+        """``sync_instance_info``: read the host's instances again."""
+        self._dirty = True
+
+    # ---------------------------------------------------------------- refresh
+    def refresh(self) -> HostSnapshot:
+        """Bring the snapshot up to date (see the module's docstring)."""
+        with self._lock:
+            now = self.clock()
+            if not self._dirty and now - self._last < self.min_interval:
+                return self.snapshot
+            if not self.cells:
+                self.load_cells()
+            if self._aggregates_stale:
+                self.snapshot.set_aggregates(self.read_aggregates())
+                self._aggregates_stale = False
+            for cell in self.cells.values():
+                self._read_cell(cell, now)
+            self._last = now
+            self._dirty = False
+        return self.snapshot
+
+    def read_aggregates(self) -> list[Aggregate]:
+        """Every aggregate with its hosts and metadata."""
+        with self.api.connect() as conn:
+            aggs = conn.execute(sa.select(aggregates)).mappings().all()
+            hosts = conn.execute(sa.select(aggregate_hosts.c.aggregate_id,
+                                           aggregate_hosts.c.host)).all()
+            meta = conn.execute(sa.select(aggregate_metadata.c.aggregate_id,
+                                          aggregate_metadata.c.key,
+                                          aggregate_metadata.c.value)).all()
+        by_hosts: dict[int, list[str]] = defaultdict(list)
+        for agg_id, host in hosts:
+            by_hosts[agg_id].append(str(host))
+        by_meta: dict[int, dict[str, str]] = defaultdict(dict)
+        for agg_id, key, value in meta:
+            by_meta[agg_id][str(key)] = str(value)
+        return [Aggregate(id=int(a["id"]), name=str(a["name"] or ""), uuid=str(a["uuid"] or ""),
+                          hosts=tuple(sorted(by_hosts[a["id"]])), metadata=by_meta[a["id"]])
+                for a in aggs]
+
+    def _read_cell(self, cell: Cell, now: float) -> None:
+        with cell.engine.connect() as conn:
+            nodes = conn.execute(sa.select(compute_nodes)
+                                 .where(_changed(compute_nodes, cell.mark))).mappings().all()
+            svcs = conn.execute(sa.select(services).where(
+                services.c.binary == "nova-compute", _changed(services, cell.mark))).mappings().all()
+            insts = conn.execute(sa.select(instances).where(
+                instances.c.host.is_not(None), _changed(instances, cell.mark))).mappings().all()
+        touched: set[str] = set()
+        for s in svcs:
+            cell.services[int(s["id"])] = dict(s)
+            touched.add(str(s["host"]))
+        for n in nodes:
+            cell.nodes[int(n["id"])] = dict(n)
+            touched.add(str(n["host"]))
+        for i in insts:
+            host = str(i["host"])
+            for old_host, per_host in cell.instances.items():
+                if per_host.pop(str(i["uuid"]), None) is not None:
+                    touched.add(old_host)
+            if not i["deleted"]:
+                cell.instances[host][str(i["uuid"])] = Instance(
+                    uuid=str(i["uuid"]), instance_type_id=i["instance_type_id"],
+                    project_id=i["project_id"])
+            touched.add(host)
+        for host in touched:
+            self._upsert_host(cell, host)
+        cell.mark = now
+
+    def _upsert_host(self, cell: Cell, host: str) -> None:
+        """Write every compute node of ``host`` in ``cell`` into the snapshot; a deleted
+        node or one without a live service stays, never to be scheduled to."""
+        mine = {sid: s for sid, s in cell.services.items() if s["host"] == host}
+        by_host = next((s for s in mine.values() if not s.get("deleted")), None)
+        for node in cell.nodes.values():
+            if node["host"] != host:
+                continue
+            service = mine.get(int(node.get("service_id") or -1)) or by_host
+            if node.get("deleted"):
+                service = None
+            record = record_of(node, service, cell.uuid, cell.instances.get(host, {}))
+            row = self.snapshot.upsert(record)
+            if record.uuid:
+                self.uuid_rows[record.uuid] = row
+
+    def close(self) -> None:
+        """Dispose of every engine."""
+        for cell in self.cells.values():
+            cell.engine.dispose()
+        self.api.dispose()

@@ -1,0 +1,267 @@
+"""The host state of a Nova deployment read from its databases: cells, compute nodes with
+their services and instances, aggregates; kept current incrementally; NUMA and PCI
+columns that are object primitives."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from berth.nova import hoststate as hs
+from berth.nova.primitives import primitive
+
+NOW = dt.datetime(2026, 11, 27, 12, 0, 0)
+CELL1 = str(uuid.uuid4())
+CELL2 = str(uuid.uuid4())
+
+
+def numa_primitive() -> str:
+    pages = primitive("NUMAPagesTopology", "1.1", {"size_kb": 4, "total": 4096, "used": 0,
+                                                   "reserved": 0})
+    cells = [primitive("NUMACell", "1.5", {
+        "id": i, "cpuset": [i * 4, i * 4 + 1], "pcpuset": [i * 4 + 2, i * 4 + 3],
+        "memory": 16384, "cpu_usage": 0, "memory_usage": 0, "pinned_cpus": [],
+        "siblings": [[i * 4, i * 4 + 1], [i * 4 + 2, i * 4 + 3]], "mempages": [pages],
+        "network_metadata": primitive("NetworkMetadata", "1.0",
+                                      {"physnets": ["public"], "tunneled": False})})
+        for i in range(2)]
+    return json.dumps(primitive("NUMATopology", "1.2", {"cells": cells}))
+
+
+def pci_primitive() -> str:
+    return json.dumps(primitive("PciDevicePoolList", "1.1", {"objects": [
+        primitive("PciDevicePool", "1.1", {"product_id": "1520", "vendor_id": "8086",
+                                           "numa_node": 1, "tags": {"dev_type": "type-VF",
+                                                                    "physical_network": "p1"},
+                                           "count": 4})]}))
+
+
+def node_row(node_id: int, host: str, service_id: int, **extra: Any) -> dict[str, Any]:
+    row = {"id": node_id, "uuid": str(uuid.uuid5(uuid.NAMESPACE_DNS, host)),
+           "service_id": service_id, "host": host, "hypervisor_hostname": f"{host}.node",
+           "vcpus": 8, "vcpus_used": 2, "memory_mb": 32768, "memory_mb_used": 4608,
+           "free_ram_mb": 28160, "local_gb": 500, "local_gb_used": 40, "free_disk_gb": 460,
+           "disk_available_least": 400, "hypervisor_version": 8002000,
+           "hypervisor_type": "QEMU", "host_ip": "10.0.0.1",
+           "cpu_info": json.dumps({"arch": "x86_64", "features": ["avx"]}),
+           "supported_instances": json.dumps([["x86_64", "kvm", "hvm"]]),
+           "stats": json.dumps({"num_instances": "1", "io_workload": "0"}),
+           "metrics": "[]", "numa_topology": None, "pci_stats": None,
+           "cpu_allocation_ratio": 4.0, "ram_allocation_ratio": 1.0,
+           "disk_allocation_ratio": 1.0, "created_at": NOW, "updated_at": NOW,
+           "deleted_at": None, "deleted": 0}
+    row.update(extra)
+    return row
+
+
+def service_row(service_id: int, host: str, **extra: Any) -> dict[str, Any]:
+    row = {"id": service_id, "host": host, "binary": "nova-compute", "disabled": False,
+           "disabled_reason": None, "forced_down": False, "last_seen_up": NOW,
+           "created_at": NOW, "updated_at": NOW, "deleted_at": None, "deleted": 0}
+    row.update(extra)
+    return row
+
+
+def seed(api: Any, cells: dict[str, Any]) -> None:
+    hs.NOVA_TABLES.create_all(api, tables=[hs.cell_mappings, hs.aggregates,
+                                           hs.aggregate_hosts, hs.aggregate_metadata])
+    for engine in cells.values():
+        hs.NOVA_TABLES.create_all(engine, tables=[hs.compute_nodes, hs.services, hs.instances])
+    with api.begin() as conn:
+        conn.execute(sa.insert(hs.cell_mappings), [
+            {"id": 1, "uuid": hs.CELL0_UUID, "name": "cell0", "database_connection": "x://",
+             "disabled": False},
+            {"id": 2, "uuid": CELL1, "name": "cell1",
+             "database_connection": "{scheme}:///{path}", "disabled": False},
+            {"id": 3, "uuid": CELL2, "name": "cell2",
+             "database_connection": str(cells[CELL2].url), "disabled": True}])
+        conn.execute(sa.insert(hs.aggregates), [{"id": 1, "uuid": str(uuid.uuid4()),
+                                                 "name": "fast"}])
+        conn.execute(sa.insert(hs.aggregate_hosts), [{"id": 1, "host": "a1",
+                                                      "aggregate_id": 1}])
+        conn.execute(sa.insert(hs.aggregate_metadata), [
+            {"id": 1, "aggregate_id": 1, "key": "availability_zone", "value": "az1"}])
+    with cells[CELL1].begin() as conn:
+        conn.execute(sa.insert(hs.services), [service_row(1, "a1"), service_row(
+            2, "a2", disabled=True, disabled_reason="maintenance"),
+            service_row(3, "a3", last_seen_up=NOW - dt.timedelta(hours=1)),
+            {**service_row(4, "a1"), "binary": "nova-conductor"}])
+        conn.execute(sa.insert(hs.compute_nodes), [
+            node_row(1, "a1", 1, numa_topology=numa_primitive(), pci_stats=pci_primitive()),
+            node_row(2, "a2", 2), node_row(3, "a3", 3),
+            node_row(4, "gone", 9, deleted=4, deleted_at=NOW)])
+        conn.execute(sa.insert(hs.instances), [
+            {"id": 1, "uuid": "i-1", "host": "a1", "instance_type_id": 5, "project_id": "p",
+             "created_at": NOW, "updated_at": NOW, "deleted_at": None, "deleted": 0},
+            {"id": 2, "uuid": "i-2", "host": "a1", "instance_type_id": 5, "project_id": "p",
+             "created_at": NOW, "updated_at": NOW, "deleted_at": NOW, "deleted": 2}])
+    with cells[CELL2].begin() as conn:
+        conn.execute(sa.insert(hs.services), [service_row(1, "b1")])
+        conn.execute(sa.insert(hs.compute_nodes), [node_row(1, "b1", 1)])
+
+
+@pytest.fixture
+def feed(tmp_path: Path) -> Iterator[tuple[hs.NovaFeed, dict[str, Any]]]:
+    api = sa.create_engine(f"sqlite:///{tmp_path}/api.sqlite")
+    cells = {CELL1: sa.create_engine(f"sqlite:///{tmp_path}/cell1.sqlite"),
+             CELL2: sa.create_engine(f"sqlite:///{tmp_path}/cell2.sqlite")}
+    seed(api, cells)
+    clock = [NOW.replace(tzinfo=dt.UTC).timestamp() + 5]
+    feed = hs.NovaFeed(f"sqlite:///{tmp_path}/api.sqlite",
+                       main_url=f"sqlite:///{tmp_path}/cell1.sqlite", clock=lambda: clock[0])
+    try:
+        yield feed, {"api": api, "cells": cells, "clock": clock}
+    finally:
+        feed.close()
+        api.dispose()
+        for engine in cells.values():
+            engine.dispose()
+
+
+def test_every_cell_but_cell0_is_read_and_a_disabled_cell_is_marked(feed: Any) -> None:
+    nova, _ = feed
+    snap = nova.refresh()
+    hosts = sorted(snap.obj("host").tolist())
+    assert hosts == ["a1", "a2", "a3", "b1", "gone"]
+    assert snap.disabled_cells == frozenset({CELL2})
+    assert {a.name: (a.hosts, a.metadata) for a in snap.aggregates} == {
+        "fast": (("a1",), {"availability_zone": "az1"})}
+
+
+def test_a_compute_node_reads_as_novas_host_state(feed: Any) -> None:
+    nova, _ = feed
+    snap = nova.refresh()
+    row = snap.row_of("a1", "a1.node")
+    assert row is not None and nova.uuid_rows[snap.obj("uuid")[row]] == row
+    assert snap.num("free_disk_mb")[row] == 400 * 1024  # disk_available_least wins
+    assert snap.num("total_usable_ram_mb")[row] == 32768
+    assert snap.num("num_instances")[row] == 1
+    assert list(snap.obj("instances")[row]) == ["i-1"]  # the deleted one is gone
+    assert snap.interned_value("cell_uuid", row) == CELL1
+    # The NUMA and PCI columns are object primitives, read into Berth's objects.
+    numa = snap.obj("numa_topology")[row]
+    assert [sorted(c.pcpuset) for c in numa.cells] == [[2, 3], [6, 7]]
+    assert numa.cells[0].mempages[0].total == 4096
+    record_numa = hs.numa_dict(numa_primitive())
+    assert record_numa is not None
+    assert record_numa["cells"][0]["network_metadata"] == {"physnets": ["public"],
+                                                           "tunneled": False}
+    assert snap.obj("pci_stats")[row].pools[0]["count"] == 4
+    assert snap.obj("numa_topology")[snap.row_of("a2", "a2.node")] is None
+    pools = hs.pci_pools(pci_primitive())
+    assert pools == [{"dev_type": "type-VF", "physical_network": "p1", "vendor_id": "8086",
+                      "product_id": "1520", "numa_node": 1, "count": 4}]
+
+
+def test_services_decide_what_compute_filter_sees(feed: Any) -> None:
+    nova, _ = feed
+    snap = nova.refresh()
+    disabled = snap.num("service_disabled")
+    assert disabled[snap.row_of("a2", "a2.node")] == 1
+    assert disabled[snap.row_of("a1", "a1.node")] == 0
+    beat = snap.num("service_heartbeat")
+    assert beat[snap.row_of("a1", "a1.node")] - beat[snap.row_of("a3", "a3.node")] == 3600
+    # A deleted compute node stays without a service: never scheduled to.
+    assert snap.num("has_service")[snap.row_of("gone", "gone.node")] == 0
+
+
+def test_later_refreshes_read_only_what_changed(feed: Any) -> None:
+    nova, env = feed
+    nova.refresh()
+    later = NOW + dt.timedelta(seconds=30)
+    with env["cells"][CELL1].begin() as conn:
+        conn.execute(sa.update(hs.services).where(hs.services.c.host == "a2").values(
+            disabled=False, disabled_reason=None, updated_at=later))
+        conn.execute(sa.update(hs.compute_nodes).where(hs.compute_nodes.c.host == "a3").values(
+            vcpus_used=6, updated_at=later))
+        conn.execute(sa.insert(hs.instances), [
+            {"id": 3, "uuid": "i-3", "host": "a3", "instance_type_id": 5, "project_id": "p",
+             "created_at": later, "updated_at": later, "deleted_at": None, "deleted": 0}])
+        conn.execute(sa.update(hs.instances).where(hs.instances.c.uuid == "i-1").values(
+            host="a3", updated_at=later))
+    env["clock"][0] += 0.5
+    snap = nova.refresh()  # within min_interval and nothing cast: as it was
+    assert snap.num("service_disabled")[snap.row_of("a2", "a2.node")] == 1
+    env["clock"][0] += 30
+    snap = nova.refresh()
+    assert snap.num("service_disabled")[snap.row_of("a2", "a2.node")] == 0
+    assert snap.num("vcpus_used")[snap.row_of("a3", "a3.node")] == 6
+    assert sorted(snap.obj("instances")[snap.row_of("a3", "a3.node")]) == ["i-1", "i-3"]
+    assert list(snap.obj("instances")[snap.row_of("a1", "a1.node")]) == []
+
+
+def test_casts_make_the_next_request_read_at_once(feed: Any) -> None:
+    nova, env = feed
+    nova.refresh()
+    with env["api"].begin() as conn:
+        conn.execute(sa.insert(hs.aggregate_hosts), [{"id": 2, "host": "a2",
+                                                      "aggregate_id": 1}])
+    nova.aggregates_changed([])
+    snap = nova.refresh()
+    assert snap.aggregates[0].hosts == ("a1", "a2")
+    nova.instance_deleted("a1", "i-1")
+    assert list(snap.obj("instances")[snap.row_of("a1", "a1.node")]) == []
+    assert np.isfinite(snap.num("vcpus_total")).all()
+
+
+def test_a_template_needs_the_main_connection(tmp_path: Path) -> None:
+    from berth.errors import ConfigError
+
+    assert hs.cell_url("mysql+pymysql://{username}:{password}@{hostname}/{path}?{query}",
+                       "mysql+pymysql://nova:pw@db1/nova_cell1?charset=utf8") == \
+        "mysql+pymysql://nova:pw@db1/nova_cell1?charset=utf8"
+    with pytest.raises(ConfigError, match=r"\[database\] connection"):
+        hs.cell_url("{scheme}:///{path}", None)
+
+
+def mariadb_up() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 3306), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not mariadb_up(), reason="MariaDB is not running on 127.0.0.1:3306")
+def test_the_feed_reads_mariadb_as_nova_keeps_it(tmp_path: Path) -> None:
+    """Reserved words (``binary``, ``key``) and DATETIME columns on MariaDB."""
+    pytest.importorskip("pymysql", reason="PyMySQL is not installed")
+    admin = sa.create_engine("mysql+pymysql://root@127.0.0.1:3306/")
+    names = {k: f"berth_nova_{uuid.uuid4().hex[:8]}_{k}" for k in ("api", "c1", "c2")}
+    with admin.begin() as conn:
+        for name in names.values():
+            conn.execute(sa.text(f"CREATE DATABASE {name}"))
+    try:
+        url = "mysql+pymysql://root@127.0.0.1:3306/{}"
+        api = sa.create_engine(url.format(names["api"]))
+        cells = {CELL1: sa.create_engine(url.format(names["c1"])),
+                 CELL2: sa.create_engine(url.format(names["c2"]))}
+        seed(api, cells)
+        with api.begin() as conn:
+            conn.execute(sa.update(hs.cell_mappings).where(hs.cell_mappings.c.uuid == CELL1)
+                         .values(database_connection="{scheme}://{username}@{hostname}:{port}/"
+                                 + names["c1"]))
+        nova = hs.NovaFeed(url.format(names["api"]), main_url=url.format(names["api"]))
+        try:
+            snap = nova.refresh()
+            assert sorted(snap.obj("host").tolist()) == ["a1", "a2", "a3", "b1", "gone"]
+            assert snap.aggregates[0].metadata == {"availability_zone": "az1"}
+        finally:
+            nova.close()
+            api.dispose()
+            for engine in cells.values():
+                engine.dispose()
+    finally:
+        with admin.begin() as conn:
+            for name in names.values():
+                conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+        admin.dispose()
