@@ -415,6 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
     from berth.simulate.cli import add_commands as add_simulate
 
     add_simulate(sub)
+    from berth.nova.command import add_command as add_nova_scheduler
+
+    add_nova_scheduler(sub)
 
     add_commands(sub)
     add_process_commands(sub)

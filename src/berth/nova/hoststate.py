@@ -197,8 +197,9 @@ class Cell:
     name: str
     disabled: bool
     engine: Any
-    #: High-water mark of the last incremental read (epoch seconds).
-    mark: float | None = None
+    #: Per table, the newest stamp read so far (epoch seconds): the databases' own
+    #: clock, so the scheduler's clock may be off without losing a change.
+    marks: dict[str, float] = field(default_factory=dict)
     #: (host, nodename) -> compute node and service rows, and the instances per host.
     nodes: dict[int, dict[str, Any]] = field(default_factory=dict)
     services: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -253,6 +254,13 @@ instances = sa.Table(
     sa.Column("uuid", sa.String(36)), sa.Column("host", sa.String(255)),
     sa.Column("instance_type_id", sa.Integer), sa.Column("project_id", sa.String(255)),
     *_stamps())
+
+
+def _newest(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The newest created/updated/deleted stamp of ``rows``."""
+    stamps = [_epoch(r.get(k)) for r in rows for k in ("created_at", "updated_at", "deleted_at")]
+    known = [s for s in stamps if s is not None]
+    return max(known) if known else None
 
 
 def _changed(table: sa.Table, mark: float | None) -> Any:
@@ -312,7 +320,7 @@ class NovaFeed:
         with self._lock:
             self.load_cells()
             for cell in self.cells.values():
-                cell.mark = None
+                cell.marks.clear()
             self._aggregates_stale = True
 
     # ---------------------------------------------------------------- casts
@@ -355,7 +363,7 @@ class NovaFeed:
                 self.snapshot.set_aggregates(self.read_aggregates())
                 self._aggregates_stale = False
             for cell in self.cells.values():
-                self._read_cell(cell, now)
+                self._read_cell(cell)
             self._last = now
             self._dirty = False
         return self.snapshot
@@ -379,14 +387,17 @@ class NovaFeed:
                           hosts=tuple(sorted(by_hosts[a["id"]])), metadata=by_meta[a["id"]])
                 for a in aggs]
 
-    def _read_cell(self, cell: Cell, now: float) -> None:
+    def _read_cell(self, cell: Cell) -> None:
         with cell.engine.connect() as conn:
             nodes = conn.execute(sa.select(compute_nodes)
-                                 .where(_changed(compute_nodes, cell.mark))).mappings().all()
+                                 .where(_changed(compute_nodes, cell.marks.get("nodes"))))\
+                .mappings().all()
             svcs = conn.execute(sa.select(services).where(
-                services.c.binary == "nova-compute", _changed(services, cell.mark))).mappings().all()
+                services.c.binary == "nova-compute",
+                _changed(services, cell.marks.get("services")))).mappings().all()
             insts = conn.execute(sa.select(instances).where(
-                instances.c.host.is_not(None), _changed(instances, cell.mark))).mappings().all()
+                instances.c.host.is_not(None),
+                _changed(instances, cell.marks.get("instances")))).mappings().all()
         touched: set[str] = set()
         for s in svcs:
             cell.services[int(s["id"])] = dict(s)
@@ -406,7 +417,10 @@ class NovaFeed:
             touched.add(host)
         for host in touched:
             self._upsert_host(cell, host)
-        cell.mark = now
+        for key, rows in (("nodes", nodes), ("services", svcs), ("instances", insts)):
+            newest = _newest(rows)
+            if newest is not None:
+                cell.marks[key] = max(newest, cell.marks.get(key, newest))
 
     def _upsert_host(self, cell: Cell, host: str) -> None:
         """Write every compute node of ``host`` in ``cell`` into the snapshot; a deleted

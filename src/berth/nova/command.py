@@ -1,0 +1,196 @@
+"""``berth nova-scheduler --config-file nova.conf``: Berth in the place of nova-scheduler.
+
+It reads the nova.conf a nova-scheduler reads:
+
+* ``[DEFAULT] transport_url`` (and ``control_exchange``, ``nova`` by default), ``host``
+  (the server name; the machine's name by default), ``rpc_response_timeout``;
+* ``[api_database] connection`` (cells, aggregates) and ``[database] connection``
+  (which fills the cells' templated connections);
+* ``[placement]``: keystoneauth credentials (``auth_type``, ``auth_url``, ...) and where
+  Placement is (``endpoint_override``, else the catalog's ``placement`` endpoint of
+  ``valid_interfaces`` in ``region_name``);
+* ``[filter_scheduler]``, ``[scheduler]``, ``[compute]``, ``[workarounds]``, ``[pci]``:
+  the scheduler's own options, as every Berth command reads them.
+
+It serves :mod:`berth.nova.rpc` on topic ``scheduler`` with the host state of
+:mod:`berth.nova.hoststate`. Claims are made in Placement as Nova's scheduler makes
+them: candidates at microversion 1.36 with ``limit = [scheduler]
+max_placement_results``, and ``PUT /allocations`` with the consumer generation, retried
+on a generation conflict and removed again on failure. Any number of these processes
+may run side by side, as nova-schedulers do.
+
+SIGHUP reads the cells again and then every host, as nova-scheduler's reset does.
+SIGTERM and SIGINT stop it. ``--explain`` logs every decision's explanation at INFO,
+keyed by instance uuid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from berth.errors import BerthError, ConfigError
+
+LOG = logging.getLogger("berth.nova")
+
+
+def add_command(sub: Any) -> None:
+    """Register ``nova-scheduler``."""
+    p = sub.add_parser("nova-scheduler", help="serve Nova's scheduler RPC interface in place "
+                       "of nova-scheduler (reads nova.conf)")
+    p.add_argument("--config-file", action="append", required=True,
+                   help="nova.conf (repeatable, later files win)")
+    p.add_argument("--host", help="this server's name (default [DEFAULT] host, else the "
+                                  "machine's name)")
+    p.add_argument("--workers", type=int, default=8, help="RPC worker threads (default 8)")
+    p.add_argument("--seed", type=int, default=None, help="random seed of the decisions")
+    p.add_argument("--explain", action="store_true",
+                   help="log every decision's explanation at INFO, keyed by instance uuid")
+    p.set_defaults(func=cmd_nova_scheduler)
+
+
+class NovaOptions:
+    """The options of nova.conf that are not the scheduler's own."""
+
+    def __init__(self, files: Sequence[str]) -> None:
+        from oslo_config import cfg
+
+        conf = cfg.ConfigOpts()
+        conf.register_opts([cfg.StrOpt("host"), cfg.StrOpt("transport_url", secret=True)])
+        conf.register_opts([cfg.StrOpt("connection", secret=True)], group="api_database")
+        conf.register_opts([cfg.StrOpt("connection", secret=True)], group="database")
+        try:
+            conf([], project="nova", default_config_files=list(files), use_env=False)
+        except cfg.Error as exc:
+            raise ConfigError(f"nova.conf: {str(exc).splitlines()[0]}") from None
+        if not conf.api_database.connection:
+            raise ConfigError("[api_database] connection: not set (nova-scheduler reads cells "
+                              "and aggregates there)", field="[api_database] connection")
+        self.api_url: str = conf.api_database.connection
+        self.main_url: str | None = conf.database.connection
+        self.host: str = conf.host or socket.gethostname()
+
+
+def placement_endpoint(files: Sequence[str]) -> tuple[str, Any]:
+    """Where Placement is and the credentials to reach it, as Nova's report client finds
+    them: ``[placement] endpoint_override``, else the Keystone catalog."""
+    from keystoneauth1 import exceptions as ks_exc
+    from keystoneauth1 import loading
+    from oslo_config import cfg
+
+    from berth.webauth.client import KeystoneAuth
+
+    conf = cfg.ConfigOpts()
+    loading.register_auth_conf_options(conf, "placement")
+    loading.register_session_conf_options(conf, "placement")
+    loading.register_adapter_conf_options(conf, "placement", include_deprecated=False)
+    conf.set_default("service_type", "placement", group="placement")
+    conf.set_default("valid_interfaces", ["internal", "public"], group="placement")
+    try:
+        conf([], project="nova", default_config_files=list(files), use_env=False)
+        override = conf.placement.endpoint_override
+        if not conf.placement.auth_type:
+            if not override:
+                raise ConfigError("[placement]: neither auth_type nor endpoint_override is set",
+                                  field="[placement]")
+            return str(override), None
+        plugin = loading.load_auth_from_conf_options(conf, "placement")
+        session = loading.load_session_from_conf_options(conf, "placement", auth=plugin)
+        if override:
+            return str(override), KeystoneAuth(plugin, session)
+        adapter = loading.load_adapter_from_conf_options(conf, "placement", session=session,
+                                                         auth=plugin)
+        url = adapter.get_endpoint()
+    except ConfigError:
+        raise
+    except ks_exc.ClientException as exc:
+        raise ConfigError(f"[placement]: cannot find Placement: {exc}") from None
+    except Exception as exc:  # option errors, unknown plugins
+        raise ConfigError(f"[placement]: {str(exc).splitlines()[0]}") from None
+    if not url:
+        raise ConfigError("[placement]: the catalog has no placement endpoint of "
+                          f"{', '.join(conf.placement.valid_interfaces)}", field="[placement]")
+    return str(url), KeystoneAuth(plugin, session)
+
+
+def build(files: Sequence[str], *, seed: int | None = None, explain: bool = False) -> dict[str, Any]:
+    """Everything the command runs, not started: config, feed, service, endpoint, bus."""
+    from berth.config import SchedulerConfig
+    from berth.nova.hoststate import NovaFeed
+    from berth.nova.rpc import EXCHANGE, NovaSchedulerEndpoint
+    from berth.placement.client import PlacementClient
+    from berth.service.bus import Bus
+    from berth.service.placement import (
+        CANDIDATES_MICROVERSION,
+        PlacementCandidates,
+        PlacementClaimer,
+    )
+    from berth.service.scheduler import SchedulerService
+
+    config = SchedulerConfig.from_files(list(files))
+    options = NovaOptions(files)
+    url, auth = placement_endpoint(files)
+    client = PlacementClient(url, auth=auth)
+    candidates = PlacementClient(url, auth=auth, microversion=CANDIDATES_MICROVERSION)
+    feed = NovaFeed(options.api_url, options.main_url)
+    service = SchedulerService(config, feed, PlacementCandidates(candidates),  # type: ignore[arg-type]
+                               PlacementClaimer(client), seed=seed)
+    endpoint = NovaSchedulerEndpoint(service, feed, explain=explain)
+    bus = Bus(config_files=list(files), exchange=EXCHANGE)
+    if bus.embedded:
+        bus.close()
+        raise ConfigError("[DEFAULT] transport_url: not set; a Nova deployment's scheduler "
+                          "needs its message bus", field="[DEFAULT] transport_url")
+    return {"config": config, "options": options, "feed": feed, "service": service,
+            "endpoint": endpoint, "bus": bus, "clients": [client, candidates]}
+
+
+def cmd_nova_scheduler(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM; SIGHUP resets."""
+    from berth.nova.rpc import serve
+    from berth.service.processes import _logging
+
+    _logging()
+    try:
+        parts = build(args.config_file, seed=args.seed, explain=args.explain)
+    except BerthError as exc:
+        print(f"berth nova-scheduler: {exc.message}", file=sys.stderr)
+        return 2
+    feed, bus = parts["feed"], parts["bus"]
+    host = args.host or parts["options"].host
+    try:
+        try:
+            snapshot = feed.refresh()
+        except Exception as exc:  # the databases: one line, not a trace
+            print(f"berth nova-scheduler: cannot read Nova's databases: "
+                  f"{str(exc).splitlines()[0]}", file=sys.stderr)
+            return 2
+        serve(bus, parts["endpoint"], host, workers=args.workers)
+        print(f"ready: nova-scheduler {host} with {len(snapshot)} compute nodes in "
+              f"{len(feed.cells)} cells", flush=True)
+        stop = threading.Event()
+
+        def _stop(signum: int, _frame: Any) -> None:
+            stop.set()
+
+        def _reset(signum: int, _frame: Any) -> None:
+            LOG.info("SIGHUP: reading the cells and every host again")
+            threading.Thread(target=feed.reset, name="berth-nova-reset", daemon=True).start()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGHUP, _reset)
+        while not stop.wait(1.0):
+            pass
+    finally:
+        bus.close()
+        feed.close()
+        for client in parts["clients"]:
+            client.close()
+    return 0

@@ -1,0 +1,252 @@
+"""``berth nova-scheduler --config-file nova.conf`` as a process: Nova's databases on
+MariaDB, Berth's Placement API as Placement, RabbitMQ as the bus, and a client that calls
+it as Nova's conductor does. Claims land in Placement; a refusal is NoValidHost; new
+hosts appear without a restart, a new cell after SIGHUP; bad configuration is one line."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from berth.nova import hoststate as hs
+from berth.nova.rpc import TOPIC
+from berth.service.bus import Bus, _oslo_messaging
+
+from .novadb import CELL2, mariadb_databases, mariadb_up, node_row, service_row
+from .test_rpc import RABBIT, rabbit_up, spec
+
+pytestmark = [
+    pytest.mark.skipif(not rabbit_up(), reason="RabbitMQ is not running on 127.0.0.1:5672"),
+    pytest.mark.skipif(not mariadb_up(), reason="MariaDB is not running on 127.0.0.1:3306"),
+]
+CELL1 = str(uuid.uuid4())
+HEADERS = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
+
+
+def free_port() -> int:
+    from service.serving import free_port as port
+
+    return port()
+
+
+def wait_line(proc: subprocess.Popen[bytes], prefix: str, log: Path, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text() if log.exists() else ""
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                return line
+        assert proc.poll() is None, text
+        time.sleep(0.2)
+    raise AssertionError(f"no {prefix!r} line: {log.read_text()}")
+
+
+def register(placement: str, node: dict[str, Any]) -> None:
+    with httpx.Client(base_url=placement, headers=HEADERS, timeout=30) as http:
+        assert http.post("/resource_providers", json={
+            "uuid": node["uuid"], "name": node["hypervisor_hostname"]}).status_code == 200
+        assert http.put(f"/resource_providers/{node['uuid']}/inventories", json={
+            "resource_provider_generation": 0, "inventories": {
+                "VCPU": {"total": node["vcpus"], "allocation_ratio": 4.0},
+                "MEMORY_MB": {"total": node["memory_mb"]},
+                "DISK_GB": {"total": node["local_gb"]}}}).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    pytest.importorskip("pymysql", reason="PyMySQL is not installed")
+    work = tmp_path_factory.mktemp("novasched")
+    with mariadb_databases("api", "cell1", "cell2") as urls:
+        api = sa.create_engine(urls["api"])
+        cell1 = sa.create_engine(urls["cell1"])
+        hs.NOVA_TABLES.create_all(api, tables=[hs.cell_mappings, hs.aggregates,
+                                               hs.aggregate_hosts, hs.aggregate_metadata])
+        hs.NOVA_TABLES.create_all(cell1, tables=[hs.compute_nodes, hs.services, hs.instances])
+        with api.begin() as conn:
+            conn.execute(sa.insert(hs.cell_mappings), [
+                {"id": 1, "uuid": hs.CELL0_UUID, "name": "cell0", "database_connection": "x://",
+                 "disabled": False},
+                {"id": 2, "uuid": CELL1, "name": "cell1",
+                 "database_connection": "{scheme}://{username}@{hostname}:{port}/"
+                 + urls["cell1"].rsplit("/", 1)[1], "disabled": False}])
+        nodes = [node_row(i, f"a{i}", i) for i in (1, 2, 3)]
+        with cell1.begin() as conn:
+            conn.execute(sa.insert(hs.services), [
+                service_row(1, "a1"), service_row(2, "a2", disabled=True), service_row(3, "a3")])
+            conn.execute(sa.insert(hs.compute_nodes), nodes)
+        # The services' heartbeats must be fresh for ComputeFilter: stamp them now.
+        with cell1.begin() as conn:
+            conn.execute(sa.update(hs.services).values(
+                last_seen_up=sa.func.utc_timestamp(), updated_at=sa.func.utc_timestamp()))
+        port = free_port()
+        placement_log = work / "placement.log"
+        with open(placement_log, "wb") as out:
+            placement_proc = subprocess.Popen(
+                [sys.executable, "-m", "berth.cli", "placement", "serve", "--auth-strategy",
+                 "noauth2", "--port", str(port), "--db", f"sqlite:///{work}/placement.sqlite"],
+                stdout=out, stderr=subprocess.STDOUT)
+        placement = f"http://127.0.0.1:{port}"
+        exchange = f"nova_test_{uuid.uuid4().hex[:8]}"
+        conf = work / "nova.conf"
+        conf.write_text(f"""[DEFAULT]
+transport_url = {RABBIT}
+control_exchange = {exchange}
+host = berth-sched-1
+[api_database]
+connection = {urls['api']}
+[database]
+connection = {urls['cell1']}
+[placement]
+endpoint_override = {placement}
+[filter_scheduler]
+host_subset_size = 1
+""")
+        log = work / "scheduler.log"
+        proc = None
+        bus = None
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    httpx.get(placement + "/", timeout=1)
+                    break
+                except httpx.HTTPError:
+                    assert time.monotonic() < deadline, placement_log.read_text()
+                    time.sleep(0.2)
+            for node in nodes:
+                register(placement, node)
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "berth.cli", "nova-scheduler", "--config-file",
+                     str(conf), "--explain"], stdout=out, stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            ready = wait_line(proc, "ready:", log)
+            bus = Bus(RABBIT, exchange=exchange, timeout=30)
+            om = _oslo_messaging()
+            client = om.get_rpc_client(bus.transport, om.Target(topic=TOPIC, version="4.0"),
+                                       timeout=30)
+            yield {"client": client.prepare(version="4.5"), "om": om, "proc": proc,
+                   "log": log, "ready": ready, "placement": placement, "api": api,
+                   "urls": urls, "cell1": cell1, "nodes": nodes, "conf": conf}
+        finally:
+            if bus is not None:
+                bus.close()
+            for p in (proc, placement_proc):
+                if p is not None:
+                    p.terminate()
+                    p.wait(timeout=30)
+            api.dispose()
+            cell1.dispose()
+
+
+def select(deployment: dict[str, Any], **spec_args: Any) -> tuple[str, Any]:
+    instance = str(uuid.uuid4())
+    primitive = spec(instance=instance, **spec_args)
+    answer = deployment["client"].call({}, "select_destinations", spec_obj=primitive,
+                                       instance_uuids=[instance], return_objects=True,
+                                       return_alternates=True)
+    return instance, answer
+
+
+def test_it_starts_from_novas_databases(deployment: dict[str, Any]) -> None:
+    assert deployment["ready"] == "ready: nova-scheduler berth-sched-1 with 3 compute nodes " \
+                                  "in 1 cells"
+
+
+def test_a_boot_is_placed_and_claimed_in_placement(deployment: dict[str, Any]) -> None:
+    instance, answer = select(deployment)
+    hosts = [s["nova_object.data"]["service_host"] for s in answer[0]]
+    assert hosts[0] in {"a1", "a3"} and "a2" not in hosts  # a2's service is disabled
+    chosen = answer[0][0]["nova_object.data"]
+    assert chosen["nodename"] == f"{hosts[0]}.node"
+    assert chosen["cell_uuid"] == CELL1
+    held = httpx.get(f"{deployment['placement']}/allocations/{instance}", headers=HEADERS).json()
+    assert held["allocations"][chosen["compute_node_uuid"]]["resources"] == {
+        "VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}
+    assert held["project_id"] == "p1" and held["user_id"] == "u1"
+    # The decision was explained in the log, keyed by the instance.
+    deadline = time.monotonic() + 10
+    while f"[{instance}]" not in deployment["log"].read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_no_valid_host_reaches_the_caller(deployment: dict[str, Any]) -> None:
+    with pytest.raises(deployment["om"].RemoteError) as caught:
+        select(deployment, flavor_mb=10**6)
+    assert caught.value.exc_type == "NoValidHost"
+
+
+def test_hosts_appear_without_a_restart_and_a_cell_after_sighup(
+        deployment: dict[str, Any]) -> None:
+    # A new compute node in cell1: read by the next request.
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    node = node_row(4, "a4", 4, memory_mb=65536, free_ram_mb=65536, created_at=now,
+                    updated_at=now)
+    with deployment["cell1"].begin() as conn:
+        conn.execute(sa.insert(hs.services), [service_row(4, "a4")])
+        conn.execute(sa.insert(hs.compute_nodes), [node])
+        conn.execute(sa.update(hs.services).values(last_seen_up=sa.func.utc_timestamp(),
+                                                   updated_at=sa.func.utc_timestamp()))
+    register(deployment["placement"], node)
+    time.sleep(1.2)
+    _, answer = select(deployment, flavor_mb=40000)
+    assert answer[0][0]["nova_object.data"]["service_host"] == "a4"
+    # A new cell: only after SIGHUP, as nova-scheduler reads cells at start and on reset.
+    cell2 = sa.create_engine(deployment["urls"]["cell2"])
+    hs.NOVA_TABLES.create_all(cell2, tables=[hs.compute_nodes, hs.services, hs.instances])
+    big = node_row(1, "b1", 1, memory_mb=131072, free_ram_mb=131072)
+    with cell2.begin() as conn:
+        conn.execute(sa.insert(hs.services), [service_row(1, "b1")])
+        conn.execute(sa.insert(hs.compute_nodes), [big])
+        conn.execute(sa.update(hs.services).values(last_seen_up=sa.func.utc_timestamp(),
+                                                   updated_at=sa.func.utc_timestamp()))
+    cell2.dispose()
+    with deployment["api"].begin() as conn:
+        conn.execute(sa.insert(hs.cell_mappings), [{
+            "id": 3, "uuid": CELL2, "name": "cell2",
+            "database_connection": deployment["urls"]["cell2"], "disabled": False}])
+    register(deployment["placement"], big)
+    with pytest.raises(deployment["om"].RemoteError):
+        select(deployment, flavor_mb=100000)
+    deployment["proc"].send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            _, answer = select(deployment, flavor_mb=100000)
+            break
+        except deployment["om"].RemoteError:
+            assert time.monotonic() < deadline, deployment["log"].read_text()
+            time.sleep(0.5)
+    chosen = answer[0][0]["nova_object.data"]
+    assert (chosen["service_host"], chosen["cell_uuid"]) == ("b1", CELL2)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[DEFAULT]\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/\n",
+     "[api_database] connection: not set (nova-scheduler reads cells and aggregates there)"),
+    ("[api_database]\nconnection = sqlite://\n[placement]\n",
+     "[placement]: neither auth_type nor endpoint_override is set"),
+    ("[api_database]\nconnection = sqlite://\n[placement]\nendpoint_override = http://x\n",
+     "cannot read Nova's databases: (sqlite3.OperationalError) no such table: cell_mappings"),
+])
+def test_bad_configuration_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    conf = tmp_path / "nova.conf"
+    conf.write_text(text)
+    done = subprocess.run([sys.executable, "-m", "berth.cli", "nova-scheduler",
+                           "--config-file", str(conf)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"berth nova-scheduler: {message}"], done.stderr
