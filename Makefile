@@ -60,7 +60,7 @@ NOVA_STAMP := $(NOVA_VENV)/.installed
 $(NOVA_STAMP):
 	$(PYTHON) -m venv $(NOVA_VENV)
 	$(NOVA_VENV)/bin/python -m pip install -q --upgrade pip
-	$(NOVA_VENV)/bin/python -m pip install -q 'nova==$(NOVA_RELEASE)'
+	$(NOVA_VENV)/bin/python -m pip install -q 'nova==$(NOVA_RELEASE)' 'PyMySQL>=1.1,<2' 'waitress>=3,<4'
 	touch $(NOVA_STAMP)
 
 nova-env: $(NOVA_STAMP)

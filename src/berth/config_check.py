@@ -78,6 +78,22 @@ def _berth_sections() -> dict[str, set[str]]:
     return known
 
 
+@functools.lru_cache(maxsize=32)
+def _auth_plugin_options(auth_type: str) -> frozenset[str]:
+    """The option names of keystoneauth's plugin ``auth_type`` (none when unknown)."""
+    from keystoneauth1 import exceptions, loading
+
+    try:
+        options = loading.get_plugin_options(auth_type.strip())
+    except (exceptions.NoMatchingPlugin, ValueError):
+        return frozenset()
+    names = set()
+    for opt in options:
+        names.add(opt.dest)
+        names.update(d.name.replace("-", "_") for d in getattr(opt, "deprecated", []) or [])
+    return frozenset(names)
+
+
 def check_files(paths: Iterable[str]) -> OptionReport:
     """Classify every option the INI files set (flag files hold only Berth's)."""
     report = OptionReport()
@@ -94,6 +110,10 @@ def check_files(paths: Iterable[str]) -> OptionReport:
         ]
         for section, keys in sections:
             ours, theirs = berth.get(section), nova.get(section)
+            if "auth_type" in keys and (ours is not None or theirs is not None):
+                # A keystoneauth section: the options of the plugin it names are real.
+                plugin = _auth_plugin_options(parser.get(section, "auth_type", raw=True))
+                ours = (ours or set()) | plugin
             if ours is None and theirs is None:
                 close = difflib.get_close_matches(section, [*berth, *nova], n=1, cutoff=0.8)
                 hint = f"; did you mean [{close[0]}]?" if close else ""
