@@ -246,3 +246,21 @@ class _ComputedRecord(HostRecord):
 def test_records_with_properties_are_read_by_attribute():
     snap = HostSnapshot.from_records([_ComputedRecord("a"), HostRecord("b", cell_uuid="c")])
     assert [snap.interned_value("cell_uuid", r) for r in range(2)] == ["computed-a", "c"]
+
+
+def test_fewer_aggregates_leave_no_signature_pointing_past_the_list():
+    """An aggregate deleted (Nova's delete_aggregate cast, a cloud file edited) must not
+    leave a membership signature that indexes past the new list: every per-signature
+    evaluation (weigher multipliers, aggregate filters) visits all signatures."""
+    from berth.weighers.utils import weight_multipliers_all_hosts
+
+    aggs = [Aggregate(id=1, name="a", hosts=("h1",), metadata={"ram_weight_multiplier": "2"}),
+            Aggregate(id=2, name="b", hosts=("h2",))]
+    snap = HostSnapshot.from_records([HostRecord("h1"), HostRecord("h2")], aggs)
+    snap.set_aggregates(aggs[1:])
+    assert all(len(snap.aggregates_of_signature(code)) <= 1
+               for code in range(len(snap.table("aggregates"))))
+    from berth.host_state import Hosts
+
+    hosts = Hosts(WorkingSet(snap, 0.0), np.arange(2))
+    assert weight_multipliers_all_hosts(hosts, "ram_weight_multiplier", 1.0).tolist() == [1.0, 1.0]

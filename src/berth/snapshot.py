@@ -764,8 +764,14 @@ class HostSnapshot:
         self._changed(structure=False)
 
     def set_aggregates(self, aggregates: Sequence[Aggregate]) -> None:
-        """Replace the aggregate list and recompute every row's membership."""
+        """Replace the aggregate list and recompute every row's membership.
+
+        The membership signatures are interned afresh: they hold indexes into the
+        aggregate list, so those of the old list must not outlive it (an aggregate
+        deleted would leave a signature pointing past the end, which every
+        per-signature evaluation visits)."""
         self.aggregates = list(aggregates)
+        self._interned["aggregates"] = Interned(len(self._interned["aggregates"].codes))
         col = self._interned["aggregates"]
         col.codes[: self._n] = self._index_membership(self._obj["host"][: self._n].tolist())
         self._changed()
