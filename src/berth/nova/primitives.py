@@ -160,7 +160,10 @@ def instance_group_from_primitive(value: Any, where: str = "instance_group") -> 
         raise PrimitiveError(f"{where}.policy: expected one of "
                              f"{', '.join(InstanceGroup.VALID_POLICIES)}, got {policy!r}",
                              field=where)
-    rules = _opt(d, "rules", {})
+    # The object keeps its rules in ``_rules`` (string values); older minors in ``rules``.
+    rules = _opt(d, "_rules", None) or _opt(d, "rules", {})
+    if not isinstance(rules, Mapping):
+        raise PrimitiveError(f"{where}.rules: expected an object", field=where)
     return InstanceGroup(policy=policy, uuid=str(_opt(d, "uuid", "")), name=str(_opt(d, "name", "")),
                          rules=dict(rules), members=_strings(d.get("members"), f"{where}.members"),
                          hosts=_strings(d.get("hosts"), f"{where}.hosts"),
