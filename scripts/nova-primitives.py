@@ -15,8 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-from nova import objects
 from nova.objects import base
+
+from nova import objects
 
 objects.register_all()
 

@@ -68,3 +68,12 @@ def test_members_that_were_not_built_leave_the_group_and_the_others_stay(
     group = stack.groups.get(GROUP_UUID)
     assert group is not None and group.members == [MEMBER, "m2"]
     assert stack.groups.get("bbbbbbbb-0000-4000-8000-000000000001") is None
+
+
+def test_the_groups_of_a_member_are_found_without_reading_them_all(stack: Stack) -> None:
+    stack.groups.put(InstanceGroup("anti-affinity", uuid="g1", name="a", members=["i-1", "i-2"]))
+    stack.groups.put(InstanceGroup("affinity", uuid="g2", name="b", members=["i-1"]))
+    stack.groups.put(InstanceGroup("affinity", uuid="g3", name="c", members=["i-10", "x%_"]))
+    assert sorted(g.uuid for g in stack.groups.of_member("i-1")) == ["g1", "g2"]
+    assert [g.uuid for g in stack.groups.of_member("x%_")] == ["g3"]
+    assert stack.groups.of_member("%") == []

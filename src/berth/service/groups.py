@@ -158,6 +158,15 @@ class ServerGroupStore:
         return [_group(r) for r in rows]
 
     @retried(safe=True)
+    def of_member(self, instance_uuid: str) -> list[InstanceGroup]:
+        """The groups ``instance_uuid`` is a member of (the database narrows the rows by
+        the text of their member lists; each is then read exactly)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(server_groups).where(
+                server_groups.c.members.contains(instance_uuid, autoescape=True))).all()
+        return [g for g in map(_group, rows) if instance_uuid in g.members]
+
+    @retried(safe=True)
     def get(self, uuid: str) -> InstanceGroup | None:
         """The group ``uuid`` as stored now, or None."""
         with self.engine.connect() as conn:
