@@ -146,3 +146,20 @@ def test_the_service_freezes_its_long_lived_heap_unless_told_not_to(
     finally:
         gc.unfreeze()
         stack.close()
+
+
+def test_a_disabled_compute_is_explained_as_disabled_both_ways(stack: Stack) -> None:
+    """Placement leaves a disabled compute out for its COMPUTE_STATUS_DISABLED trait;
+    through the API, where placement gives no reasons, the explanation says so too
+    rather than guessing at capacity."""
+    agents = stack.register_hosts([
+        ComputeNodeSpec(host="on", vcpus=8, memory_mb=8192, local_gb=100),
+        ComputeNodeSpec(host="off", vcpus=8, memory_mb=8192, local_gb=100)])
+    agents[1].set_disabled(True, "maintenance")
+    service = stack.scheduler(seed=1)
+    spec = RequestSpec(flavor=Flavor(name="f", vcpus=1, memory_mb=512, root_gb=1, id=1),
+                       project_id="p", user_id="u")
+    decision = service.select_destinations(spec, explain=True)
+    assert decision.selections[0][0].service_host == "on"
+    assert _placement_reasons(decision.diagnosis) == {
+        "off": "compute service disabled (trait COMPUTE_STATUS_DISABLED)"}

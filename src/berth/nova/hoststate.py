@@ -134,8 +134,11 @@ def record_of(node: Mapping[str, Any], service: Mapping[str, Any] | None, cell_u
     from berth.hardware.numa import NUMATopology
     from berth.hardware.pci import PciDeviceStats
 
+    # As Nova's HostState: the smaller of free_disk_gb and disk_available_least.
+    free_disk_gb = node.get("free_disk_gb") or 0
     least = node.get("disk_available_least")
-    free_disk_gb = least if least is not None else node.get("free_disk_gb") or 0
+    if least is not None:
+        free_disk_gb = min(least, free_disk_gb)
     numa = numa_dict(node.get("numa_topology"))
     topology = NUMATopology.from_dict(numa) if numa is not None else None
     pools = pci_pools(node.get("pci_stats"))

@@ -335,9 +335,15 @@ def placement_rejections(
 
         estimate = InMemoryPlacement(snapshot, config).candidates(
             spec, np.asarray(left, dtype=np.int64)).rejections
+    # A disabled service's provider carries COMPUTE_STATUS_DISABLED, which every boot
+    # forbids (the compute_status request filter): that, not a capacity estimate, is why.
+    disabled = snapshot.num("service_disabled")
+    status = Reject("compute service disabled", {"trait": "COMPUTE_STATUS_DISABLED"})
     for row in left:
         if known is not None and uuids[row] not in known:
             out[row] = missing
+        elif known is None and disabled[row] == 1:
+            out[row] = status
         else:
             out[row] = estimate.get(row, generic)
     return out
