@@ -12,7 +12,7 @@ KEYSTONE_STAMP := $(KEYSTONE_VENV)/.installed
 # The real Placement 16 the parity tests compare with, likewise.
 PLACEMENT_VENV := .venv-placement
 PLACEMENT_STAMP := $(PLACEMENT_VENV)/.installed
-PEERS := $(KEYSTONE_STAMP) $(PLACEMENT_STAMP)
+PEERS = $(KEYSTONE_STAMP) $(PLACEMENT_STAMP) $(NOVA_STAMP)
 
 .PHONY: run test lint typecheck unit bench install keystone-env placement-env placement-gabbi nova-env nova-options browser clean
 

@@ -1,9 +1,11 @@
 """Berth as the only scheduler of a real Nova 34 (nova-api, nova-conductor, three
-nova-compute on fake drivers, MariaDB, RabbitMQ, Keystone; :mod:`peers.nova`), driven
-through Nova's own API. Every scenario also runs with the real nova-scheduler first,
-and Berth's outcome must be the same.
+nova-compute on fake drivers, MariaDB, RabbitMQ, Keystone, a Keystone-protected Placement
+found through the catalog; :mod:`peers.nova`), driven through Nova's own API. Two
+``berth nova-scheduler`` processes run side by side. Every scenario also runs with the
+real nova-scheduler first, and Berth's outcome must be the same.
 
-Hosts: ``c1`` and ``c2`` (fake.SmallFakeDriver: 2 vCPU, 8 GiB, 1 TB), and ``c3``
+Hosts: ``c1`` and ``c2`` (fake.SmallFakeDriver: 2 vCPU, 8 GiB, 1 TB; c2 reserves more
+memory, so the RAM weigher never ties them), and ``c3``
 (fake.FakeRescheduleDriver: huge, so the weighers prefer it, but the first build of each
 instance fails there). ``c3`` stays disabled except in the reschedule scenario.
 """
@@ -20,7 +22,6 @@ import pytest
 from peers.nova import Compute, NovaStack, available
 
 IMAGE = "155d900f-4e14-4e4c-a73d-069cbf4541e6"
-PLACEMENT = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
 #: Each scenario's outcome per scheduler, to compare Berth's with Nova's.
 OUTCOMES: dict[str, dict[str, Any]] = {"nova": {}, "berth": {}}
 
@@ -34,6 +35,7 @@ class Cloud:
     def __init__(self, stack: NovaStack) -> None:
         self.stack = stack
         self.api = stack.client()
+        self.placement = stack.placement_headers()
         self.flavors: dict[str, str] = {}
         for name, ram, vcpus in (("tiny", 512, 1), ("small", 2048, 1), ("huge", 16384, 1)):
             made = self.call("POST", "/flavors", {"flavor": {
@@ -75,10 +77,10 @@ class Cloud:
 
     def allocations(self, consumer: str) -> dict[str, dict[str, int]]:
         """The consumer's allocations by compute host name."""
-        url = self.stack.placement_url
-        held = httpx.get(f"{url}/allocations/{consumer}", headers=PLACEMENT).json()
+        url, headers = self.stack.placement_url, self.placement
+        held = httpx.get(f"{url}/allocations/{consumer}", headers=headers).json()
         names = {p["uuid"]: p["name"] for p in httpx.get(
-            f"{url}/resource_providers", headers=PLACEMENT).json()["resource_providers"]}
+            f"{url}/resource_providers", headers=headers).json()["resource_providers"]}
         return {names[rp]: body["resources"] for rp, body in held["allocations"].items()}
 
     def delete(self, *servers: str) -> None:
@@ -105,9 +107,16 @@ class Cloud:
 def cloud(request: pytest.FixtureRequest,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
     work = tmp_path_factory.mktemp(f"dropin-{request.param}")
-    stack = NovaStack(work, [Compute("c1"), Compute("c2"),
+    # Two Berth schedulers side by side, as nova-schedulers run: calls alternate.
+    # Decisions must not hang on ties, whose order Nova leaves to a per-process hash: c2
+    # reserves 1,300 MB (free RAM never equal to c1's in steps of 512 MB) and only the
+    # RAM weigher of the resource weighers counts.
+    stack = NovaStack(work, [Compute("c1"),
+                             Compute("c2", options={"reserved_host_memory_mb": "1300"}),
                              Compute("c3", "fake.FakeRescheduleDriver")],
-                      scheduler=request.param)
+                      scheduler=request.param, schedulers=2 if request.param == "berth" else 1,
+                      options={"filter_scheduler": {"cpu_weight_multiplier": "0.0",
+                                                    "disk_weight_multiplier": "0.0"}})
     try:
         stack.start()
         cloud = Cloud(stack)
@@ -139,7 +148,8 @@ def test_boot_one_and_several(cloud: Cloud) -> None:
         assert cloud.allocations(s["id"]) == {cloud.host(s): {
             "VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 1}}
     hosts = sorted(cloud.host(s) or "" for s in servers)
-    assert set(hosts) == {"c1", "c2"}  # spread by the RAM weigher; c3 is disabled
+    # Spread by the weighers over c1 and c2 (c3 is disabled); c1 has more free RAM.
+    assert set(hosts) == {"c1", "c2"} and host == "c1"
     record(cloud, "boot", {"one": host, "many": hosts})
     cloud.delete(one, *many)
     assert cloud.allocations(one) == {}
@@ -244,3 +254,11 @@ def test_a_failed_build_is_rescheduled_onto_an_alternate(cloud: Cloud) -> None:
         cloud.delete(server)
     finally:
         cloud.service("c3", "disabled")
+
+
+def test_both_berth_schedulers_took_calls(cloud: Cloud) -> None:
+    """The shared ``scheduler`` queue hands calls to both processes in turn."""
+    if cloud.scheduler != "berth":  # type: ignore[attr-defined]
+        pytest.skip("one nova-scheduler runs in the reference stack")
+    for name in ("scheduler", "scheduler-2"):
+        assert "berth.nova.rpc" in cloud.stack.log(name).read_text(), name

@@ -120,6 +120,19 @@ class Keystone:
         self._ids = {"projects": projects}
         http.close()
 
+    def add_endpoint(self, name: str, service_type: str, url: str) -> None:
+        """List a service in the catalog with a public endpoint in ``RegionOne``."""
+        with httpx.Client(base_url=self.url, timeout=30,
+                          headers={"X-Auth-Token": self.token("admin")}) as http:
+            if http.get("/regions/RegionOne").status_code == 404:
+                http.post("/regions", json={"region": {"id": "RegionOne"}}).raise_for_status()
+            service = http.post("/services", json={"service": {
+                "name": name, "type": service_type}})
+            service.raise_for_status()
+            http.post("/endpoints", json={"endpoint": {
+                "service_id": service.json()["service"]["id"], "interface": "public",
+                "region_id": "RegionOne", "url": url}}).raise_for_status()
+
     def authtoken_section(self) -> str:
         """``[keystone_authtoken]`` for a server that validates tokens as ``berth``."""
         return ("[keystone_authtoken]\n"

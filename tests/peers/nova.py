@@ -7,8 +7,9 @@ All of them run on MariaDB and RabbitMQ as on this machine. Beside them:
 
 * Keystone (:mod:`peers.keystone`; Nova 34's API has no noauth2 any more): nova-api
   validates the tests' tokens there;
-* Berth's own Placement API (``berth placement serve``, noauth2; Nova's services reach
-  it with ``auth_type = admin_token``);
+* Berth's own Placement API (``berth placement serve``), protected by that Keystone and
+  listed in its catalog: Nova's services and the scheduler find it there and
+  authenticate with ``[placement]`` password credentials, as in a real deployment;
 * stand-ins for Glance and Neutron (:mod:`peers.novafakes`).
 
 Each run has its own RabbitMQ virtual host and its own databases
@@ -95,6 +96,8 @@ class NovaStack:
     scheduler: str = "berth"
     #: Options added to every service's nova.conf: {section: {option: value}}.
     options: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Scheduler processes side by side (calls shared round-robin on topic scheduler).
+    schedulers: int = 1
     run: str = field(default_factory=lambda: f"berthnova_{uuid.uuid4().hex[:8]}")
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
@@ -174,12 +177,20 @@ class NovaStack:
             self._wait_port(self.ports[kind], kind)
 
     def _placement(self) -> None:
+        conf = self.workdir / "placement.conf"
+        conf.write_text("[api]\nauth_strategy = keystone\n" + self.keystone.authtoken_section())
         with open(self.log("placement"), "ab") as out:
             self.procs["placement"] = subprocess.Popen(
-                [sys.executable, "-m", "berth.cli", "placement", "serve", "--auth-strategy",
-                 "noauth2", "--port", str(self.ports["placement"]), "--db",
+                [sys.executable, "-m", "berth.cli", "placement", "serve", "--config-file",
+                 str(conf), "--port", str(self.ports["placement"]), "--db",
                  f"sqlite:///{self.workdir}/placement.sqlite"], stdout=out, stderr=out)
         wait_up(self.placement_url + "/", self.procs["placement"], self.log("placement"))
+        self.keystone.add_endpoint("placement", "placement", self.placement_url)
+
+    def placement_headers(self) -> dict[str, str]:
+        """Headers of an admin's call to Placement."""
+        return {"X-Auth-Token": self.keystone.token("admin"),
+                "OpenStack-API-Version": "placement 1.39"}
 
     def _write_conf(self) -> None:
         shutil.copy(VENV / "etc" / "nova" / "api-paste.ini", self.workdir / "api-paste.ini")
@@ -193,8 +204,11 @@ class NovaStack:
             "api": {"auth_strategy": "keystone"},
             "api_database": {"connection": self.db("api")},
             "database": {"connection": self.db("cell1")},
-            "placement": {"auth_type": "admin_token", "token": "admin",
-                          "endpoint_override": self.placement_url},
+            "placement": {"auth_type": "password", "auth_url": self.keystone.url,
+                          "username": "berth", "password": "secret",
+                          "project_name": "service", "user_domain_name": "Default",
+                          "project_domain_name": "Default", "region_name": "RegionOne",
+                          "valid_interfaces": "public"},
             "glance": {"endpoint_override": f"http://127.0.0.1:{self.ports['glance']}",
                        "num_retries": "0"},
             "neutron": {"auth_type": "admin_token", "token": "admin",
@@ -249,7 +263,7 @@ class NovaStack:
             self._check_alive()
             try:
                 providers = httpx.get(self.placement_url + "/resource_providers",
-                                      headers={"X-Auth-Token": "admin"}, timeout=5).json()
+                                      headers=self.placement_headers(), timeout=5).json()
                 if len(providers.get("resource_providers", [])) >= want:
                     self.manage("cell_v2", "discover_hosts")
                     return
@@ -260,12 +274,15 @@ class NovaStack:
 
     def start_scheduler(self) -> None:
         conf = str(self.workdir / "nova.conf")
-        if self.scheduler == "nova":
-            self._spawn("scheduler", [str(VENV / "bin" / "nova-scheduler"), "--config-file", conf])
-        else:
-            self._spawn("scheduler", [sys.executable, "-m", "berth.cli", "nova-scheduler",
-                                      "--config-file", conf, "--explain"],
-                        env={"PYTHONUNBUFFERED": "1"})
+        for i in range(1, self.schedulers + 1):
+            name = "scheduler" if i == 1 else f"scheduler-{i}"
+            host = ["--host", f"{self.scheduler}-sched-{i}"] if self.scheduler == "berth" else []
+            if self.scheduler == "nova":
+                self._spawn(name, [str(VENV / "bin" / "nova-scheduler"), "--config-file", conf])
+            else:
+                self._spawn(name, [sys.executable, "-m", "berth.cli", "nova-scheduler",
+                                   "--config-file", conf, "--explain", *host],
+                            env={"PYTHONUNBUFFERED": "1"})
         self._wait_scheduler()
 
     def _wait_scheduler(self, timeout: float = 120) -> None:
@@ -307,7 +324,8 @@ class NovaStack:
             time.sleep(0.1)
 
     def stop_scheduler(self) -> None:
-        stop(self.procs.pop("scheduler", None))
+        for name in [n for n in self.procs if n.startswith("scheduler")]:
+            stop(self.procs.pop(name))
 
     # ---------------------------------------------------------------- the API
     def client(self, user: str = "admin") -> httpx.Client:
