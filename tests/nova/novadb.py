@@ -70,7 +70,8 @@ def service_row(service_id: int, host: str, **extra: Any) -> dict[str, Any]:
 
 def seed(api: Any, cells: dict[str, Any]) -> None:
     hs.NOVA_TABLES.create_all(api, tables=[hs.cell_mappings, hs.aggregates,
-                                           hs.aggregate_hosts, hs.aggregate_metadata])
+                                           hs.aggregate_hosts, hs.aggregate_metadata,
+                                           hs.host_mappings])
     for engine in cells.values():
         hs.NOVA_TABLES.create_all(engine, tables=[hs.compute_nodes, hs.services, hs.instances])
     with api.begin() as conn:

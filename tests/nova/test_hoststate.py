@@ -167,3 +167,19 @@ def test_the_feed_reads_mariadb_as_nova_keeps_it(tmp_path: Path) -> None:
             for name in names.values():
                 conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
         admin.dispose()
+
+
+def test_new_compute_hosts_are_mapped_to_their_cells_once(feed: Any) -> None:
+    nova, env = feed
+    with env["api"].begin() as conn:
+        conn.execute(sa.insert(hs.host_mappings), [{"id": 1, "cell_id": 2, "host": "a1"}])
+    assert sorted(nova.discover_hosts()) == ["a2", "a3", "b1"]
+    with env["api"].connect() as conn:
+        rows = conn.execute(sa.select(hs.host_mappings.c.host, hs.host_mappings.c.cell_id)
+                            .order_by(hs.host_mappings.c.host)).all()
+    assert [tuple(r) for r in rows] == [("a1", 2), ("a2", 2), ("a3", 2), ("b1", 3)]
+    with env["cells"][CELL1].connect() as conn:
+        flags = dict(conn.execute(sa.select(hs.compute_nodes.c.host, hs.compute_nodes.c.mapped)
+                                  ).all())
+    assert flags == {"a1": 1, "a2": 1, "a3": 1, "gone": None}  # a deleted node stays out
+    assert nova.discover_hosts() == []

@@ -19,7 +19,9 @@ max_placement_results``, and ``PUT /allocations`` with the consumer generation, 
 on a generation conflict and removed again on failure. Any number of these processes
 may run side by side, as nova-schedulers do.
 
-SIGHUP reads the cells again and then every host, as nova-scheduler's reset does.
+SIGHUP reads the cells again and then every host, as nova-scheduler's reset does. With
+``[scheduler] discover_hosts_in_cells_interval`` > 0, new compute hosts are mapped to
+their cells that often (every Berth scheduler may do it; a mapping is made once).
 SIGTERM and SIGINT stop it. ``--explain`` logs every decision's explanation at INFO,
 keyed by instance uuid.
 """
@@ -151,6 +153,16 @@ def build(files: Sequence[str], *, seed: int | None = None, explain: bool = Fals
             "endpoint": endpoint, "bus": bus, "clients": [client, candidates]}
 
 
+def _discover(feed: Any, interval: float, stop: threading.Event) -> None:
+    """Map new compute hosts to their cells every ``interval`` seconds
+    (``[scheduler] discover_hosts_in_cells_interval``)."""
+    while not stop.wait(interval):
+        try:
+            feed.discover_hosts()
+        except Exception:  # the databases may be away for a while: try again next time
+            LOG.exception("discovering hosts failed")
+
+
 def cmd_nova_scheduler(args: argparse.Namespace) -> int:
     """Serve until SIGTERM; SIGHUP resets."""
     from berth.nova.rpc import serve
@@ -186,6 +198,10 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGHUP, _reset)
+        interval = parts["config"].scheduler.discover_hosts_in_cells_interval
+        if interval > 0:
+            threading.Thread(target=_discover, args=(feed, interval, stop),
+                             name="berth-discover-hosts", daemon=True).start()
         while not stop.wait(1.0):
             pass
     finally:

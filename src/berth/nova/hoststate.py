@@ -215,6 +215,10 @@ cell_mappings = sa.Table(
     "cell_mappings", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("uuid", sa.String(36)), sa.Column("name", sa.String(255)),
     sa.Column("database_connection", sa.Text), sa.Column("disabled", sa.Boolean))
+host_mappings = sa.Table(
+    "host_mappings", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("cell_id", sa.Integer), sa.Column("host", sa.String(255), unique=True),
+    sa.Column("created_at", sa.DateTime), sa.Column("updated_at", sa.DateTime))
 aggregates = sa.Table(
     "aggregates", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("uuid", sa.String(36)), sa.Column("name", sa.String(255)))
@@ -245,7 +249,7 @@ compute_nodes = sa.Table(
                                        "numa_topology", "pci_stats")),
     *(sa.Column(c, sa.Float) for c in ("cpu_allocation_ratio", "ram_allocation_ratio",
                                         "disk_allocation_ratio")),
-    *_stamps())
+    sa.Column("mapped", sa.Integer), *_stamps())
 services = sa.Table(
     "services", NOVA_TABLES, sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("host", sa.String(255)), sa.Column("binary", sa.String(255)),
@@ -296,6 +300,46 @@ class NovaFeed:
         self._dirty = True
 
     # ---------------------------------------------------------------- cells
+    def discover_hosts(self) -> list[str]:
+        """What ``[scheduler] discover_hosts_in_cells_interval`` makes nova-scheduler do
+        (and ``nova-manage cell_v2 discover_hosts``): every compute node a cell holds that
+        is not mapped yet gets a host mapping to its cell in the API database, and is
+        marked mapped. Several schedulers may run it at once: a host mapped meanwhile by
+        another is left as it is (the mapping's host is unique). Returns the hosts mapped."""
+        with self._lock:
+            if not self.cells:
+                self.load_cells()
+            cells = list(self.cells.values())
+        with self.api.connect() as conn:
+            ids = {str(r.uuid): int(r.id) for r in conn.execute(
+                sa.select(cell_mappings.c.id, cell_mappings.c.uuid))}
+        mapped: list[str] = []
+        for cell in cells:
+            cell_id = ids.get(cell.uuid)
+            if cell_id is None:
+                continue
+            with cell.engine.connect() as conn:
+                fresh = conn.execute(sa.select(compute_nodes.c.id, compute_nodes.c.host).where(
+                    sa.func.coalesce(compute_nodes.c.mapped, 0) < 1,
+                    compute_nodes.c.deleted == 0)).all()
+            for node_id, host in fresh:
+                now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+                try:
+                    with self.api.begin() as conn:
+                        if conn.execute(sa.select(host_mappings.c.id).where(
+                                host_mappings.c.host == host)).first() is None:
+                            conn.execute(sa.insert(host_mappings).values(
+                                cell_id=cell_id, host=host, created_at=now))
+                            mapped.append(str(host))
+                except sa.exc.IntegrityError:  # another scheduler mapped it just now
+                    pass
+                with cell.engine.begin() as conn:
+                    conn.execute(sa.update(compute_nodes).where(compute_nodes.c.id == node_id)
+                                 .values(mapped=1))
+        if mapped:
+            LOG.info("discovered and mapped compute hosts: %s", ", ".join(mapped))
+        return mapped
+
     def load_cells(self) -> None:
         """(Re)read ``cell_mappings``: the cells to read hosts from; on SIGHUP too."""
         with self.api.connect() as conn:
