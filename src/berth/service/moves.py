@@ -393,9 +393,13 @@ class MoveService:
         return answer
 
     def _provider_names(self, allocations: Mapping[str, Any]) -> dict[str, str]:
-        """``host/node`` of every provider the allocations use (for people reading)."""
-        snapshot = self.scheduler.refresh()
+        """``host/node`` of every provider the allocations use (for people reading). A
+        row's host and node never change, so the snapshot is refreshed (which reads every
+        report since the last request) only when a provider is not in it yet."""
         rows = self.scheduler.feed.uuid_rows
+        wanted = {rp for held in allocations.values() for rp in held}
+        snapshot = (self.scheduler.feed.snapshot if all(rp in rows for rp in wanted)
+                    else self.scheduler.refresh())
         names: dict[str, str] = {}
         for held in allocations.values():
             for rp in held:
