@@ -703,3 +703,24 @@ def test_a_host_placement_refused_for_capacity_is_not_asked_again_in_the_request
         instance_uuids=new_instance_uuids(rng, 6))
     assert [h for h, _ in decision.hosts] == ["a", "a", "b", "b", "b", "b"]
     assert asked.count("a/a") == 3  # two claims, one refusal
+
+
+def test_no_valid_host_names_the_step_that_left_no_host():
+    """The filter that removed the last hosts, for metrics and replays (``emptied_by``)."""
+    from berth.config import SchedulerConfig
+    from berth.errors import NoValidHost
+    from berth.model import Flavor, RequestSpec, ServiceRecord
+    from berth.pipeline import Scheduler
+    from berth.snapshot import HostRecord, HostSnapshot
+
+    snap = HostSnapshot.from_records([
+        HostRecord("a", total_usable_ram_mb=4096, free_ram_mb=4096, vcpus_total=4,
+                   service=ServiceRecord("a", disabled=True, last_seen_up=1.0)),
+    ])
+    spec = RequestSpec(flavor=Flavor(name="f", vcpus=1, memory_mb=512))
+    import random
+
+    with pytest.raises(NoValidHost) as info:
+        Scheduler(SchedulerConfig.default()).select_destinations(
+            spec, snap, now=2.0, rng=random.Random(1))
+    assert info.value.emptied_by == "ComputeFilter"

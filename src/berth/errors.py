@@ -184,6 +184,9 @@ class NoValidHost(SchedulingError):
         #: The (host, node) each of those ``fitted`` instances had found, in order (in
         #: process only: what-if and capacity read it; it does not cross the wire).
         self.placed: list[tuple[str, str]] = []
+        #: The step that left the last instance tried no host (a filter's name, or
+        #: "claims"), when the hosts ran out in the core.
+        self.emptied_by: str | None = None
         #: And the (instance uuid, allocation request) each had claimed (released).
         self.claimed: list[tuple[str, dict[str, Any]]] = []
         self.cause = cause
@@ -305,4 +308,6 @@ def error_dict(exc: BerthError) -> dict[str, Any]:
             body["cause"] = exc.cause
         if exc.rejections:
             body["rejections"] = dict(exc.rejections)
+        if exc.emptied_by:
+            body["emptied_by"] = exc.emptied_by
     return body

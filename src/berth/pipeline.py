@@ -148,6 +148,9 @@ class _Request:
     validated: set[int] = field(default_factory=set)
     #: Hosts each filter removed, summed over the instances.
     rejected: dict[str, int] = field(default_factory=dict)
+    #: The step that left the current instance no host: a filter's name, or "claims"
+    #: when hosts were left but placement refused each of their claims.
+    emptied_by: str | None = None
     #: The bulk view of the last host list filtered or ranked: the next filter, the
     #: ranker and the next instance share it (and its interned codes) while no host is
     #: filtered out (the pipeline passes the very same array then).
@@ -658,12 +661,14 @@ class Scheduler:
                         considered = req.placement_step.hosts_in
                     req.current = InstanceDiagnosis(index, instance_uuid, hosts_considered=considered)
                     req.diagnosis.instances.append(req.current)
+                req.emptied_by = None
                 order = self._sorted_hosts(req, self._next_input(hosts), index)
                 hosts = order
                 if len(order) == 0:
                     break
                 row, alloc_req = self._claim(req, order, instance_uuid, claimer)
                 if row is None:
+                    req.emptied_by = "claims"
                     break
                 if claiming and instance_uuid:
                     claimed_uuids.append(instance_uuid)
@@ -688,6 +693,7 @@ class Scheduler:
                                       diagnosis=req.diagnosis, cause="hosts",
                                       rejections=req.rejected)
                 refused.fitted, refused.requested = len(claimed_rows), num_instances
+                refused.emptied_by = req.emptied_by
                 refused.placed = [(snapshot.obj("host")[row], snapshot.obj("nodename")[row])
                                   for row in claimed_rows]
                 refused.claimed = [(uuid, alloc) for uuid, alloc
@@ -945,6 +951,8 @@ class Scheduler:
         kept = rows if bool(mask.all()) else rows[mask]
         if len(kept) != len(rows):
             req.rejected[name] = req.rejected.get(name, 0) + len(rows) - len(kept)
+            if len(kept) == 0:
+                req.emptied_by = name
         if req.current is not None:
             step = FilterStep(name, len(rows), len(kept))
             snapshot = req.ws.snapshot

@@ -241,6 +241,8 @@ def test_hosts_appear_without_a_restart_and_a_cell_after_sighup(
      "[placement]: neither auth_type nor endpoint_override is set"),
     ("[api_database]\nconnection = sqlite://\n[placement]\nendpoint_override = http://x\n",
      "cannot read Nova's databases: (sqlite3.OperationalError) no such table: cell_mappings"),
+    ("[api_database]\nconnection = not a url\n[placement]\nendpoint_override = http://x\n",
+     "[api_database] connection: Could not parse SQLAlchemy URL from given URL string"),
 ])
 def test_bad_configuration_is_one_line(tmp_path: Path, text: str, message: str) -> None:
     conf = tmp_path / "nova.conf"

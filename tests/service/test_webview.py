@@ -74,6 +74,9 @@ def test_what_if_of_a_boot_that_cannot_fit_says_why(served: str) -> None:
     body = answer.json()
     assert body["error"]["code"] == "berth.scheduling.no_valid_host"
     assert body["error"]["cause"] == "hosts" and body["diagnosis"]["instances"]
+    member = httpx.post(served + "/what-if", headers={"X-Auth-Token": "demo:demo"},
+                        json={"flavor": "small"})
+    assert member.status_code == 403  # host by host detail is the operators', by default
     bad = httpx.post(served + "/what-if", headers=H, json={"flavor": "nope"})
     assert bad.status_code == 400 and "flavor" in bad.json()["error"]["message"]
 

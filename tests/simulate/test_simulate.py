@@ -87,6 +87,8 @@ def test_a_replay_counts_refusals_by_cause_and_keeps_policies(files: tuple[str, 
     assert result.causes and sum(result.causes.values()) == \
         result.instances_requested - result.instances_accepted
     assert result.first_refusal is not None and result.first_refusal["id"] == "bulk-2"
+    # Placement offered hosts for the request, whose claims ran out of room one by one.
+    assert result.causes == {"claims": 6} and result.first_refusal["cause"] == "claims"
     assert result.deletes == 3 and result.deletes_of_refused == 1
     # Anti-affinity: the live members of "web" are on different hosts.
     web = groups["web"]

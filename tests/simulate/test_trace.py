@@ -20,6 +20,7 @@ from berth.simulate.trace import (
 )
 
 HEADER = "time,event,id,flavor,image,num,group,policy,hints,project\n"
+OTHER = "2b8f9c3e-0000-4000-8000-000000000009"
 
 
 def write(tmp_path: Path, text: str, name: str = "t.csv") -> str:
@@ -31,7 +32,7 @@ def write(tmp_path: Path, text: str, name: str = "t.csv") -> str:
 def test_a_csv_trace_is_read_in_time_order_with_its_columns(tmp_path: Path) -> None:
     path = write(tmp_path, HEADER + "# a comment line\n"
                  "5,delete,a,,,,,,,\n"
-                 "0,create,a,m1.small,cirros,2,web,anti-affinity,\"{\"\"different_host\"\": [\"\"b\"\"]}\",p1\n"
+                 "0,create,a,m1.small,cirros,2,web,anti-affinity,\"{\"\"different_host\"\": [\"\"" + OTHER + "\"\"]}\",p1\n"
                  "1,create,b,m1.large,,,,,,\n")
     trace = read_csv(path)
     assert [(e.time, e.kind, e.id) for e in trace.events] == [
@@ -39,7 +40,7 @@ def test_a_csv_trace_is_read_in_time_order_with_its_columns(tmp_path: Path) -> N
     a = trace.events[0]
     assert (a.flavor, a.image, a.num, a.group, a.policy, a.project) == (
         "m1.small", "cirros", 2, "web", "anti-affinity", "p1")
-    assert a.hints == {"different_host": ["b"]}
+    assert a.hints == {"different_host": [OTHER]}
     assert trace.events[1].num == 1 and trace.duration == 5.0
 
 
@@ -164,16 +165,17 @@ def test_the_azure_packing_trace_becomes_events_and_flavors(tmp_path: Path) -> N
 
 def test_a_bad_azure_trace_is_one_line(tmp_path: Path) -> None:
     path = azure_db(tmp_path / "azure.sqlite")
+    machine = AzureMachine(32, 131072, 1000)
     with pytest.raises(InputError, match="--azure-machine-id: 5 is not a machineId"):
-        load_trace(path, machine_id=5)
+        load_trace(path, machine=machine, machine_id=5)
     with pytest.raises(InputError, match="vmTypeId 11 has no vmType row for machineId 1"):
-        load_trace(path, machine_id=1)
+        load_trace(path, machine=machine, machine_id=1)
     db = sqlite3.connect(tmp_path / "other.sqlite")
     db.execute("CREATE TABLE x (a)")
     db.commit()
     db.close()
     with pytest.raises(InputError, match="table vmType"):
-        load_trace(str(tmp_path / "other.sqlite"))
+        load_trace(str(tmp_path / "other.sqlite"), machine=machine)
     with pytest.raises(InputError, match="--azure-machine: expected VCPUS,MEMORY_MB,DISK_GB"):
         AzureMachine.parse("32,0,1")
 
@@ -188,3 +190,21 @@ def test_trace_generate_writes_a_csv(tmp_path: Path, capsys: pytest.CaptureFixtu
                  "-o", str(out)]) == 3
     assert capsys.readouterr().err.strip() == (
         "error: --rate: expected creates per second > 0, got 0.0")
+
+
+def test_a_hint_naming_no_earlier_id_is_refused_before_the_replay(tmp_path: Path) -> None:
+    text = (HEADER + "0,create,a,m1.small,,,,,,\n"
+            "1,create,b,m1.small,,,,,\"{\"\"same_host\"\": [\"\"a\"\"]}\",\n"
+            "2,create,c,m1.small,,,,,\"{\"\"different_host\"\": "
+            "[\"\"2b8f9c3e-0000-4000-8000-000000000001\"\"]}\",\n")
+    assert len(read_csv(write(tmp_path, text)).events) == 3
+    bad = HEADER + "0,create,a,m1.small,,,,,\"{\"\"same_host\"\": [\"\"later\"\"]}\",\n" \
+        "1,create,later,m1.small,,,,,,\n"
+    with pytest.raises(InputError, match="'a' at t=0: hints.same_host: 'later' is neither an "
+                                         "earlier id of the trace nor an instance uuid"):
+        read_csv(write(tmp_path, bad))
+
+
+def test_an_azure_trace_needs_its_machine(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="--azure-machine: the trace's sizes are fractions"):
+        load_trace(azure_db(tmp_path / "azure.sqlite"))

@@ -37,6 +37,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import exc as sa_exc
+
 from berth.errors import BerthError, ConfigError
 
 LOG = logging.getLogger("berth.nova")
@@ -138,17 +140,30 @@ def build(files: Sequence[str], *, seed: int | None = None, explain: bool = Fals
     config = SchedulerConfig.from_files(list(files))
     options = NovaOptions(files)
     url, auth = placement_endpoint(files)
-    client = PlacementClient(url, auth=auth)
-    candidates = PlacementClient(url, auth=auth, microversion=CANDIDATES_MICROVERSION)
-    feed = NovaFeed(options.api_url, options.main_url)
-    service = SchedulerService(config, feed, PlacementCandidates(candidates),  # type: ignore[arg-type]
-                               PlacementClaimer(client), seed=seed)
-    endpoint = NovaSchedulerEndpoint(service, feed, explain=explain)
-    bus = Bus(config_files=list(files), exchange=EXCHANGE)
-    if bus.embedded:
-        bus.close()
-        raise ConfigError("[DEFAULT] transport_url: not set; a Nova deployment's scheduler "
-                          "needs its message bus", field="[DEFAULT] transport_url")
+    opened: list[Any] = []
+    try:
+        client = PlacementClient(url, auth=auth)
+        opened.append(client)
+        candidates = PlacementClient(url, auth=auth, microversion=CANDIDATES_MICROVERSION)
+        opened.append(candidates)
+        try:
+            feed = NovaFeed(options.api_url, options.main_url)
+        except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
+            raise ConfigError(f"[api_database] connection: {str(exc).splitlines()[0]}",
+                              field="[api_database] connection") from None
+        opened.append(feed)
+        service = SchedulerService(config, feed, PlacementCandidates(candidates),  # type: ignore[arg-type]
+                                   PlacementClaimer(client), seed=seed)
+        endpoint = NovaSchedulerEndpoint(service, feed, explain=explain)
+        bus = Bus(config_files=list(files), exchange=EXCHANGE)
+        if bus.embedded:
+            bus.close()
+            raise ConfigError("[DEFAULT] transport_url: not set; a Nova deployment's "
+                              "scheduler needs its message bus", field="[DEFAULT] transport_url")
+    except BaseException:
+        for thing in opened:
+            thing.close()
+        raise
     return {"config": config, "options": options, "feed": feed, "service": service,
             "endpoint": endpoint, "bus": bus, "clients": [client, candidates]}
 

@@ -50,8 +50,12 @@ from berth.snapshot import HostRecord, HostSnapshot
 LOG = logging.getLogger(__name__)
 
 CELL0_UUID = "00000000-0000-0000-0000-000000000000"
-#: Overlap of successive incremental reads (timestamps have whole seconds).
-OVERLAP = 2.0
+#: How far before the newest stamp read an incremental read starts (seconds): stamps
+#: have whole seconds, come from each Nova service's own clock, and a transaction may
+#: commit after a newer-stamped one.
+OVERLAP = 10.0
+#: A full read of every cell this often (seconds), whatever the incremental reads saw.
+RESYNC_INTERVAL = 600.0
 
 
 # ----------------------------------------------------------------------------- values
@@ -170,7 +174,8 @@ def record_of(node: Mapping[str, Any], service: Mapping[str, Any] | None, cell_u
             host=str(service["host"]), disabled=bool(service.get("disabled")),
             disabled_reason=service.get("disabled_reason"),
             forced_down=bool(service.get("forced_down")),
-            last_seen_up=_epoch(service.get("last_seen_up")) or _epoch(service.get("updated_at")),
+            # Nova's database servicegroup driver: last_seen_up, else created_at.
+            last_seen_up=_epoch(service.get("last_seen_up")) or _epoch(service.get("created_at")),
             created_at=_epoch(service.get("created_at")),
             updated_at=_epoch(service.get("updated_at")))
     return record
@@ -179,17 +184,20 @@ def record_of(node: Mapping[str, Any], service: Mapping[str, Any] | None, cell_u
 # ----------------------------------------------------------------------------- databases
 def cell_url(template: str, main: str | None) -> str:
     """A cell's ``database_connection``, its templates filled from ``[database]
-    connection`` (Nova's ``format_db_url``)."""
+    connection`` as Nova's ``format_db_url`` fills them (user name and password as they
+    are written there, percent-encoding kept)."""
     if "{" not in template:
         return template
     if not main:
         raise ConfigError(f"cell_mappings.database_connection {template!r} is a template and "
                           "[database] connection is not set", field="[database] connection")
-    url = sa.engine.make_url(main)
-    query = "&".join(f"{k}={v}" for k, v in url.query.items())
-    return template.format(scheme=url.drivername, username=url.username or "",
-                           password=url.password or "", hostname=url.host or "",
-                           port=url.port or "", path=url.database or "", query=query)
+    from urllib.parse import urlsplit
+
+    url = urlsplit(main)
+    return template.format(scheme=url.scheme, username=url.username or "",
+                           password=url.password or "", hostname=url.hostname or "",
+                           port=url.port or "", path=url.path.removeprefix("/"), query=url.query,
+                           fragment=url.fragment)
 
 
 @dataclass
@@ -200,13 +208,23 @@ class Cell:
     name: str
     disabled: bool
     engine: Any
-    #: Per table, the newest stamp read so far (epoch seconds): the databases' own
-    #: clock, so the scheduler's clock may be off without losing a change.
+    #: Per table, the newest stamp read so far (epoch seconds). The stamps are written
+    #: by Nova's services with their own clocks, so every incremental read goes back
+    #: ``overlap`` seconds before it, and a full read every ``resync_interval`` heals
+    #: whatever a clock further off still hid.
     marks: dict[str, float] = field(default_factory=dict)
-    #: (host, nodename) -> compute node and service rows, and the instances per host.
+    #: When the last full read was (the scheduler's clock).
+    full_at: float = 0.0
+    #: Rows by id, and the ids of each host's rows.
     nodes: dict[int, dict[str, Any]] = field(default_factory=dict)
     services: dict[int, dict[str, Any]] = field(default_factory=dict)
+    node_hosts: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    service_hosts: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    #: The instances on each host, and the host of each instance.
     instances: dict[str, dict[str, Instance]] = field(default_factory=lambda: defaultdict(dict))
+    where: dict[str, str] = field(default_factory=dict)
+    #: Hosts to write again at the next refresh (a cast changed them).
+    pending: set[str] = field(default_factory=set)
 
 
 #: The columns Berth reads of Nova's tables (a subset of each; Nova's schema has more).
@@ -270,11 +288,12 @@ def _newest(rows: Sequence[Mapping[str, Any]]) -> float | None:
     return max(known) if known else None
 
 
-def _changed(table: sa.Table, mark: float | None) -> Any:
-    """Rows changed since ``mark`` (created, updated or deleted), or every row."""
+def _changed(table: sa.Table, mark: float | None, overlap: float = OVERLAP) -> Any:
+    """Rows changed since ``overlap`` seconds before ``mark`` (created, updated or
+    deleted), or every row."""
     if mark is None:
         return sa.true()
-    since = _stamp(mark - OVERLAP)
+    since = _stamp(mark - overlap)
     return sa.or_(table.c.updated_at >= since, table.c.created_at >= since,
                   table.c.deleted_at >= since)
 
@@ -284,10 +303,13 @@ class NovaFeed:
 
     def __init__(self, api_url: str, main_url: str | None = None, *,
                  min_interval: float = 1.0, clock: Callable[[], float] = time.time,
-                 engine_factory: Callable[[str], Any] | None = None) -> None:
+                 engine_factory: Callable[[str], Any] | None = None,
+                 overlap: float = OVERLAP, resync_interval: float = RESYNC_INTERVAL) -> None:
         self.api_url = api_url
         self.main_url = main_url
         self.min_interval = min_interval
+        self.overlap = overlap
+        self.resync_interval = resync_interval
         self.clock = clock
         self._engine = engine_factory or (lambda url: sa.create_engine(url, pool_pre_ping=True))
         self.api = self._engine(api_url)
@@ -298,6 +320,7 @@ class NovaFeed:
         self._last = -1e18
         self._aggregates_stale = True
         self._dirty = True
+        self._reset = False
 
     # ---------------------------------------------------------------- cells
     def discover_hosts(self) -> list[str]:
@@ -341,7 +364,9 @@ class NovaFeed:
         return mapped
 
     def load_cells(self) -> None:
-        """(Re)read ``cell_mappings``: the cells to read hosts from; on SIGHUP too."""
+        """(Re)read ``cell_mappings``: the cells to read hosts from. A cell no longer
+        mapped takes its hosts out of scheduling (they stay in the snapshot without a
+        service). Called under the feed's lock, from :meth:`refresh`."""
         with self.api.connect() as conn:
             rows = conn.execute(sa.select(cell_mappings)).mappings().all()
         seen = set()
@@ -358,17 +383,17 @@ class NovaFeed:
             else:
                 cell.disabled = bool(row["disabled"])
         for gone in set(self.cells) - seen:
-            self.cells.pop(gone).engine.dispose()
+            cell = self.cells.pop(gone)
+            for node in cell.nodes.values():
+                self._write(record_of(node, None, cell.uuid, {}))
+            cell.engine.dispose()
         self.snapshot.disabled_cells = frozenset(u for u, c in self.cells.items() if c.disabled)
-        self._dirty = True
 
     def reset(self) -> None:
-        """What SIGHUP does to a nova-scheduler: the cells again, then everything."""
-        with self._lock:
-            self.load_cells()
-            for cell in self.cells.values():
-                cell.marks.clear()
-            self._aggregates_stale = True
+        """What SIGHUP does to a nova-scheduler: the cells again, then everything, at the
+        next request (under the scheduler's lock, never beside a decision)."""
+        self._reset = True
+        self._dirty = True
 
     # ---------------------------------------------------------------- casts
     def aggregates_changed(self, aggregates: Sequence[Aggregate]) -> None:
@@ -386,11 +411,14 @@ class NovaFeed:
         self._dirty = True
 
     def instance_deleted(self, host: str, instance_uuid: str) -> None:
-        """``delete_instance_info``: the instance leaves its host now."""
+        """``delete_instance_info``: the instance leaves its host at the next request
+        (the snapshot changes only inside :meth:`refresh`, under the scheduler's lock)."""
         with self._lock:
             for cell in self.cells.values():
-                if cell.instances.get(host, {}).pop(instance_uuid, None) is not None:
-                    self._upsert_host(cell, host)
+                if cell.where.get(instance_uuid) == host:
+                    cell.instances[host].pop(instance_uuid, None)
+                    del cell.where[instance_uuid]
+                    cell.pending.add(host)
         self._dirty = True
 
     def instances_synced(self, host: str, instance_uuids: list[str]) -> None:
@@ -404,13 +432,20 @@ class NovaFeed:
             now = self.clock()
             if not self._dirty and now - self._last < self.min_interval:
                 return self.snapshot
-            if not self.cells:
+            if self._reset or not self.cells:
                 self.load_cells()
+                for cell in self.cells.values():
+                    cell.marks.clear()
+                self._aggregates_stale = True
+                self._reset = False
             if self._aggregates_stale:
                 self.snapshot.set_aggregates(self.read_aggregates())
                 self._aggregates_stale = False
             for cell in self.cells.values():
-                self._read_cell(cell)
+                full = not cell.marks or now - cell.full_at >= self.resync_interval
+                self._read_cell(cell, full)
+                if full:
+                    cell.full_at = now
             self._last = now
             self._dirty = False
         return self.snapshot
@@ -434,34 +469,79 @@ class NovaFeed:
                           hosts=tuple(sorted(by_hosts[a["id"]])), metadata=by_meta[a["id"]])
                 for a in aggs]
 
-    def _read_cell(self, cell: Cell) -> None:
+    def _read_cell(self, cell: Cell, full: bool) -> None:
+        """Read the cell's changed rows (every live row when ``full``) and write the
+        hosts whose rows differ from what was read before."""
+        def query(table: sa.Table, mark: str, *extra: Any) -> Any:
+            where = [*extra]
+            if full:
+                where.append(table.c.deleted == 0)
+            else:
+                where.append(_changed(table, cell.marks.get(mark), self.overlap))
+            return sa.select(table).where(*where)
+
         with cell.engine.connect() as conn:
-            nodes = conn.execute(sa.select(compute_nodes)
-                                 .where(_changed(compute_nodes, cell.marks.get("nodes"))))\
-                .mappings().all()
-            svcs = conn.execute(sa.select(services).where(
-                services.c.binary == "nova-compute",
-                _changed(services, cell.marks.get("services")))).mappings().all()
-            insts = conn.execute(sa.select(instances).where(
-                instances.c.host.is_not(None),
-                _changed(instances, cell.marks.get("instances")))).mappings().all()
-        touched: set[str] = set()
+            nodes = conn.execute(query(compute_nodes, "nodes")).mappings().all()
+            svcs = conn.execute(query(services, "services",
+                                      services.c.binary == "nova-compute")).mappings().all()
+            insts = conn.execute(query(instances, "instances", *(
+                [instances.c.host.is_not(None)] if full else []))).mappings().all()
+        touched = set(cell.pending)
+        cell.pending.clear()
+        if full:  # what a full read did not return is gone (deleted, or archived)
+            alive = {int(n["id"]) for n in nodes}
+            for node_id in [i for i in cell.nodes if i not in alive]:
+                dropped = cell.nodes.pop(node_id)
+                self._write(record_of(dropped, None, cell.uuid, {}))
+                cell.node_hosts[str(dropped["host"])].discard(node_id)
+            alive = {int(s["id"]) for s in svcs}
+            for sid in [i for i in cell.services if i not in alive]:
+                host = str(cell.services.pop(sid)["host"])
+                cell.service_hosts[host].discard(sid)
+                touched.add(host)
+            alive_uuids = {str(i["uuid"]) for i in insts}
+            for uuid in [u for u in cell.where if u not in alive_uuids]:
+                host = cell.where.pop(uuid)
+                cell.instances[host].pop(uuid, None)
+                touched.add(host)
         for s in svcs:
-            cell.services[int(s["id"])] = dict(s)
-            touched.add(str(s["host"]))
+            sid, row = int(s["id"]), dict(s)
+            old = cell.services.get(sid)
+            if old == row:
+                continue
+            if old is not None:
+                cell.service_hosts[str(old["host"])].discard(sid)
+                touched.add(str(old["host"]))
+            cell.services[sid] = row
+            cell.service_hosts[str(row["host"])].add(sid)
+            touched.add(str(row["host"]))
         for n in nodes:
-            cell.nodes[int(n["id"])] = dict(n)
-            touched.add(str(n["host"]))
+            node_id, row = int(n["id"]), dict(n)
+            old = cell.nodes.get(node_id)
+            if old == row:
+                continue
+            if old is not None:
+                cell.node_hosts[str(old["host"])].discard(node_id)
+                touched.add(str(old["host"]))
+            cell.nodes[node_id] = row
+            cell.node_hosts[str(row["host"])].add(node_id)
+            touched.add(str(row["host"]))
         for i in insts:
-            host = str(i["host"])
-            for old_host, per_host in cell.instances.items():
-                if per_host.pop(str(i["uuid"]), None) is not None:
-                    touched.add(old_host)
-            if not i["deleted"]:
-                cell.instances[host][str(i["uuid"])] = Instance(
-                    uuid=str(i["uuid"]), instance_type_id=i["instance_type_id"],
-                    project_id=i["project_id"])
-            touched.add(host)
+            uuid, host = str(i["uuid"]), i["host"]
+            gone = bool(i["deleted"]) or host is None  # deleted, shelved off, rescheduled
+            before = cell.where.get(uuid)
+            if before is not None and (gone or before != host):
+                cell.instances[before].pop(uuid, None)
+                del cell.where[uuid]
+                touched.add(before)
+            if gone:
+                continue
+            instance = Instance(uuid=uuid, instance_type_id=i["instance_type_id"],
+                                project_id=i["project_id"])
+            if cell.instances[str(host)].get(uuid) != instance:
+                cell.instances[str(host)][uuid] = instance
+                cell.where[uuid] = str(host)
+                touched.add(str(host))
         for host in touched:
             self._upsert_host(cell, host)
         for key, rows in (("nodes", nodes), ("services", svcs), ("instances", insts)):
@@ -472,18 +552,19 @@ class NovaFeed:
     def _upsert_host(self, cell: Cell, host: str) -> None:
         """Write every compute node of ``host`` in ``cell`` into the snapshot; a deleted
         node or one without a live service stays, never to be scheduled to."""
-        mine = {sid: s for sid, s in cell.services.items() if s["host"] == host}
+        mine = {sid: cell.services[sid] for sid in cell.service_hosts.get(host, ())}
         by_host = next((s for s in mine.values() if not s.get("deleted")), None)
-        for node in cell.nodes.values():
-            if node["host"] != host:
-                continue
+        for node_id in cell.node_hosts.get(host, ()):
+            node = cell.nodes[node_id]
             service = mine.get(int(node.get("service_id") or -1)) or by_host
             if node.get("deleted"):
                 service = None
-            record = record_of(node, service, cell.uuid, cell.instances.get(host, {}))
-            row = self.snapshot.upsert(record)
-            if record.uuid:
-                self.uuid_rows[record.uuid] = row
+            self._write(record_of(node, service, cell.uuid, cell.instances.get(host, {})))
+
+    def _write(self, record: HostRecord) -> None:
+        row = self.snapshot.upsert(record)
+        if record.uuid:
+            self.uuid_rows[record.uuid] = row
 
     def close(self) -> None:
         """Dispose of every engine."""

@@ -40,6 +40,7 @@ BOOT = "berth:boot:create"
 HOSTS = "berth:hosts:list"
 SERVER_GROUPS = "berth:server_groups:list"
 SERVER_GROUPS_CREATE = "berth:server_groups:create"
+WHAT_IF = "berth:what_if:create"
 CATALOG = "berth:catalog:list"
 SERVERS_LIST = "berth:servers:list"
 SERVERS_SHOW = "berth:servers:show"
@@ -64,8 +65,7 @@ _ADMIN_MOVES = ("migrate", "evacuate")
 def scheduler_rules() -> list[oslo_policy.RuleDefault]:
     """The scheduler API's rule defaults."""
     rules = list(BASE_RULES) + [
-        rule(BOOT, _MEMBER, "Schedule and build instances (or ask what a boot would get).",
-             [("POST", "/boot"), ("POST", "/what-if")],
+        rule(BOOT, _MEMBER, "Schedule and build instances.", [("POST", "/boot")],
              deprecated=LEGACY),
         rule(HOSTS, ADMIN_OR_SERVICE, "List compute hosts, their reports and aggregates.",
              [("GET", "/hosts"), ("GET", "/compute-nodes"), ("GET", "/aggregates"),
@@ -73,6 +73,8 @@ def scheduler_rules() -> list[oslo_policy.RuleDefault]:
              deprecated=LEGACY),
         rule(SERVER_GROUPS, ADMIN_OR_SERVICE, "List every project's server groups.",
              [("GET", "/server-groups")], deprecated=LEGACY),
+        rule(WHAT_IF, ADMIN_OR_SERVICE, "Ask what a boot would get now, explained host by "
+             "host (nothing is claimed).", [("POST", "/what-if")], deprecated=LEGACY),
         rule(SERVER_GROUPS_CREATE, _MEMBER, "Create a server group in a project.",
              [("POST", "/server-groups")], deprecated=LEGACY),
         rule(CATALOG, "", "List the flavors and images the server knows.",

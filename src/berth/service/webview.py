@@ -29,7 +29,7 @@ from typing import Any
 
 from berth.errors import BerthError, InputError, NoValidHost, SchedulingError, error_dict
 from berth.service.httpjson import StartResponse, read_json, reply, reply_bytes
-from berth.service.policy import BOOT, HOSTS
+from berth.service.policy import BOOT, HOSTS, WHAT_IF
 
 #: Decisions kept for the view.
 RECENT = 50
@@ -167,7 +167,8 @@ class ViewRoutes:
             self._enforce(HOSTS, caller, None)
             return reply(start_response, 200, {"decisions": self.recent.latest(RECENT)})
         if path == "/what-if" and method == "POST":
-            body = self._for_caller(read_json(environ), caller, BOOT)
+            # Host by host reasons and weights: the operators' (like /hosts), by default.
+            body = self._for_caller(read_json(environ), caller, WHAT_IF)
             return reply(start_response, *self.what_if(body))
         if path == "/capacity" and method in ("GET", "POST"):
             self._enforce(HOSTS, caller, None)

@@ -60,8 +60,8 @@ def add_commands(sub: Any) -> None:
                    help="a progress bar on standard error (default: when it is a terminal)")
     p.add_argument("--azure-machine", type=AzureMachine.parse, default=None,
                    metavar="VCPUS,MEMORY_MB,DISK_GB",
-                   help="the machine an Azure trace's fractions are of (default: the cloud's "
-                        "most common compute node)")
+                   help="the machine an Azure trace's fractions are of (default with a cloud "
+                        "file: its most common compute node; needed with --url)")
     p.add_argument("--azure-machine-id", type=int, default=None,
                    help="the Azure machineId whose VM type sizes to use (default: the one with "
                         "the most VM types)")
@@ -211,7 +211,11 @@ class _target:
 
         self._ctx = offline_cloud(self.args.cloud, self.config, now=self.now)
         offline = self._ctx.__enter__()
-        self._target = LocalTarget(offline, seed=self.args.seed)
+        try:
+            self._target = LocalTarget(offline, seed=self.args.seed)
+        except BaseException:
+            self._ctx.__exit__(None, None, None)  # the scratch store goes all the same
+            raise
         return self._target, offline.cloud
 
     def __exit__(self, *exc: Any) -> None:

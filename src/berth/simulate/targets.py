@@ -68,16 +68,16 @@ class Target(Protocol):
 
 def refusal_cause(error: Mapping[str, Any]) -> str:
     """The cause of a refused boot, from its error body: ``placement`` (no allocation
-    candidates), ``request filter``, the filter that removed the last hosts, ``claims``
-    (hosts were left but their claims failed), or the error's code for anything else."""
+    candidates), ``request filter``, the filter that removed the last hosts
+    (``emptied_by``), ``claims`` (hosts were left but placement refused their claims), or
+    the error's code for anything else."""
     cause = error.get("cause")
     if cause == "placement":
         return "placement"
     if cause == "request_filter":
         return "request filter"
     if cause == "hosts":
-        rejections = error.get("rejections") or {}
-        return str(list(rejections)[-1]) if rejections else "claims"
+        return str(error.get("emptied_by") or "claims")
     return str(error.get("code") or "error")
 
 

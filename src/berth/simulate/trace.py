@@ -37,6 +37,7 @@ import csv
 import json
 import math
 import sqlite3
+import uuid as uuidlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,8 +108,8 @@ def load_trace(path: str, *, machine: AzureMachine | None = None,
 
 # ----------------------------------------------------------------------------- CSV
 def read_csv(path: str, *, limit: int | None = None) -> Trace:
-    """Read a CSV trace (see the module's docstring); events sorted by time, a create
-    before a delete at the same instant, the file's order otherwise."""
+    """Read a CSV trace (see the module's docstring); events sorted by time, those at
+    the same instant in the file's order."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             rows = list(_csv_rows(fh, path, limit))
@@ -216,11 +217,21 @@ def parse_hints(raw: str | None, where: str) -> dict[str, list[str]]:
 
 
 def check_ids(events: list[Event], where: str) -> None:
-    """A create's id is not live already; a delete names a live id (or one never
-    created: an InputError either way, so a typo cannot pass silently)."""
+    """A create's id is not live already; a delete names a live id; a ``same_host`` /
+    ``different_host`` hint names an earlier id or an instance uuid (an InputError
+    otherwise, so a typo cannot pass silently or stop a replay half way)."""
     live: set[str] = set()
+    seen: set[str] = set()
     for e in events:
         if e.kind == CREATE:
+            for key in INSTANCE_HINTS:
+                for value in e.hints.get(key, []):
+                    if value not in seen and not _is_uuid(value):
+                        raise InputError(
+                            f"trace {where}: {e.id!r} at t={e.time:g}: hints.{key}: {value!r} "
+                            "is neither an earlier id of the trace nor an instance uuid",
+                            field="trace")
+            seen.add(e.id)
             if e.id in live:
                 raise InputError(f"trace {where}: id {e.id!r} is created at t={e.time:g} "
                                  "while still live", field="trace")
@@ -230,6 +241,14 @@ def check_ids(events: list[Event], where: str) -> None:
                 raise InputError(f"trace {where}: delete of {e.id!r} at t={e.time:g}: "
                                  "no live create with that id before it", field="trace")
             live.discard(e.id)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuidlib.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def write_csv(trace: Trace, path: str) -> None:
@@ -272,7 +291,10 @@ def read_azure(path: str, *, machine: AzureMachine | None = None,
     """Read the Azure packing trace 2020 (SQLite). VMs that started before the trace
     (negative ``starttime``) start at 0; a NULL ``endtime`` is never deleted. ``limit``
     keeps the first VMs by start time."""
-    machine = machine or AzureMachine(32, 131072, 1000)
+    if machine is None:
+        raise InputError("--azure-machine: the trace's sizes are fractions of a machine; give "
+                         "VCPUS,MEMORY_MB,DISK_GB (with a cloud file, its most common compute "
+                         "node is the default)", field="--azure-machine")
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     except sqlite3.Error as exc:
