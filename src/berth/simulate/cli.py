@@ -157,7 +157,7 @@ def cmd_simulate(args: Any) -> int:
                          "configurations on a cloud file", field="--compare")
     configs = [(args.config_file, _load_config(args.config_file))]
     configs += [([path], _load_config([path])) for path in args.compare]
-    labels = _labels([files for files, _ in configs])
+    labels = [args.url] if args.url else _labels([files for files, _ in configs])
     now = time.time() if args.now is None else args.now
     results: list[RunResult] = []
     trace: Trace | None = None
