@@ -194,6 +194,7 @@ def summary_rows(results: Sequence[RunResult]) -> list[tuple[str, list[str]]]:
         ("refusals by cause", [", ".join(f"{c} {n}" for c, n in r.causes.most_common()) or "none"
                                for r in results]),
         ("peak hosts in use", [str(r.peak().get("hosts_in_use", 0)) for r in results]),
+        ("mean hosts in use", [f"{r.peak().get('mean_hosts_in_use', 0):.1f}" for r in results]),
     ]
     classes = sorted({rc for r in results for rc in r.classes})
     for rc in classes:

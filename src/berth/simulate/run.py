@@ -112,10 +112,13 @@ class RunResult:
         }
 
     def peak(self) -> dict[str, Any]:
-        """The highest hosts in use and utilization per class over the samples."""
+        """The highest (and mean) hosts in use and the highest utilization per class over
+        the samples."""
         if not self.samples:
             return {}
         return {"hosts_in_use": max(s.hosts_in_use for s in self.samples),
+                "mean_hosts_in_use": round(sum(s.hosts_in_use for s in self.samples)
+                                           / len(self.samples), 2),
                 "utilization": {rc: round(max(s.utilization.get(rc, 0.0)
                                               for s in self.samples), 6)
                                 for rc in self.classes}}
