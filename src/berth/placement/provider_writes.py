@@ -43,7 +43,6 @@ from berth.placement.store import (
     _SQLITE_STAMP,
     CHANGE_LOG_KEEP,
     InventoryRecord,
-    PlacementStore,
     ProviderRecord,
     RawConnection,
     _capacity_ok,
@@ -51,6 +50,7 @@ from berth.placement.store import (
     _marks,
     _Unexpected,
 )
+from berth.placement.store_base import StoreBase
 
 _PROVIDER_GEN = "SELECT id, generation FROM resource_providers WHERE uuid = ?"
 _INVENTORY_ROWS = (
@@ -105,16 +105,16 @@ def _as_datetime(value: Any) -> dt.datetime | None:
     return dt.datetime.fromisoformat(str(value))
 
 
-def _stamp(store: PlacementStore, now: dt.datetime) -> Any:
+def _stamp(store: StoreBase, now: dt.datetime) -> Any:
     return now.strftime(_SQLITE_STAMP) if store.is_sqlite else now
 
 
-def _begin(store: PlacementStore) -> tuple[str, tuple[()]]:
+def _begin(store: StoreBase) -> tuple[str, tuple[()]]:
     return ("BEGIN IMMEDIATE" if store.is_sqlite else "BEGIN", ())
 
 
 def _commit_change(
-    store: PlacementStore,
+    store: StoreBase,
     raw: RawConnection,
     stmts: list[tuple[Any, ...]],
     log: tuple[str, str, Sequence[Any]],
@@ -149,7 +149,7 @@ def _log_reload(rp_id: int) -> tuple[str, str, Sequence[Any]]:
             (rp_id, None, None))
 
 
-def _with_raw(store: PlacementStore, work: Any) -> Any:
+def _with_raw(store: StoreBase, work: Any) -> Any:
     """``work(raw)`` on a kept raw connection; None when none could be had."""
     try:
         raw = store._take_raw()
@@ -164,7 +164,7 @@ def _with_raw(store: PlacementStore, work: Any) -> Any:
         store._give_raw(raw, ok)
 
 
-def _class_ids(store: PlacementStore, raw: RawConnection, names_seq: int) -> dict[str, int]:
+def _class_ids(store: StoreBase, raw: RawConnection, names_seq: int) -> dict[str, int]:
     """Resource class name -> id as of ``names_seq`` (cached per names counter)."""
     cached = store._write_rcs
     if cached is not None and cached[0] == names_seq:
@@ -177,7 +177,7 @@ def _class_ids(store: PlacementStore, raw: RawConnection, names_seq: int) -> dic
 
 # -- POST /resource_providers --------------------------------------------------------
 
-def create_root(store: PlacementStore, name: str, rp_uuid: str) -> ProviderRecord | None:
+def create_root(store: StoreBase, name: str, rp_uuid: str) -> ProviderRecord | None:
     """A new root provider; None for the general path (a taken name or uuid...)."""
     now = utcnow()
 
@@ -199,7 +199,7 @@ def create_root(store: PlacementStore, name: str, rp_uuid: str) -> ProviderRecor
 # -- PUT /resource_providers/{uuid}/inventories ----------------------------------------
 
 def set_inventories(
-    store: PlacementStore,
+    store: StoreBase,
     uuid: str,
     generation: int,
     new: Mapping[str, InventoryRecord],
@@ -265,7 +265,7 @@ def set_inventories(
 # -- PUT /resource_providers/{uuid}/traits ---------------------------------------------
 
 def set_traits(
-    store: PlacementStore, uuid: str, names: Sequence[str], generation: int
+    store: StoreBase, uuid: str, names: Sequence[str], generation: int
 ) -> tuple[int, list[str]] | None:
     """Replace a provider's traits; None for the general path."""
     wanted = list(dict.fromkeys(names))

@@ -1,0 +1,369 @@
+"""The Placement store's plumbing: transactions, the change log they write, the
+prebuilt statements, the provider row helpers and the hot path's raw connections.
+
+:class:`StoreBase` holds the state every section of
+:class:`~berth.placement.store.PlacementStore` shares; the sections are mixins on it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from berth.placement import errors
+from berth.placement.db import (
+    allocations,
+    consumers,
+    inventories,
+    resource_classes,
+    resource_providers,
+    utcnow,
+)
+from berth.placement.store_raw import (
+    _KEEP_RAW,
+    _RAW_BUMP_SEQ,
+    _RAW_LOG_CHANGE,
+    RawConnection,
+    _close_all,
+    encode_usage_delta,
+)
+from berth.placement.store_records import ProviderRecord
+
+# Prebuilt statements for the hottest paths: building Core constructs per call costs more
+# than executing them on SQLite, and text() statements have trivial cache keys.
+_READ_SEQ = sa.text("SELECT change_seq FROM berth_state WHERE id = 1")
+_MARK_FULL = sa.text("UPDATE berth_state SET full_seq = :seq WHERE id = 1")
+_PRUNE_CHANGES = sa.text("DELETE FROM berth_provider_changes WHERE seq < :seq")
+#: A cached graph further behind than this is rebuilt in full; the change log keeps
+#: CHANGE_LOG_KEEP sequence numbers, comfortably more.
+INCREMENTAL_LIMIT = 2000
+CHANGE_LOG_KEEP = 5000
+_TOUCHED = "berth_touched"
+_USAGE = "berth_usage"
+_GENS = "berth_gens"
+_FULL = "berth_full"
+_NAMES = "berth_names"
+_NEW_IDS = "berth_new_ids"
+_BUMP_NAMES = sa.text("UPDATE berth_state SET names_seq = names_seq + 1 WHERE id = 1")
+
+# Prebuilt Core statements: SQLAlchemy memoizes a statement's cache key on the object, so
+# reusing one object per statement shape skips construction and key generation per call.
+_rp = resource_providers
+_SEL_RC_MAP = sa.select(resource_classes.c.id, resource_classes.c.name).order_by(
+    resource_classes.c.id
+)
+_BUMP_RP = (
+    sa.update(_rp)
+    .where(_rp.c.id == sa.bindparam("rp_id"), _rp.c.generation == sa.bindparam("expected"))
+    .values(generation=sa.bindparam("new_gen"), updated_at=sa.bindparam("now"))
+)
+_SEL_RPS_BY_UUID = sa.select(_rp.c.id, _rp.c.uuid, _rp.c.generation).where(
+    _rp.c.uuid.in_(sa.bindparam("uuids", expanding=True))
+)
+_SEL_RPS_BY_ID = sa.select(_rp.c.id, _rp.c.uuid, _rp.c.generation).where(
+    _rp.c.id.in_(sa.bindparam("ids", expanding=True))
+)
+_SEL_OLD_ALLOCS = sa.select(
+    allocations.c.resource_provider_id,
+    allocations.c.resource_class_id,
+    allocations.c.used,
+    allocations.c.consumer_id,
+).where(allocations.c.consumer_id.in_(sa.bindparam("consumers", expanding=True)))
+_SEL_USAGE_BY_RPS = (
+    sa.select(
+        allocations.c.resource_provider_id,
+        allocations.c.resource_class_id,
+        sa.func.sum(allocations.c.used).label("used"),
+    )
+    .where(allocations.c.resource_provider_id.in_(sa.bindparam("ids", expanding=True)))
+    .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
+)
+_DEL_ALLOCS = sa.delete(allocations).where(
+    allocations.c.consumer_id.in_(sa.bindparam("consumers", expanding=True))
+)
+_SEL_INVS_BY_RPS = sa.select(inventories).where(
+    inventories.c.resource_provider_id.in_(sa.bindparam("ids", expanding=True))
+)
+_INS_ALLOC = sa.insert(allocations)
+_SEL_CONSUMER = sa.select(
+    consumers.c.id,
+    consumers.c.generation,
+    consumers.c.project_id,
+    consumers.c.user_id,
+    consumers.c.consumer_type_id,
+).where(consumers.c.uuid == sa.bindparam("uuid"))
+_INS_CONSUMER = (
+    sa.insert(consumers)
+    .values(
+        uuid=sa.bindparam("uuid"),
+        project_id=sa.bindparam("project"),
+        user_id=sa.bindparam("user"),
+        generation=0,
+        consumer_type_id=sa.bindparam("ctype"),
+        created_at=sa.bindparam("now"),
+    )
+    .returning(consumers.c.id)
+)
+_BUMP_CONSUMER = (
+    sa.update(consumers)
+    .where(
+        consumers.c.id == sa.bindparam("cid"), consumers.c.generation == sa.bindparam("expected")
+    )
+    .values(generation=sa.bindparam("new_gen"), updated_at=sa.bindparam("now"))
+)
+_DEL_CONSUMER = sa.delete(consumers).where(consumers.c.id == sa.bindparam("cid"))
+_INSERT_CHILD_RP = sa.text(
+    "INSERT INTO resource_providers "
+    "(uuid, name, generation, parent_provider_id, root_provider_id, created_at) "
+    "VALUES (:uuid, :name, 0, :parent, :root, :now) RETURNING id"
+)
+
+
+class StoreBase:
+    """The store's shared state and plumbing (transactions, change log, raw connections)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.is_sqlite = engine.dialect.name == "sqlite"
+        self._graph_lock = threading.Lock()
+        # The cached graph state, guarded by _graph_lock. ``_providers`` (engine Provider
+        # by provider id) is the database as of change ``_seq`` and names ``_names_seq``;
+        # ``_graph`` was built from it, minus ``_dirty`` (providers patched since) or a
+        # ``_structural`` change that needs a full rebuild.
+        self._graph: Any = None
+        self._graph_seq: int | None = None
+        self._seq = -1
+        self._names_seq = -1
+        self._providers: dict[int, Any] = {}
+        self._ids_by_uuid: dict[str, int] = {}
+        self._dirty: dict[int, Any] = {}
+        self._structural = False
+        self._trait_names: list[str] = []
+        self._class_names: list[str] = []
+        self._rc_by_id: dict[int, str] = {}
+        #: (names_seq, class name -> id) for the allocation fast path.
+        self._write_rcs: tuple[int, dict[str, int]] | None = None
+        self._id_cache: dict[tuple[str, str], int] = {}
+        self._spare: list[RawConnection] = []
+        weakref.finalize(self, _close_all, self._spare)
+        #: Statements run on the hot-path raw connections (BEGIN/COMMIT included).
+        self.raw_statements = 0
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite) that bumps the change counter."""
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            conn.info[_TOUCHED] = set()
+            conn.info[_USAGE] = {}
+            conn.info[_GENS] = {}
+            conn.info[_FULL] = False
+            conn.info[_NAMES] = False
+            conn.info[_NEW_IDS] = {}
+            yield conn
+            cursor = self._raw(conn, _RAW_BUMP_SEQ, ())
+            seq = int(cursor.fetchone()[0])
+            cursor.close()
+            touched = conn.info.pop(_TOUCHED, set())
+            usage, gens = conn.info.pop(_USAGE, {}), conn.info.pop(_GENS, {})
+            log: list[tuple[int, int, int | None, str | None]] = [
+                (seq, rp_id, None, None) for rp_id in touched
+            ]
+            log += [
+                (seq, rp_id, gens.get(rp_id), encode_usage_delta(usage.get(rp_id, {})))
+                for rp_id in sorted((usage.keys() | gens.keys()) - touched)
+            ]
+            if log:
+                self._raw_many(conn, _RAW_LOG_CHANGE, log)
+            if conn.info.pop(_FULL, False):
+                conn.execute(_MARK_FULL, {"seq": seq})
+            if conn.info.pop(_NAMES, False):
+                conn.execute(_BUMP_NAMES)
+            if seq % 500 == 0:
+                conn.execute(_PRUNE_CHANGES, {"seq": seq - CHANGE_LOG_KEEP})
+
+    def _raw(self, conn: Connection, sql: str, params: Sequence[Any]) -> Any:
+        """Execute on the transaction's DBAPI connection; returns the cursor."""
+        if not self.is_sqlite:
+            sql = sql.replace("?", "%s")
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(sql, tuple(params))
+        except self.engine.dialect.loaded_dbapi.Error as exc:
+            # Wrap like SQLAlchemy does, so IntegrityError/DataError handling is uniform.
+            raise sa.exc.DBAPIError.instance(
+                sql, params, exc, self.engine.dialect.loaded_dbapi.Error
+            ) from exc
+        return cursor
+
+    def _raw_many(self, conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """executemany on the transaction's DBAPI connection."""
+        if not self.is_sqlite:
+            sql = sql.replace("?", "%s")
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(sql, [tuple(r) for r in rows])
+        except self.engine.dialect.loaded_dbapi.Error as exc:
+            raise sa.exc.DBAPIError.instance(
+                sql, rows, exc, self.engine.dialect.loaded_dbapi.Error
+            ) from exc
+        cursor.close()
+
+    @staticmethod
+    def _touch(conn: Connection, *rp_ids: int) -> None:
+        """Record providers whose graph view this transaction changes."""
+        conn.info.setdefault(_TOUCHED, set()).update(rp_ids)
+
+    @staticmethod
+    def _touch_usage(conn: Connection, rp_id: int, rc_id: int, delta: int) -> None:
+        """Record that this transaction changes a provider's usage of a class by
+        ``delta`` (logged as a delta, unless something else of the provider changes
+        too: then it is logged for a reload)."""
+        per = conn.info.setdefault(_USAGE, {}).setdefault(rp_id, {})
+        per[rc_id] = per.get(rc_id, 0) + delta
+
+    @staticmethod
+    def _touch_all(conn: Connection) -> None:
+        """Record a change that needs a full graph rebuild."""
+        conn.info[_FULL] = True
+
+    @staticmethod
+    def _touch_names(conn: Connection) -> None:
+        """Record that a trait or resource class name was created, deleted or renamed."""
+        conn.info[_NAMES] = True
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A read-only transaction."""
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    def change_seq(self) -> int:
+        """The current change counter (one cheap query)."""
+        with self._read() as conn:
+            return int(conn.execute(_READ_SEQ).scalar_one())
+
+    @staticmethod
+    def _rc_maps(conn: Connection) -> tuple[dict[str, int], dict[int, str]]:
+        rows = conn.execute(_SEL_RC_MAP).all()
+        by_name = {r.name: r.id for r in rows}
+        return by_name, {v: k for k, v in by_name.items()}
+
+    @staticmethod
+    def _provider_select() -> sa.Select[Any]:
+        return _PROVIDER_SELECT
+
+    @staticmethod
+    def _build_provider_select() -> sa.Select[Any]:
+        parent = resource_providers.alias("parent")
+        root = resource_providers.alias("root")
+        rp = resource_providers
+        return sa.select(
+            rp.c.id,
+            rp.c.uuid,
+            rp.c.name,
+            rp.c.generation,
+            parent.c.uuid.label("parent_uuid"),
+            root.c.uuid.label("root_uuid"),
+            rp.c.created_at,
+            rp.c.updated_at,
+        ).select_from(
+            rp.outerjoin(parent, rp.c.parent_provider_id == parent.c.id).outerjoin(
+                root, rp.c.root_provider_id == root.c.id
+            )
+        )
+
+    @staticmethod
+    def _record(row: Any) -> ProviderRecord:
+        return ProviderRecord(
+            id=row.id,
+            uuid=row.uuid,
+            name=row.name,
+            generation=row.generation,
+            parent_uuid=row.parent_uuid,
+            root_uuid=row.root_uuid or row.uuid,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+    def _get_provider(self, conn: Connection, uuid: str) -> ProviderRecord | None:
+        row = conn.execute(self._provider_select().where(resource_providers.c.uuid == uuid)).first()
+        return None if row is None else self._record(row)
+
+    def _require_provider(self, conn: Connection, uuid: str) -> ProviderRecord:
+        prov = self._get_provider(conn, uuid)
+        if prov is None:
+            raise errors.NotFound(
+                f"No resource provider with uuid {uuid} found", outside_handler=True
+            )
+        return prov
+
+    @staticmethod
+    def _bump(conn: Connection, rp_id: int, expected: int, *, usage_only: bool = False) -> bool:
+        """CAS the provider generation; False when another writer got there first.
+
+        ``usage_only``: the transaction changes nothing else of the provider than its
+        usages (recorded with :meth:`_touch_usage`), so the change log can carry the new
+        generation instead of asking readers to reload the provider.
+        """
+        if usage_only:
+            conn.info.setdefault(_GENS, {})[rp_id] = expected + 1
+        else:
+            conn.info.setdefault(_TOUCHED, set()).add(rp_id)
+        result = conn.execute(
+            _BUMP_RP,
+            {"rp_id": rp_id, "expected": expected, "new_gen": expected + 1, "now": utcnow()},
+        )
+        return result.rowcount == 1
+
+    def _insert_ignore(self, conn: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        if self.is_sqlite:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert  # type: ignore[assignment]
+        conn.execute(dialect_insert(table).on_conflict_do_nothing(), rows)
+
+    # ------------------------------------------------------------------ hot path plumbing
+
+    def _run(self, raw: RawConnection, stmts: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        self.raw_statements += len(stmts)
+        return raw.run(stmts)
+
+    def _take_raw(self, *, fresh: bool = False) -> RawConnection:
+        """A kept raw connection, or a new one (none is shared between two callers)."""
+        pool = self.engine.pool
+        while not fresh:
+            try:
+                raw = self._spare.pop()
+            except IndexError:
+                break
+            if raw.pool is pool and raw.pid == os.getpid():
+                return raw
+            raw.close()  # the engine was disposed, or we are in a forked child
+        return RawConnection(self.engine)
+
+    def _give_raw(self, raw: RawConnection, ok: bool) -> None:
+        """Keep ``raw`` for the next call if it is usable (an open transaction, after an
+        error or an abandoned fast path, is rolled back first)."""
+        if raw.reset() and len(self._spare) < _KEEP_RAW and raw.pool is self.engine.pool:
+            self._spare.append(raw)
+        else:
+            raw.close()
+
+    def close(self) -> None:
+        """Close the connections this store keeps for its hot paths (the engine's pool
+        belongs to the caller)."""
+        _close_all(self._spare)
+
+
+_PROVIDER_SELECT = StoreBase._build_provider_select()

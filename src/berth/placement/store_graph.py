@@ -1,0 +1,311 @@
+"""The Placement store's cached provider graph for the allocation-candidates engine,
+kept current from the change log.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from berth.placement.store_base import INCREMENTAL_LIMIT, StoreBase
+from berth.placement.store_raw import (
+    _CHANGED_LIMIT,
+    _RAW_AGGREGATES,
+    _RAW_CHANGED_IDS,
+    _RAW_CLASS_NAMES,
+    _RAW_INVENTORIES,
+    _RAW_PROVIDERS,
+    _RAW_STATE,
+    _RAW_STATE_AND_LOG,
+    _RAW_TRAIT_NAMES,
+    _RAW_TRAITS,
+    _RAW_USAGES,
+    RawConnection,
+    _marks,
+    decode_usage_delta,
+)
+
+
+class GraphMixin(StoreBase):
+    """The cached :meth:`provider_graph` of :class:`~berth.placement.store.PlacementStore`."""
+
+    # ------------------------------------------------------------------ graph
+
+    def provider_graph(self) -> Any:
+        """The allocation-candidate engine's ProviderGraph, current as of this call.
+
+        One cheap query reads the DB counters and, in the same snapshot, the change log
+        since the cached state. Allocation writes log their usage deltas and new
+        generations, so when every change since then is one (other schedulers' claims)
+        the cache is patched from the log alone (:meth:`_apply_log`). Otherwise only the
+        providers the log names are reloaded (a resource class rename, or a cache too far
+        behind, forces a full reload) and the graph is patched for them; trait and class
+        names are re-read only when the names counter moved. This store's own allocation
+        writes patch the cache as they commit (when nobody else wrote in between), so after
+        them the query is all it costs.
+        """
+        with self._graph_lock:
+            for attempt in range(2):
+                raw = self._take_raw(fresh=attempt > 0)
+                ok = False
+                try:
+                    graph = self._refresh_graph(raw)
+                    ok = True
+                    return graph
+                except (sa.exc.OperationalError, sa.exc.InterfaceError):
+                    # A kept connection the server dropped: once more on a new one.
+                    if attempt:
+                        raise
+                finally:
+                    self._give_raw(raw, ok)
+        raise AssertionError("unreachable")
+
+    def _refresh_graph(self, raw: RawConnection) -> Any:
+        if self._graph is None:
+            self._load_all(raw)
+            return self._current_graph()
+        old = self._seq
+        rows = self._run(raw, [(_RAW_STATE_AND_LOG, (old, old + INCREMENTAL_LIMIT))])[0]
+        seq, full_seq, names_seq = rows[0][:3]
+        if seq == old and names_seq == self._names_seq:
+            return self._current_graph()
+        if full_seq <= old <= seq and seq - old <= INCREMENTAL_LIMIT:
+            if names_seq == self._names_seq and self._apply_log(rows, seq):
+                return self._current_graph()
+            if self._load_changes(raw):
+                return self._current_graph()
+        self._load_all(raw)
+        return self._current_graph()
+
+    def _apply_log(self, rows: Sequence[Any], seq: int) -> bool:
+        """Bring the cached providers to change ``seq`` from the change log rows read with
+        it (:data:`_RAW_STATE_AND_LOG`), when every change since the cached state was an
+        allocation write that logged its usage deltas: no provider is re-read. False
+        (nothing changed) when a change needs a provider reloaded, or the log does not fit
+        the cache; :meth:`_load_changes` then reads those providers.
+        """
+        providers, rc_by_id = self._providers, self._rc_by_id
+        sums: dict[int, dict[int, int]] = {}
+        latest: dict[int, tuple[int, int]] = {}  # provider -> (change, generation)
+        # The rows come in no particular order: sum the deltas, and keep the generation
+        # of each provider's latest change.
+        for _seq, _full, _names, change, rp_id, generation, delta in rows:
+            if change is None:
+                continue
+            if delta is None or rp_id not in providers:
+                return False
+            per = sums.setdefault(rp_id, {})
+            for rc_id, amount in decode_usage_delta(delta).items():
+                per[rc_id] = per.get(rc_id, 0) + amount
+            if generation is not None and (rp_id not in latest or change > latest[rp_id][0]):
+                latest[rp_id] = (change, int(generation))
+        patched = {}
+        for rp_id, per in sums.items():
+            cur = providers[rp_id]
+            usages = dict(cur.usages)
+            for rc_id, amount in per.items():
+                name = rc_by_id.get(rc_id)
+                if name is None:
+                    return False
+                after = usages.get(name, 0) + amount
+                if after < 0:
+                    return False  # the cache disagrees with the log: reload instead
+                if after:
+                    usages[name] = after
+                else:
+                    usages.pop(name, None)
+            patched[rp_id] = type(cur)(
+                cur.uuid,
+                cur.name,
+                latest[rp_id][1] if rp_id in latest else cur.generation,
+                cur.parent_uuid,
+                cur.root_uuid,
+                cur.inventories,
+                usages,
+                cur.traits,
+                cur.aggregates,
+            )
+        providers.update(patched)
+        self._dirty.update(patched)
+        self._seq = seq
+        return True
+
+    def _current_graph(self) -> Any:
+        """The graph of the cached providers, patched or rebuilt for what changed."""
+        from berth.placement import candidates
+
+        if self._structural or self._graph is None:
+            providers = self._providers
+            ids = sorted(providers)
+            self._graph = candidates.ProviderGraph(
+                [providers[i] for i in ids], self._trait_names, self._class_names, ids
+            )
+        elif self._dirty:
+            # The common case while scheduling: usages of a few providers changed. The
+            # engine patches its columns for those instead of rebuilding every index.
+            self._graph = self._graph.with_updates(list(self._dirty.values()))
+        self._structural = False
+        self._dirty.clear()
+        self._graph_seq = self._seq
+        return self._graph
+
+    def _begin_snapshot(self) -> tuple[str, tuple[()]]:
+        if self.is_sqlite:
+            return ("BEGIN", ())  # WAL: the first read fixes the snapshot
+        return ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", ())
+
+    def _load_changes(self, raw: RawConnection) -> bool:
+        """Reload the providers changed since the cached state, in one snapshot: its
+        counters and the change log, then those providers (and the names if they
+        changed): two round trips on PostgreSQL. False when a full reload is needed."""
+        old = self._seq
+        _begin, ((seq, full_seq, names_seq),), changed_rows = self._run(
+            raw, [self._begin_snapshot(), (_RAW_STATE, ()), (_RAW_CHANGED_IDS, (old,))]
+        )
+        changed = sorted(int(r[0]) for r in changed_rows)
+        if (
+            full_seq > old
+            or seq < old
+            or seq - old > INCREMENTAL_LIMIT
+            or len(changed) > _CHANGED_LIMIT
+        ):
+            self._run(raw, [("ROLLBACK", ())])
+            return False
+        names = names_seq != self._names_seq
+        stmts: list[tuple[str, Sequence[Any]]] = []
+        if changed:
+            stmts += [
+                self._by_ids(_RAW_PROVIDERS, "rp.id", changed),
+                self._by_ids(_RAW_INVENTORIES, "resource_provider_id", changed),
+                self._by_ids(_RAW_USAGES, "resource_provider_id", changed),
+                self._by_ids(_RAW_TRAITS, "rpt.resource_provider_id", changed),
+                self._by_ids(_RAW_AGGREGATES, "rpa.resource_provider_id", changed),
+            ]
+        if names:
+            stmts += [(_RAW_TRAIT_NAMES, ()), (_RAW_CLASS_NAMES, ())]
+        stmts.append(("COMMIT", ()))
+        res = self._run(raw, stmts)
+        if not changed:
+            res = [[], [], [], [], [], *res]
+        rc_by_id = dict(res[6]) if names else self._rc_by_id
+        try:
+            fresh = self._decode(rc_by_id, *res[:5])
+        except KeyError:
+            return False  # a class id the cached names do not know
+        # Nothing below raises: the cache changes all at once.
+        providers, dirty = self._providers, self._dirty
+        for rp_id in changed:
+            new = fresh.get(rp_id)
+            cur = providers.get(rp_id)
+            if new is None:
+                if cur is not None:
+                    del providers[rp_id]
+                    if self._ids_by_uuid.get(cur.uuid) == rp_id:
+                        del self._ids_by_uuid[cur.uuid]
+                    dirty.pop(rp_id, None)
+                    self._structural = True
+            elif cur is None:
+                providers[rp_id] = new
+                self._ids_by_uuid[new.uuid] = rp_id
+                self._structural = True
+            elif new != cur:
+                providers[rp_id] = new
+                dirty[rp_id] = new
+        if names:
+            self._set_names([r[0] for r in res[5]], res[6], names_seq)
+        self._seq = seq
+        return True
+
+    def _by_ids(self, sql: str, column: str, ids: Sequence[int]) -> tuple[str, Sequence[Any]]:
+        """``sql`` (``{}`` marks where a WHERE goes, else at the end) for rows of ``ids``."""
+        params: list[Any]
+        if self.is_sqlite:
+            where, params = f" WHERE {column} IN ({_marks(len(ids))})", list(ids)
+        else:
+            where, params = f" WHERE {column} = ANY(?)", [list(ids)]
+        return (sql.format(where) if "{}" in sql else sql + where), params
+
+    def _load_all(self, raw: RawConnection) -> None:
+        """Load every provider and name in one snapshot."""
+        res = self._run(
+            raw,
+            [
+                self._begin_snapshot(),
+                (_RAW_STATE, ()),
+                (_RAW_PROVIDERS, ()),
+                (_RAW_INVENTORIES, ()),
+                (_RAW_USAGES.format(""), ()),
+                (_RAW_TRAITS, ()),
+                (_RAW_AGGREGATES, ()),
+                (_RAW_TRAIT_NAMES, ()),
+                (_RAW_CLASS_NAMES, ()),
+                ("COMMIT", ()),
+            ],
+        )
+        ((seq, _full_seq, names_seq),) = res[1]
+        providers = self._decode(dict(res[8]), *res[2:7])
+        self._providers = providers
+        self._ids_by_uuid = {p.uuid: rp_id for rp_id, p in providers.items()}
+        self._dirty = {}
+        self._structural = True
+        self._set_names([r[0] for r in res[7]], res[8], names_seq)
+        self._seq = seq
+
+    def _set_names(
+        self, trait_names: list[str], class_rows: Sequence[Any], names_seq: int
+    ) -> None:
+        if trait_names != self._trait_names or [r[1] for r in class_rows] != self._class_names:
+            self._structural = True
+        self._trait_names = trait_names
+        self._class_names = [r[1] for r in class_rows]
+        self._rc_by_id = {int(r[0]): r[1] for r in class_rows}
+        self._names_seq = names_seq
+        self._write_rcs = (names_seq, {r[1]: int(r[0]) for r in class_rows})
+
+    @staticmethod
+    def _decode(
+        rc_by_id: Mapping[int, str],
+        prov_rows: Sequence[Any],
+        inv_rows: Sequence[Any],
+        use_rows: Sequence[Any],
+        trait_rows: Sequence[Any],
+        agg_rows: Sequence[Any],
+    ) -> dict[int, Any]:
+        """Engine Provider objects by id from the rows of the ``_RAW_*`` graph queries."""
+        from berth.placement import candidates
+
+        invs: dict[int, dict[str, Any]] = defaultdict(dict)
+        inventory_cls = candidates.Inventory
+        for rp_id, rc_id, total, reserved, min_u, max_u, step, ratio in inv_rows:
+            name = rc_by_id[rc_id]
+            invs[rp_id][name] = inventory_cls(
+                name, total, reserved, min_u, max_u, step, float(ratio)
+            )
+        usages: dict[int, dict[str, int]] = defaultdict(dict)
+        for rp_id, rc_id, used in use_rows:
+            usages[rp_id][rc_by_id[rc_id]] = int(used)
+        rp_traits: dict[int, set[str]] = defaultdict(set)
+        for rp_id, name in trait_rows:
+            rp_traits[rp_id].add(name)
+        rp_aggs: dict[int, set[str]] = defaultdict(set)
+        for rp_id, agg in agg_rows:
+            rp_aggs[rp_id].add(agg)
+        empty: frozenset[str] = frozenset()
+        provider_cls = candidates.Provider
+        out = {}
+        for rp_id, uuid, name, generation, parent_uuid, root_uuid in prov_rows:
+            out[rp_id] = provider_cls(
+                uuid,
+                name,
+                generation,
+                parent_uuid,
+                root_uuid or uuid,
+                invs.get(rp_id, {}),
+                usages.get(rp_id, {}),
+                frozenset(rp_traits[rp_id]) if rp_id in rp_traits else empty,
+                frozenset(rp_aggs[rp_id]) if rp_id in rp_aggs else empty,
+            )
+        return out
