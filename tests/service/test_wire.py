@@ -76,11 +76,15 @@ def test_a_no_valid_host_keeps_its_cause_and_how_many_fit_over_the_bus() -> None
     instances that fit), and a refusal from an older scheduler without those fields."""
     from berth.errors import error_dict
 
-    refused = NoValidHost("There are not enough hosts available.", cause="hosts")
+    refused = NoValidHost("There are not enough hosts available.", cause="hosts",
+                          rejections={"ComputeFilter": 2})
     refused.fitted, refused.requested = 3, 4
+    refused.emptied_by = "claims"
     back = error_from_wire(error_to_wire(refused))
     assert isinstance(back, NoValidHost) and back.cause == "hosts"
     assert error_dict(back)["instances_fit"] == 3 and back.fit_note() is not None
+    assert error_dict(back)["emptied_by"] == "claims"
+    assert error_dict(back)["rejections"] == {"ComputeFilter": 2}
     old = error_to_wire(NoValidHost("no room"))
     del old["error"]["no_valid_host"]
     assert error_dict(error_from_wire(old)) == {"code": "berth.scheduling.no_valid_host",

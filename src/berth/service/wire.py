@@ -139,7 +139,8 @@ def error_to_wire(exc: errors.BerthError) -> dict[str, Any]:
         body["diagnosis"] = diagnosis.to_dict()
     if isinstance(exc, errors.NoValidHost):
         body["no_valid_host"] = {"cause": exc.cause, "fitted": exc.fitted,
-                                 "requested": exc.requested}
+                                 "requested": exc.requested, "emptied_by": exc.emptied_by,
+                                 "rejections": dict(exc.rejections)}
     return {"error": body}
 
 
@@ -156,9 +157,11 @@ def error_from_wire(data: Mapping[str, Any]) -> errors.BerthError:
         exc.reason = ""
         exc.diagnosis = None
         extra = body.get("no_valid_host") or {}
-        exc.rejections = {}
+        exc.rejections = {str(k): int(v) for k, v in (extra.get("rejections") or {}).items()}
         exc.cause = extra.get("cause")
         exc.fitted, exc.requested = extra.get("fitted"), extra.get("requested")
+        exc.emptied_by = extra.get("emptied_by")
+        exc.placed, exc.claimed = [], []
         if body.get("diagnosis") is not None:
             from berth.service.cli import diagnosis_from_dict
 
