@@ -288,6 +288,23 @@ def _newest(rows: Sequence[Mapping[str, Any]]) -> float | None:
     return max(known) if known else None
 
 
+def _take(rows: Sequence[Mapping[str, Any]], by_id: dict[int, dict[str, Any]],
+          by_host: dict[str, set[int]], touched: set[str]) -> None:
+    """Keep the rows that differ from what was read before, indexed by host; the hosts
+    they leave and join are ``touched``."""
+    for r in rows:
+        row_id, row = int(r["id"]), dict(r)
+        old = by_id.get(row_id)
+        if old == row:
+            continue
+        if old is not None:
+            by_host[str(old["host"])].discard(row_id)
+            touched.add(str(old["host"]))
+        by_id[row_id] = row
+        by_host[str(row["host"])].add(row_id)
+        touched.add(str(row["host"]))
+
+
 def _changed(table: sa.Table, mark: float | None, overlap: float = OVERLAP) -> Any:
     """Rows changed since ``overlap`` seconds before ``mark`` (created, updated or
     deleted), or every row."""
@@ -504,28 +521,8 @@ class NovaFeed:
                 host = cell.where.pop(uuid)
                 cell.instances[host].pop(uuid, None)
                 touched.add(host)
-        for s in svcs:
-            sid, row = int(s["id"]), dict(s)
-            old = cell.services.get(sid)
-            if old == row:
-                continue
-            if old is not None:
-                cell.service_hosts[str(old["host"])].discard(sid)
-                touched.add(str(old["host"]))
-            cell.services[sid] = row
-            cell.service_hosts[str(row["host"])].add(sid)
-            touched.add(str(row["host"]))
-        for n in nodes:
-            node_id, row = int(n["id"]), dict(n)
-            old = cell.nodes.get(node_id)
-            if old == row:
-                continue
-            if old is not None:
-                cell.node_hosts[str(old["host"])].discard(node_id)
-                touched.add(str(old["host"]))
-            cell.nodes[node_id] = row
-            cell.node_hosts[str(row["host"])].add(node_id)
-            touched.add(str(row["host"]))
+        _take(svcs, cell.services, cell.service_hosts, touched)
+        _take(nodes, cell.nodes, cell.node_hosts, touched)
         for i in insts:
             uuid, host = str(i["uuid"]), i["host"]
             gone = bool(i["deleted"]) or host is None  # deleted, shelved off, rescheduled
