@@ -241,6 +241,10 @@ def test_hosts_appear_without_a_restart_and_a_cell_after_sighup(
      "[placement]: neither auth_type nor endpoint_override is set"),
     ("[api_database]\nconnection = sqlite://\n[placement]\nendpoint_override = http://x\n",
      "cannot read Nova's databases: (sqlite3.OperationalError) no such table: cell_mappings"),
+    ("[DEFAULT]\ntransport_url = fake:/\n[api_database]\nconnection = sqlite://\n"
+     "[placement]\nendpoint_override = http://x\n",
+     "[DEFAULT] transport_url: fake:/ is Berth's in-process bus; a Nova deployment's "
+     "scheduler needs Nova's message bus"),
     ("[api_database]\nconnection = not a url\n[placement]\nendpoint_override = http://x\n",
      "[api_database] connection: Could not parse SQLAlchemy URL from given URL string"),
 ])

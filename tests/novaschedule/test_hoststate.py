@@ -178,6 +178,7 @@ def test_new_compute_hosts_are_mapped_to_their_cells_once(feed: Any) -> None:
     nova, env = feed
     with env["api"].begin() as conn:
         conn.execute(sa.insert(hs.host_mappings), [{"id": 1, "cell_id": 2, "host": "a1"}])
+    nova.refresh()  # the command reads the cells before discovery starts
     assert sorted(nova.discover_hosts()) == ["a2", "a3", "b1"]
     with env["api"].connect() as conn:
         rows = conn.execute(sa.select(hs.host_mappings.c.host, hs.host_mappings.c.cell_id)

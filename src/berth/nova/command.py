@@ -158,8 +158,9 @@ def build(files: Sequence[str], *, seed: int | None = None, explain: bool = Fals
         bus = Bus(config_files=list(files), exchange=EXCHANGE)
         if bus.embedded:
             bus.close()
-            raise ConfigError("[DEFAULT] transport_url: not set; a Nova deployment's "
-                              "scheduler needs its message bus", field="[DEFAULT] transport_url")
+            raise ConfigError(f"[DEFAULT] transport_url: {bus.url} is Berth's in-process bus; "
+                              "a Nova deployment's scheduler needs Nova's message bus",
+                              field="[DEFAULT] transport_url")
     except BaseException:
         for thing in opened:
             thing.close()

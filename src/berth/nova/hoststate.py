@@ -346,9 +346,7 @@ class NovaFeed:
         is not mapped yet gets a host mapping to its cell in the API database, and is
         marked mapped. Several schedulers may run it at once: a host mapped meanwhile by
         another is left as it is (the mapping's host is unique). Returns the hosts mapped."""
-        with self._lock:
-            if not self.cells:
-                self.load_cells()
+        with self._lock:  # the cells the last refresh read (never the snapshot here)
             cells = list(self.cells.values())
         with self.api.connect() as conn:
             ids = {str(r.uuid): int(r.id) for r in conn.execute(

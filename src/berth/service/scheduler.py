@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from berth.claims import CandidateSet
+from berth.claims import CandidateSet, Claimer
 from berth.config import SchedulerConfig
 from berth.errors import InputError, NoValidHost
 from berth.filters.availability_zone import available_zones
@@ -276,29 +276,17 @@ class SchedulerService:
         is checked against placement's inventories and usages, none is written. The
         random draws (``host_subset_size``) start from a copy of the service's generator:
         the next real boot draws the same. Raises NoValidHost with the explanation."""
-        import copy
         import uuid as uuidlib
 
         from berth.service.placement import TrialClaimer
 
-        claimer = self.claimer
-        client = getattr(claimer, "client", None)
+        client = getattr(self.claimer, "client", None)
         if client is None:
             raise InputError("what-if: this scheduler claims through no placement client",
                              field="what-if")
+        uuids = [str(uuidlib.uuid4()) for _ in range(spec.num_instances)]
         with self._lock:
-            self.scheduler.check_group_policy(spec)
-            snapshot = self.feed.refresh()
-            self._check_zone(spec, snapshot)
-            spec = copy.deepcopy(spec)
-            rng = random.Random()
-            rng.setstate(self.rng.getstate())
-            candidates = self.query_candidates(spec, snapshot, explain=True)
-            return self.scheduler.select_destinations(
-                spec, snapshot, now=self.clock(), rng=rng, candidates=candidates,
-                claimer=TrialClaimer(client),
-                instance_uuids=[str(uuidlib.uuid4()) for _ in range(spec.num_instances)],
-                explain=True, copy_spec=False)
+            return self._select(spec, uuids, True, True, trial=TrialClaimer(client))
 
     def _observe(self, outcome: str, started: float, *, placed: int = 0,
                  cause: str | None = None, rejections: dict[str, int] | None = None) -> None:
@@ -310,16 +298,24 @@ class SchedulerService:
     def _select(
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None,
         return_alternates: bool, explain: bool, builds_in_flight: bool = True,
-        claim: bool = True,
+        claim: bool = True, *, trial: Claimer | None = None,
     ) -> Decision:
+        """The request under the service's lock. ``trial`` (a claimer that writes
+        nothing) makes it a what-if: its claims, a copy of the random generator, and
+        nothing consumed in the snapshot."""
         # Nova's conductor refuses an unsupported group policy before asking the
         # scheduler: before the request filters and the placement query.
         self.scheduler.check_group_policy(spec)
         snapshot = self.feed.refresh()
         now = self.clock()
+        rng = self.rng
+        claimer: Claimer | None = self.claimer if claim else None
+        if trial is not None:
+            rng, claimer = random.Random(), trial
+            rng.setstate(self.rng.getstate())
         if spec.is_rebuild():
             return self.scheduler.select_destinations(
-                spec, snapshot, now=now, rng=self.rng, candidates=None, claimer=None,
+                spec, snapshot, now=now, rng=rng, candidates=None, claimer=None,
                 instance_uuids=instance_uuids, return_alternates=return_alternates,
                 explain=explain)
         self._check_zone(spec, snapshot)
@@ -334,11 +330,10 @@ class SchedulerService:
         spec = copy.deepcopy(spec)
         candidates = self.query_candidates(spec, snapshot, explain=explain)
         decision = self.scheduler.select_destinations(
-            spec, snapshot, now=now, rng=self.rng, candidates=candidates,
-            claimer=self.claimer if claim else None, instance_uuids=instance_uuids,
-            return_alternates=return_alternates, explain=explain, copy_spec=False,
-            builds_in_flight=builds_in_flight)
-        if self.config.filter_scheduler.consume_between_reports:
+            spec, snapshot, now=now, rng=rng, candidates=candidates, claimer=claimer,
+            instance_uuids=instance_uuids, return_alternates=return_alternates,
+            explain=explain, copy_spec=False, builds_in_flight=builds_in_flight)
+        if trial is None and self.config.filter_scheduler.consume_between_reports:
             self._consume_locally(snapshot, spec, decision)
         return decision
 

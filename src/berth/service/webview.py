@@ -25,11 +25,11 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from berth.errors import BerthError, InputError, NoValidHost, SchedulingError, error_dict
 from berth.service.httpjson import StartResponse, read_json, reply, reply_bytes
-from berth.service.policy import BOOT, HOSTS, WHAT_IF
+from berth.service.policy import HOSTS, WHAT_IF
 
 #: Decisions kept for the view.
 RECENT = 50
@@ -143,15 +143,10 @@ class ViewRoutes:
     recent: RecentDecisions
     capacity_runs: CapacityRuns
     served_app: Any
-
-    def _enforce(self, rule: str, caller: Any, project: str | None) -> None:
-        raise NotImplementedError
-
-    def _for_caller(self, body: Any, caller: Any, rule: str = BOOT) -> Any:
-        raise NotImplementedError
-
-    def boot_spec(self, body: Any) -> Any:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by SchedulerApp
+        def _enforce(self, rule: str, caller: Any, project: str | None) -> None: ...
+        def _for_caller(self, body: Any, caller: Any, rule: str = ...) -> Any: ...
+        def boot_spec(self, body: Any) -> Any: ...
 
     def _view(self, path: str, method: str, environ: dict[str, Any], caller: Any,
               start_response: StartResponse) -> Iterable[bytes]:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from berth.errors import BerthError, NoValidHost, SchedulingError, error_dict
+from berth.errors import BerthError, SchedulingError, error_dict
 from berth.model.request import Flavor
 from berth.placement.client import PlacementClient
 
@@ -117,9 +117,7 @@ class LocalTarget:
         start = time.perf_counter()
         try:
             answer = self.app.boot(body)
-        except NoValidHost as exc:
-            answer = {"error": error_dict(exc)}
-        except SchedulingError as exc:  # a group policy the filters cannot honour...
+        except SchedulingError as exc:  # NoValidHost, a policy no filter honours...
             answer = {"error": error_dict(exc)}
         return outcome_of(answer, int(body.get("num", 1)), time.perf_counter() - start)
 
