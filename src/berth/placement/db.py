@@ -12,6 +12,7 @@ writers never both read a generation and then both try to bump it.
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 import threading
 from importlib import resources
 from typing import Any
@@ -236,10 +237,17 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get("immediate"):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            conn.exec_driver_sql("BEGIN")
+        # Straight on the driver's connection: through ``exec_driver_sql`` the BEGIN
+        # cost as much as a small statement (every transaction of a boot pays it).
+        # A driver error is raised as SQLAlchemy would have raised it (a locked
+        # database is an OperationalError the retry and 503 logic know).
+        sql = "BEGIN IMMEDIATE" if conn.get_execution_options().get("immediate") else "BEGIN"
+        driver = conn.connection.driver_connection
+        assert driver is not None  # a connection being begun is open
+        try:
+            driver.execute(sql)
+        except sqlite3.Error as exc:
+            raise sa.exc.DBAPIError.instance(sql, (), exc, sqlite3.Error) from exc
 
 
 _MIGRATE_LOCK = threading.Lock()

@@ -52,6 +52,42 @@ from berth.placement.store_records import (
     _Unset,
 )
 
+#: GET and DELETE /allocations/{consumer} (every instance delete runs both), built once.
+_SEL_CONSUMER_ALLOCS = (
+    sa.select(
+        resource_providers.c.uuid,
+        resource_providers.c.generation,
+        allocations.c.resource_class_id,
+        allocations.c.used,
+        allocations.c.created_at,
+        allocations.c.updated_at,
+    )
+    .join(resource_providers, resource_providers.c.id == allocations.c.resource_provider_id)
+    .where(allocations.c.consumer_id == sa.bindparam("consumer"))
+    .order_by(allocations.c.id)
+)
+_SEL_CONSUMER_OWNER = (
+    sa.select(
+        consumers.c.generation,
+        projects.c.external_id.label("project"),
+        users.c.external_id.label("user"),
+        consumer_types.c.name.label("ctype"),
+    )
+    .select_from(
+        consumers.join(projects, projects.c.id == consumers.c.project_id)
+        .join(users, users.c.id == consumers.c.user_id)
+        .outerjoin(consumer_types, consumer_types.c.id == consumers.c.consumer_type_id)
+    )
+    .where(consumers.c.uuid == sa.bindparam("consumer"))
+)
+_DEL_CONSUMER_ALLOCS = (
+    sa.delete(allocations)
+    .where(allocations.c.consumer_id == sa.bindparam("consumer"))
+    .returning(allocations.c.resource_provider_id, allocations.c.resource_class_id,
+               allocations.c.used)
+)
+_DEL_CONSUMER_BY_UUID = sa.delete(consumers).where(consumers.c.uuid == sa.bindparam("consumer"))
+
 
 class AllocationsMixin(FastWritesMixin):
     """Usage and allocation operations of :class:`~berth.placement.store.PlacementStore`."""
@@ -173,22 +209,7 @@ class AllocationsMixin(FastWritesMixin):
         """GET /allocations/{consumer} data (empty for an unknown consumer)."""
         with self._read() as conn:
             _, by_id = self._rc_maps(conn)
-            rows = conn.execute(
-                sa.select(
-                    resource_providers.c.uuid,
-                    resource_providers.c.generation,
-                    allocations.c.resource_class_id,
-                    allocations.c.used,
-                    allocations.c.created_at,
-                    allocations.c.updated_at,
-                )
-                .join(
-                    resource_providers,
-                    resource_providers.c.id == allocations.c.resource_provider_id,
-                )
-                .where(allocations.c.consumer_id == consumer_uuid)
-                .order_by(allocations.c.id)
-            ).all()
+            rows = conn.execute(_SEL_CONSUMER_ALLOCS, {"consumer": consumer_uuid}).all()
             result = ConsumerAllocations(allocations={}, generations={})
             if not rows:
                 return result
@@ -199,20 +220,7 @@ class AllocationsMixin(FastWritesMixin):
                 (r.updated_at or r.created_at for r in rows if (r.updated_at or r.created_at)),
                 default=None,
             )
-            crow = conn.execute(
-                sa.select(
-                    consumers.c.generation,
-                    projects.c.external_id.label("project"),
-                    users.c.external_id.label("user"),
-                    consumer_types.c.name.label("ctype"),
-                )
-                .select_from(
-                    consumers.join(projects, projects.c.id == consumers.c.project_id)
-                    .join(users, users.c.id == consumers.c.user_id)
-                    .outerjoin(consumer_types, consumer_types.c.id == consumers.c.consumer_type_id)
-                )
-                .where(consumers.c.uuid == consumer_uuid)
-            ).first()
+            crow = conn.execute(_SEL_CONSUMER_OWNER, {"consumer": consumer_uuid}).first()
             if crow is not None:
                 result.project_id = crow.project
                 result.user_id = crow.user
@@ -515,17 +523,9 @@ class AllocationsMixin(FastWritesMixin):
             # No provider generation changes (Placement's rule): the log carries the
             # usage given back, taken from the rows the DELETE itself removed (a SELECT
             # first could disagree with a writer that commits in between).
-            removed = conn.execute(
-                sa.delete(allocations)
-                .where(allocations.c.consumer_id == consumer_uuid)
-                .returning(
-                    allocations.c.resource_provider_id,
-                    allocations.c.resource_class_id,
-                    allocations.c.used,
-                )
-            ).all()
+            removed = conn.execute(_DEL_CONSUMER_ALLOCS, {"consumer": consumer_uuid}).all()
             if not removed:
                 raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
             for rp_id, rc_id, used in removed:
                 self._touch_usage(conn, rp_id, rc_id, -used)
-            conn.execute(sa.delete(consumers).where(consumers.c.uuid == consumer_uuid))
+            conn.execute(_DEL_CONSUMER_BY_UUID, {"consumer": consumer_uuid})

@@ -102,6 +102,17 @@ class BuildRecord:
     updated_at: float
 
 
+#: The statements every boot runs (its build records' insert and settle), built
+#: once: building a statement and its cache key per call cost more than running it.
+_INSERT_BUILDS = sa.insert(builds)
+_SETTLE = (sa.update(builds)
+           .where(builds.c.instance_uuid == sa.bindparam("b_instance_uuid"),
+                  builds.c.state == BUILDING, builds.c.owner == sa.bindparam("b_owner"))
+           .values(state=sa.bindparam("state"), host=sa.bindparam("host"),
+                   reason=sa.bindparam("reason"), updated_at=sa.bindparam("updated_at")))
+_GET_BUILD = sa.select(builds).where(builds.c.instance_uuid == sa.bindparam("b_instance_uuid"))
+
+
 def _record(row: sa.Row[tuple[object, ...]]) -> BuildRecord:
     m = row._mapping
     return BuildRecord(str(m["instance_uuid"]), str(m["request_id"]), str(m["state"]),
@@ -176,7 +187,7 @@ class BuildRecords:
                  "created_at": now, "updated_at": now} for u in instance_uuids]
         try:
             with self.engine.begin() as conn:
-                conn.execute(sa.insert(builds), rows)
+                conn.execute(_INSERT_BUILDS, rows)
         except sa.exc.IntegrityError:
             taken = sorted(self.existing(instance_uuids))
             raise InstanceExists(f"instance uuid(s) issued before: {', '.join(taken)}",
@@ -209,11 +220,9 @@ class BuildRecords:
     def _settle(self, instance_uuid: str, state: str, host: str | None,
                 reason: str | None) -> bool:
         with self.engine.begin() as conn:
-            done = conn.execute(
-                sa.update(builds)
-                .where(builds.c.instance_uuid == instance_uuid, builds.c.state == BUILDING,
-                       builds.c.owner == self.owner)
-                .values(state=state, host=host, reason=reason, updated_at=self._now()))
+            done = conn.execute(_SETTLE, {"b_instance_uuid": instance_uuid,
+                                          "b_owner": self.owner, "state": state, "host": host,
+                                          "reason": reason, "updated_at": self._now()})
         return done.rowcount == 1
 
     @retried(safe=False)
@@ -237,8 +246,7 @@ class BuildRecords:
     def get(self, instance_uuid: str) -> BuildRecord | None:
         """The record of ``instance_uuid``, or None."""
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(builds)
-                               .where(builds.c.instance_uuid == instance_uuid)).first()
+            row = conn.execute(_GET_BUILD, {"b_instance_uuid": instance_uuid}).first()
         return None if row is None else _record(row)
 
     @retried(safe=True)

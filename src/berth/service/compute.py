@@ -28,7 +28,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import sqlalchemy as sa
@@ -92,15 +92,36 @@ aggregates_changed = sa.Table(
 
 
 # --------------------------------------------------------------------------- reports
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+_RECORD_FIELDS = _field_names(HostRecord)
+_SERVICE_FIELDS = _field_names(ServiceRecord)
+_METRIC_FIELDS = _field_names(MetricItem)
+_INSTANCE_FIELDS = _field_names(Instance)
+
+
 def record_to_report(record: HostRecord) -> dict[str, Any]:
-    """A host record as JSON-ready data (hardware objects through their ``to_dict``)."""
-    data = asdict(record)
+    """A host record as JSON-ready data (hardware objects through their ``to_dict``).
+
+    Field by field rather than ``dataclasses.asdict``: a record is built fresh for each
+    report and every value is plain data already, so the deep copy ``asdict`` makes
+    was most of the cost of a report. Containers a receiver could keep are copied."""
+    data = {name: getattr(record, name) for name in _RECORD_FIELDS}
+    data["supported_instances"] = [list(s) for s in record.supported_instances]
+    data["stats"] = dict(record.stats)
     data["numa_topology"] = (record.numa_topology.to_dict()
                              if record.numa_topology is not None else None)
     data["pci_stats"] = _pci_pools(record.pci_stats)
-    data["service"] = asdict(record.service) if record.service is not None else None
-    data["instances"] = [asdict(i) for i in record.instances.values()]
-    data["metrics"] = [asdict(m) for m in record.metrics]
+    service = record.service
+    data["service"] = ({name: getattr(service, name) for name in _SERVICE_FIELDS}
+                       if service is not None else None)
+    data["instances"] = [{**{name: getattr(i, name) for name in _INSTANCE_FIELDS},
+                          "image_properties": dict(i.image_properties)}
+                         for i in record.instances.values()]
+    data["metrics"] = [{name: getattr(m, name) for name in _METRIC_FIELDS}
+                       for m in record.metrics]
     return data
 
 
@@ -146,6 +167,21 @@ def aggregate_to_row(agg: Aggregate) -> dict[str, Any]:
             "hosts": json.dumps(list(agg.hosts)), "metadata": json.dumps(agg.metadata)}
 
 
+#: The statements of every report and every scheduler refresh, built once (building a
+#: statement and its cache key per call cost several times its run).
+_NEXT_SEQ = (sa.update(record_counter).where(record_counter.c.id == 1)
+             .values(seq=record_counter.c.seq + 1).returning(record_counter.c.seq))
+_UPDATE_NODE = (sa.update(compute_nodes).where(compute_nodes.c.uuid == sa.bindparam("b_uuid"))
+                .values(host=sa.bindparam("host"), nodename=sa.bindparam("nodename"),
+                        report=sa.bindparam("report"), heartbeat=sa.bindparam("heartbeat"),
+                        seq=sa.bindparam("seq")))
+_INSERT_NODE = sa.insert(compute_nodes)
+_TOP = sa.select(record_counter.c.seq).where(record_counter.c.id == 1)
+_CHANGED_SINCE = (sa.select(compute_nodes.c.report)
+                  .where(compute_nodes.c.seq > sa.bindparam("since"),
+                         compute_nodes.c.seq <= sa.bindparam("top"))
+                  .order_by(compute_nodes.c.seq))
+_AGGREGATES_SEQ = sa.select(aggregates_changed.c.seq).where(aggregates_changed.c.id == 1)
 _READ_TOP_SQL = "SELECT seq FROM berth_compute_counter WHERE id = 1"
 
 
@@ -176,10 +212,7 @@ class ComputeRecordStore:
 
     @staticmethod
     def _next_seq(conn: sa.Connection) -> int:
-        return int(conn.execute(
-            sa.update(record_counter).where(record_counter.c.id == 1)
-            .values(seq=record_counter.c.seq + 1).returning(record_counter.c.seq)
-        ).scalar_one())
+        return int(conn.execute(_NEXT_SEQ).scalar_one())
 
     def begin_deferred(self) -> None:
         """Collect the reports published from now on until :meth:`end_deferred`, which
@@ -232,12 +265,7 @@ class ComputeRecordStore:
             if new:
                 conn.execute(sa.insert(compute_nodes), new)
             if old:
-                stmt = (sa.update(compute_nodes)
-                        .where(compute_nodes.c.uuid == sa.bindparam("b_uuid"))
-                        .values(host=sa.bindparam("host"), nodename=sa.bindparam("nodename"),
-                                report=sa.bindparam("report"), heartbeat=sa.bindparam("heartbeat"),
-                                seq=sa.bindparam("seq")))
-                conn.execute(stmt, [{**r, "b_uuid": r["uuid"]} for r in old])
+                conn.execute(_UPDATE_NODE, [{**r, "b_uuid": r["uuid"]} for r in old])
 
     def publish(self, uuid: str, report: Mapping[str, Any], heartbeat: float | None) -> int:
         """Insert or replace one node's report; returns its change number (0 when it
@@ -249,10 +277,9 @@ class ComputeRecordStore:
             seq = self._next_seq(conn)
             values = {"host": report["host"], "nodename": report.get("nodename") or report["host"],
                       "report": text, "heartbeat": heartbeat, "seq": seq}
-            done = conn.execute(sa.update(compute_nodes).where(compute_nodes.c.uuid == uuid)
-                                .values(**values)).rowcount
+            done = conn.execute(_UPDATE_NODE, {**values, "b_uuid": uuid}).rowcount
             if not done:
-                conn.execute(sa.insert(compute_nodes).values(uuid=uuid, **values))
+                conn.execute(_INSERT_NODE, {**values, "uuid": uuid})
         return seq
 
     def set_aggregates(self, aggregates: Iterable[Aggregate]) -> None:
@@ -305,15 +332,11 @@ class ComputeRecordStore:
         # Change numbers are taken under the counter's row lock by each writer, so
         # everything up to ``top`` has committed once ``top`` is visible.
         with self.engine.connect() as conn, conn.begin():
-            top = int(conn.execute(sa.select(record_counter.c.seq)
-                                   .where(record_counter.c.id == 1)).scalar_one())
+            top = int(conn.execute(_TOP).scalar_one())
             if top == since:
                 return [], top, False
-            rows = conn.execute(sa.select(compute_nodes.c.report)
-                                .where(compute_nodes.c.seq > since, compute_nodes.c.seq <= top)
-                                .order_by(compute_nodes.c.seq)).all()
-            agg_seq = int(conn.execute(sa.select(aggregates_changed.c.seq)
-                                       .where(aggregates_changed.c.id == 1)).scalar_one())
+            rows = conn.execute(_CHANGED_SINCE, {"since": since, "top": top}).all()
+            agg_seq = int(conn.execute(_AGGREGATES_SEQ).scalar_one())
         agg_changed = since == 0 or agg_seq > since
         return [json.loads(r.report) for r in rows], top, agg_changed
 

@@ -56,6 +56,22 @@ server_groups = sa.Table(
 )
 
 
+#: The statements a delete and a group's member edits run, built once (building a
+#: statement and its cache key per call cost more than running it).
+_WITH_MEMBER = sa.select(server_groups).where(
+    server_groups.c.members.like(sa.bindparam("pattern"), escape="/"))
+_MEMBERS_FOR_UPDATE = (sa.select(server_groups.c.members)
+                       .where(server_groups.c.uuid == sa.bindparam("b_uuid")).with_for_update())
+_SET_MEMBERS = (sa.update(server_groups).where(server_groups.c.uuid == sa.bindparam("b_uuid"))
+                .values(members=sa.bindparam("members")))
+
+
+def _containing(text: str) -> str:
+    """A LIKE pattern matching any value that contains ``text`` (escaped with ``/``)."""
+    escaped = text.replace("/", "//").replace("%", "/%").replace("_", "/_")
+    return f"%{escaped}%"
+
+
 def _group(row: Any) -> InstanceGroup:
     return InstanceGroup(policy=row.policy, uuid=row.uuid, name=row.name,
                          rules=json.loads(row.rules), members=list(json.loads(row.members)),
@@ -162,8 +178,7 @@ class ServerGroupStore:
         """The groups ``instance_uuid`` is a member of (the database narrows the rows by
         the text of their member lists; each is then read exactly)."""
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(server_groups).where(
-                server_groups.c.members.contains(instance_uuid, autoescape=True))).all()
+            rows = conn.execute(_WITH_MEMBER, {"pattern": _containing(instance_uuid)}).all()
         return [g for g in map(_group, rows) if instance_uuid in g.members]
 
     @retried(safe=True)
@@ -252,8 +267,7 @@ class ServerGroupStore:
     def _edit_members(self, uuid: str, edit: Callable[[list[str]], list[str]],
                       missing_ok: bool = False) -> None:
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            stored = conn.execute(sa.select(server_groups.c.members)
-                                  .where(server_groups.c.uuid == uuid).with_for_update()).scalar()
+            stored = conn.execute(_MEMBERS_FOR_UPDATE, {"b_uuid": uuid}).scalar()
             if stored is None:
                 if missing_ok:
                     return
@@ -261,5 +275,4 @@ class ServerGroupStore:
             current = list(json.loads(stored))
             edited = edit(current)
             if edited != current:
-                conn.execute(sa.update(server_groups).where(server_groups.c.uuid == uuid)
-                             .values(members=json.dumps(edited)))
+                conn.execute(_SET_MEMBERS, {"b_uuid": uuid, "members": json.dumps(edited)})

@@ -126,6 +126,26 @@ class MigrationRecord:
     old_spec: dict[str, Any]
 
 
+#: The statements of the hot paths (a boot records its instances, a delete reads,
+#: swaps and removes one), built once: building a SQLAlchemy statement and its cache
+#: key per call cost several times the statement's own run.
+_I = instances_table.c
+_GET_INSTANCE = sa.select(instances_table).where(_I.uuid == sa.bindparam("b_uuid"))
+_UPDATE_INSTANCE = (sa.update(instances_table).where(_I.uuid == sa.bindparam("b_uuid"))
+                    .values(host=sa.bindparam("host"), nodename=sa.bindparam("nodename"),
+                            status=sa.bindparam("status"), spec=sa.bindparam("spec")))
+_INSERT_INSTANCE = sa.insert(instances_table)
+_SWAP_STATUS = (sa.update(instances_table)
+                .where(_I.uuid == sa.bindparam("b_uuid"),
+                       _I.status.in_(sa.bindparam("expected", expanding=True)))
+                .values(status=sa.bindparam("status")))
+_REMOVE_INSTANCE = sa.delete(instances_table).where(_I.uuid == sa.bindparam("b_uuid"))
+_M = migrations_table.c
+_MIGRATIONS_OF = sa.select(migrations_table).where(
+    _M.instance_uuid == sa.bindparam("instance_uuid"))
+_MIGRATIONS_OF_IN = _MIGRATIONS_OF.where(_M.status == sa.bindparam("status"))
+
+
 def _instance(row: Any) -> InstanceRecord:
     return InstanceRecord(row.uuid, row.host, row.nodename, row.status, json.loads(row.spec))
 
@@ -147,25 +167,29 @@ class InstanceStore:
     def record(self, uuid: str, host: str, nodename: str, spec: RequestSpec | dict[str, Any],
                status: str = ACTIVE) -> None:
         """Insert or replace the instance's row."""
-        data = spec if isinstance(spec, dict) else spec_to_dict(spec)
-        values = {"host": host, "nodename": nodename, "status": status,
-                  "spec": json.dumps(data, sort_keys=True)}
-        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            done = conn.execute(sa.update(instances_table)
-                                .where(instances_table.c.uuid == uuid).values(**values))
-            if done.rowcount == 0:
-                conn.execute(sa.insert(instances_table).values(uuid=uuid, **values))
+        self.record_many([(uuid, host, nodename, spec)], status=status)
 
-    def record_many(self, rows: Iterable[tuple[str, str, str, RequestSpec]]) -> None:
-        """:meth:`record` for several instances."""
-        for uuid, host, node, spec in rows:
-            self.record(uuid, host, node, spec)
+    def record_many(self, rows: Iterable[tuple[str, str, str, RequestSpec | dict[str, Any]]],
+                    status: str = ACTIVE) -> None:
+        """:meth:`record` for several instances, in one transaction."""
+        values = [{"b_uuid": uuid, "host": host, "nodename": node, "status": status,
+                   "spec": json.dumps(spec if isinstance(spec, dict) else spec_to_dict(spec),
+                                      sort_keys=True)}
+                  for uuid, host, node, spec in rows]
+        if not values:
+            return
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            for value in values:
+                if conn.execute(_UPDATE_INSTANCE, value).rowcount == 0:
+                    conn.execute(_INSERT_INSTANCE, {
+                        "uuid": value["b_uuid"], "host": value["host"],
+                        "nodename": value["nodename"], "status": status,
+                        "spec": value["spec"]})
 
     def get(self, uuid: str) -> InstanceRecord | None:
         """The instance, or None."""
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(instances_table)
-                               .where(instances_table.c.uuid == uuid)).first()
+            row = conn.execute(_GET_INSTANCE, {"b_uuid": uuid}).first()
         return None if row is None else _instance(row)
 
     def all(self) -> list[InstanceRecord]:
@@ -178,15 +202,14 @@ class InstanceStore:
     def swap_status(self, uuid: str, expected: Iterable[str], status: str) -> bool:
         """Set the status only if it is one of ``expected`` now; False otherwise."""
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            done = conn.execute(sa.update(instances_table).where(
-                instances_table.c.uuid == uuid,
-                instances_table.c.status.in_(list(expected))).values(status=status))
+            done = conn.execute(_SWAP_STATUS, {"b_uuid": uuid, "expected": list(expected),
+                                               "status": status})
         return bool(done.rowcount)
 
     def remove(self, uuid: str) -> None:
         """Forget a deleted instance (its migrations stay, as history)."""
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            conn.execute(sa.delete(instances_table).where(instances_table.c.uuid == uuid))
+            conn.execute(_REMOVE_INSTANCE, {"b_uuid": uuid})
 
     def update(self, uuid: str, *, status: str, host: str | None = None,
                nodename: str | None = None, spec: dict[str, Any] | None = None) -> None:
@@ -227,9 +250,15 @@ class InstanceStore:
     def migrations(self, instance_uuid: str | None = None,
                    status: str | None = None) -> list[MigrationRecord]:
         """Migrations, of one instance and in one status when given, in no set order."""
-        query = sa.select(migrations_table)
         if instance_uuid is not None:
-            query = query.where(migrations_table.c.instance_uuid == instance_uuid)
+            # The common question (a delete asks it of every instance), prebuilt.
+            query = _MIGRATIONS_OF if status is None else _MIGRATIONS_OF_IN
+            params: dict[str, Any] = {"instance_uuid": instance_uuid}
+            if status is not None:
+                params["status"] = status
+            with self.engine.connect() as conn:
+                return [_migration(r) for r in conn.execute(query, params).all()]
+        query = sa.select(migrations_table)
         if status is not None:
             query = query.where(migrations_table.c.status == status)
         with self.engine.connect() as conn:
