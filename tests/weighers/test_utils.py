@@ -4,11 +4,17 @@ values, no comma split, any bad value -> the configured value with a warning."""
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import pytest
 
-from berth.weighers.utils import get_weight_multiplier, weight_multipliers_all_hosts
+from berth.config import SchedulerConfig
+from berth.weighers.utils import (
+    get_weight_multiplier,
+    uniform_weight_multiplier,
+    weight_multipliers_all_hosts,
+)
 from builders import cloud, host, state, working_set
 
 KEY = "ram_weight_multiplier"
@@ -74,3 +80,57 @@ def test_aggregate_changes_are_seen_after_the_snapshot_changes():
 def test_any_float_python_accepts_is_taken_as_is(value):
     snap = cloud(host("a").in_aggregate("x", **{KEY: value}))
     assert both(snap) == [float(value)]
+
+
+# ------------------------------------------------ one multiplier for every host
+def uniform(snap, conf=1.0):
+    return uniform_weight_multiplier(working_set(snap).hosts(), KEY, conf)
+
+
+def test_without_overrides_every_host_has_the_configured_multiplier():
+    assert uniform(cloud(host("a"), host("b").in_aggregate("x", other="1")), conf=2.5) == 2.5
+
+
+def test_an_override_on_some_hosts_is_not_uniform():
+    assert uniform(cloud(host("a").in_aggregate("x", **{KEY: "3"}), host("b"))) is None
+
+
+def test_a_nan_override_on_every_host_is_a_uniform_nan():
+    got = uniform(cloud(host("a").in_aggregate("x", **{KEY: "nan"})))
+    assert got is not None and math.isnan(got)
+    assert uniform(cloud(host("a").in_aggregate("x", **{KEY: "nan"}), host("b"))) is None
+
+
+def test_uniform_follows_the_aggregates_after_a_change():
+    snap = cloud(host("a"), host("b"))
+    assert uniform(snap) == 1.0
+    from berth.model import Aggregate
+
+    snap.set_aggregates([Aggregate(id=9, name="z", hosts=("b",), metadata={KEY: "-2"})])
+    assert uniform(snap) is None
+
+
+def test_a_subclass_with_its_own_multipliers_is_never_taken_as_uniform():
+    from berth.weighers.ram import RAMWeigher
+
+    class Halved(RAMWeigher):
+        def weight_multiplier(self, host_state):
+            return 0.5
+
+    snap = cloud(host("a"), host("b"))
+    hosts = working_set(snap).hosts()
+    assert RAMWeigher(SchedulerConfig.default()).uniform_multiplier(hosts) == 1.0
+    assert Halved(SchedulerConfig.default()).uniform_multiplier(hosts) is None
+
+
+def test_a_uniform_zero_multiplier_adds_nothing_to_the_weights():
+    """Skipped at once: zero times a finite normalized weight is zero on every host."""
+    from berth.weighers.handler import WeigherRanker
+    from berth.weighers.hypervisor_version import HypervisorVersionWeigher
+
+    conf = SchedulerConfig.from_dict(
+        {"filter_scheduler": {"hypervisor_version_weight_multiplier": 0.0}})
+    snap = cloud(host("a", hypervisor_version=1), host("b", hypervisor_version=2))
+    ranking = WeigherRanker([HypervisorVersionWeigher(conf)]).rank(
+        working_set(snap).hosts(), None)
+    assert ranking.weights.tolist() == [0.0, 0.0]

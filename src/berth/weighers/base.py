@@ -171,6 +171,12 @@ class BaseHostWeigher:
             raw = np.minimum(raw, self.maxval)
         return raw
 
+    def uniform_multiplier(self, hosts: Hosts) -> float | None:
+        """The multiplier when it is known to be the same for every host of ``hosts``
+        (the ranker then multiplies by a number instead of gathering a column); None
+        when it is not known to be (the default): :meth:`multipliers_all_hosts` says."""
+        return None
+
     def multipliers_all_hosts(self, hosts: Hosts) -> np.ndarray:
         """``weight_multiplier`` of every host (built-ins evaluate once per aggregate set)."""
         return np.fromiter(

@@ -146,8 +146,8 @@ class _Term:
         #: Whether ``raw`` is the memo's own copy (it may be the weigher's array).
         self.owned = True
         self.mult = np.empty(0)
-        #: The multiplier when every host's is zero (then the term is skipped); None
-        #: otherwise (the column is used: equal values give equal products).
+        #: The multiplier when every host's is the same (zero: the term is skipped
+        #: over a finite range); None otherwise (the column ``mult`` is used).
         self.mult_const: float | None = None
         #: Whether every multiplier is finite; read only for a constant column.
         self._mult_finite: bool | None = None
@@ -195,8 +195,8 @@ class _Term:
     def mult_finite(self) -> bool:
         """Whether every multiplier is finite (computed when first asked)."""
         if self._mult_finite is None:
-            self._mult_finite = (self.mult_const is not None
-                                 or bool(np.isfinite(self.mult).all()))
+            self._mult_finite = (math.isfinite(self.mult_const) if self.mult_const is not None
+                                 else bool(np.isfinite(self.mult).all()))
         return self._mult_finite
 
     def set_range(self, weigher: BaseHostWeigher, low: float, high: float) -> None:
@@ -304,15 +304,25 @@ class WeigherRanker:
         if self._memoizable and hosts.ws.memo.get("instances", 2) > 1:
             return self._rank_memo(hosts, spec)
         weights = np.zeros(n)
-        values: list[tuple[np.ndarray, np.ndarray]] = []
+        values: list[tuple[np.ndarray, np.ndarray | float]] = []
         for weigher in self.weighers:
             raw = np.asarray(weigher.weigh_all_hosts(hosts, spec), dtype=float)
-            multiplier = np.asarray(weigher.multipliers_all_hosts(hosts), dtype=float)
+            # One number when every host's multiplier is the same (no aggregate
+            # overrides it): no column to gather, and a zero one is seen at once.
+            uniform = weigher.uniform_multiplier(hosts)
+            multiplier: np.ndarray | float
+            if uniform is None:
+                multiplier = np.asarray(weigher.multipliers_all_hosts(hosts), dtype=float)
+                finite = bool(np.all(np.isfinite(multiplier)))
+            else:
+                multiplier, finite = uniform, math.isfinite(uniform)
             values.append((raw, multiplier))
             low = float(raw.min()) if weigher.minval is None else float(weigher.minval)
             high = float(raw.max()) if weigher.maxval is None else float(weigher.maxval)
-            if low == high and bool(np.all(np.isfinite(multiplier))):
+            if low == high and finite:
                 continue  # normalize() gives zeros; multiplier * 0 adds (signed) zero
+            if uniform == 0.0 and math.isfinite(low) and math.isfinite(high):
+                continue  # 0 * a finite normalized value: (signed) zero on every host
             # Nova's arithmetic, in place: weight += multiplier * ((raw - low) / span).
             term = raw - low
             term /= high - low
@@ -321,7 +331,8 @@ class WeigherRanker:
 
         def columns() -> list[WeigherColumn]:
             return [
-                WeigherColumn(type(w).__name__, raw, normalize(raw, w.minval, w.maxval), mult)
+                WeigherColumn(type(w).__name__, raw, normalize(raw, w.minval, w.maxval),
+                              np.broadcast_to(np.asarray(mult, dtype=float), raw.shape).copy())
                 for w, (raw, mult) in zip(self.weighers, values)
             ]
 
@@ -473,12 +484,17 @@ class WeigherRanker:
             # before its first change (most weighers never change in a request).
             t.raw = np.asarray(weigher.weigh_all_hosts(hosts, spec), dtype=float)
             t.owned = False
-            t.mult = np.asarray(weigher.multipliers_all_hosts(hosts), dtype=float)
-            first = float(t.mult[0])
-            if first == 0.0 and not t.mult.any():
-                # Every multiplier is (signed) zero: the term is skipped over a finite
-                # range (any() is True for NaN); one value says it all.
-                t.mult_const, t.mult = first, _NO_VALUES
+            uniform = weigher.uniform_multiplier(hosts)
+            if uniform is not None:
+                # One multiplier for every host: kept as a number.
+                t.mult_const, t.mult = uniform, _NO_VALUES
+            else:
+                t.mult = np.asarray(weigher.multipliers_all_hosts(hosts), dtype=float)
+                first = float(t.mult[0])
+                if first == 0.0 and not t.mult.any():
+                    # Every multiplier is (signed) zero: the term is skipped over a
+                    # finite range (any() is True for NaN); one value says it all.
+                    t.mult_const, t.mult = first, _NO_VALUES
             t.set_range(weigher, float(t.raw.min()), float(t.raw.max()))
             t.skip = t.decide_skip()
             if not t.skip:

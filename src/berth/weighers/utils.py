@@ -60,6 +60,28 @@ def weight_multipliers_all_hosts(hosts: Hosts, name: str, conf_value: float) -> 
     return by_code[hosts.codes("aggregates")]
 
 
+def uniform_weight_multiplier(hosts: Hosts, name: str, conf_value: float) -> float | None:
+    """The multiplier :func:`weight_multipliers_all_hosts` gives every host when no
+    aggregate membership of the snapshot changes it (the usual cloud: the option's
+    value), else None. Decided once per snapshot."""
+    snapshot = hosts.snapshot
+    signatures = len(snapshot.table("aggregates"))
+
+    def decide() -> float | None:
+        by_code = snapshot.cached(
+            ("weight_multiplier", name, float(conf_value), signatures),
+            lambda: _by_signature(snapshot, signatures, name, conf_value))
+        if len(by_code) == 0:
+            return float(conf_value)
+        first = float(by_code[0])
+        # Identical bits: 0.0 and -0.0 are two values, and a column of NaN only is one.
+        same = by_code.view(np.int64) == np.float64(first).view(np.int64)
+        return first if bool(same.all()) else None
+
+    return snapshot.cached(("uniform_multiplier", name, float(conf_value), signatures),
+                           decide)
+
+
 def _by_signature(snapshot: Any, signatures: int, name: str, conf_value: float) -> np.ndarray:
     """The multiplier of each aggregate membership signature of ``snapshot``."""
     return np.array(
@@ -104,6 +126,15 @@ class MultiplierWeigher(BaseHostWeigher):
     def multipliers_all_hosts(self, hosts: Hosts) -> np.ndarray:
         """:meth:`weight_multiplier` of every host, once per aggregate signature."""
         return weight_multipliers_all_hosts(hosts, self.aggregate_key(), self.conf_multiplier())
+
+    def uniform_multiplier(self, hosts: Hosts) -> float | None:
+        """The one multiplier of every host when no aggregate overrides it; None when
+        some do, or when a subclass computes multipliers its own way."""
+        cls = type(self)
+        if (cls.multipliers_all_hosts is not MultiplierWeigher.multipliers_all_hosts
+                or cls.weight_multiplier is not MultiplierWeigher.weight_multiplier):
+            return None
+        return uniform_weight_multiplier(hosts, self.aggregate_key(), self.conf_multiplier())
 
     def describe(self) -> dict[str, Any]:
         """What explanations print about this weigher, with its lever."""
