@@ -344,8 +344,8 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
         group = next(iter(query.groups.values()))
         if group.in_tree is not None and group.in_tree in graph.index:
             fit &= graph.root_array == graph.root[graph.index[group.in_tree]]
-        order = flat_order(graph, result.providers.tolist(), result.resources,
-                           np.flatnonzero(fit).tolist(), cap)[:keep]
+        order = flat_order(graph, result.providers, result.resources, np.flatnonzero(fit),
+                           cap, keep=keep)
     else:
         groups = list(query.groups.values())
         order = general_order(graph, [c.amounts for c in result.candidates],

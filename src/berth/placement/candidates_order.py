@@ -83,10 +83,12 @@ _FLAT_ORDERS_SIZE = 8
 _FLAT_ORDERS_LOCK = threading.Lock()
 
 
-def flat_order(graph: ProviderGraph, providers: Sequence[int],
-               resources: dict[str, int], last_class_fit: Sequence[int],
-               cap: int | None = None) -> list[int]:
-    """Placement's order of a flat answer: positions into ``providers``.
+def flat_order(graph: ProviderGraph, providers: Sequence[int] | npt.NDArray[np.int64],
+               resources: dict[str, int],
+               last_class_fit: Sequence[int] | npt.NDArray[np.int64],
+               cap: int | None = None, *, keep: int | None = None) -> list[int]:
+    """Placement's order of a flat answer: positions into ``providers`` (the first
+    ``keep`` of them when given: what a ``limit`` keeps).
 
     Placement walks the providers in the order of its set of ``(id, root id)`` pairs of
     those with room for the group's *last* class (``last_class_fit``, in id order),
@@ -108,7 +110,7 @@ def flat_order(graph: ProviderGraph, providers: Sequence[int],
         found = _FLAT_ORDERS.get(key)
         if found is not None:
             _FLAT_ORDERS.move_to_end(key)
-            return list(found)
+            return found[:keep]
     # The walk: Placement's own objects (tuples of two ints) in a set, so no stand-in
     # is needed for this one.
     pairs = list(zip(fit_ids.tolist(), fit_roots.tolist()))
@@ -129,7 +131,7 @@ def flat_order(graph: ProviderGraph, providers: Sequence[int],
         _FLAT_ORDERS[key] = order
         while len(_FLAT_ORDERS) > _FLAT_ORDERS_SIZE:
             _FLAT_ORDERS.popitem(last=False)
-    return list(order)
+    return order[:keep]
 
 
 def _id_arrays(graph: ProviderGraph) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
