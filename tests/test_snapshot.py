@@ -90,6 +90,27 @@ def test_numeric_updates_keep_derived_indexes_and_reports_drop_them():
     assert len(built) == 2 and snap.structure_generation == before[1] + 1
 
 
+def test_table_derived_values_outlive_reports_until_the_aggregates_change():
+    from berth.weighers.utils import weight_multipliers_all_hosts
+
+    key = "ram_weight_multiplier"
+    snap = cloud(host("a").in_aggregate("x", **{key: "3"}), host("b"))
+    built = []
+    value = snap.table_cached("probe", lambda: built.append(1) or object())
+    snap.upsert(HostRecord("b", instances={"i2": Instance("i2")}))  # a report
+    assert snap.table_cached("probe", lambda: built.append(1) or object()) is value
+    assert weight_multipliers_all_hosts(WorkingSet(snap, NOW).hosts(), key, 1.0).tolist() == [3, 1]
+    # A report that joins a new signature: the multiplier of its code is computed.
+    snap.set_aggregates([Aggregate(id=1, name="x", hosts=("a",), metadata={key: "3"}),
+                         Aggregate(id=2, name="y", hosts=("b",), metadata={key: "-1"})])
+    assert snap.table_cached("probe", lambda: built.append(1) or object()) is not value
+    assert weight_multipliers_all_hosts(WorkingSet(snap, NOW).hosts(), key, 1.0).tolist() == [3, -1]
+    snap.upsert(HostRecord("c"))  # a new host, in no aggregate: a new signature
+    assert weight_multipliers_all_hosts(WorkingSet(snap, NOW).hosts(), key, 1.0).tolist() == [
+        3, -1, 1]
+    assert len(built) == 2
+
+
 def test_consumption_stays_in_the_working_set_and_follows_nova():
     snap = cloud(host("a", free_ram_mb=4096, free_disk_mb=10240, vcpus_used=1))
     ws = WorkingSet(snap, NOW)

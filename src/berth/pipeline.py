@@ -1115,7 +1115,7 @@ class Scheduler:
             host = HostState(ws, row)
             snapshot = ws.snapshot
             code = int(snapshot.codes("aggregates")[row])
-            zone = snapshot.cached(("selection_zone", code), lambda: _zone_of(
+            zone = snapshot.table_cached(("selection_zone", code), lambda: _zone_of(
                 snapshot.aggregates_of_signature(code)))
             fields = {
                 "compute_node_uuid": host.uuid,

@@ -475,6 +475,7 @@ class HostSnapshot:
         self._aggs_by_host: dict[str, tuple[int, ...]] = {}
         self._index_aggregates()
         self._cache: dict[Hashable, Any] = {}
+        self._table_cache: dict[Hashable, Any] = {}
         #: Bumped on every change.
         self.generation = 0
         #: Bumped when anything but a numeric column changes (a report, a new row, the
@@ -774,6 +775,7 @@ class HostSnapshot:
         self._interned["aggregates"] = Interned(len(self._interned["aggregates"].codes))
         col = self._interned["aggregates"]
         col.codes[: self._n] = self._index_membership(self._obj["host"][: self._n].tolist())
+        self._table_cache.clear()
         self._changed()
 
     # ----------------------------------------------------------------- reads
@@ -807,6 +809,20 @@ class HostSnapshot:
     def aggregates_of_signature(self, code: int) -> list[Aggregate]:
         """The aggregates of an aggregate-membership signature code."""
         return [self.aggregates[i] for i in self._interned["aggregates"].values[code]]
+
+    def table_cached(self, key: Hashable, build: Callable[[], T]) -> T:
+        """A value derived only from the value tables of interned columns (by code) and
+        the aggregates, built once until the aggregates change.
+
+        Unlike :meth:`cached`, a host's report leaves it: a report only appends to a
+        table (codes already given keep their values), so a key that names the
+        lengths of the tables it read stays true (a multiplier per aggregate
+        signature, a verdict per distinct ``supported_instances``)."""
+        try:
+            return self._table_cache[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._table_cache[key] = build()
+            return value
 
     def cached(self, key: Hashable, build: Callable[[], T]) -> T:
         """A derived index, built once per :attr:`structure_generation`.
@@ -857,7 +873,7 @@ class HostSnapshot:
                     decoded.append(None)
             return decoded
 
-        return self.cached(("cpu_info_decoded", len(self.table("cpu_info"))), build)[code]
+        return self.table_cached(("cpu_info_decoded", len(self.table("cpu_info"))), build)[code]
 
     def nbytes(self) -> int:
         """Approximate memory held by the columns (arrays only, not per-host objects)."""

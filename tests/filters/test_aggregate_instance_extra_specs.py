@@ -119,17 +119,20 @@ def test_the_bulk_path_agrees_with_the_per_host_path(snap: HostSnapshot, req: ob
 
 
 def _cached_verdicts(snap: HostSnapshot) -> list[object]:
-    return [v for k, v in snap._cache.items()
+    return [v for k, v in snap._table_cache.items()
             if isinstance(k, tuple) and k[0] == "AggregateInstanceExtraSpecsFilter"]
 
 
-def test_signature_verdicts_are_cached_until_the_aggregates_or_a_report_change() -> None:
+def test_signature_verdicts_are_kept_until_the_aggregates_change() -> None:
     snap = cloud(host("h1").in_aggregate("a", ssd="true"), host("h2"))
     f = AggregateInstanceExtraSpecsFilter()
     req = spec(extra_specs={"ssd": "true"})
     assert passes_bulk(f, snap, req) == [True, False]
     [verdicts] = _cached_verdicts(snap)
     snap.update_host(0, free_ram_mb=1.0)  # a claim: numbers only, the verdicts stay
+    assert passes_bulk(f, snap, req) == [True, False]
+    assert _cached_verdicts(snap) == [verdicts]
+    snap.upsert(HostRecord("h2"))  # a report in the same signature: they stay too
     assert passes_bulk(f, snap, req) == [True, False]
     assert _cached_verdicts(snap) == [verdicts]
     snap.set_aggregates([Aggregate(1, "a", hosts=("h1", "h2"), metadata={"ssd": "false"})])

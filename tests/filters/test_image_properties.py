@@ -197,16 +197,18 @@ def test_the_bulk_path_agrees_with_the_per_host_path(
     both_paths(f, snap, req)
 
 
-def test_triple_verdicts_are_cached_until_a_report_changes_the_signatures() -> None:
+def test_triple_verdicts_are_kept_per_table_and_follow_a_new_signature() -> None:
     snap = cloud(host("h1", supported_instances=[["x86_64", "kvm", "hvm"]]),
                  host("h2", supported_instances=[["aarch64", "kvm", "hvm"]]))
     f = ImagePropertiesFilter()
     req = spec(image_props={"hw_architecture": "x86_64"})
     assert passes_bulk(f, snap, req) == [True, False]
-    cached = dict(snap._cache)
+    cached = dict(snap._table_cache)
     assert any(isinstance(k, tuple) and k[0] == "ImagePropertiesFilter.triples" for k in cached)
     snap.update_host(1, hypervisor_version=7000000.0)  # numbers only: the index stays
-    assert snap._cache == cached
+    snap.upsert(HostRecord("h1", supported_instances=[["x86_64", "kvm", "hvm"]]))  # same one
+    assert passes_bulk(f, snap, req) == [True, False]
+    assert snap._table_cache == cached
     snap.upsert(HostRecord("h2", supported_instances=[["x86_64", "qemu", "hvm"]]))
     assert passes_bulk(f, snap, req) == [True, True]
 

@@ -100,9 +100,9 @@ class AggregateInstanceExtraSpecsFilter(BaseHostFilter):
         return check_aggregates(host_state.aggregates, requirements, host_state.host)
 
     def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:
-        """Once per aggregate-membership signature and snapshot structure: the verdicts
-        of every signature are cached on the snapshot per set of specs, so a request
-        only looks its hosts' codes up (O(n), no sort)."""
+        """Once per aggregate-membership signature until the aggregates change: the
+        verdicts of every signature are kept on the snapshot per set of specs, so a
+        request only looks its hosts' codes up (O(n), no sort)."""
         requirements = scoped_requirements(spec_obj.flavor.extra_specs or {})
         if not requirements or len(hosts) == 0:
             return np.ones(len(hosts), dtype=bool)
@@ -123,7 +123,7 @@ class AggregateInstanceExtraSpecsFilter(BaseHostFilter):
                     raises[code] = True
             return verdicts, raises
 
-        verdicts, raises = snapshot.cached(
+        verdicts, raises = snapshot.table_cached(
             ("AggregateInstanceExtraSpecsFilter", specs, count), build)
         codes = hosts.codes("aggregates")
         if raises.any():

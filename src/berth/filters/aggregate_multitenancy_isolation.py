@@ -60,7 +60,7 @@ class AggregateMultiTenancyIsolation(BaseHostFilter):
         project = spec_obj.project_id
 
         def tenants_of(code: int) -> set[str]:
-            return snapshot.cached(
+            return snapshot.table_cached(
                 ("tenants_of_signature", code),
                 lambda: allowed_tenants(snapshot.aggregates_of_signature(code)),
             )

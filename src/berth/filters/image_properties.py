@@ -265,7 +265,7 @@ class ImagePropertiesFilter(BaseHostFilter):
         snapshot = hosts.snapshot
         wanted = tuple(p for p in (req.arch, req.hv_type, req.vm_mode) if p)
         triples = snapshot.table("supported_instances")
-        matching = snapshot.cached(
+        matching = snapshot.table_cached(
             ("ImagePropertiesFilter.triples", wanted, len(triples)),
             lambda: np.array([any(all(p in t for p in wanted) for t in si) if si else False
                               for si in triples], dtype=bool))
@@ -290,7 +290,7 @@ class ImagePropertiesFilter(BaseHostFilter):
                 ok[checked] = verdicts[inverse]
         if req.maxphysaddr_bits:
             cpu_infos = snapshot.table("cpu_info")
-            bits, bad_bits = snapshot.cached(
+            bits, bad_bits = snapshot.table_cached(
                 ("ImagePropertiesFilter.bits", len(cpu_infos)), lambda: _bits_table(cpu_infos))
             codes = hosts.codes("cpu_info")
             if bad_bits.any():

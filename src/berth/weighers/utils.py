@@ -53,7 +53,7 @@ def weight_multipliers_all_hosts(hosts: Hosts, name: str, conf_value: float) -> 
     """
     snapshot = hosts.snapshot
     signatures = len(snapshot.table("aggregates"))
-    by_code = snapshot.cached(("weight_multiplier", name, float(conf_value), signatures),
+    by_code = snapshot.table_cached(("weight_multiplier", name, float(conf_value), signatures),
                               lambda: _by_signature(snapshot, signatures, name, conf_value))
     if len(by_code) == 0:
         return np.full(len(hosts), float(conf_value))
@@ -68,7 +68,7 @@ def uniform_weight_multiplier(hosts: Hosts, name: str, conf_value: float) -> flo
     signatures = len(snapshot.table("aggregates"))
 
     def decide() -> float | None:
-        by_code = snapshot.cached(
+        by_code = snapshot.table_cached(
             ("weight_multiplier", name, float(conf_value), signatures),
             lambda: _by_signature(snapshot, signatures, name, conf_value))
         if len(by_code) == 0:
@@ -78,8 +78,8 @@ def uniform_weight_multiplier(hosts: Hosts, name: str, conf_value: float) -> flo
         same = by_code.view(np.int64) == np.float64(first).view(np.int64)
         return first if bool(same.all()) else None
 
-    return snapshot.cached(("uniform_multiplier", name, float(conf_value), signatures),
-                           decide)
+    return snapshot.table_cached(("uniform_multiplier", name, float(conf_value), signatures),
+                                 decide)
 
 
 def _by_signature(snapshot: Any, signatures: int, name: str, conf_value: float) -> np.ndarray:
