@@ -75,3 +75,20 @@ def test_only_the_latest_orders_are_kept():
     for k in range(candidates_order._FLAT_ORDERS_SIZE + 5):
         flat_order(graph, list(range(k, 50)), {"VCPU": 1}, list(range(50)))
     assert len(candidates_order._FLAT_ORDERS) == candidates_order._FLAT_ORDERS_SIZE
+
+
+def test_request_hashes_at_once_are_each_requests_own_hash():
+    from berth.placement.candidates_order import request_hash, request_hashes
+
+    graph = _graph(20, {})
+    rng = random.Random(3)
+    amounts = [{}]
+    for _ in range(200):
+        request: dict[int, dict[str, int]] = {}
+        for p in rng.sample(range(20), rng.randint(1, 3)):
+            classes = rng.sample(["VCPU", "MEMORY_MB", "DISK_GB", "CUSTOM_X"], rng.randint(1, 3))
+            request[p] = {rc: rng.randint(1, 4096) for rc in classes}
+        amounts.append(request)
+    expected = [request_hash([(graph.ids[p], rc, n) for p, per_rc in a.items()
+                              for rc, n in per_rc.items()]) for a in amounts]
+    assert request_hashes(graph, amounts) == expected

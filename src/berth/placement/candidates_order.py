@@ -172,9 +172,7 @@ def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, in
     order): positions into it. ``group`` is the request's only group, when it has one
     (the shape whose walk is replayed exactly); the merge stops after ``cap`` requests
     (``max_allocation_candidates``)."""
-    ids = graph.ids
-    hashes = [request_hash([(ids[p], rc, n) for p, per_rc in a.items() for rc, n in per_rc.items()])
-              for a in amounts]
+    hashes = request_hashes(graph, amounts)
     anchors = [_anchor(graph, a) for a in amounts]
     walk = _tree_walk(graph, group, amounts) if group is not None else None
     # The group's set: each tree's requests gathered in a set of their own, unioned in
@@ -194,6 +192,47 @@ def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, in
     for item in group_set:
         by_anchor.setdefault(anchors[item.index], []).append(item.index)
     return set_order(hashes, [i for members in by_anchor.values() for i in members][:cap])
+
+
+def request_hashes(graph: ProviderGraph,
+                   amounts: Sequence[dict[int, dict[str, int]]]) -> list[int]:
+    """:func:`request_hash` of every request (``amounts`` per request: provider ->
+    class -> amount), computed for all rows at once (:func:`tuple_hashes`)."""
+    if not amounts:
+        return []
+    ids = graph.ids
+    class_hash: dict[str, int] = {}
+    row_ids: list[int] = []
+    row_classes: list[int] = []
+    row_amounts: list[int] = []
+    sizes: list[int] = []
+    for a in amounts:
+        size = 0
+        for p, per_rc in a.items():
+            for rc, n in per_rc.items():
+                row_ids.append(ids[p])
+                h = class_hash.get(rc)
+                if h is None:
+                    h = class_hash[rc] = hash(rc)
+                row_classes.append(h)
+                row_amounts.append(n)
+                size += 1
+        sizes.append(size)
+    rows = tuple_hashes([np.asarray(row_ids, dtype=np.int64),
+                         np.asarray(row_classes, dtype=np.int64),
+                         np.asarray(row_amounts, dtype=np.int64)])
+    # Requests of one size at a time: their row hashes as a matrix, sorted per request.
+    sizes_arr = np.asarray(sizes, dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes_arr)[:-1]))
+    out = np.empty(len(amounts), dtype=np.int64)
+    for size in np.unique(sizes_arr).tolist():
+        which = np.flatnonzero(sizes_arr == size)
+        if size == 0:
+            out[which] = hash(())
+            continue
+        matrix = np.sort(rows[starts[which][:, None] + np.arange(size)], axis=1)
+        out[which] = tuple_hashes([matrix[:, k] for k in range(size)])
+    return out.tolist()
 
 
 def _anchor(graph: ProviderGraph, amounts: dict[int, dict[str, int]]) -> int:
@@ -219,13 +258,14 @@ def _tree_walk(graph: ProviderGraph, group: RequestGroup,
         if group.in_tree not in graph.index:
             return None
         tree = root[graph.index[group.in_tree]]
-    by_id = {ids[p]: p for p in range(graph.size)}
+    id_array, root_array = _id_arrays(graph)
     found: set[tuple[int, int, int]] = set()
     for rc, amount in group.resources.items():
         fit = graph.fit_mask(rc, amount)
         if tree is not None:
             fit &= graph.root_array == tree
-        pairs = {(ids[p], ids[root[p]]) for p in fit.nonzero()[0].tolist()}
+        at = fit.nonzero()[0]
+        pairs = set(zip(id_array[at].tolist(), id_array[root_array[at]].tolist()))
         with_class: set[tuple[int, int, int]] = set()
         with_class |= {(a, b, class_id[rc]) for a, b in pairs}
         if not found:
@@ -234,20 +274,23 @@ def _tree_walk(graph: ProviderGraph, group: RequestGroup,
             common = {t[1] for t in found} & {t[1] for t in with_class}
             found |= with_class
             found = {t for t in found if t[1] in common}
+    by_id = dict(zip(ids, range(graph.size)))
     per_tree: dict[int, dict[int, list[int]]] = {}
     for rp_id, root_id, rc_id in found:
         per_tree.setdefault(root_id, {}).setdefault(rc_id, []).append(by_id[rp_id])
-    names = {class_id[rc]: rc for rc in group.resources}
-    position = {
-        frozenset((p, rc) for p, per_rc in a.items() for rc in per_rc): i
-        for i, a in enumerate(amounts)
-    }
+    # A request of this shape has one provider per class: keyed by those providers in
+    # class id order, as the walk's products form them.
+    order = sorted(group.resources, key=lambda rc: class_id[rc])
+    position: dict[tuple[int, ...], int] = {}
+    for i, a in enumerate(amounts):
+        by_class = {rc: p for p, per_rc in a.items() for rc in per_rc}
+        if len(by_class) != len(order):
+            return None
+        position[tuple(by_class[rc] for rc in order)] = i
     walk: list[int] = []
     for per_class in per_tree.values():
+        if len(per_class) != len(order):
+            continue  # a tree short of a class forms no request
         lists = [per_class[c] for c in sorted(per_class)]
-        classes = [names[c] for c in sorted(per_class)]
-        for combo in itertools.product(*lists):
-            i = position.get(frozenset(zip(combo, classes, strict=True)))
-            if i is not None:
-                walk.append(i)
+        walk.extend(i for i in map(position.get, itertools.product(*lists)) if i is not None)
     return walk if len(walk) == len(amounts) else None
