@@ -348,8 +348,10 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
                            cap, keep=keep)
     else:
         groups = list(query.groups.values())
+        known = [c.by_class for c in result.candidates if c.by_class is not None]
         order = general_order(graph, [c.amounts for c in result.candidates],
-                              groups[0] if len(groups) == 1 else None, cap)[:keep]
+                              groups[0] if len(groups) == 1 else None, cap,
+                              by_class=known if len(known) == size else None)[:keep]
     if isinstance(result, FlatResult):
         return FlatResult(result.providers[order], result.resources)
     return GeneralResult([result.candidates[i] for i in order])

@@ -167,14 +167,25 @@ def tuple_hashes(lanes: Sequence[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64
 
 
 def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, int]]],
-                  group: RequestGroup | None = None, cap: int | None = None) -> list[int]:
+                  group: RequestGroup | None = None, cap: int | None = None, *,
+                  by_class: Sequence[tuple[int, ...]] | None = None) -> list[int]:
     """Placement's order of a general answer (``amounts`` per candidate, in the engine's
     order): positions into it. ``group`` is the request's only group, when it has one
     (the shape whose walk is replayed exactly); the merge stops after ``cap`` requests
-    (``max_allocation_candidates``)."""
-    hashes = request_hashes(graph, amounts)
-    anchors = [_anchor(graph, a) for a in amounts]
-    walk = _tree_walk(graph, group, amounts) if group is not None else None
+    (``max_allocation_candidates``). ``by_class``, when the engine knows it: each
+    request's provider per class of ``group``, in class id order (then the hashes and
+    the walk are computed from it as arrays)."""
+    combos = _combos(graph, group, by_class, len(amounts))
+    if combos is not None and group is not None:
+        hashes = _combo_hashes(graph, group, combos)
+        no_sharing = not graph.sharing
+        anchors = (np.asarray(graph.root, dtype=np.int64)[combos[:, 0]].tolist() if no_sharing
+                   else [_anchor(graph, a) for a in amounts])
+    else:
+        hashes = request_hashes(graph, amounts)
+        anchors = [_anchor(graph, a) for a in amounts]
+    walk = _tree_walk(graph, group, amounts, by_class if combos is not None else None) \
+        if group is not None else None
     # The group's set: each tree's requests gathered in a set of their own, unioned in
     # (a union, not one add per request: the table grows as Placement's does).
     by_tree: dict[int, list[int]] = {}
@@ -192,6 +203,33 @@ def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, in
     for item in group_set:
         by_anchor.setdefault(anchors[item.index], []).append(item.index)
     return set_order(hashes, [i for members in by_anchor.values() for i in members][:cap])
+
+
+def _combos(graph: ProviderGraph, group: RequestGroup | None,
+            by_class: Sequence[tuple[int, ...]] | None,
+            count: int) -> npt.NDArray[np.int64] | None:
+    """``by_class`` as a matrix (request x class), when every request has one provider
+    for each class of ``group``; None otherwise."""
+    if group is None or by_class is None or len(by_class) != count or not count:
+        return None
+    width = len(group.resources)
+    if width == 0 or any(len(c) != width for c in by_class):
+        return None
+    return np.asarray(by_class, dtype=np.int64).reshape(count, width)
+
+
+def _combo_hashes(graph: ProviderGraph, group: RequestGroup,
+                  combos: npt.NDArray[np.int64]) -> list[int]:
+    """:func:`request_hash` of requests of one provider per class (columns of
+    ``combos`` in class id order): one row per class, the class's amount."""
+    ids, _ = _id_arrays(graph)
+    classes = sorted(group.resources, key=lambda rc: graph.class_id[rc])
+    count = len(combos)
+    lanes = [tuple_hashes([ids[combos[:, k]], np.full(count, hash(rc), dtype=np.int64),
+                           np.full(count, group.resources[rc], dtype=np.int64)])
+             for k, rc in enumerate(classes)]
+    ordered = np.sort(np.stack(lanes, axis=1), axis=1)
+    return tuple_hashes([ordered[:, k] for k in range(ordered.shape[1])]).tolist()
 
 
 def request_hashes(graph: ProviderGraph,
@@ -246,9 +284,11 @@ def _anchor(graph: ProviderGraph, amounts: dict[int, dict[str, int]]) -> int:
 
 
 def _tree_walk(graph: ProviderGraph, group: RequestGroup,
-               amounts: Sequence[dict[int, dict[str, int]]]) -> list[int] | None:
+               amounts: Sequence[dict[int, dict[str, int]]],
+               by_class: Sequence[tuple[int, ...]] | None = None) -> list[int] | None:
     """The candidates (positions into ``amounts``) in the order Placement forms them for
-    one unsuffixed group over trees, or None outside that shape."""
+    one unsuffixed group over trees, or None outside that shape. ``by_class``: each
+    request's provider per class in class id order, when known."""
     if (group.suffix or graph.sharing or group.required or group.forbidden or group.member_of
             or group.forbidden_aggs or not group.resources):
         return None
@@ -281,12 +321,16 @@ def _tree_walk(graph: ProviderGraph, group: RequestGroup,
     # A request of this shape has one provider per class: keyed by those providers in
     # class id order, as the walk's products form them.
     order = sorted(group.resources, key=lambda rc: class_id[rc])
-    position: dict[tuple[int, ...], int] = {}
-    for i, a in enumerate(amounts):
-        by_class = {rc: p for p, per_rc in a.items() for rc in per_rc}
-        if len(by_class) != len(order):
-            return None
-        position[tuple(by_class[rc] for rc in order)] = i
+    position: dict[tuple[int, ...], int]
+    if by_class is not None:
+        position = dict(zip(by_class, range(len(by_class))))
+    else:
+        position = {}
+        for i, a in enumerate(amounts):
+            providers = {rc: p for p, per_rc in a.items() for rc in per_rc}
+            if len(providers) != len(order):
+                return None
+            position[tuple(providers[rc] for rc in order)] = i
     walk: list[int] = []
     for per_class in per_tree.values():
         if len(per_class) != len(order):

@@ -49,10 +49,14 @@ class GroupRequest:
 
 @dataclass(slots=True)
 class Candidate:
-    """One allocation request: amounts per provider and class, and suffix mappings."""
+    """One allocation request: amounts per provider and class, and suffix mappings.
+
+    ``by_class``: for a request of one group, its provider per class in class id order
+    (what Placement's walk forms; None otherwise)."""
 
     amounts: dict[int, dict[str, int]]
     mappings: dict[str, list[int]]
+    by_class: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -316,7 +320,8 @@ def _merge(
             amounts: dict[int, dict[str, int]] = {}
             for p, rc, amount in req.rows:
                 amounts.setdefault(p, {})[rc] = amount
-            out.append(Candidate(amounts, {suffix: list(req.providers)}))
+            out.append(Candidate(amounts, {suffix: list(req.providers)},
+                                 tuple(p for p, _, _ in req.rows)))
         return out
 
     bucketed: list[dict[int, list[GroupRequest]]] = []
