@@ -817,7 +817,10 @@ class HostSnapshot:
         Unlike :meth:`cached`, a host's report leaves it: a report only appends to a
         table (codes already given keep their values), so a key that names the
         lengths of the tables it read stays true (a multiplier per aggregate
-        signature, a verdict per distinct ``supported_instances``)."""
+        signature, a verdict per distinct ``supported_instances``). Every length
+        keeps its own entry, so this is only for tables that rarely grow (aggregate
+        signatures, ``supported_instances``, ``cpu_info``); not for ``stats``, which
+        nearly every report extends."""
         try:
             return self._table_cache[key]  # type: ignore[no-any-return]
         except KeyError:

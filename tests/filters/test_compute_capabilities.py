@@ -170,3 +170,21 @@ def test_both_paths_see_this_requests_virtual_consumption() -> None:
     f = ComputeCapabilitiesFilter()
     bulk = f.filter_all_hosts(ws.hosts(np.arange(2)), req).tolist()
     assert bulk == [f.host_passes(ws.host_state(r), req) for r in range(2)] == [False, True]
+
+
+def test_reports_that_keep_changing_stats_leave_no_table_entries_behind() -> None:
+    """Every report extends the stats table; what the filter derives from it must not
+    be kept once per table length (that would grow with every report)."""
+    from berth.host_state import WorkingSet
+    from berth.snapshot import HostRecord
+    from builders import NOW
+
+    snap = cloud(host("a", stats={"gpu": "1"}), host("b"))
+    f = ComputeCapabilitiesFilter()
+    req = spec(extra_specs={"capabilities:gpu": "1"})
+    for n in range(50):
+        snap.upsert(HostRecord("b", stats={"gpu": "1", "num_instances": str(n)}))
+        hosts = WorkingSet(snap, NOW).hosts()
+        assert f.filter_all_hosts(hosts, req).tolist() == [True, True]
+    assert len(snap.table("stats")) > 50
+    assert len(snap._table_cache) <= 2

@@ -234,8 +234,7 @@ def _stats_value_codes(snapshot: Any, name: str) -> np.ndarray:
                 codes[i] = index.setdefault(repr(stats[name]), len(index) + 1)
         return codes
 
-    codes: np.ndarray = snapshot.table_cached(("capability_stats_values", name, len(table)),
-                                               build)
+    codes: np.ndarray = snapshot.cached(("capability_stats_values", name, len(table)), build)
     return codes
 
 
