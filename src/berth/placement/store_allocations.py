@@ -50,6 +50,7 @@ from berth.placement.store_records import (
     _MissingProvider,
     _Retry,
     _Unset,
+    inventory_from_row,
 )
 
 #: GET and DELETE /allocations/{consumer} (every instance delete runs both), built once.
@@ -436,15 +437,8 @@ class AllocationsMixin(FastWritesMixin):
             inv_map: dict[tuple[int, int], InventoryRecord] = {}
             rp_ids = {k[0] for k in requested}
             for r in conn.execute(_SEL_INVS_BY_RPS, {"ids": sorted(rp_ids)}):
-                inv_map[(r.resource_provider_id, r.resource_class_id)] = InventoryRecord(
-                    resource_class=by_id[r.resource_class_id],
-                    total=r.total,
-                    reserved=r.reserved,
-                    min_unit=r.min_unit,
-                    max_unit=r.max_unit,
-                    step_size=r.step_size,
-                    allocation_ratio=r.allocation_ratio,
-                )
+                inv_map[(r.resource_provider_id, r.resource_class_id)] = inventory_from_row(
+                    by_id[r.resource_class_id], r)
             if interim is not None:
                 for rp_id, invs in interim.items():
                     for rc_name, inv in invs.items():

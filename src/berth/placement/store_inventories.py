@@ -18,6 +18,7 @@ from berth.placement.store_records import (
     _capacity_message,
     _capacity_ok,
     _fields,
+    inventory_from_row,
 )
 
 
@@ -34,17 +35,7 @@ class InventoriesMixin(StoreBase):
         out = {}
         for r in rows:
             name = by_id.get(r.resource_class_id, str(r.resource_class_id))
-            out[name] = InventoryRecord(
-                resource_class=name,
-                total=r.total,
-                reserved=r.reserved,
-                min_unit=r.min_unit,
-                max_unit=r.max_unit,
-                step_size=r.step_size,
-                allocation_ratio=r.allocation_ratio,
-                created_at=r.created_at,
-                updated_at=r.updated_at,
-            )
+            out[name] = inventory_from_row(name, r)
         return out
 
     def get_inventories(

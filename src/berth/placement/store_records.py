@@ -87,6 +87,21 @@ class InventoryRecord:
         }
 
 
+def inventory_from_row(resource_class: str, row: Any) -> InventoryRecord:
+    """An inventory record from an ``inventories`` row (with its stamps)."""
+    return InventoryRecord(
+        resource_class=resource_class,
+        total=row.total,
+        reserved=row.reserved,
+        min_unit=row.min_unit,
+        max_unit=row.max_unit,
+        step_size=row.step_size,
+        allocation_ratio=row.allocation_ratio,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
 def inventory_from_body(resource_class: str, body: Mapping[str, Any]) -> InventoryRecord:
     """Build an inventory record from a request body, applying the API defaults."""
     return InventoryRecord(

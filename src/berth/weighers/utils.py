@@ -48,13 +48,10 @@ def get_weight_multiplier(host_state: HostState, name: str, conf_value: float) -
 def weight_multipliers_all_hosts(hosts: Hosts, name: str, conf_value: float) -> np.ndarray:
     """:func:`get_weight_multiplier` for every host in ``hosts`` (aligned with its rows).
 
-    Evaluated once per distinct aggregate membership of the snapshot and cached until
-    the snapshot changes, so a request pays one array index per weigher.
+    Evaluated once per distinct aggregate membership of the snapshot and kept until the
+    aggregates change, so a request pays one array index per weigher.
     """
-    snapshot = hosts.snapshot
-    signatures = len(snapshot.table("aggregates"))
-    by_code = snapshot.table_cached(("weight_multiplier", name, float(conf_value), signatures),
-                              lambda: _by_signature(snapshot, signatures, name, conf_value))
+    by_code = _by_signature(hosts.snapshot, name, conf_value)
     if len(by_code) == 0:
         return np.full(len(hosts), float(conf_value))
     return by_code[hosts.codes("aggregates")]
@@ -63,14 +60,11 @@ def weight_multipliers_all_hosts(hosts: Hosts, name: str, conf_value: float) -> 
 def uniform_weight_multiplier(hosts: Hosts, name: str, conf_value: float) -> float | None:
     """The multiplier :func:`weight_multipliers_all_hosts` gives every host when no
     aggregate membership of the snapshot changes it (the usual cloud: the option's
-    value), else None. Decided once per snapshot."""
+    value), else None. Decided once until the aggregates change."""
     snapshot = hosts.snapshot
-    signatures = len(snapshot.table("aggregates"))
 
     def decide() -> float | None:
-        by_code = snapshot.table_cached(
-            ("weight_multiplier", name, float(conf_value), signatures),
-            lambda: _by_signature(snapshot, signatures, name, conf_value))
+        by_code = _by_signature(snapshot, name, conf_value)
         if len(by_code) == 0:
             return float(conf_value)
         first = float(by_code[0])
@@ -78,17 +72,23 @@ def uniform_weight_multiplier(hosts: Hosts, name: str, conf_value: float) -> flo
         same = by_code.view(np.int64) == np.float64(first).view(np.int64)
         return first if bool(same.all()) else None
 
+    signatures = len(snapshot.table("aggregates"))
     return snapshot.table_cached(("uniform_multiplier", name, float(conf_value), signatures),
                                  decide)
 
 
-def _by_signature(snapshot: Any, signatures: int, name: str, conf_value: float) -> np.ndarray:
-    """The multiplier of each aggregate membership signature of ``snapshot``."""
-    return np.array(
-        [multiplier_from_aggregates(snapshot.aggregates_of_signature(code), name, conf_value)
-         for code in range(signatures)],
-        dtype=float,
-    )
+def _by_signature(snapshot: Any, name: str, conf_value: float) -> np.ndarray:
+    """The multiplier of each aggregate membership signature of ``snapshot`` (kept on
+    the snapshot until the aggregates change)."""
+    signatures = len(snapshot.table("aggregates"))
+    return snapshot.table_cached(  # type: ignore[no-any-return]
+        ("weight_multiplier", name, float(conf_value), signatures),
+        lambda: np.array(
+            [multiplier_from_aggregates(snapshot.aggregates_of_signature(code), name,
+                                        conf_value)
+             for code in range(signatures)],
+            dtype=float,
+        ))
 
 
 class MultiplierWeigher(BaseHostWeigher):
