@@ -134,3 +134,59 @@ def test_a_uniform_zero_multiplier_adds_nothing_to_the_weights():
     ranking = WeigherRanker([HypervisorVersionWeigher(conf)]).rank(
         working_set(snap).hosts(), None)
     assert ranking.weights.tolist() == [0.0, 0.0]
+
+
+def test_build_failures_take_the_negated_uniform_multiplier():
+    from berth.weighers.build_failure import BuildFailureWeigher
+
+    weigher = BuildFailureWeigher(SchedulerConfig.default())
+    plain = working_set(cloud(host("a"), host("b"))).hosts()
+    assert weigher.uniform_multiplier(plain) == -1000000.0
+    assert weigher.multipliers_all_hosts(plain).tolist() == [-1000000.0, -1000000.0]
+    key = "build_failure_weight_multiplier"
+    mixed = working_set(cloud(host("a").in_aggregate("x", **{key: "5"}), host("b"))).hosts()
+    assert weigher.uniform_multiplier(mixed) is None
+
+    class Own(BuildFailureWeigher):
+        def multipliers_all_hosts(self, hosts):
+            return np.full(len(hosts), 2.0)
+
+    assert Own(SchedulerConfig.default()).uniform_multiplier(plain) is None
+
+
+def test_the_ranker_asks_a_per_snapshot_answer_once_per_aggregates_epoch():
+    """A built-in answer is kept until the aggregates change; a subclass that answers
+    its own way (without declaring it per snapshot) is asked every ranking."""
+    from berth.model import Aggregate
+    from berth.weighers.base import uniform_per_snapshot
+    from berth.weighers.handler import WeigherRanker
+    from berth.weighers.ram import RAMWeigher
+
+    asked: list[str] = []
+
+    class Counted(RAMWeigher):
+        def uniform_multiplier(self, hosts):
+            asked.append("own")
+            return super().uniform_multiplier(hosts)
+
+    class Declared(Counted):
+        uniform_per_snapshot = True
+
+        def uniform_multiplier(self, hosts):
+            asked.append("declared")
+            return RAMWeigher.uniform_multiplier(self, hosts)
+
+    conf = SchedulerConfig.default()
+    assert uniform_per_snapshot(RAMWeigher(conf)) and not uniform_per_snapshot(Counted(conf))
+    assert uniform_per_snapshot(Declared(conf))
+    snap = cloud(host("a", free_ram_mb=10), host("b", free_ram_mb=20))
+    ranker = WeigherRanker([Counted(conf), Declared(conf)])
+    for _ in range(3):
+        ranker.rank(working_set(snap).hosts(), None)
+    assert asked.count("own") == 3 and asked.count("declared") == 1
+    snap.set_aggregates([Aggregate(id=9, name="z", hosts=("b",),
+                                   metadata={"ram_weight_multiplier": "-2"})])
+    ranking = ranker.rank(working_set(snap).hosts(), None)
+    assert asked.count("declared") == 2
+    # b's multiplier is now -2 for both weighers: a is preferred.
+    assert ranking.weights[0] > ranking.weights[1]

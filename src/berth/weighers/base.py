@@ -171,6 +171,11 @@ class BaseHostWeigher:
             raw = np.minimum(raw, self.maxval)
         return raw
 
+    #: Declared by a class that defines :meth:`uniform_multiplier`, in the same class
+    #: body: its answer depends only on the snapshot's aggregates and the configuration,
+    #: so the ranker may ask once per aggregates epoch (see :func:`uniform_per_snapshot`).
+    uniform_per_snapshot: ClassVar[bool] = True
+
     def uniform_multiplier(self, hosts: Hosts) -> float | None:
         """The multiplier when it is known to be the same for every host of ``hosts``
         (the ranker then multiplies by a number instead of gathering a column); None
@@ -186,3 +191,15 @@ class BaseHostWeigher:
     def describe(self) -> dict[str, Any]:
         """What explanations print about this weigher."""
         return {"name": self.name(), "minval": self.minval, "maxval": self.maxval}
+
+
+def uniform_per_snapshot(weigher: BaseHostWeigher) -> bool:
+    """Whether ``weigher``'s :meth:`~BaseHostWeigher.uniform_multiplier` is a function
+    of the snapshot's aggregates and the configuration alone: the class that defines
+    the method says so in its own body (a subclass that overrides the method without
+    saying so is asked for every ranking)."""
+    for klass in type(weigher).__mro__:
+        own = vars(klass)
+        if "uniform_multiplier" in own:
+            return bool(own.get("uniform_per_snapshot", False))
+    return False

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from berth.weighers.utils import MultiplierWeigher
+from berth.weighers.utils import MultiplierWeigher, uniform_weight_multiplier
 
 if TYPE_CHECKING:
     from berth.host_state import Hosts, HostState
@@ -32,6 +32,18 @@ class BuildFailureWeigher(MultiplierWeigher):
     def multipliers_all_hosts(self, hosts: Hosts) -> np.ndarray:
         """Minus the multiplier of every host."""
         return -1.0 * super().multipliers_all_hosts(hosts)
+
+    uniform_per_snapshot: ClassVar[bool] = True
+
+    def uniform_multiplier(self, hosts: Hosts) -> float | None:
+        """Minus the one multiplier of every host when no aggregate overrides it; None
+        when some do, or when a subclass computes multipliers its own way."""
+        cls = type(self)
+        if (cls.multipliers_all_hosts is not BuildFailureWeigher.multipliers_all_hosts
+                or cls.weight_multiplier is not BuildFailureWeigher.weight_multiplier):
+            return None
+        base = uniform_weight_multiplier(hosts, self.aggregate_key(), self.conf_multiplier())
+        return None if base is None else -1.0 * base
 
     def _weigh_object(self, host_state: HostState, weight_properties: RequestSpec) -> float:
         """The host's ``failed_builds`` counter."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from berth.host_state import Hosts
 from berth.model.request import RequestSpec
-from berth.weighers.base import BaseHostWeigher, WeighedHost, normalize
+from berth.weighers.base import BaseHostWeigher, WeighedHost, normalize, uniform_per_snapshot
 from berth.weighers.registry import BUILTIN_WEIGHERS
 
 
@@ -293,6 +293,33 @@ class WeigherRanker:
         self.weighers = list(weighers)
         self._memoizable = bool(self.weighers) and all(_is_row_local(w) for w in self.weighers)
         self._inputs = [_inputs(w) for w in self.weighers]
+        #: Weighers whose uniform multiplier is a function of the snapshot's aggregates
+        #: and the (frozen) configuration alone.
+        self._snapshot_uniform = [uniform_per_snapshot(w) for w in self.weighers]
+        #: (aggregates epoch of the snapshot, signatures, the weighers' uniform
+        #: multipliers) of the last ranking.
+        self._uniforms: tuple[object, int, list[float | None]] | None = None
+
+    def uniform_multipliers(self, hosts: Hosts) -> list[float | None]:
+        """Each weigher's :meth:`~BaseHostWeigher.uniform_multiplier` for ``hosts``.
+
+        The built-in answer depends only on the snapshot's aggregates and the
+        configuration, so it is asked once per aggregates epoch of the snapshot (one
+        lookup a request instead of one per weigher); a weigher that answers its own
+        way is asked every time."""
+        snapshot = hosts.snapshot
+        epoch = snapshot.table_cached(("aggregates epoch",), object)
+        signatures = len(snapshot.table("aggregates"))
+        kept = self._uniforms
+        if kept is None or kept[0] is not epoch or kept[1] != signatures:
+            kept = self._uniforms = (epoch, signatures, [
+                w.uniform_multiplier(hosts) if fixed else None
+                for w, fixed in zip(self.weighers, self._snapshot_uniform)])
+        values = kept[2]
+        if all(self._snapshot_uniform):
+            return values
+        return [value if fixed else w.uniform_multiplier(hosts)
+                for w, fixed, value in zip(self.weighers, self._snapshot_uniform, values)]
 
     def rank(self, hosts: Hosts, spec: RequestSpec) -> Ranking:
         """Weigh, normalize, multiply and sum; the order is derived when asked."""
@@ -305,11 +332,10 @@ class WeigherRanker:
             return self._rank_memo(hosts, spec)
         weights = np.zeros(n)
         values: list[tuple[np.ndarray, np.ndarray | float]] = []
-        for weigher in self.weighers:
+        for weigher, uniform in zip(self.weighers, self.uniform_multipliers(hosts)):
             raw = np.asarray(weigher.weigh_all_hosts(hosts, spec), dtype=float)
             # One number when every host's multiplier is the same (no aggregate
             # overrides it): no column to gather, and a zero one is seen at once.
-            uniform = weigher.uniform_multiplier(hosts)
             multiplier: np.ndarray | float
             if uniform is None:
                 multiplier = np.asarray(weigher.multipliers_all_hosts(hosts), dtype=float)
@@ -478,13 +504,14 @@ class WeigherRanker:
         memo = ws.memo[key] = _RankerMemo(spec, hosts.rows, len(ws.snapshot),
                                           len(self.weighers))
         memo.seen = len(ws.touched)
+        uniforms = self.uniform_multipliers(hosts)
         for index, weigher in enumerate(self.weighers):
             t = memo.terms[index]
             # Not copied: a weigher may hand out a cached array; the memo copies it
             # before its first change (most weighers never change in a request).
             t.raw = np.asarray(weigher.weigh_all_hosts(hosts, spec), dtype=float)
             t.owned = False
-            uniform = weigher.uniform_multiplier(hosts)
+            uniform = uniforms[index]
             if uniform is not None:
                 # One multiplier for every host: kept as a number.
                 t.mult_const, t.mult = uniform, _NO_VALUES

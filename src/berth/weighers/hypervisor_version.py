@@ -30,4 +30,8 @@ class HypervisorVersionWeigher(MultiplierWeigher):
 
     def weigh_all_hosts(self, hosts: Hosts, weight_properties: RequestSpec) -> np.ndarray:
         """``hypervisor_version`` of every host, NaN (not reported) as 0."""
-        return self.clamp_all(np.nan_to_num(hosts.col("hypervisor_version"), nan=0.0))
+        values = hosts.col("hypervisor_version")
+        missing = np.isnan(values)
+        if missing.any():
+            values = np.where(missing, 0.0, values)
+        return self.clamp_all(values)

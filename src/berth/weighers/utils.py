@@ -127,6 +127,8 @@ class MultiplierWeigher(BaseHostWeigher):
         """:meth:`weight_multiplier` of every host, once per aggregate signature."""
         return weight_multipliers_all_hosts(hosts, self.aggregate_key(), self.conf_multiplier())
 
+    uniform_per_snapshot: ClassVar[bool] = True
+
     def uniform_multiplier(self, hosts: Hosts) -> float | None:
         """The one multiplier of every host when no aggregate overrides it; None when
         some do, or when a subclass computes multipliers its own way."""
