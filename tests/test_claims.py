@@ -51,3 +51,20 @@ def test_without_a_config_nothing_is_reserved() -> None:
     placement = InMemoryPlacement(snap)
     assert placement.capacity["MEMORY_MB"].tolist() == [4096.0]
     assert placement.used["MEMORY_MB"].tolist() == [0.0]
+
+
+def test_a_candidate_set_gives_its_rows_as_an_array_once():
+    import numpy as np
+
+    from berth.claims import CandidateSet
+
+    cands = CandidateSet({5: [{}], 2: [{}]})
+    rows = cands.row_array()
+    assert rows.dtype == np.int64 and rows.tolist() == [5, 2]
+    assert cands.row_array() is rows
+
+    class Kept(dict):
+        def row_array(self):
+            return np.array([7, 3], dtype=np.int32)
+
+    assert CandidateSet(Kept({7: [{}], 3: [{}]})).row_array().tolist() == [7, 3]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -53,6 +53,26 @@ class CandidateSet:
     def __post_init__(self) -> None:
         if self.no_allocation_requests is None:
             self.no_allocation_requests = len(self.by_row) == 0
+        self._rows: np.ndarray | None = None
+
+    def row_array(self) -> np.ndarray:
+        """The rows of :attr:`by_row` as an int64 array (computed once; a mapping that
+        keeps its rows as an array, see :class:`RowArray`, hands them over)."""
+        if self._rows is None:
+            by_row = self.by_row
+            if isinstance(by_row, RowArray):
+                self._rows = np.asarray(by_row.row_array(), dtype=np.int64)
+            else:
+                self._rows = np.fromiter(by_row, dtype=np.int64, count=len(by_row))
+        return self._rows
+
+
+@runtime_checkable
+class RowArray(Protocol):
+    """A ``by_row`` mapping that keeps its rows as an array."""
+
+    def row_array(self) -> np.ndarray:
+        """The rows, in iteration order."""
 
 
 @dataclass(frozen=True)

@@ -754,8 +754,7 @@ class Scheduler:
         if candidates is None:
             keep[:] = True
         else:
-            by_row = candidates.by_row
-            keep[np.fromiter(by_row, dtype=np.int64, count=len(by_row))] = True
+            keep[candidates.row_array()] = True
         # A compute node without a service record is skipped (§10.2.3).
         keep &= snapshot.num("has_service")
         cell_codes = snapshot.codes("cell_uuid")

@@ -227,6 +227,10 @@ class FlatRequests(Mapping[int, list[dict[str, Any]]]):
     def __iter__(self) -> Iterator[int]:
         return iter(self.rows.tolist())
 
+    def row_array(self) -> np.ndarray:
+        """The rows as they are kept (see :class:`berth.claims.RowArray`)."""
+        return self.rows
+
     def __len__(self) -> int:
         return len(self.rows)
 
