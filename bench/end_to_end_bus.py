@@ -15,7 +15,13 @@ would start (:class:`~berth.service.localcluster.LocalCluster`):
   ``--clients`` threads spread over the API processes — HTTP → RPC call to a scheduler →
   claim → RPC build on the host's agent → report — as boots/s over the whole run and
   the p50/p99 latency of one boot, after ``--warmup`` boots; and each scheduler's own
-  latency per request (its log), to show the share of the scheduler.
+  latency per request (its log), to show the share of the scheduler;
+* where the CPU goes: the CPU seconds each process used during the registration and
+  during each round of boots (every Berth process, PostgreSQL's and RabbitMQ's
+  processes, and this bench's own client threads), per host and per boot, and what
+  they imply: the boots/s at which each single-threaded process saturates one core,
+  and how many processes and cores :data:`TARGET` boots/s would take on a bigger
+  machine (each Berth process is one Python interpreter: one core at most).
 
 """
 
@@ -43,6 +49,73 @@ from pgdb import fresh_pg_database  # noqa: E402
 ADMIN = {"X-Auth-Token": "admin"}
 
 FLAVORS = ["m1.tiny", "m1.small", "m1.medium"]
+
+#: The boots/s issue 12 asks of 4 schedulers; the projection says what it would take.
+TARGET = 500
+
+
+def _cpu_seconds(pid: int | str) -> float:
+    """User + system CPU seconds of one process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _by_command(prefix: str) -> float:
+    """CPU seconds of every process whose command name starts with ``prefix``."""
+    total = 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as fh:
+                name = fh.read().strip()
+        except OSError:
+            continue
+        if name.startswith(prefix):
+            total += _cpu_seconds(pid)
+    return total
+
+
+def cpu_sample(cluster: LocalCluster) -> dict[str, float]:
+    """CPU seconds so far of each cluster process, of PostgreSQL and RabbitMQ (every
+    process of theirs on this machine: the bench's database is the only busy one), and
+    of this bench (its client threads)."""
+    sample = {name: _cpu_seconds(proc.pid) for name, proc in cluster.procs.items()}
+    sample["postgres"] = _by_command("postgres")
+    sample["rabbitmq"] = _by_command("beam")
+    sample["bench clients"] = _cpu_seconds(os.getpid())
+    return sample
+
+
+def cpu_report(before: dict[str, float], after: dict[str, float], count: int, unit: str,
+               rate: float | None = None) -> None:
+    """Print the CPU milliseconds per ``unit`` of each process between two samples;
+    with ``rate`` (units/s achieved), the saturation point of each Python process and
+    what :data:`TARGET` would take."""
+    shares = {name: 1000 * (after.get(name, 0.0) - before.get(name, 0.0)) / count
+              for name in after}
+    total = sum(shares.values())
+    cores = os.cpu_count() or 1
+    print(f"  CPU per {unit}: " + ", ".join(f"{n} {v:.1f} ms" for n, v in shares.items())
+          + f"; total {total:.1f} ms ({cores} CPUs: at most {cores * 1000 / total:.0f} "
+          f"{unit}s/s with every core busy)", flush=True)
+    if rate is None:
+        return
+    python = {n: v for n, v in shares.items()
+              if n not in ("postgres", "rabbitmq", "bench clients") and v > 0}
+    caps = ", ".join(f"{n} {1000 / v:.0f}/s" for n, v in python.items())
+    print(f"  one core each saturates at: {caps} (achieved {rate:.0f}/s)", flush=True)
+    kinds: dict[str, float] = {}
+    for name, value in python.items():
+        kind = name.rstrip("0123456789")
+        kinds[kind] = kinds.get(kind, 0.0) + value
+    need = ", ".join(f"{-(-TARGET * v // 1000):.0f} {k} process(es)" for k, v in kinds.items())
+    print(f"  {TARGET} {unit}s/s would take at least {TARGET * total / 1000:.1f} cores and "
+          f"{need}, at these costs", flush=True)
 
 
 def cloud_file(path: Path, hosts: int) -> None:
@@ -100,12 +173,14 @@ def run(args: argparse.Namespace, counts: list[int]) -> None:
             for i in range(args.apis):
                 cluster.start_api(f"api{i}")
             started = time.perf_counter()
+            before = cpu_sample(cluster)
             line = cluster.start_compute()
             ready = time.perf_counter() - started
             fleet_s = float(line.split(" registered in ")[1].split()[0])
             print(f"registration of {args.hosts} hosts: {fleet_s:.1f} s in the fleet "
                   f"({args.hosts / fleet_s:.0f} hosts/s; process ready after {ready:.1f} s)",
                   flush=True)
+            cpu_report(before, cpu_sample(cluster), args.hosts, "host")
             running = 0
             for count in counts:
                 while running < count:
@@ -115,9 +190,13 @@ def run(args: argparse.Namespace, counts: list[int]) -> None:
                 for url in urls:
                     cluster.wait_hosts(url, args.hosts, timeout=600)
                 time.sleep(2)
+                before = cpu_sample(cluster)
                 figures = boots(urls, args)
+                after = cpu_sample(cluster)
                 print(f"schedulers={count}: {figures['boots_per_s']:.1f} boots/s, "
                       f"p50 {figures['p50_ms']:.0f} ms, p99 {figures['p99_ms']:.0f} ms", flush=True)
+                cpu_report(before, after, args.boots + args.warmup, "boot",
+                           rate=figures["boots_per_s"])
                 for name in [n for n in cluster.procs if n.startswith("scheduler")]:
                     stats = [ln for ln in cluster.log(name).splitlines() if "in-scheduler" in ln]
                     if stats:
