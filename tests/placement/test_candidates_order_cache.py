@@ -72,9 +72,9 @@ def test_any_input_the_order_depends_on_gives_a_new_order(change):
 
 def test_only_the_latest_orders_are_kept():
     graph = _graph(50, {})
-    for k in range(candidates_order._FLAT_ORDERS_SIZE + 5):
+    for k in range(candidates_order._FLAT_ORDERS.size + 5):
         flat_order(graph, list(range(k, 50)), {"VCPU": 1}, list(range(50)))
-    assert len(candidates_order._FLAT_ORDERS) == candidates_order._FLAT_ORDERS_SIZE
+    assert len(candidates_order._FLAT_ORDERS) == candidates_order._FLAT_ORDERS.size
 
 
 def test_request_hashes_at_once_are_each_requests_own_hash():

@@ -43,13 +43,14 @@ from berth.placement.candidates_graph import (
     capacity_of,
     ordered_traits,
 )
-from berth.placement.candidates_order import flat_order, general_order
+from berth.placement.candidates_order import flat_order, general_order, tree_order
 from berth.placement.candidates_query import CandidateQuery, parse_query
 from berth.placement.candidates_search import (
     Candidate,
     FlatResult,
     GeneralResult,
     SearchResult,
+    TreeResult,
     search,
 )
 
@@ -156,7 +157,8 @@ def _encode(
     options: CandidateOptions,
 ) -> bytes:
     result = _cut(graph, search(graph, query, microversion), query, options)
-    if isinstance(result, GeneralResult) and microversion >= (1, 27) and result.candidates:
+    if (isinstance(result, (GeneralResult, TreeResult)) and microversion >= (1, 27)
+            and result.candidates):
         # Requests through orjson (the C ``json`` encoder needs ~10x longer here);
         # summaries from the per-provider fragments the flat path caches too.
         uuids = graph.uuids
@@ -322,7 +324,8 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
     """Apply max_allocation_candidates (Placement stops forming requests after that
     many), then ``limit`` (or the random variants). Either keeps the requests Placement
     would keep, in its order (:mod:`berth.placement.candidates_order`)."""
-    size = len(result.providers) if isinstance(result, FlatResult) else len(result.candidates)
+    size = (len(result.providers) if isinstance(result, FlatResult)
+            else len(result) if isinstance(result, TreeResult) else len(result.candidates))
     cap = options.max_allocation_candidates if 0 <= options.max_allocation_candidates < size \
         else None
     keep = size if cap is None else cap
@@ -346,6 +349,9 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
             fit &= graph.root_array == graph.root[graph.index[group.in_tree]]
         order = flat_order(graph, result.providers, result.resources, np.flatnonzero(fit),
                            cap, keep=keep)
+    elif isinstance(result, TreeResult):
+        order = tree_order(graph, next(iter(query.groups.values())), result.combos,
+                           result.anchors, cap, keep=keep)
     else:
         groups = list(query.groups.values())
         known = [c.by_class for c in result.candidates if c.by_class is not None]
@@ -354,6 +360,8 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
                               by_class=known if len(known) == size else None)[:keep]
     if isinstance(result, FlatResult):
         return FlatResult(result.providers[order], result.resources)
+    if isinstance(result, TreeResult):
+        return result.take(order)
     return GeneralResult([result.candidates[i] for i in order])
 
 

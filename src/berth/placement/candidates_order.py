@@ -77,10 +77,38 @@ def set_order(hashes: Sequence[int], sequence: Iterable[int]) -> list[int]:
     return [item.index for item in filled]
 
 
-#: The latest flat orders, by everything they depend on (see :func:`flat_order`).
-_FLAT_ORDERS: OrderedDict[tuple[object, ...], list[int]] = OrderedDict()
-_FLAT_ORDERS_SIZE = 8
-_FLAT_ORDERS_LOCK = threading.Lock()
+class _OrderCache:
+    """The latest few orders, by everything they depend on (thread-safe LRU)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._orders: OrderedDict[tuple[object, ...], list[int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[object, ...]) -> list[int] | None:
+        with self._lock:
+            found = self._orders.get(key)
+            if found is not None:
+                self._orders.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[object, ...], order: list[int]) -> None:
+        with self._lock:
+            self._orders[key] = order
+            while len(self._orders) > self.size:
+                self._orders.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._orders)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._orders.clear()
+
+
+#: The latest flat orders (see :func:`flat_order`) and tree orders (:func:`tree_order`).
+_FLAT_ORDERS = _OrderCache(8)
+_TREE_ORDERS = _OrderCache(8)
 
 
 def flat_order(graph: ProviderGraph, providers: Sequence[int] | npt.NDArray[np.int64],
@@ -106,11 +134,9 @@ def flat_order(graph: ProviderGraph, providers: Sequence[int] | npt.NDArray[np.i
     fit_ids, fit_roots, mine = ids[fit], ids[roots[fit]], ids[chosen]
     key = (fit_ids.tobytes(), fit_roots.tobytes(), mine.tobytes(),
            tuple(resources.items()), cap)
-    with _FLAT_ORDERS_LOCK:
-        found = _FLAT_ORDERS.get(key)
-        if found is not None:
-            _FLAT_ORDERS.move_to_end(key)
-            return found[:keep]
+    found = _FLAT_ORDERS.get(key)
+    if found is not None:
+        return found[:keep]
     # The walk: Placement's own objects (tuples of two ints) in a set, so no stand-in
     # is needed for this one.
     pairs = list(zip(fit_ids.tolist(), fit_roots.tolist()))
@@ -127,10 +153,7 @@ def flat_order(graph: ProviderGraph, providers: Sequence[int] | npt.NDArray[np.i
     ordered = np.sort(np.stack(lanes, axis=1), axis=1)
     hashes = tuple_hashes([ordered[:, k] for k in range(ordered.shape[1])]).tolist()
     order = set_order(hashes, sequence)
-    with _FLAT_ORDERS_LOCK:
-        _FLAT_ORDERS[key] = order
-        while len(_FLAT_ORDERS) > _FLAT_ORDERS_SIZE:
-            _FLAT_ORDERS.popitem(last=False)
+    _FLAT_ORDERS.put(key, order)
     return order[:keep]
 
 
@@ -184,12 +207,63 @@ def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, in
     else:
         hashes = request_hashes(graph, amounts)
         anchors = [_anchor(graph, a) for a in amounts]
-    walk = _tree_walk(graph, group, amounts, by_class if combos is not None else None) \
-        if group is not None else None
+    walk = None
+    if group is not None and _walks_trees(graph, group):
+        keys = list(by_class) if combos is not None and by_class is not None \
+            else _class_keys(graph, group, amounts)
+        walk = _tree_walk(graph, group, keys)
+    return _answer_order(hashes, anchors, walk, len(amounts), cap)
+
+
+def tree_order(graph: ProviderGraph, group: RequestGroup, combos: npt.NDArray[np.int64],
+               anchors: npt.NDArray[np.int64], cap: int | None = None, *,
+               keep: int | None = None) -> list[int]:
+    """:func:`general_order` of a tree result kept as arrays (one provider per class of
+    ``group`` per request, ``combos`` with columns in class id order, at ``anchors``):
+    positions into it, the first ``keep`` of them when given.
+
+    The order depends only on the ids of the providers with room for each class (the
+    walk), those of the requests' providers, the amounts and ``cap``; as for
+    :func:`flat_order`, successive requests of one flavor nearly always share them, so
+    the last few orders are kept by those inputs."""
+    ids, roots = _id_arrays(graph)
+    classes = sorted(group.resources, key=lambda rc: graph.class_id[rc])
+    fits = []
+    tree = _in_tree_root(graph, group)
+    for rc in classes:
+        fit = graph.fit_mask(rc, group.resources[rc])
+        if tree is not None:
+            fit = fit & (graph.root_array == tree)
+        at = np.flatnonzero(fit)
+        fits.append((ids[at].tobytes(), ids[roots[at]].tobytes()))
+    key = (ids[combos].tobytes(), combos.shape, tuple((rc, group.resources[rc]) for rc in classes),
+           tuple(fits), group.in_tree, bool(group.required or group.forbidden or group.member_of
+                                           or group.forbidden_aggs), cap)
+    found = _TREE_ORDERS.get(key)
+    if found is None:
+        hashes = _combo_hashes(graph, group, combos)
+        walk = (_tree_walk(graph, group, list(map(tuple, combos.tolist())))
+                if _walks_trees(graph, group) else None)
+        found = _answer_order(hashes, anchors.tolist(), walk, len(combos), cap)
+        _TREE_ORDERS.put(key, found)
+    return found[:keep]
+
+
+def _in_tree_root(graph: ProviderGraph, group: RequestGroup) -> int | None:
+    """The root of ``in_tree``'s tree (None: no ``in_tree``, or an unknown one)."""
+    if group.in_tree is None or group.in_tree not in graph.index:
+        return None
+    return int(graph.root[graph.index[group.in_tree]])
+
+
+def _answer_order(hashes: Sequence[int], anchors: Sequence[int], walk: list[int] | None,
+                  count: int, cap: int | None) -> list[int]:
+    """Placement's set stages over requests with ``hashes`` at ``anchors``, formed in
+    the order ``walk`` (None: the engine's order)."""
     # The group's set: each tree's requests gathered in a set of their own, unioned in
     # (a union, not one add per request: the table grows as Placement's does).
     by_tree: dict[int, list[int]] = {}
-    for i in walk if walk is not None else range(len(amounts)):
+    for i in walk if walk is not None else range(count):
         by_tree.setdefault(anchors[i], []).append(i)
     group_set: set[_Hashed] = set()
     for members in by_tree.values():
@@ -283,14 +357,33 @@ def _anchor(graph: ProviderGraph, amounts: dict[int, dict[str, int]]) -> int:
     return int(graph.root[next(iter(amounts))])
 
 
+def _walks_trees(graph: ProviderGraph, group: RequestGroup) -> bool:
+    """Whether Placement's walk for ``group`` is replayed exactly: one unsuffixed group
+    with resources over trees, no sharing provider, no trait or aggregate filter."""
+    return not (group.suffix or graph.sharing or group.required or group.forbidden
+                or group.member_of or group.forbidden_aggs or not group.resources)
+
+
+def _class_keys(graph: ProviderGraph, group: RequestGroup,
+                amounts: Sequence[dict[int, dict[str, int]]]) -> list[tuple[int, ...]] | None:
+    """Each request's provider per class of ``group`` in class id order, or None when
+    a request does not have exactly one provider per class."""
+    order = sorted(group.resources, key=lambda rc: graph.class_id[rc])
+    keys = []
+    for a in amounts:
+        providers = {rc: p for p, per_rc in a.items() for rc in per_rc}
+        if len(providers) != len(order):
+            return None
+        keys.append(tuple(providers[rc] for rc in order))
+    return keys
+
+
 def _tree_walk(graph: ProviderGraph, group: RequestGroup,
-               amounts: Sequence[dict[int, dict[str, int]]],
-               by_class: Sequence[tuple[int, ...]] | None = None) -> list[int] | None:
-    """The candidates (positions into ``amounts``) in the order Placement forms them for
-    one unsuffixed group over trees, or None outside that shape. ``by_class``: each
-    request's provider per class in class id order, when known."""
-    if (group.suffix or graph.sharing or group.required or group.forbidden or group.member_of
-            or group.forbidden_aggs or not group.resources):
+               keys: Sequence[tuple[int, ...]] | None) -> list[int] | None:
+    """The candidates (positions into ``keys``: each request's provider per class in
+    class id order) in the order Placement forms them for one unsuffixed group over
+    trees, or None outside that shape."""
+    if keys is None or not _walks_trees(graph, group):
         return None
     ids, root, class_id = graph.ids, graph.root, graph.class_id
     tree: int | None = None
@@ -320,21 +413,12 @@ def _tree_walk(graph: ProviderGraph, group: RequestGroup,
         per_tree.setdefault(root_id, {}).setdefault(rc_id, []).append(by_id[rp_id])
     # A request of this shape has one provider per class: keyed by those providers in
     # class id order, as the walk's products form them.
-    order = sorted(group.resources, key=lambda rc: class_id[rc])
-    position: dict[tuple[int, ...], int]
-    if by_class is not None:
-        position = dict(zip(by_class, range(len(by_class))))
-    else:
-        position = {}
-        for i, a in enumerate(amounts):
-            providers = {rc: p for p, per_rc in a.items() for rc in per_rc}
-            if len(providers) != len(order):
-                return None
-            position[tuple(providers[rc] for rc in order)] = i
+    width = len(group.resources)
+    position = dict(zip(keys, range(len(keys))))
     walk: list[int] = []
     for per_class in per_tree.values():
-        if len(per_class) != len(order):
+        if len(per_class) != width:
             continue  # a tree short of a class forms no request
         lists = [per_class[c] for c in sorted(per_class)]
         walk.extend(i for i in map(position.get, itertools.product(*lists)) if i is not None)
-    return walk if len(walk) == len(amounts) else None
+    return walk if len(walk) == len(keys) else None

@@ -77,7 +77,53 @@ class GeneralResult:
     candidates: list[Candidate]
 
 
-SearchResult = FlatResult | GeneralResult
+@dataclass(slots=True)
+class TreeResult:
+    """Result of one unsuffixed group over provider trees without sharing providers,
+    kept as arrays: request ``i`` takes ``combos[i, k]`` for ``classes[k]`` (class id
+    order), ``amounts[k]`` of it, at the tree rooted at ``anchors[i]``; in the order the
+    general path lists them (anchor, then the product of each class's providers).
+
+    :attr:`candidates` builds the :class:`Candidate` objects when someone reads them:
+    a ``limit`` keeps a few of thousands (:meth:`take`), and only those are built."""
+
+    anchors: IntArray
+    combos: IntArray
+    classes: tuple[str, ...]
+    amounts: tuple[int, ...]
+    suffix: str
+    _built: list[Candidate] | None = None
+
+    def __len__(self) -> int:
+        return len(self.combos)
+
+    def take(self, order: list[int] | IntArray) -> TreeResult:
+        """The requests at positions ``order``, in that order."""
+        at = np.asarray(order, dtype=np.int64)
+        return TreeResult(self.anchors[at], self.combos[at], self.classes, self.amounts,
+                          self.suffix)
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        """The requests as :class:`Candidate` objects (what the general path makes)."""
+        if self._built is None:
+            out: list[Candidate] = []
+            pairs = tuple(zip(self.classes, self.amounts, strict=True))
+            suffix = self.suffix
+            for combo in self.combos.tolist():
+                amounts: dict[int, dict[str, int]] = {}
+                for p, (rc, amount) in zip(combo, pairs):
+                    per_rc = amounts.get(p)
+                    if per_rc is None:
+                        amounts[p] = {rc: amount}
+                    else:
+                        per_rc[rc] = amount
+                out.append(Candidate(amounts, {suffix: list(amounts)}, tuple(combo)))
+            self._built = out
+        return self._built
+
+
+SearchResult = FlatResult | GeneralResult | TreeResult
 
 
 def check_group_names(graph: ProviderGraph, group: RequestGroup) -> None:
@@ -114,6 +160,21 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
             # Flat snapshot: every provider is its own root, so its own anchor.
             mask &= allowed
         return FlatResult(np.flatnonzero(mask), dict(group.resources))
+
+    if (len(groups) == 1 and groups[0].suffix == "" and not groups[0].use_same_provider
+            and graph.has_trees and not graph.sharing):
+        group = groups[0]
+        check_group_names(graph, group)
+        if allowed is not None and not allowed.any():
+            return GeneralResult([])
+        tree = _tree_path(graph, group, allowed)
+        if tree is None:
+            return GeneralResult([])
+        if microversion < (1, 29):
+            # Not nested-aware: one provider per tree and request.
+            same = np.all(tree.combos == tree.combos[:, :1], axis=1)
+            tree = tree.take(np.flatnonzero(same))
+        return tree if len(tree) else GeneralResult([])
 
     # The request-wide sharing set; the multi-provider path may narrow it (a quirk kept
     # from the reference: the narrowing carries over to the groups that follow).
@@ -301,6 +362,89 @@ def _multi_provider_path(
             rows = tuple(zip(combo, classes, amounts, strict=True))
             found.append(GroupRequest(anchor, rows, tuple(dict.fromkeys(combo))))
     return found
+
+
+def _tree_path(graph: ProviderGraph, group: RequestGroup,
+               allowed: BoolArray | None) -> TreeResult | None:
+    """:func:`_multi_provider_path` and :func:`_merge` of one unsuffixed group over
+    provider trees without sharing providers, as arrays: the same requests in the same
+    order, or None when there are none.
+
+    Per class (class id order) the providers that can serve it, grouped by tree
+    (ascending provider order within a tree, as the general path appends them); per
+    tree present in every class, the product of those lists (the first class varies
+    slowest, as ``itertools.product``), trees in ascending order."""
+    member: BoolArray | None = _member_of_mask(graph, group) if group.member_of else None
+    forbidden_aggs: BoolArray | None = None
+    if group.forbidden_aggs:
+        forbidden_aggs = np.zeros(graph.size, dtype=np.bool_)
+        for a in group.forbidden_aggs:
+            forbidden_aggs |= graph.agg_mask(a)
+    tree_root: int | None = None
+    if group.in_tree is not None:
+        tree = graph.index.get(group.in_tree)
+        if tree is None:
+            return None
+        tree_root = graph.root[tree]
+    bad_trait = np.zeros(graph.size, dtype=np.bool_)
+    for t in group.forbidden:
+        bad_trait |= graph.trait_mask(t)
+
+    classes = sorted(group.resources, key=lambda rc: graph.class_id.get(rc, 1 << 30))
+    if not classes:
+        return None
+    anchors_of = graph.root_array
+    grouped: list[IntArray] = []  # per class: providers by (tree, provider)
+    counts: list[IntArray] = []  # per class: providers per tree (by root index)
+    for rc in classes:
+        keep = graph.fit_mask(rc, group.resources[rc]) & ~bad_trait
+        if tree_root is not None:
+            keep &= anchors_of == tree_root
+        if allowed is not None:
+            keep &= allowed[anchors_of]
+        if member is not None:
+            keep &= member | member[anchors_of]
+        if forbidden_aggs is not None:
+            keep &= ~(forbidden_aggs | forbidden_aggs[anchors_of])
+        providers = np.flatnonzero(keep)
+        trees = anchors_of[providers]
+        grouped.append(providers[np.argsort(trees, kind="stable")])
+        counts.append(np.bincount(trees, minlength=graph.size))
+    present = np.ones(graph.size, dtype=np.bool_)
+    for count in counts:
+        present &= count > 0
+    anchors = np.flatnonzero(present)
+    if not len(anchors):
+        return None
+    per_anchor = [count[anchors] for count in counts]
+    sizes = np.ones(len(anchors), dtype=np.int64)
+    for count in per_anchor:
+        sizes *= count
+    total = int(sizes.sum())
+    starts = np.cumsum(sizes) - sizes
+    combo_anchor = np.repeat(np.arange(len(anchors)), sizes)
+    within = np.arange(total, dtype=np.int64) - starts[combo_anchor]
+    combos = np.empty((total, len(classes)), dtype=np.int64)
+    stride = np.ones(len(anchors), dtype=np.int64)
+    for k in range(len(classes) - 1, -1, -1):
+        count = counts[k]
+        offset = np.cumsum(count) - count  # where each tree's block starts
+        index = (within // stride[combo_anchor]) % per_anchor[k][combo_anchor]
+        combos[:, k] = grouped[k][offset[anchors][combo_anchor] + index]
+        stride = stride * per_anchor[k]
+    if group.required:
+        ok = np.ones(total, dtype=np.bool_)
+        for any_of in group.required:
+            has = np.zeros(graph.size, dtype=np.bool_)
+            for t in any_of:
+                has |= graph.trait_mask(t)
+            ok &= has[combos].any(axis=1)
+        if not ok.all():
+            combos, combo_anchor = combos[ok], combo_anchor[ok]
+            if not len(combos):
+                return None
+    return TreeResult(anchors[combo_anchor], combos, tuple(classes),
+                      tuple(group.resources[rc] for rc in classes), group.suffix)
 
 
 def _merge(
