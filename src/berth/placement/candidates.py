@@ -157,27 +157,21 @@ def _encode(
     options: CandidateOptions,
 ) -> bytes:
     result = _cut(graph, search(graph, query, microversion), query, options)
-    if (isinstance(result, (GeneralResult, TreeResult)) and microversion >= (1, 27)
-            and result.candidates):
+    if microversion >= (1, 27) and isinstance(result, (TreeResult, GeneralResult)) and len(result):
         # Requests through orjson (the C ``json`` encoder needs ~10x longer here);
-        # summaries from the per-provider fragments the flat path caches too.
-        uuids = graph.uuids
-        requests = orjson.dumps(
-            [_render_candidate(uuids, c, microversion) for c in result.candidates]
-        )
-        in_summary = np.asarray(
-            _summary_providers(graph, result.candidates, microversion), dtype=np.int64
-        )
-        summaries = _summary_fragments(graph, in_summary, microversion)
-        return b"".join(
-            [
-                b'{"allocation_requests":',
-                requests,
-                b',"provider_summaries":{',
-                b"".join(summaries)[:-1],
-                b"}}",
-            ]
-        )
+        # summaries from the per-provider fragments the flat path caches too. A tree
+        # result's requests are rendered straight from its arrays.
+        if isinstance(result, TreeResult):
+            bodies = result.bodies(graph.uuids, microversion >= (1, 34))
+            in_summary = result.summary_providers(
+                graph, microversion >= (1, 29) or not graph.has_trees)
+        else:
+            bodies = [_render_candidate(graph.uuids, c, microversion) for c in result.candidates]
+            in_summary = _summary_providers(graph, result.candidates, microversion)
+        summaries = _summary_fragments(graph, np.asarray(in_summary, dtype=np.int64),
+                                       microversion)
+        return b"".join([b'{"allocation_requests":', orjson.dumps(bodies),
+                         b',"provider_summaries":{', b"".join(summaries)[:-1], b"}}"])
     if not isinstance(result, FlatResult) or microversion < (1, 27) or len(result.providers) == 0:
         return orjson.dumps(_render(graph, query, result, microversion))
     picked = result.providers
@@ -324,8 +318,7 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
     """Apply max_allocation_candidates (Placement stops forming requests after that
     many), then ``limit`` (or the random variants). Either keeps the requests Placement
     would keep, in its order (:mod:`berth.placement.candidates_order`)."""
-    size = (len(result.providers) if isinstance(result, FlatResult)
-            else len(result) if isinstance(result, TreeResult) else len(result.candidates))
+    size = len(result.providers) if isinstance(result, FlatResult) else len(result)
     cap = options.max_allocation_candidates if 0 <= options.max_allocation_candidates < size \
         else None
     keep = size if cap is None else cap

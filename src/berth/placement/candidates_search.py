@@ -76,6 +76,9 @@ class GeneralResult:
 
     candidates: list[Candidate]
 
+    def __len__(self) -> int:
+        return len(self.candidates)
+
 
 @dataclass(slots=True)
 class TreeResult:
@@ -102,6 +105,35 @@ class TreeResult:
         at = np.asarray(order, dtype=np.int64)
         return TreeResult(self.anchors[at], self.combos[at], self.classes, self.amounts,
                           self.suffix)
+
+    def bodies(self, uuids: list[str], with_mappings: bool) -> list[dict[str, object]]:
+        """The requests as the API renders them from 1.12 on (what rendering
+        :attr:`candidates` gives), built straight from the arrays."""
+        out: list[dict[str, object]] = []
+        pairs = tuple(zip(self.classes, self.amounts, strict=True))
+        suffix = self.suffix
+        for combo in self.combos.tolist():
+            allocations: dict[str, dict[str, dict[str, int]]] = {}
+            for p, (rc, amount) in zip(combo, pairs):
+                uuid = uuids[p]
+                held = allocations.get(uuid)
+                if held is None:
+                    allocations[uuid] = {"resources": {rc: amount}}
+                else:
+                    held["resources"][rc] = amount
+            if with_mappings:
+                out.append({"allocations": allocations, "mappings": {suffix: list(allocations)}})
+            else:
+                out.append({"allocations": allocations})
+        return out
+
+    def summary_providers(self, graph: ProviderGraph, whole_trees: bool) -> list[int]:
+        """The providers the summaries list: every member of the requests' trees, or
+        (``whole_trees`` false) only the providers the requests use; ascending."""
+        if not whole_trees:
+            return np.unique(self.combos).tolist()  # type: ignore[no-any-return]
+        members = graph.tree_members
+        return sorted(p for root in np.unique(self.anchors).tolist() for p in members[root])
 
     @property
     def candidates(self) -> list[Candidate]:
