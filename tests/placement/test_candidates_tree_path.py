@@ -1,6 +1,6 @@
-"""The array path of one unsuffixed group over provider trees (``TreeResult``) gives
-exactly what the general path gives: the same requests in the same order, the same
-Placement order under ``limit``, and the same response bytes."""
+"""The array path (``ArrayResult``: groups without sharing providers, over trees or
+not) gives exactly what the general path gives: the same requests in the same order,
+the same Placement order under ``limit``, and the same response bytes."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from berth.placement import candidates_order
 from berth.placement.candidates import allocation_candidates, allocation_candidates_json
 from berth.placement.candidates_builders import GraphBuilder, agg_uuid, inv
 from berth.placement.candidates_graph import ProviderGraph
-from berth.placement.candidates_order import general_order, tree_order
+from berth.placement.candidates_order import general_order, merged_order, tree_order
 from berth.placement.candidates_query import parse_query
 from berth.placement.candidates_search import (
+    ArrayResult,
     GeneralResult,
-    TreeResult,
     _merge,
     _multi_provider_path,
+    _single_provider_path,
     search,
 )
 
@@ -48,13 +49,29 @@ def forests(draw: Any) -> tuple[ProviderGraph, list[str]]:
     return b.graph(), uuids
 
 
+def _resources(draw: Any, most: int) -> str:
+    classes = draw(st.lists(st.sampled_from(CLASSES), min_size=1, max_size=most, unique=True))
+    return ",".join(f"{rc}:{draw(st.sampled_from([1, 1, 2]))}" for rc in classes)
+
+
 @st.composite
 def queries(draw: Any, uuids: list[str]) -> dict[str, list[str]]:
-    classes = draw(st.lists(st.sampled_from(CLASSES), min_size=1, max_size=3, unique=True))
-    params = {"resources": [",".join(f"{rc}:{draw(st.sampled_from([1, 1, 2]))}"
-                                     for rc in classes)]}
+    """An unsuffixed group (sometimes none) and up to two numbered groups, with a filter."""
+    params: dict[str, list[str]] = {}
+    numbered = draw(st.integers(0, 2))
+    if numbered == 0 or draw(st.booleans()):
+        params["resources"] = [_resources(draw, 3)]
+    for k in range(1, numbered + 1):
+        params[f"resources{k}"] = [_resources(draw, 2)]
+        if draw(st.integers(0, 3)) == 0:
+            params[f"required{k}"] = [draw(st.sampled_from(TRAITS))]
+    if numbered > 1:
+        params["group_policy"] = [draw(st.sampled_from(["none", "isolate"]))]
     extra = draw(st.sampled_from(["", "required", "forbidden", "member_of", "in_tree",
                                   "root_required"]))
+    if "resources" not in params and extra in ("required", "forbidden", "member_of",
+                                                "in_tree"):
+        extra = ""
     if extra == "required":
         params["required"] = [draw(st.sampled_from(TRAITS))]
     elif extra == "forbidden":
@@ -68,43 +85,65 @@ def queries(draw: Any, uuids: list[str]) -> dict[str, list[str]]:
     return params
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_the_array_path_equals_the_general_path(data: st.DataObject) -> None:
-    graph, uuids = data.draw(forests())
-    if not graph.has_trees:
-        return
-    params = data.draw(queries(uuids))
-    # Filters other than required traits and member_of need 1.31 (in_tree) and 1.35
-    # (root_required); 1.28 is below nested awareness.
-    plain = set(params) <= {"resources", "member_of"}
-    mv = data.draw(st.sampled_from([(1, 28), (1, 36), (1, 39)] if plain else [(1, 36), (1, 39)]))
-    query = parse_query(params, mv)
-    group = next(iter(query.groups.values()))
-    result = search(graph, query, mv)
+def general_search(graph: ProviderGraph, query: Any, mv: tuple[int, int]) -> list[Any]:
+    """The general path: each group's Python path, then :func:`_merge`."""
     allowed = None
     if query.root_required is not None:
         allowed = graph.is_root_mask.copy()
         for t in query.root_required:
             allowed &= graph.trait_mask(t)
-    found = _multi_provider_path(graph, group, allowed, set())
-    general = _merge(graph, query, [found]) if found else []
-    if mv < (1, 29):
+    per_group = []
+    for group in query.groups.values():
+        if allowed is not None and not allowed.any():
+            return []
+        if group.use_same_provider or not graph.has_trees:
+            found = _single_provider_path(graph, group, allowed, set())
+        else:
+            found = _multi_provider_path(graph, group, allowed, set())
+        if not found:
+            return []
+        per_group.append(found)
+    general = _merge(graph, query, per_group)
+    if mv < (1, 29) and graph.has_trees:
         root = graph.root
         general = [c for c in general if len({root[p] for p in c.amounts}) == len(c.amounts)]
+    return general
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_array_path_equals_the_general_path(data: st.DataObject) -> None:
+    graph, uuids = data.draw(forests())
+    params = data.draw(queries(uuids))
+    # in_tree needs 1.31, root_required 1.35, numbered groups 1.25; 1.28 is below
+    # nested awareness.
+    plain = set(params) <= {"resources", "member_of", "required"}
+    mv = data.draw(st.sampled_from([(1, 28), (1, 36), (1, 39)] if plain else [(1, 36), (1, 39)]))
+    query = parse_query(params, mv)
+    result = search(graph, query, mv)
+    if len(query.groups) == 1 and "resources" in params and not graph.has_trees:
+        return  # the flat path (FlatResult), checked elsewhere
+    general = general_search(graph, query, mv)
     if not general:
         assert isinstance(result, GeneralResult) and result.candidates == []
         return
-    assert isinstance(result, TreeResult)
+    assert isinstance(result, ArrayResult)
     assert [(c.amounts, c.mappings, c.by_class) for c in result.candidates] == \
         [(c.amounts, c.mappings, c.by_class) for c in general]
+    groups = list(query.groups.values())
     for cap in (None, 1, 3):
         candidates_order._TREE_ORDERS.clear()
-        expected = general_order(graph, [c.amounts for c in general], group, cap,
-                                 by_class=[c.by_class for c in general])
-        got = tree_order(graph, group, result.combos, result.anchors, cap)
+        if len(groups) == 1:
+            expected = general_order(graph, [c.amounts for c in general], groups[0], cap,
+                                     by_class=[c.by_class for c in general])
+            got = tree_order(graph, groups[0], result.combos, result.anchors, cap)
+            again = tree_order(graph, groups[0], result.combos, result.anchors, cap)
+        else:
+            expected = general_order(graph, [c.amounts for c in general], None, cap)
+            args = (graph, result.combos, result.classes, result.amounts, result.anchors, cap)
+            got, again = merged_order(*args), merged_order(*args)
         assert got == expected
-        assert tree_order(graph, group, result.combos, result.anchors, cap) == expected
+        assert again == expected
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -131,7 +170,7 @@ def test_a_kept_tree_order_is_reused_until_an_input_changes() -> None:
     query = parse_query({"resources": ["VCPU:1,MEMORY_MB:64,DISK_GB:1"]}, (1, 36))
     group = next(iter(query.groups.values()))
     result = search(graph, query, (1, 36))
-    assert isinstance(result, TreeResult) and len(result) == 12
+    assert isinstance(result, ArrayResult) and len(result) == 12
     candidates_order._TREE_ORDERS.clear()
     first = tree_order(graph, group, result.combos, result.anchors)
     assert len(candidates_order._TREE_ORDERS) == 1

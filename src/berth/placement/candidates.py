@@ -43,14 +43,14 @@ from berth.placement.candidates_graph import (
     capacity_of,
     ordered_traits,
 )
-from berth.placement.candidates_order import flat_order, general_order, tree_order
+from berth.placement.candidates_order import flat_order, general_order, merged_order, tree_order
 from berth.placement.candidates_query import CandidateQuery, parse_query
 from berth.placement.candidates_search import (
+    ArrayResult,
     Candidate,
     FlatResult,
     GeneralResult,
     SearchResult,
-    TreeResult,
     search,
 )
 
@@ -157,11 +157,11 @@ def _encode(
     options: CandidateOptions,
 ) -> bytes:
     result = _cut(graph, search(graph, query, microversion), query, options)
-    if microversion >= (1, 27) and isinstance(result, (TreeResult, GeneralResult)) and len(result):
+    if microversion >= (1, 27) and isinstance(result, (ArrayResult, GeneralResult)) and len(result):
         # Requests through orjson (the C ``json`` encoder needs ~10x longer here);
         # summaries from the per-provider fragments the flat path caches too. A tree
         # result's requests are rendered straight from its arrays.
-        if isinstance(result, TreeResult):
+        if isinstance(result, ArrayResult):
             bodies = result.bodies(graph.uuids, microversion >= (1, 34))
             in_summary = result.summary_providers(
                 graph, microversion >= (1, 29) or not graph.has_trees)
@@ -342,9 +342,12 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
             fit &= graph.root_array == graph.root[graph.index[group.in_tree]]
         order = flat_order(graph, result.providers, result.resources, np.flatnonzero(fit),
                            cap, keep=keep)
-    elif isinstance(result, TreeResult):
+    elif isinstance(result, ArrayResult) and len(result.groups) == 1:
         order = tree_order(graph, next(iter(query.groups.values())), result.combos,
                            result.anchors, cap, keep=keep)
+    elif isinstance(result, ArrayResult):
+        order = merged_order(graph, result.combos, result.classes, result.amounts,
+                             result.anchors, cap, keep=keep)
     else:
         groups = list(query.groups.values())
         known = [c.by_class for c in result.candidates if c.by_class is not None]
@@ -353,7 +356,7 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
                               by_class=known if len(known) == size else None)[:keep]
     if isinstance(result, FlatResult):
         return FlatResult(result.providers[order], result.resources)
-    if isinstance(result, TreeResult):
+    if isinstance(result, ArrayResult):
         return result.take(order)
     return GeneralResult([result.candidates[i] for i in order])
 

@@ -249,6 +249,52 @@ def tree_order(graph: ProviderGraph, group: RequestGroup, combos: npt.NDArray[np
     return found[:keep]
 
 
+def merged_order(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: Sequence[str],
+                 amounts: Sequence[int], anchors: npt.NDArray[np.int64],
+                 cap: int | None = None, *, keep: int | None = None) -> list[int]:
+    """:func:`general_order` of several groups' requests kept as arrays (provider
+    ``combos[i, c]`` gives ``amounts[c]`` of ``classes[c]``; amounts of one provider and
+    class add up), at ``anchors``: positions into them, the first ``keep`` when given.
+    Kept by its inputs, as :func:`flat_order` is."""
+    hashes = _merged_hashes(graph, combos, classes, amounts)
+    key = (hashes.tobytes(), anchors.tobytes(), cap)
+    found = _TREE_ORDERS.get(key)
+    if found is None:
+        found = _answer_order(hashes.tolist(), anchors.tolist(), None, len(combos), cap)
+        _TREE_ORDERS.put(key, found)
+    return found[:keep]
+
+
+def _merged_hashes(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: Sequence[str],
+                   amounts: Sequence[int]) -> npt.NDArray[np.int64]:
+    """:func:`request_hashes` of requests kept as arrays (see :func:`merged_order`):
+    a request's rows are its distinct (provider, class) pairs with their summed amounts."""
+    ids, _ = _id_arrays(graph)
+    count, width = combos.shape
+    rows = np.empty((count, width), dtype=np.int64)
+    first = np.ones((count, width), dtype=np.bool_)  # the column that carries the row
+    for c in range(width):
+        total = np.zeros(count, dtype=np.int64)
+        for o in range(width):
+            if classes[o] != classes[c]:
+                continue
+            same = combos[:, o] == combos[:, c]
+            total += np.where(same, amounts[o], 0)
+            if o < c:
+                first[:, c] &= ~same
+        rows[:, c] = tuple_hashes([ids[combos[:, c]], np.full(count, hash(classes[c]),
+                                                              dtype=np.int64), total])
+    out = np.empty(count, dtype=np.int64)
+    # Requests with the same carrying columns at a time (a bit per column).
+    codes = (first.astype(np.int64) << np.arange(width, dtype=np.int64)).sum(axis=1)
+    for code in np.unique(codes).tolist():
+        at = np.flatnonzero(codes == code)
+        pattern = [c for c in range(width) if code >> c & 1]
+        matrix = np.sort(rows[at][:, pattern], axis=1)
+        out[at] = tuple_hashes([matrix[:, j] for j in range(matrix.shape[1])])
+    return out
+
+
 def _in_tree_root(graph: ProviderGraph, group: RequestGroup) -> int | None:
     """The root of ``in_tree``'s tree (None: no ``in_tree``, or an unknown one)."""
     if group.in_tree is None or group.in_tree not in graph.index:

@@ -81,11 +81,16 @@ class GeneralResult:
 
 
 @dataclass(slots=True)
-class TreeResult:
-    """Result of one unsuffixed group over provider trees without sharing providers,
-    kept as arrays: request ``i`` takes ``combos[i, k]`` for ``classes[k]`` (class id
-    order), ``amounts[k]`` of it, at the tree rooted at ``anchors[i]``; in the order the
-    general path lists them (anchor, then the product of each class's providers).
+class ArrayResult:
+    """Result of groups without sharing providers, kept as arrays (the general path's
+    requests, in its order): request ``i`` takes ``amounts[c]`` of ``classes[c]`` from
+    provider ``combos[i, c]`` for every column ``c``, at the tree rooted at
+    ``anchors[i]``. ``groups`` names each request group's columns: ``(suffix, start,
+    stop)``, in the query's group order; a group's columns are its classes in the order
+    the general path lists its rows (class id order for the unsuffixed group over trees,
+    one provider per class; the query's order for a group of one provider, such as
+    every numbered group: its columns all name that provider). Amounts of
+    one provider and class in several groups add up.
 
     :attr:`candidates` builds the :class:`Candidate` objects when someone reads them:
     a ``limit`` keeps a few of thousands (:meth:`take`), and only those are built."""
@@ -94,24 +99,24 @@ class TreeResult:
     combos: IntArray
     classes: tuple[str, ...]
     amounts: tuple[int, ...]
-    suffix: str
+    groups: tuple[tuple[str, int, int], ...]
     _built: list[Candidate] | None = None
 
     def __len__(self) -> int:
         return len(self.combos)
 
-    def take(self, order: list[int] | IntArray) -> TreeResult:
+    def take(self, order: list[int] | IntArray) -> ArrayResult:
         """The requests at positions ``order``, in that order."""
         at = np.asarray(order, dtype=np.int64)
-        return TreeResult(self.anchors[at], self.combos[at], self.classes, self.amounts,
-                          self.suffix)
+        return ArrayResult(self.anchors[at], self.combos[at], self.classes, self.amounts,
+                           self.groups)
 
     def bodies(self, uuids: list[str], with_mappings: bool) -> list[dict[str, object]]:
         """The requests as the API renders them from 1.12 on (what rendering
         :attr:`candidates` gives), built straight from the arrays."""
         out: list[dict[str, object]] = []
         pairs = tuple(zip(self.classes, self.amounts, strict=True))
-        suffix = self.suffix
+        groups = self.groups
         for combo in self.combos.tolist():
             allocations: dict[str, dict[str, dict[str, int]]] = {}
             for p, (rc, amount) in zip(combo, pairs):
@@ -120,11 +125,20 @@ class TreeResult:
                 if held is None:
                     allocations[uuid] = {"resources": {rc: amount}}
                 else:
-                    held["resources"][rc] = amount
-            if with_mappings:
-                out.append({"allocations": allocations, "mappings": {suffix: list(allocations)}})
-            else:
+                    resources = held["resources"]
+                    resources[rc] = resources.get(rc, 0) + amount
+            if not with_mappings:
                 out.append({"allocations": allocations})
+            elif len(groups) == 1:
+                out.append({"allocations": allocations, "mappings": {groups[0][0]: list(allocations)}})
+            else:
+                mappings: dict[str, list[str]] = {}
+                for suffix, start, stop in groups:
+                    if suffix:  # a numbered group: one provider
+                        mappings[suffix] = [uuids[combo[start]]]
+                    else:
+                        mappings[suffix] = list(dict.fromkeys(uuids[p] for p in combo[start:stop]))
+                out.append({"allocations": allocations, "mappings": mappings})
         return out
 
     def summary_providers(self, graph: ProviderGraph, whole_trees: bool) -> list[int]:
@@ -141,7 +155,8 @@ class TreeResult:
         if self._built is None:
             out: list[Candidate] = []
             pairs = tuple(zip(self.classes, self.amounts, strict=True))
-            suffix = self.suffix
+            groups = self.groups
+            one = len(groups) == 1
             for combo in self.combos.tolist():
                 amounts: dict[int, dict[str, int]] = {}
                 for p, (rc, amount) in zip(combo, pairs):
@@ -149,13 +164,18 @@ class TreeResult:
                     if per_rc is None:
                         amounts[p] = {rc: amount}
                     else:
-                        per_rc[rc] = amount
-                out.append(Candidate(amounts, {suffix: list(amounts)}, tuple(combo)))
+                        per_rc[rc] = per_rc.get(rc, 0) + amount
+                if one:
+                    out.append(Candidate(amounts, {groups[0][0]: list(amounts)}, tuple(combo)))
+                else:
+                    out.append(Candidate(amounts, {
+                        suffix: [combo[start]] if suffix else list(dict.fromkeys(combo[start:stop]))
+                        for suffix, start, stop in groups}))
             self._built = out
         return self._built
 
 
-SearchResult = FlatResult | GeneralResult | TreeResult
+SearchResult = FlatResult | GeneralResult | ArrayResult
 
 
 def check_group_names(graph: ProviderGraph, group: RequestGroup) -> None:
@@ -193,20 +213,8 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
             mask &= allowed
         return FlatResult(np.flatnonzero(mask), dict(group.resources))
 
-    if (len(groups) == 1 and groups[0].suffix == "" and not groups[0].use_same_provider
-            and graph.has_trees and not graph.sharing):
-        group = groups[0]
-        check_group_names(graph, group)
-        if allowed is not None and not allowed.any():
-            return GeneralResult([])
-        tree = _tree_path(graph, group, allowed)
-        if tree is None:
-            return GeneralResult([])
-        if microversion < (1, 29):
-            # Not nested-aware: one provider per tree and request.
-            same = np.all(tree.combos == tree.combos[:, :1], axis=1)
-            tree = tree.take(np.flatnonzero(same))
-        return tree if len(tree) else GeneralResult([])
+    if not graph.sharing and not query.same_subtrees and all(g.resources for g in groups):
+        return _array_search(graph, query, groups, allowed, microversion)
 
     # The request-wide sharing set; the multi-provider path may narrow it (a quirk kept
     # from the reference: the narrowing carries over to the groups that follow).
@@ -396,16 +404,110 @@ def _multi_provider_path(
     return found
 
 
-def _tree_path(graph: ProviderGraph, group: RequestGroup,
-               allowed: BoolArray | None) -> TreeResult | None:
-    """:func:`_multi_provider_path` and :func:`_merge` of one unsuffixed group over
-    provider trees without sharing providers, as arrays: the same requests in the same
-    order, or None when there are none.
+def _array_search(graph: ProviderGraph, query: CandidateQuery, groups: list[RequestGroup],
+                  allowed: BoolArray | None, microversion: Microversion) -> SearchResult:
+    """The search of groups that all ask for resources, without sharing providers or
+    ``same_subtree``, as arrays: what the per-group paths and :func:`_merge` give (the
+    same requests in the same order), as an :class:`ArrayResult`."""
+    parts: list[tuple[IntArray, IntArray, tuple[str, ...]]] = []
+    for group in groups:
+        check_group_names(graph, group)
+        if allowed is not None and not allowed.any():
+            return GeneralResult([])
+        if group.use_same_provider or not graph.has_trees:
+            found = _single_provider_arrays(graph, group, allowed)
+        else:
+            found = _tree_group_arrays(graph, group, allowed)
+        if found is None:
+            return GeneralResult([])
+        parts.append(found)
+    if len(parts) == 1:
+        # The general path lists one group's requests by anchor (a stable sort).
+        anchors, combos, classes = parts[0]
+        by_anchor = np.argsort(anchors, kind="stable")
+        anchors, combos = anchors[by_anchor], combos[by_anchor]
+    else:
+        rows, picks = _products_by_anchor([a for a, _, _ in parts], graph.size)
+        if not len(rows):
+            return GeneralResult([])
+        anchors = rows
+        combos = np.concatenate([c[pick] for (_, c, _), pick in zip(parts, picks)], axis=1)
+        classes = tuple(rc for _, _, cls in parts for rc in cls)
+    amounts = tuple(group.resources[rc] for group, (_, _, cls) in zip(groups, parts)
+                    for rc in cls)
+    layout: list[tuple[str, int, int]] = []
+    start = 0
+    for group, (_, _, cls) in zip(groups, parts):
+        layout.append((group.suffix, start, start + len(cls)))
+        start += len(cls)
+    keep = np.ones(len(combos), dtype=np.bool_)
+    firsts = [combos[:, start] for (suffix, start, _) in layout if suffix]
+    if query.group_policy == "isolate" and len(firsts) > 1:
+        for i, first in enumerate(firsts):
+            for other in firsts[i + 1:]:
+                keep &= first != other
+    if len(parts) > 1:
+        keep &= _fits_summed_arrays(graph, combos, classes, amounts)
+    if microversion < (1, 29) and graph.has_trees:
+        # Not nested-aware: one provider per tree and request.
+        keep &= np.all(combos == combos[:, :1], axis=1)
+    if not keep.all():
+        anchors, combos = anchors[keep], combos[keep]
+    if not len(combos):
+        return GeneralResult([])
+    return ArrayResult(anchors, combos, classes, amounts, tuple(layout))
 
-    Per class (class id order) the providers that can serve it, grouped by tree
-    (ascending provider order within a tree, as the general path appends them); per
-    tree present in every class, the product of those lists (the first class varies
-    slowest, as ``itertools.product``), trees in ascending order."""
+
+def _single_provider_arrays(graph: ProviderGraph, group: RequestGroup, allowed: BoolArray | None
+                            ) -> tuple[IntArray, IntArray, tuple[str, ...]] | None:
+    """:func:`_single_provider_path` without sharing providers, as arrays: (anchors,
+    providers per class column, classes in the query's order)."""
+    mask = _single_provider_mask(graph, group, apply_in_tree=True)
+    providers = np.flatnonzero(mask)
+    anchors = graph.root_array[providers]
+    if allowed is not None:
+        ok = allowed[anchors]
+        providers, anchors = providers[ok], anchors[ok]
+    if not len(providers):
+        return None
+    classes = tuple(group.resources)
+    return anchors, np.repeat(providers[:, None], len(classes), axis=1), classes
+
+
+def _products_by_anchor(lists: list[IntArray], size: int) -> tuple[IntArray, list[IntArray]]:
+    """Per anchor present in every list (ascending), the product of the lists' items at
+    that anchor (the first list varies slowest, as ``itertools.product``; items of one
+    anchor in list order). ``lists[k][i]`` is the anchor of item ``i`` of list ``k``.
+    Returns each product row's anchor and, per list, the item each row takes."""
+    grouped = [np.argsort(anchors, kind="stable") for anchors in lists]
+    counts = [np.bincount(anchors, minlength=size) for anchors in lists]
+    present = np.ones(size, dtype=np.bool_)
+    for count in counts:
+        present &= count > 0
+    anchors = np.flatnonzero(present)
+    per_anchor = [count[anchors] for count in counts]
+    sizes = np.ones(len(anchors), dtype=np.int64)
+    for count in per_anchor:
+        sizes *= count
+    total = int(sizes.sum())
+    row_anchor = np.repeat(np.arange(len(anchors)), sizes)
+    within = np.arange(total, dtype=np.int64) - (np.cumsum(sizes) - sizes)[row_anchor]
+    picks: list[IntArray] = [np.empty(0, dtype=np.int64)] * len(lists)
+    stride = np.ones(len(anchors), dtype=np.int64)
+    for k in range(len(lists) - 1, -1, -1):
+        offset = np.cumsum(counts[k]) - counts[k]  # where each anchor's block starts
+        index = (within // stride[row_anchor]) % per_anchor[k][row_anchor]
+        picks[k] = grouped[k][offset[anchors][row_anchor] + index]
+        stride = stride * per_anchor[k]
+    return anchors[row_anchor], picks
+
+
+def _tree_group_arrays(graph: ProviderGraph, group: RequestGroup, allowed: BoolArray | None
+                       ) -> tuple[IntArray, IntArray, tuple[str, ...]] | None:
+    """:func:`_multi_provider_path` of a group over provider trees without sharing
+    providers, as arrays: per tree, the product of each class's providers there (class
+    id order; ascending provider order within a tree, as the general path appends
+    them), trees in ascending order; then the required traits over each combination."""
     member: BoolArray | None = _member_of_mask(graph, group) if group.member_of else None
     forbidden_aggs: BoolArray | None = None
     if group.forbidden_aggs:
@@ -423,11 +525,8 @@ def _tree_path(graph: ProviderGraph, group: RequestGroup,
         bad_trait |= graph.trait_mask(t)
 
     classes = sorted(group.resources, key=lambda rc: graph.class_id.get(rc, 1 << 30))
-    if not classes:
-        return None
     anchors_of = graph.root_array
-    grouped: list[IntArray] = []  # per class: providers by (tree, provider)
-    counts: list[IntArray] = []  # per class: providers per tree (by root index)
+    providers: list[IntArray] = []
     for rc in classes:
         keep = graph.fit_mask(rc, group.resources[rc]) & ~bad_trait
         if tree_root is not None:
@@ -438,45 +537,40 @@ def _tree_path(graph: ProviderGraph, group: RequestGroup,
             keep &= member | member[anchors_of]
         if forbidden_aggs is not None:
             keep &= ~(forbidden_aggs | forbidden_aggs[anchors_of])
-        providers = np.flatnonzero(keep)
-        trees = anchors_of[providers]
-        grouped.append(providers[np.argsort(trees, kind="stable")])
-        counts.append(np.bincount(trees, minlength=graph.size))
-    present = np.ones(graph.size, dtype=np.bool_)
-    for count in counts:
-        present &= count > 0
-    anchors = np.flatnonzero(present)
+        providers.append(np.flatnonzero(keep))
+    anchors, picks = _products_by_anchor([anchors_of[p] for p in providers], graph.size)
     if not len(anchors):
         return None
-    per_anchor = [count[anchors] for count in counts]
-    sizes = np.ones(len(anchors), dtype=np.int64)
-    for count in per_anchor:
-        sizes *= count
-    total = int(sizes.sum())
-    starts = np.cumsum(sizes) - sizes
-    combo_anchor = np.repeat(np.arange(len(anchors)), sizes)
-    within = np.arange(total, dtype=np.int64) - starts[combo_anchor]
-    combos = np.empty((total, len(classes)), dtype=np.int64)
-    stride = np.ones(len(anchors), dtype=np.int64)
-    for k in range(len(classes) - 1, -1, -1):
-        count = counts[k]
-        offset = np.cumsum(count) - count  # where each tree's block starts
-        index = (within // stride[combo_anchor]) % per_anchor[k][combo_anchor]
-        combos[:, k] = grouped[k][offset[anchors][combo_anchor] + index]
-        stride = stride * per_anchor[k]
+    combos = np.stack([p[pick] for p, pick in zip(providers, picks)], axis=1)
     if group.required:
-        ok = np.ones(total, dtype=np.bool_)
+        ok = np.ones(len(combos), dtype=np.bool_)
         for any_of in group.required:
             has = np.zeros(graph.size, dtype=np.bool_)
             for t in any_of:
                 has |= graph.trait_mask(t)
             ok &= has[combos].any(axis=1)
         if not ok.all():
-            combos, combo_anchor = combos[ok], combo_anchor[ok]
+            anchors, combos = anchors[ok], combos[ok]
             if not len(combos):
                 return None
-    return TreeResult(anchors[combo_anchor], combos, tuple(classes),
-                      tuple(group.resources[rc] for rc in classes), group.suffix)
+    return anchors, combos, tuple(classes)
+
+
+def _fits_summed_arrays(graph: ProviderGraph, combos: IntArray, classes: tuple[str, ...],
+                        amounts: tuple[int, ...]) -> BoolArray:
+    """:func:`_fits_summed` of every request: each provider's summed amount of a class
+    within max_unit and capacity."""
+    ok = np.ones(len(combos), dtype=np.bool_)
+    for rc in dict.fromkeys(classes):
+        cols = [c for c, name in enumerate(classes) if name == rc]
+        columns = graph.columns[rc]
+        for c in cols:
+            total = np.zeros(len(combos), dtype=np.int64)
+            for other in cols:
+                total += np.where(combos[:, other] == combos[:, c], amounts[other], 0)
+            p = combos[:, c]
+            ok &= (total <= columns.max_unit[p]) & (columns.used[p] + total <= columns.cap[p])
+    return ok
 
 
 def _merge(
