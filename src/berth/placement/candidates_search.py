@@ -318,10 +318,19 @@ def _single_provider_path(
     return found
 
 
-def _multi_provider_path(
-    graph: ProviderGraph, group: RequestGroup, allowed: BoolArray | None, sharing: set[int]
-) -> list[GroupRequest]:
-    """The unsuffixed group over trees and sharing providers (reference 5, step 3)."""
+class _TreeFilters(NamedTuple):
+    """A group's filters as masks, for the paths that combine providers of a tree."""
+
+    member: BoolArray | None
+    forbidden_aggs: BoolArray | None
+    tree_root: int | None
+    bad_trait: BoolArray
+
+
+def _tree_filters(graph: ProviderGraph, group: RequestGroup) -> _TreeFilters | None:
+    """``member_of`` and forbidden aggregates (a provider or its tree's root must meet
+    them), ``in_tree``'s root, and the providers with a forbidden trait (never part of a
+    surviving combination); None when ``in_tree`` names no provider."""
     member: BoolArray | None = _member_of_mask(graph, group) if group.member_of else None
     forbidden_aggs: BoolArray | None = None
     if group.forbidden_aggs:
@@ -332,37 +341,50 @@ def _multi_provider_path(
     if group.in_tree is not None:
         tree = graph.index.get(group.in_tree)
         if tree is None:
-            return []
+            return None
         tree_root = graph.root[tree]
-    elif member is not None and sharing:
-        # Quirk: the request-wide sharing set is narrowed in place to member_of.
-        sharing.intersection_update(np.flatnonzero(member).tolist())
-
-    # Providers with a forbidden trait can never be part of a surviving combination.
     bad_trait = np.zeros(graph.size, dtype=np.bool_)
     for t in group.forbidden:
         bad_trait |= graph.trait_mask(t)
+    return _TreeFilters(member, forbidden_aggs, tree_root, bad_trait)
+
+
+def _own_providers(graph: ProviderGraph, group: RequestGroup, rc: str, filters: _TreeFilters,
+                   allowed: BoolArray | None) -> BoolArray:
+    """The providers that can serve ``rc`` for ``group`` in their own tree."""
+    anchors = graph.root_array
+    keep = graph.fit_mask(rc, group.resources[rc]) & ~filters.bad_trait
+    if filters.tree_root is not None:
+        keep &= anchors == filters.tree_root
+    if allowed is not None:
+        keep &= allowed[anchors]
+    if filters.member is not None:
+        keep &= filters.member | filters.member[anchors]
+    if filters.forbidden_aggs is not None:
+        keep &= ~(filters.forbidden_aggs | filters.forbidden_aggs[anchors])
+    return keep
+
+
+def _multi_provider_path(
+    graph: ProviderGraph, group: RequestGroup, allowed: BoolArray | None, sharing: set[int]
+) -> list[GroupRequest]:
+    """The unsuffixed group over trees and sharing providers (reference 5, step 3)."""
+    filters = _tree_filters(graph, group)
+    if filters is None:
+        return []
+    member, forbidden_aggs, tree_root, bad_trait = filters
+    if tree_root is None and member is not None and sharing:
+        # Quirk: the request-wide sharing set is narrowed in place to member_of.
+        sharing.intersection_update(np.flatnonzero(member).tolist())
 
     classes = sorted(group.resources, key=lambda rc: graph.class_id.get(rc, 1 << 30))
     root = graph.root
     # anchor -> per class (in ``classes`` order) the providers that can serve it there
     by_anchor: dict[int, list[list[int]]] | None = None
     for rc in classes:
-        amount = group.resources[rc]
-        fit = graph.fit_mask(rc, amount)
-        own = fit.copy()
-        if tree_root is not None:
-            own &= graph.root_array == tree_root
-        anchors_of_own = graph.root_array
-        keep = own & ~bad_trait
-        if allowed is not None:
-            keep &= allowed[anchors_of_own]
-        if member is not None:
-            keep &= member | member[anchors_of_own]
-        if forbidden_aggs is not None:
-            keep &= ~(forbidden_aggs | forbidden_aggs[anchors_of_own])
+        fit = graph.fit_mask(rc, group.resources[rc])
         pairs: dict[int, list[int]] = {}
-        for p in np.flatnonzero(keep).tolist():
+        for p in np.flatnonzero(_own_providers(graph, group, rc, filters, allowed)).tolist():
             pairs.setdefault(root[p], []).append(p)
         if tree_root is None:
             for s in sorted(sharing):
@@ -508,36 +530,13 @@ def _tree_group_arrays(graph: ProviderGraph, group: RequestGroup, allowed: BoolA
     providers, as arrays: per tree, the product of each class's providers there (class
     id order; ascending provider order within a tree, as the general path appends
     them), trees in ascending order; then the required traits over each combination."""
-    member: BoolArray | None = _member_of_mask(graph, group) if group.member_of else None
-    forbidden_aggs: BoolArray | None = None
-    if group.forbidden_aggs:
-        forbidden_aggs = np.zeros(graph.size, dtype=np.bool_)
-        for a in group.forbidden_aggs:
-            forbidden_aggs |= graph.agg_mask(a)
-    tree_root: int | None = None
-    if group.in_tree is not None:
-        tree = graph.index.get(group.in_tree)
-        if tree is None:
-            return None
-        tree_root = graph.root[tree]
-    bad_trait = np.zeros(graph.size, dtype=np.bool_)
-    for t in group.forbidden:
-        bad_trait |= graph.trait_mask(t)
-
+    filters = _tree_filters(graph, group)
+    if filters is None:
+        return None
     classes = sorted(group.resources, key=lambda rc: graph.class_id.get(rc, 1 << 30))
     anchors_of = graph.root_array
-    providers: list[IntArray] = []
-    for rc in classes:
-        keep = graph.fit_mask(rc, group.resources[rc]) & ~bad_trait
-        if tree_root is not None:
-            keep &= anchors_of == tree_root
-        if allowed is not None:
-            keep &= allowed[anchors_of]
-        if member is not None:
-            keep &= member | member[anchors_of]
-        if forbidden_aggs is not None:
-            keep &= ~(forbidden_aggs | forbidden_aggs[anchors_of])
-        providers.append(np.flatnonzero(keep))
+    providers = [np.flatnonzero(_own_providers(graph, group, rc, filters, allowed))
+                 for rc in classes]
     anchors, picks = _products_by_anchor([anchors_of[p] for p in providers], graph.size)
     if not len(anchors):
         return None
