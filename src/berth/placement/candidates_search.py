@@ -17,7 +17,11 @@ Pipeline, top to bottom (``search``):
 4. Below 1.29 with trees in the snapshot, requests spanning two providers of one tree go.
 
 The common case (one unsuffixed group, flat snapshot, no sharing providers) never leaves
-NumPy: the result is the array of qualifying provider indexes (``FlatResult``).
+NumPy: the result is the array of qualifying provider indexes (``FlatResult``). Any other
+query whose groups all ask for resources, without sharing providers or ``same_subtree``
+(trees, numbered groups, ``group_policy``), runs steps 2-4 as arrays (``ArrayResult``,
+:func:`_array_search`): the same requests in the same order as the Python path, which
+stays for sharing providers, ``same_subtree`` and resourceless groups.
 
 Glossary: *anchor* - the root of the tree a request is for (a sharing provider serves
 the anchors of every tree it shares an aggregate with); *pair* - (provider, anchor).
@@ -213,7 +217,7 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
             mask &= allowed
         return FlatResult(np.flatnonzero(mask), dict(group.resources))
 
-    if not graph.sharing and not query.same_subtrees and all(g.resources for g in groups):
+    if groups and not graph.sharing and not query.same_subtrees and all(g.resources for g in groups):
         return _array_search(graph, query, groups, allowed, microversion)
 
     # The request-wide sharing set; the multi-provider path may narrow it (a quirk kept
