@@ -29,15 +29,16 @@ V = (1, 39)
 def _general_path() -> Iterator[None]:
     """The fast paths turned off meanwhile: every call takes the general path."""
     saved = (provider_writes.create_root, provider_writes.set_inventories,
-             provider_writes.set_traits)
+             provider_writes.set_traits, provider_writes.set_aggregates)
     provider_writes.create_root = lambda *a: None  # type: ignore[assignment]
     provider_writes.set_inventories = lambda *a: None  # type: ignore[assignment]
     provider_writes.set_traits = lambda *a: None  # type: ignore[assignment]
+    provider_writes.set_aggregates = lambda *a: None  # type: ignore[assignment]
     try:
         yield
     finally:
         (provider_writes.create_root, provider_writes.set_inventories,
-         provider_writes.set_traits) = saved
+         provider_writes.set_traits, provider_writes.set_aggregates) = saved
 
 
 def _rows(engine: Any, rp_uuid: str) -> dict[str, Any]:
@@ -183,3 +184,51 @@ def _trait_id(engine: Any, name: str) -> int:
     with engine.connect() as conn:
         return int(conn.execute(sa.text("SELECT id FROM traits WHERE name = :n"),
                                 {"n": name}).scalar_one())
+
+
+def test_aggregates_the_general_path_knows_are_replaced_by_the_fast_path(engine: Any) -> None:
+    """A host joining aggregates that exist already: two round trips, the rows, answer,
+    generation and cached graph the general path gives; a new aggregate, a stale
+    generation or a missing provider are the general path's."""
+    store = PlacementStore(engine)
+    aggs = [str(uuid.uuid4()) for _ in range(3)]
+    seed, *_ = _register(store, f"seed-{uuid.uuid4().hex[:6]}")
+    # The first use of each aggregate creates it: the general path.
+    assert store.set_aggregates(seed, aggs, 2)[0] == 3
+    store.provider_graph()
+    a, *_ = _register(store, f"agg-{uuid.uuid4().hex[:6]}")
+    with _general_path():
+        b, *_ = _register(store, f"agg-{uuid.uuid4().hex[:6]}")
+    through_core: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        through_core.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", count)
+    try:
+        fast = store.set_aggregates(a, list(reversed(aggs)) + aggs[:1], 2)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", count)
+    assert through_core == []
+    with _general_path():
+        general = store.set_aggregates(b, list(reversed(aggs)) + aggs[:1], 2)
+    assert fast == general and fast[0] == 3
+    assert store.get_aggregates(a)[1] == store.get_aggregates(b)[1] == fast[1]
+    assert store.get_aggregates(a)[0].generation == 3
+    # Replaced by fewer, then none.
+    assert store.set_aggregates(a, aggs[1:2], 3) == (4, aggs[1:2])
+    graph = store.provider_graph()
+    fresh = PlacementStore(engine)
+    fresh.provider_graph()
+    rp_id = fresh._ids_by_uuid[a]
+    assert store._providers[rp_id] == fresh._providers[rp_id]
+    assert graph.agg_mask(aggs[1])[graph.index[a]] and not graph.agg_mask(aggs[0])[graph.index[a]]
+    assert store.set_aggregates(a, [], 4) == (5, [])
+    # What the fast path leaves to the general path.
+    with pytest.raises(errors.Conflict) as stale:
+        store.set_aggregates(a, aggs, 4)
+    assert stale.value.code == errors.CONCURRENT_UPDATE
+    new = str(uuid.uuid4())
+    assert store.set_aggregates(a, [new], 5) == (6, [new])
+    with pytest.raises(errors.NotFound):
+        store.set_aggregates(str(uuid.uuid4()), aggs, 0)

@@ -2,7 +2,7 @@
 
 A compute agent (``berth compute``, the agents of ``berth serve``, Nova's resource
 tracker) registers its node with three calls: create the provider, replace its
-inventories, replace its traits. Through the general path of :class:`PlacementStore`
+inventories, replace its traits (and a fourth for a host in aggregates: replace them). Through the general path of :class:`PlacementStore`
 each is a SQLAlchemy transaction of 7-13 statements, each statement a round trip and a
 compiled construct; at 10,000 hosts that is most of the registration time.
 
@@ -78,6 +78,11 @@ _UPDATE_INVENTORY = (
     "UPDATE inventories SET total = ?, reserved = ?, min_unit = ?, max_unit = ?, "
     "step_size = ?, allocation_ratio = ?, updated_at = ? "
     "WHERE resource_provider_id = ? AND resource_class_id = ?"
+)
+_AGGREGATE_IDS = "SELECT id, uuid FROM placement_aggregates WHERE uuid IN ({})"
+_CLEAR_AGGREGATES = "DELETE FROM resource_provider_aggregates WHERE resource_provider_id = ?"
+_INSERT_AGGREGATES = (
+    "INSERT INTO resource_provider_aggregates (resource_provider_id, aggregate_id) VALUES {}"
 )
 _CLEAR_TRAITS = "DELETE FROM resource_provider_traits WHERE resource_provider_id = ?"
 _INSERT_TRAITS = "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES {}"
@@ -298,6 +303,46 @@ def set_traits(
             write.append((_INSERT_TRAITS.format(_marks(len(ids), "(?, ?)")),
                           [v for i in ids for v in (rp_id, i)]))
         write.append((_RAW_CAS_RP, (generation + 1, stamp, rp_id, generation), True))
+        if _commit_change(store, raw, write, _log_reload(rp_id)) is None:
+            return None
+        return generation + 1, [by_id[i] for i in ids]
+
+    return _with_raw(store, work)  # type: ignore[no-any-return]
+
+
+# -- PUT /resource_providers/{uuid}/aggregates -----------------------------------------
+
+def set_aggregates(
+    store: StoreBase, uuid: str, aggregates: Sequence[str], generation: int
+) -> tuple[int, list[str]] | None:
+    """Replace a provider's aggregates (1.19+: a generation to compare and bump) when
+    every one of them is known already; None for the general path (which creates the
+    new ones). Aggregate rows are never deleted, so only the provider's generation
+    needs the compare-and-swap."""
+    wanted = list(dict.fromkeys(aggregates))
+
+    def work(raw: RawConnection) -> tuple[int, list[str]] | None:
+        stmts: list[tuple[Any, ...]] = [(_PROVIDER_GEN, (uuid,))]
+        if wanted:
+            stmts.append((_AGGREGATE_IDS.format(_marks(len(wanted), "?")), wanted))
+        try:
+            prov, *found_rows = store._run(raw, stmts)
+        except sa.exc.DBAPIError:
+            return None
+        if not prov or int(prov[0][1]) != generation:
+            return None
+        found = {r[1]: int(r[0]) for r in found_rows[0]} if found_rows else {}
+        if len(found) != len(wanted):
+            return None  # a new aggregate: the general path creates it
+        rp_id = int(prov[0][0])
+        ids = sorted(found.values())
+        by_id = {v: k for k, v in found.items()}
+        write: list[tuple[Any, ...]] = [(_CLEAR_AGGREGATES, (rp_id,))]
+        if ids:
+            write.append((_INSERT_AGGREGATES.format(_marks(len(ids), "(?, ?)")),
+                          [v for i in ids for v in (rp_id, i)]))
+        write.append((_RAW_CAS_RP, (generation + 1, _stamp(store, utcnow()), rp_id, generation),
+                      True))
         if _commit_change(store, raw, write, _log_reload(rp_id)) is None:
             return None
         return generation + 1, [by_id[i] for i in ids]

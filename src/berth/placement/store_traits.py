@@ -53,6 +53,12 @@ class TraitsMixin(StoreBase):
         self, uuid: str, aggs: Sequence[str], generation: int | None
     ) -> tuple[int, list[str]]:
         """Replace a provider's aggregates; with a generation (>= 1.19) CAS and bump it."""
+        if generation is not None:
+            from berth.placement import provider_writes  # built on this module
+
+            fast = provider_writes.set_aggregates(self, uuid, aggs, generation)
+            if fast is not None:
+                return fast
         with self._write() as conn:
             prov = self._require_provider(conn, uuid)
             gen_msg = (
