@@ -284,24 +284,17 @@ def set_traits(
             prov, current_rows, seq_rows, *found_rows = store._run(raw, stmts)
         except sa.exc.DBAPIError:
             return None
-        if not prov or int(prov[0][1]) != generation:
-            return None
-        found = {r[1]: int(r[0]) for r in found_rows[0]} if found_rows else {}
-        if len(found) != len(wanted):
-            return None  # an unknown trait: the general path names it
-        rp_id = int(prov[0][0])
-        ids = sorted(found.values())
-        by_id = {v: k for k, v in found.items()}
+        known = _known_names(prov, found_rows, wanted, generation)
+        if known is None:
+            return None  # a stale generation, or an unknown trait the general path names
+        rp_id, ids, by_id = known
         if {int(r[0]) for r in current_rows} == set(ids):
             return generation, [by_id[i] for i in ids]
         stamp = _stamp(store, utcnow())
         write: list[tuple[Any, ...]] = [
             (_SAME_NAMES, (int(seq_rows[0][0]),), True),
-            (_CLEAR_TRAITS, (rp_id,)),
+            *_replace_links(_CLEAR_TRAITS, _INSERT_TRAITS, rp_id, ids),
         ]
-        if ids:
-            write.append((_INSERT_TRAITS.format(_marks(len(ids), "(?, ?)")),
-                          [v for i in ids for v in (rp_id, i)]))
         write.append((_RAW_CAS_RP, (generation + 1, stamp, rp_id, generation), True))
         if _commit_change(store, raw, write, _log_reload(rp_id)) is None:
             return None
@@ -329,18 +322,11 @@ def set_aggregates(
             prov, *found_rows = store._run(raw, stmts)
         except sa.exc.DBAPIError:
             return None
-        if not prov or int(prov[0][1]) != generation:
-            return None
-        found = {r[1]: int(r[0]) for r in found_rows[0]} if found_rows else {}
-        if len(found) != len(wanted):
-            return None  # a new aggregate: the general path creates it
-        rp_id = int(prov[0][0])
-        ids = sorted(found.values())
-        by_id = {v: k for k, v in found.items()}
-        write: list[tuple[Any, ...]] = [(_CLEAR_AGGREGATES, (rp_id,))]
-        if ids:
-            write.append((_INSERT_AGGREGATES.format(_marks(len(ids), "(?, ?)")),
-                          [v for i in ids for v in (rp_id, i)]))
+        known = _known_names(prov, found_rows, wanted, generation)
+        if known is None:
+            return None  # a stale generation, or a new aggregate the general path creates
+        rp_id, ids, by_id = known
+        write = _replace_links(_CLEAR_AGGREGATES, _INSERT_AGGREGATES, rp_id, ids)
         write.append((_RAW_CAS_RP, (generation + 1, _stamp(store, utcnow()), rp_id, generation),
                       True))
         if _commit_change(store, raw, write, _log_reload(rp_id)) is None:
@@ -348,6 +334,29 @@ def set_aggregates(
         return generation + 1, [by_id[i] for i in ids]
 
     return _with_raw(store, work)  # type: ignore[no-any-return]
+
+
+def _known_names(prov: list[Any], found_rows: list[Any], wanted: list[str], generation: int
+                 ) -> tuple[int, list[int], dict[int, str]] | None:
+    """(provider id, the ids of ``wanted`` ascending, id -> name) from a provider row and
+    the rows of the names found, when the provider is at ``generation`` and every name
+    is known; None otherwise."""
+    if not prov or int(prov[0][1]) != generation:
+        return None
+    found = {r[1]: int(r[0]) for r in found_rows[0]} if found_rows else {}
+    if len(found) != len(wanted):
+        return None
+    return int(prov[0][0]), sorted(found.values()), {v: k for k, v in found.items()}
+
+
+def _replace_links(clear: str, insert: str, rp_id: int, ids: list[int]) -> list[tuple[Any, ...]]:
+    """The statements that make ``ids`` a provider's only links of one kind (traits,
+    aggregates): delete them all, insert the new ones in one statement."""
+    stmts: list[tuple[Any, ...]] = [(clear, (rp_id,))]
+    if ids:
+        stmts.append((insert.format(_marks(len(ids), "(?, ?)")),
+                      [v for i in ids for v in (rp_id, i)]))
+    return stmts
 
 
 def _replace_stamps(inv: InventoryRecord, created: dt.datetime | None,
