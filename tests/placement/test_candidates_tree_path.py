@@ -179,3 +179,25 @@ def test_a_kept_tree_order_is_reused_until_an_input_changes() -> None:
     other = parse_query({"resources": ["VCPU:2,MEMORY_MB:64,DISK_GB:1"]}, (1, 36))
     tree_order(graph, next(iter(other.groups.values())), result.combos, result.anchors)
     assert len(candidates_order._TREE_ORDERS) == 2
+
+
+def test_an_unsuffixed_and_a_numbered_group_of_the_same_providers_keep_their_own_orders() -> None:
+    """The same requests from an unsuffixed group over trees (Placement's walk) and from
+    a numbered group (the engine's order): two orders, never one kept for both."""
+    b = GraphBuilder()
+    for t in range(300):  # enough requests for insertion order to matter
+        root = b.provider(f"r{t}", DISK_GB=inv(100))
+        for cell in range(2):
+            b.provider(f"r{t}n{cell}", parent=root, VCPU=inv(8))
+    graph = b.graph()
+    candidates_order._TREE_ORDERS.clear()
+    for params in ({"resources": ["VCPU:1"]}, {"resources1": ["VCPU:1"]},
+                   {"resources": ["VCPU:1"]}):
+        query = parse_query(params, (1, 36))
+        group = next(iter(query.groups.values()))
+        result = search(graph, query, (1, 36))
+        assert isinstance(result, ArrayResult) and len(result) == 600
+        general = general_search(graph, query, (1, 36))
+        expected = general_order(graph, [c.amounts for c in general], group, None,
+                                 by_class=[c.by_class for c in general])
+        assert tree_order(graph, group, result.combos, result.anchors) == expected

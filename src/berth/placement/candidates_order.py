@@ -236,14 +236,13 @@ def tree_order(graph: ProviderGraph, group: RequestGroup, combos: npt.NDArray[np
             fit = fit & (graph.root_array == tree)
         at = np.flatnonzero(fit)
         fits.append((ids[at].tobytes(), ids[roots[at]].tobytes()))
+    walks = _walks_trees(graph, group)  # a numbered group's requests are never walked
     key = (ids[combos].tobytes(), combos.shape, tuple((rc, group.resources[rc]) for rc in classes),
-           tuple(fits), group.in_tree, bool(group.required or group.forbidden or group.member_of
-                                           or group.forbidden_aggs), cap)
+           tuple(fits), group.in_tree, walks, cap)
     found = _TREE_ORDERS.get(key)
     if found is None:
         hashes = _combo_hashes(graph, group, combos)
-        walk = (_tree_walk(graph, group, list(map(tuple, combos.tolist())))
-                if _walks_trees(graph, group) else None)
+        walk = _tree_walk(graph, group, list(map(tuple, combos.tolist()))) if walks else None
         found = _answer_order(hashes, anchors.tolist(), walk, len(combos), cap)
         _TREE_ORDERS.put(key, found)
     return found[:keep]
