@@ -36,7 +36,7 @@ import json
 import math
 import os
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -272,6 +272,27 @@ def _timestamp(value: Any, path: str) -> float:
 MAX_COMPUTE_NODES = 1_000_000
 
 
+def _bounded_entries(items: Sequence[Any], defaults: Mapping[str, Any]
+                     ) -> list[tuple[dict[str, Any], int | None]]:
+    """Each ``hosts`` entry merged over ``host_defaults``, with its ``count``; the counts
+    are summed and bounded by :data:`MAX_COMPUTE_NODES` before any host is expanded, so a
+    typo in a count costs nothing wherever it stands."""
+    entries: list[tuple[dict[str, Any], int | None]] = []
+    planned = 0
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise CloudFileError(f"hosts[{i}]: expected a mapping, got {_show(item)}")
+        merged = {**defaults, **item}
+        count = _Reader(merged, f"hosts[{i}]").integer("count", default=None, minimum=1)
+        planned += count or 1
+        if planned > MAX_COMPUTE_NODES:
+            raise CloudFileError(
+                f"hosts[{i}].count: {count} would make {planned:,} compute nodes; a cloud file "
+                f"holds at most {MAX_COMPUTE_NODES:,}")
+        entries.append((merged, count))
+    return entries
+
+
 def read_document(path: str) -> Any:
     """Parse a YAML or JSON file (JSON is YAML) with errors that name the file and line."""
     if not os.path.isfile(path):
@@ -333,19 +354,10 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
     seen: set[tuple[str, str]] = set()
     #: The first node of each service host: its path and record.
     first_node: dict[str, tuple[str, HostRecord]] = {}
-    planned = 0
     providers: dict[str, NodeProviders] = {}
-    for i, item in enumerate(top.seq("hosts")):
-        if not isinstance(item, Mapping):
-            raise CloudFileError(f"hosts[{i}]: expected a mapping, got {_show(item)}")
-        merged = {**defaults, **item}
+    entries = _bounded_entries(top.seq("hosts"), defaults)
+    for i, (merged, count) in enumerate(entries):
         reader = _Reader(merged, f"hosts[{i}]")
-        count = reader.integer("count", default=None, minimum=1)
-        planned += count or 1
-        if planned > MAX_COMPUTE_NODES:
-            raise CloudFileError(
-                f"hosts[{i}].count: {count} would make {planned:,} compute nodes; a cloud file "
-                f"holds at most {MAX_COMPUTE_NODES:,}")
         start = reader.integer("start", default=1, minimum=0) or 0
         if reader.has("start") and count is None:
             raise CloudFileError(f"hosts[{i}].start: only meaningful with count")
