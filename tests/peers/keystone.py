@@ -21,7 +21,11 @@ berth      service        service (the servers' own credentials)
 
 from __future__ import annotations
 
+import atexit
+import json
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,40 +52,36 @@ class Keystone:
     workdir: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    _ids: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v3"
 
     def start(self) -> Keystone:
+        """A Keystone of its own, made from the session's template (see
+        :func:`_template`): its database and keys are copies, its identity endpoint is
+        moved to this server's port."""
+        template = _template()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        conf = self.workdir / "keystone.conf"
-        keys, creds = self.workdir / "fernet-keys", self.workdir / "credential-keys"
-        keys.mkdir(exist_ok=True)
-        creds.mkdir(exist_ok=True)
-        conf.write_text(
-            "[database]\n"
-            f"connection = sqlite:///{self.workdir}/keystone.sqlite\n"
-            "[token]\nprovider = fernet\n"
-            f"[fernet_tokens]\nkey_repository = {keys}\n"
-            f"[fernet_receipts]\nkey_repository = {keys}\n"
-            f"[credential]\nkey_repository = {creds}\n")
-        manage = [str(VENV / "bin" / "keystone-manage"), "--config-file", str(conf)]
-        with open(self.workdir / "keystone.log", "ab") as log:
-            for step in (["db_sync"],
-                         ["fernet_setup", "--keystone-user", "root", "--keystone-group", "root"],
-                         ["credential_setup", "--keystone-user", "root", "--keystone-group",
-                          "root"],
-                         ["bootstrap", "--bootstrap-password", PASSWORD,
-                          "--bootstrap-public-url", self.url]):
-                subprocess.run([*manage, *step], check=True, stdout=log, stderr=log,
-                               timeout=120)
+        shutil.copy2(template / "keystone.sqlite", self.workdir / "keystone.sqlite")
+        for keys in ("fernet-keys", "credential-keys"):
+            shutil.copytree(template / keys, self.workdir / keys, dirs_exist_ok=True)
+        _write_conf(self.workdir)
+        self._serve()
+        self._ids = json.loads((template / "ids.json").read_text())
+        admin = {"X-Auth-Token": self.token("admin")}
+        with httpx.Client(base_url=self.url, headers=admin, timeout=30) as http:
+            for endpoint in http.get("/endpoints").json()["endpoints"]:
+                http.patch(f"/endpoints/{endpoint['id']}", json={"endpoint": {
+                    "url": self.url}}).raise_for_status()
+        return self
+
+    def _serve(self) -> None:
         self.proc = serve(VENV, "keystone", "keystone.wsgi.api", self.port, self.workdir,
                           {"OS_KEYSTONE_CONFIG_DIR": str(self.workdir), "PATH": "/usr/bin:/bin"},
                           self.workdir / "keystone.log")
         wait_up(self.url, self.proc, self.workdir / "keystone.log")
-        self._populate()
-        return self
 
     def stop(self) -> None:
         stop(self.proc)
@@ -101,7 +101,8 @@ class Keystone:
     def project_id(self, name: str) -> str:
         return self._ids["projects"][name]
 
-    def _populate(self) -> None:
+    def _populate(self) -> dict[str, dict[str, str]]:
+        """The users of the module's table, their projects and roles; the ids made."""
         admin = {"X-Auth-Token": self.token("admin")}
         http = httpx.Client(base_url=self.url, headers=admin, timeout=30)
         roles = {r["name"]: r["id"] for r in http.get("/roles").json()["roles"]}
@@ -117,8 +118,8 @@ class Keystone:
                 "name": user, "domain_id": "default", "password": PASSWORD}}).json()["user"]["id"]
             http.put(f"/projects/{projects[project]}/users/{uid}/roles/{roles[role]}"
                      ).raise_for_status()
-        self._ids = {"projects": projects}
         http.close()
+        return {"projects": projects}
 
     def add_endpoint(self, name: str, service_type: str, url: str) -> None:
         """List a service in the catalog with a public endpoint in ``RegionOne``."""
@@ -146,3 +147,51 @@ class Keystone:
                 "user_domain_name = Default\n"
                 "project_domain_name = Default\n"
                 "service_token_roles_required = true\n")
+
+
+def _write_conf(workdir: Path) -> None:
+    """``keystone.conf`` of a Keystone in ``workdir``: SQLite, Fernet tokens."""
+    keys, creds = workdir / "fernet-keys", workdir / "credential-keys"
+    keys.mkdir(exist_ok=True)
+    creds.mkdir(exist_ok=True)
+    (workdir / "keystone.conf").write_text(
+        "[database]\n"
+        f"connection = sqlite:///{workdir}/keystone.sqlite\n"
+        "[token]\nprovider = fernet\n"
+        f"[fernet_tokens]\nkey_repository = {keys}\n"
+        f"[fernet_receipts]\nkey_repository = {keys}\n"
+        f"[credential]\nkey_repository = {creds}\n")
+
+
+_TEMPLATE: Path | None = None
+
+
+def _template() -> Path:
+    """keystone-manage's work and the users of the table, done once per test session:
+    ``keystone-manage`` migrates a database, makes the Fernet and credential keys and
+    bootstraps the admin, then a server adds the users. Each :class:`Keystone` starts
+    from a copy (four ``keystone-manage`` runs cost ~12 s a Keystone on this machine).
+    Removed when the session ends."""
+    global _TEMPLATE
+    if _TEMPLATE is not None:
+        return _TEMPLATE
+    work = Path(tempfile.mkdtemp(prefix="berth-keystone-template-"))
+    atexit.register(shutil.rmtree, work, True)
+    _write_conf(work)
+    seed = Keystone(work)
+    manage = [str(VENV / "bin" / "keystone-manage"), "--config-file", str(work / "keystone.conf")]
+    with open(work / "keystone.log", "ab") as log:
+        for step in (["db_sync"],
+                     ["fernet_setup", "--keystone-user", "root", "--keystone-group", "root"],
+                     ["credential_setup", "--keystone-user", "root", "--keystone-group", "root"],
+                     ["bootstrap", "--bootstrap-password", PASSWORD,
+                      "--bootstrap-public-url", seed.url]):
+            subprocess.run([*manage, *step], check=True, stdout=log, stderr=log, timeout=120)
+    seed._serve()
+    try:
+        ids = seed._populate()
+    finally:
+        seed.stop()
+    (work / "ids.json").write_text(json.dumps(ids))
+    _TEMPLATE = work
+    return work

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,18 +125,28 @@ class NovaStack:
 
     # ---------------------------------------------------------------- start
     def start(self) -> NovaStack:
+        """Every service up and the computes mapped. What does not wait on anything else
+        runs side by side (the nova-manage runs beside Keystone and Placement starting, the
+        schedulers beside the API and the computes' registration): each step is mostly a
+        Python interpreter importing Nova, and one after the other they took about a
+        minute."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         for name in ("api", "placement", "glance", "neutron"):
             self.ports[name] = free_port()
         from peers.keystone import Keystone
 
-        self.keystone = Keystone(self.workdir / "keystone").start()
+        self.keystone = Keystone(self.workdir / "keystone")
         self._broker()
         self._databases()
-        self._fakes()
-        self._placement()
         self._write_conf()
-        self._sync()
+        with ThreadPoolExecutor(1, thread_name_prefix="nova-manage") as pool:
+            sync = pool.submit(self._sync)
+            try:
+                self.keystone.start()
+                self._fakes()
+                self._placement()
+            finally:
+                sync.result()
         self._spawn("conductor", [str(VENV / "bin" / "nova-conductor"), "--config-file",
                                   str(self.workdir / "nova.conf")])
         for compute in self.computes:
@@ -148,9 +159,10 @@ class NovaStack:
             self._spawn(f"compute-{compute.host}", [
                 str(VENV / "bin" / "nova-compute"), "--config-file",
                 str(self.workdir / "nova.conf"), "--config-file", str(conf)])
+        self._spawn_schedulers()
         self._api()
         self._discover()
-        self.start_scheduler()
+        self._wait_scheduler()
         return self
 
     def _broker(self) -> None:
@@ -273,6 +285,10 @@ class NovaStack:
         raise RuntimeError("the computes did not register in Placement in time")
 
     def start_scheduler(self) -> None:
+        self._spawn_schedulers()
+        self._wait_scheduler()
+
+    def _spawn_schedulers(self) -> None:
         conf = str(self.workdir / "nova.conf")
         for i in range(1, self.schedulers + 1):
             name = "scheduler" if i == 1 else f"scheduler-{i}"
@@ -283,7 +299,6 @@ class NovaStack:
                 self._spawn(name, [sys.executable, "-m", "berth.cli", "nova-scheduler",
                                    "--config-file", conf, "--explain", *host],
                             env={"PYTHONUNBUFFERED": "1"})
-        self._wait_scheduler()
 
     def _wait_scheduler(self, timeout: float = 120) -> None:
         """Until a scheduler consumes topic ``scheduler``: a call of a method no scheduler
@@ -337,8 +352,14 @@ class NovaStack:
 
     # ---------------------------------------------------------------- stop
     def stop(self) -> None:
-        for name in list(self.procs):
-            stop(self.procs.pop(name))
+        # Every service is asked to stop at once, then each is waited for (one after the
+        # other, each could take its full grace time).
+        procs = [self.procs.pop(name) for name in list(self.procs)]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            stop(proc)
         if self.keystone is not None:
             self.keystone.stop()
         try:
