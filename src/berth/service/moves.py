@@ -319,11 +319,19 @@ class MoveService:
         host forgets it and reports; it leaves its server groups; its record goes. An
         instance that is moving is refused (MoveRefused)."""
         record = self._instance(instance_uuid)
-        if not self.instances.swap_status(instance_uuid, [ACTIVE, VERIFY_RESIZE], DELETING):
+        # Only a resized instance waiting for confirmation has a finished migration to
+        # give up (Nova looks for it only then, too): an instance that was ACTIVE when
+        # it became DELETING skips the query.
+        if self.instances.swap_status(instance_uuid, [ACTIVE], DELETING):
+            before, finished = ACTIVE, []
+        elif self.instances.swap_status(instance_uuid, [VERIFY_RESIZE], DELETING):
+            before = VERIFY_RESIZE
+            finished = self.instances.migrations(instance_uuid, status="finished")
+        else:
             raise self._busy(instance_uuid)
         freed: dict[str, Any] = {}
         try:
-            for migration in self.instances.migrations(instance_uuid, status="finished"):
+            for migration in finished:
                 freed[migration.uuid] = self.claims.allocations_of(migration.uuid)
                 self.claims.delete(migration.uuid)
                 release = getattr(self.conductor.driver, "confirm_move", None)
@@ -333,7 +341,7 @@ class MoveService:
             freed[instance_uuid] = self.claims.allocations_of(instance_uuid)
             self.claims.delete(instance_uuid)
         except BaseException:
-            self.instances.update(instance_uuid, status=record.status)
+            self.instances.update(instance_uuid, status=before)
             raise
         terminate = getattr(self.conductor.driver, "terminate", None)
         if callable(terminate):
