@@ -285,3 +285,40 @@ def test_fewer_aggregates_leave_no_signature_pointing_past_the_list():
 
     hosts = Hosts(WorkingSet(snap, 0.0), np.arange(2))
     assert weight_multipliers_all_hosts(hosts, "ram_weight_multiplier", 1.0).tolist() == [1.0, 1.0]
+
+
+def test_a_long_run_of_reports_keeps_the_stats_table_near_the_rows():
+    """Every instance a host gains or loses gives it new ``stats``: the values no row
+    holds any more are dropped once the table outgrows the rows, and every row, its
+    counters and a filter reading stats still say what the last report said."""
+    import random
+
+    from berth.filters.compute_capabilities import ComputeCapabilitiesFilter
+    from builders import passes_bulk, passes_per_host
+
+    rng = random.Random(7)
+    names = [f"h{i}" for i in range(5)]
+    snap = cloud(*(host(n) for n in names))
+    last: dict[str, dict[str, str]] = {}
+    for step in range(3_000):
+        name = rng.choice(names)
+        stats = {"num_instances": str(step % 13), f"num_proj_{step % 40}": "1",
+                 "io_workload": str(step % 3)}
+        last[name] = stats
+        snap.upsert(HostRecord(name, stats=stats, service=ServiceRecord(
+            host=name, last_seen_up=NOW)))
+        assert len(snap.table("stats")) <= 2 * len(snap) + 1024 + 1
+    old_column = snap._interned["stats"]  # a reader's column stays consistent
+    for row, name in enumerate(names):
+        expected = last.get(name, {})
+        assert snap.interned_value("stats", row) == expected
+        assert snap.num("num_instances")[row] == int(expected.get("num_instances", 0))
+        assert old_column.value(row) == expected
+    fresh = HostSnapshot.from_records(
+        [HostRecord(n, stats=last.get(n, {}), service=ServiceRecord(host=n, last_seen_up=NOW))
+         for n in names])
+    for key in ("num_proj_3", "io_workload", "num_instances"):
+        req = spec(extra_specs={key: ">= 1"})
+        for run in (passes_per_host, passes_bulk):
+            assert run(ComputeCapabilitiesFilter(), snap, req) == run(
+                ComputeCapabilitiesFilter(), fresh, req), key

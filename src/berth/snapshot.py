@@ -69,6 +69,12 @@ INTERNED_COLUMNS: tuple[str, ...] = (
     "supported_instances",
     "aggregates",
 )
+#: Interned columns whose tables are compacted when they outgrow the rows (see
+#: :meth:`HostSnapshot._compact`); the aggregate signatures are interned afresh whenever
+#: the aggregates change instead.
+_COMPACTED_COLUMNS: tuple[str, ...] = tuple(c for c in INTERNED_COLUMNS if c != "aggregates")
+#: Values a table may hold beyond twice the rows before it is compacted.
+_COMPACT_SLACK = 1024
 #: Per-host object fields.
 OBJECT_COLUMNS: tuple[str, ...] = (
     "host",
@@ -750,8 +756,31 @@ class HostSnapshot:
             row = self._append(record)
         else:
             self._write(row, record)
+        for name in _COMPACTED_COLUMNS:
+            if len(self._interned[name].values) > 2 * self._n + _COMPACT_SLACK:
+                self._compact(name)
         self._changed()
         return row
+
+    def _compact(self, name: str) -> None:
+        """Drop the values of an interned column that no row holds any more.
+
+        Reports only ever add values (a host's ``stats`` change with every instance it
+        gains or loses), so a long-running scheduler's table would grow with every
+        change it ever saw. When a table holds more than twice as many values as there
+        are rows (plus some slack), the values still in use are interned into a new
+        column, in their old order, and every row gets its new code: O(rows) once per
+        O(rows) reports. The column is replaced as a whole (a reader that holds the old
+        one still sees its codes and values agree), and the caches derived from tables
+        are dropped, as when the aggregates change."""
+        old = self._interned[name]
+        used, inverse = np.unique(old.codes[: self._n], return_inverse=True)
+        fresh = Interned(len(old.codes))
+        mapping = np.array([fresh.intern(old.values[code]) for code in used.tolist()],
+                           dtype=np.int32)
+        fresh.codes[: self._n] = mapping[inverse.reshape(-1)]
+        self._interned[name] = fresh
+        self._table_cache.clear()
 
     def update_host(self, row: int, **fields: Any) -> None:
         """Set numeric fields of one row in place (a claim or a partial host report).
