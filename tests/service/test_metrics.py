@@ -173,3 +173,18 @@ def test_scheduler_and_compute_processes_export_metrics(tmp_path: Path) -> None:
             assert compute[("berth_builds_total", (("result", "built"),))] == 2
         finally:
             cluster.close()
+
+
+def test_a_scheduler_keeps_a_window_of_latencies_not_all_of_them() -> None:
+    from berth.service.scheduler import ServiceStats
+
+    stats = ServiceStats()
+    stats.latencies = type(stats.latencies)(maxlen=5)
+    for i in range(3):
+        stats.record_latency(float(i))
+    assert stats.latencies_since(0) == [0.0, 1.0, 2.0] and stats.latencies_since(3) == []
+    for i in range(3, 12):
+        stats.record_latency(float(i))
+    assert stats.timed == 12 and len(stats.latencies) == 5
+    assert stats.latencies_since(10) == [10.0, 11.0]
+    assert stats.latencies_since(3) == [7.0, 8.0, 9.0, 10.0, 11.0]  # what the window holds

@@ -331,8 +331,8 @@ def _log_stats(name: str, service: Any, feed: Any, period: float = 30.0) -> None
     seen = 0
     while True:
         time.sleep(period)
-        latencies = service.stats.latencies[seen:]
-        seen += len(latencies)
+        latencies = service.stats.latencies_since(seen)
+        seen = service.stats.timed
         if not latencies:
             continue
         ordered = sorted(latencies)

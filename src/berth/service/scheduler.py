@@ -38,6 +38,7 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -68,6 +69,10 @@ LOG = logging.getLogger(__name__)
 REFREEZE_MIN_CHANGES = 1000
 
 
+#: Request latencies a scheduler keeps for its statistics (the latest ones).
+LATENCY_WINDOW = 100_000
+
+
 @dataclass
 class ServiceStats:
     """Counters and timings of one scheduler service."""
@@ -78,7 +83,23 @@ class ServiceStats:
     candidate_queries: int = 0
     fallback_queries: int = 0
     candidate_errors: list[str] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)
+    #: Seconds of the latest requests (a window: a scheduler runs for months), and how
+    #: many requests were timed in all.
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+    timed: int = 0
+
+    def record_latency(self, seconds: float) -> None:
+        self.latencies.append(seconds)
+        self.timed += 1
+
+    def latencies_since(self, seen: int) -> list[float]:
+        """The latencies of the requests timed after the first ``seen`` (those still in
+        the window)."""
+        new = self.timed - seen
+        if new <= 0:
+            return []
+        window = list(self.latencies)
+        return window[-new:] if new < len(window) else window
 
 
 class SchedulerService:
@@ -252,7 +273,7 @@ class SchedulerService:
                 self._observe("error", started)
                 raise
             finally:
-                self.stats.latencies.append(time.perf_counter() - started)
+                self.stats.record_latency(time.perf_counter() - started)
                 self._freeze_long_lived(self.feed.snapshot)
             self.stats.placed += len(decision.selections)
         self._observe("placed", started, placed=len(decision.selections),
