@@ -61,7 +61,7 @@ def _worker(url: str, index: int, count: int, queue: Any) -> None:
             continue
         placed.append((decision.instance_uuids[0], str(decision.selections[0][0].compute_node_uuid)))
     queue.put({"placed": placed, "failed": failed, "claims": service.claimer.stats.as_dict(),
-               "candidate_errors": service.stats.candidate_errors[:5]})
+               "candidate_errors": list(service.stats.candidate_errors)[:5]})
     stack.close()
 
 

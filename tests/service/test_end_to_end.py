@@ -351,7 +351,7 @@ def test_every_query_feature_is_accepted_by_the_store(stack: Stack) -> None:
         requested_resources=[RequestGroup(requester_id="port1", resources={"VCPU": 1})],
         scheduler_hints={"different_host": "x"})
     decision = service.select_destinations(spec)
-    assert service.stats.candidate_errors == []
+    assert not service.stats.candidate_errors
     assert {s.service_host for s in decision.selections[0]} == {"h0", "h1"}
     alloc = decision.selections[0][0].allocation_request_dict
     assert alloc is not None and set(alloc["mappings"]) == {"", "_extra", "port1"}

@@ -82,7 +82,8 @@ class ServiceStats:
     no_valid_host: int = 0
     candidate_queries: int = 0
     fallback_queries: int = 0
-    candidate_errors: list[str] = field(default_factory=list)
+    #: The latest errors of the candidates queries (a window, as ``latencies``).
+    candidate_errors: deque[str] = field(default_factory=lambda: deque(maxlen=100))
     #: Seconds of the latest requests (a window: a scheduler runs for months), and how
     #: many requests were timed in all.
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
