@@ -42,6 +42,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -78,6 +79,10 @@ class ComputeDriver(Protocol):
         ...
 
 
+#: Build attempts a :class:`FakeDriver` remembers (the latest).
+ATTEMPTS_KEPT = 1000
+
+
 @dataclass
 class FakeDriver:
     """A driver that succeeds unless told otherwise.
@@ -97,7 +102,10 @@ class FakeDriver:
     fail_first: dict[str, int] = field(default_factory=dict)
     agents: Mapping[str, ComputeAgent] = field(default_factory=dict)
     built: dict[str, str] = field(default_factory=dict)
-    attempts: list[tuple[str, str]] = field(default_factory=list)
+    #: The latest build attempts, (instance, host), newest last: a window, since a
+    #: ``berth serve`` runs for as long as it is up.
+    attempts: deque[tuple[str, str]] = field(
+        default_factory=lambda: deque(maxlen=ATTEMPTS_KEPT))
     delay: float = 0.0
 
     def __post_init__(self) -> None:
