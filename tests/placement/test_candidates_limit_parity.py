@@ -112,7 +112,15 @@ def test_a_nested_cloud_keeps_the_same_first_n(servers: dict[str, str]) -> None:
     _load(servers, providers)
     for query in ({"resources": "VCPU:1,MEMORY_MB:1024,DISK_GB:10", "limit": "50"},
                   {"resources": "VCPU:4,MEMORY_MB:10000", "limit": "30"},
-                  {"resources": "DISK_GB:200,VCPU:2", "limit": "40"}):
+                  {"resources": "DISK_GB:200,VCPU:2", "limit": "40"},
+                  # Numbered groups: Placement's merge of the groups' own lists.
+                  {"resources": "DISK_GB:10", "resources1": "VCPU:2,MEMORY_MB:1024",
+                   "resources2": "VCPU:2,MEMORY_MB:1024", "group_policy": "isolate",
+                   "limit": "60"},
+                  {"resources1": "VCPU:1,MEMORY_MB:1024", "resources2": "VCPU:1",
+                   "group_policy": "none", "limit": "80"},
+                  {"resources1": "VCPU:1", "resources": "DISK_GB:10", "group_policy": "none",
+                   "limit": "40"}):
         assert _requests(servers["berth"], query) == _requests(servers["placement"], query), query
     # Without limit the answers hold the same requests (Berth keeps its own order).
     query = {"resources": "VCPU:1,MEMORY_MB:1024,DISK_GB:10"}

@@ -347,7 +347,8 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
                            result.anchors, cap, keep=keep)
     elif isinstance(result, ArrayResult):
         order = merged_order(graph, result.combos, result.classes, result.amounts,
-                             result.anchors, cap, keep=keep)
+                             result.anchors, cap, keep=keep, groups=list(query.groups.values()),
+                             parts=result.parts, picks=result.picks)
     else:
         groups = list(query.groups.values())
         known = [c.by_class for c in result.candidates if c.by_class is not None]

@@ -207,8 +207,12 @@ def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, in
     else:
         hashes = request_hashes(graph, amounts)
         anchors = [_anchor(graph, a) for a in amounts]
+    if group is None:
+        # Several groups: the merge adds the requests to the answer's set (here in the
+        # engine's order; see merged_order for the exact one).
+        return set_order(hashes, range(len(amounts) if cap is None else min(cap, len(amounts))))
     walk = None
-    if group is not None and _walks_trees(graph, group):
+    if _walks_trees(graph, group):
         keys = list(by_class) if combos is not None and by_class is not None \
             else _class_keys(graph, group, amounts)
         walk = _tree_walk(graph, group, keys)
@@ -250,18 +254,86 @@ def tree_order(graph: ProviderGraph, group: RequestGroup, combos: npt.NDArray[np
 
 def merged_order(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: Sequence[str],
                  amounts: Sequence[int], anchors: npt.NDArray[np.int64],
-                 cap: int | None = None, *, keep: int | None = None) -> list[int]:
-    """:func:`general_order` of several groups' requests kept as arrays (provider
+                 cap: int | None = None, *, keep: int | None = None,
+                 groups: Sequence[RequestGroup] | None = None,
+                 parts: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] | None = None,
+                 picks: npt.NDArray[np.int64] | None = None) -> list[int]:
+    """Placement's order of several groups' requests kept as arrays (provider
     ``combos[i, c]`` gives ``amounts[c]`` of ``classes[c]``; amounts of one provider and
     class add up), at ``anchors``: positions into them, the first ``keep`` when given.
-    Kept by its inputs, as :func:`flat_order` is."""
+
+    Placement lists each group's own requests (``parts``: a numbered group's in the
+    walk of its providers, the unsuffixed group over trees in the iteration of its set),
+    files them by anchor (first seen first, groups in the query's order), and adds the
+    product of each anchor's lists (the last group varying fastest) to the answer's
+    set: a request's place in that set depends on its hash and on what was added
+    before it. With ``groups``, ``parts`` and ``picks`` (request ``i`` takes item
+    ``picks[i, g]`` of group ``g``'s list) that sequence is formed exactly; without
+    them, in the engine's order. Kept by the hashes in the order they are added."""
     hashes = _merged_hashes(graph, combos, classes, amounts)
-    key = (hashes.tobytes(), anchors.tobytes(), cap)
+    if groups is not None and parts is not None and picks is not None:
+        sequence = _merge_sequence(graph, groups, parts, picks, anchors)
+    else:
+        sequence = np.arange(len(combos), dtype=np.int64)
+    added = hashes[sequence]
+    key = ("merged", added.tobytes(), cap)
     found = _TREE_ORDERS.get(key)
     if found is None:
-        found = _answer_order(hashes.tolist(), anchors.tolist(), None, len(combos), cap)
+        found = set_order(added.tolist(), range(len(added) if cap is None else min(cap, len(added))))
         _TREE_ORDERS.put(key, found)
-    return found[:keep]
+    return sequence[np.asarray(found[:keep], dtype=np.int64)].tolist()  # type: ignore[no-any-return]
+
+
+def _merge_sequence(graph: ProviderGraph, groups: Sequence[RequestGroup],
+                    parts: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+                    picks: npt.NDArray[np.int64],
+                    anchors: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The requests in the order Placement's merge forms them (see :func:`merged_order`):
+    by the rank of their anchor (where it is first seen in the first group's list, in
+    which every anchor that has requests appears), then by their item's place in each
+    group's list."""
+    ranks = [_group_ranks(graph, group, part_anchors, part_combos)
+             for group, (part_anchors, part_combos) in zip(groups, parts)]
+    first_anchors, _ = parts[0]
+    listed = first_anchors[np.argsort(ranks[0], kind="stable")]
+    seen, at = np.unique(listed, return_index=True)
+    anchor_rank = np.full(graph.size, len(listed), dtype=np.int64)
+    anchor_rank[seen] = at
+    keys = [rank[picks[:, g]] for g, rank in reversed(list(enumerate(ranks)))]
+    keys.append(anchor_rank[anchors])
+    return np.lexsort(keys)
+
+
+def _group_ranks(graph: ProviderGraph, group: RequestGroup, anchors: npt.NDArray[np.int64],
+                 combos: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Each of one group's requests' place in the list Placement forms for the group:
+    a group of one provider walks the set of ``(id, root id)`` pairs of the providers
+    with room for its last class (as :func:`flat_order`); the unsuffixed group over
+    trees iterates the set its trees' sets were gathered in (as :func:`tree_order`)."""
+    count = len(combos)
+    order: list[int]
+    if group.use_same_provider or not graph.has_trees:
+        ids, roots = _id_arrays(graph)
+        last_rc, amount = list(group.resources.items())[-1]
+        fit = graph.fit_mask(last_rc, amount)
+        tree = _in_tree_root(graph, group)
+        if tree is not None:
+            fit = fit & (graph.root_array == tree)
+        walked = np.flatnonzero(fit)
+        pairs = list(zip(ids[walked].tolist(), ids[roots[walked]].tolist()))
+        at = dict(zip(pairs, range(len(pairs))))
+        position = np.full(graph.size, len(pairs), dtype=np.int64)
+        position[walked[np.fromiter(map(at.__getitem__, set(pairs)), dtype=np.int64,
+                                    count=len(pairs))]] = np.arange(len(pairs))
+        order = np.argsort(position[combos[:, 0]], kind="stable").tolist()
+    else:
+        hashes = _combo_hashes(graph, group, combos)
+        walk = (_tree_walk(graph, group, list(map(tuple, combos.tolist())))
+                if _walks_trees(graph, group) else None)
+        order = _group_set_order(hashes, anchors.tolist(), walk, count)
+    ranks = np.empty(count, dtype=np.int64)
+    ranks[np.asarray(order, dtype=np.int64)] = np.arange(count, dtype=np.int64)
+    return ranks
 
 
 def _merged_hashes(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: Sequence[str],
@@ -303,10 +375,22 @@ def _in_tree_root(graph: ProviderGraph, group: RequestGroup) -> int | None:
 
 def _answer_order(hashes: Sequence[int], anchors: Sequence[int], walk: list[int] | None,
                   count: int, cap: int | None) -> list[int]:
-    """Placement's set stages over requests with ``hashes`` at ``anchors``, formed in
-    the order ``walk`` (None: the engine's order)."""
-    # The group's set: each tree's requests gathered in a set of their own, unioned in
-    # (a union, not one add per request: the table grows as Placement's does).
+    """Placement's set stages over one group's requests with ``hashes`` at ``anchors``,
+    formed in the order ``walk`` (None: the engine's order)."""
+    group_order = _group_set_order(hashes, anchors, walk, count)
+    # The merge walks the group's set anchor by anchor (first seen first) into the
+    # answer's set.
+    by_anchor: dict[int, list[int]] = {}
+    for i in group_order:
+        by_anchor.setdefault(anchors[i], []).append(i)
+    return set_order(hashes, [i for members in by_anchor.values() for i in members][:cap])
+
+
+def _group_set_order(hashes: Sequence[int], anchors: Sequence[int], walk: list[int] | None,
+                     count: int) -> list[int]:
+    """The iteration order of the set of one group's requests: each tree's requests
+    gathered in a set of their own, in the order ``walk`` (None: the engine's), unioned
+    in (a union, not one add per request: the table grows as Placement's does)."""
     by_tree: dict[int, list[int]] = {}
     for i in walk if walk is not None else range(count):
         by_tree.setdefault(anchors[i], []).append(i)
@@ -316,12 +400,7 @@ def _answer_order(hashes: Sequence[int], anchors: Sequence[int], walk: list[int]
         for i in members:
             tree_set.add(_Hashed(hashes[i], i))
         group_set |= tree_set
-    # The merge walks the group's set anchor by anchor (first seen first) into the
-    # answer's set.
-    by_anchor: dict[int, list[int]] = {}
-    for item in group_set:
-        by_anchor.setdefault(anchors[item.index], []).append(item.index)
-    return set_order(hashes, [i for members in by_anchor.values() for i in members][:cap])
+    return [item.index for item in group_set]
 
 
 def _combos(graph: ProviderGraph, group: RequestGroup | None,

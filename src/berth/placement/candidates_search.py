@@ -104,6 +104,11 @@ class ArrayResult:
     classes: tuple[str, ...]
     amounts: tuple[int, ...]
     groups: tuple[tuple[str, int, int], ...]
+    #: With several groups: each group's own requests, ``(anchors, combos)`` (what its
+    #: search found, before the merge), and per request the one it takes of each
+    #: (``picks[i, g]``); Placement's order is formed from them.
+    parts: tuple[tuple[IntArray, IntArray], ...] | None = None
+    picks: IntArray | None = None
     _built: list[Candidate] | None = None
 
     def __len__(self) -> int:
@@ -113,7 +118,8 @@ class ArrayResult:
         """The requests at positions ``order``, in that order."""
         at = np.asarray(order, dtype=np.int64)
         return ArrayResult(self.anchors[at], self.combos[at], self.classes, self.amounts,
-                           self.groups)
+                           self.groups, self.parts,
+                           self.picks[at] if self.picks is not None else None)
 
     def bodies(self, uuids: list[str], with_mappings: bool) -> list[dict[str, object]]:
         """The requests as the API renders them from 1.12 on (what rendering
@@ -447,6 +453,7 @@ def _array_search(graph: ProviderGraph, query: CandidateQuery, groups: list[Requ
         if found is None:
             return GeneralResult([])
         parts.append(found)
+    picked: IntArray | None = None
     if len(parts) == 1:
         # The general path lists one group's requests by anchor (a stable sort).
         anchors, combos, classes = parts[0]
@@ -459,6 +466,7 @@ def _array_search(graph: ProviderGraph, query: CandidateQuery, groups: list[Requ
         anchors = rows
         combos = np.concatenate([c[pick] for (_, c, _), pick in zip(parts, picks)], axis=1)
         classes = tuple(rc for _, _, cls in parts for rc in cls)
+        picked = np.stack(picks, axis=1)
     amounts = tuple(group.resources[rc] for group, (_, _, cls) in zip(groups, parts)
                     for rc in cls)
     layout: list[tuple[str, int, int]] = []
@@ -479,9 +487,14 @@ def _array_search(graph: ProviderGraph, query: CandidateQuery, groups: list[Requ
         keep &= np.all(combos == combos[:, :1], axis=1)
     if not keep.all():
         anchors, combos = anchors[keep], combos[keep]
+        if picked is not None:
+            picked = picked[keep]
     if not len(combos):
         return GeneralResult([])
-    return ArrayResult(anchors, combos, classes, amounts, tuple(layout))
+    if picked is None:
+        return ArrayResult(anchors, combos, classes, amounts, tuple(layout))
+    return ArrayResult(anchors, combos, classes, amounts, tuple(layout),
+                       tuple((a, c) for a, c, _ in parts), picked)
 
 
 def _single_provider_arrays(graph: ProviderGraph, group: RequestGroup, allowed: BoolArray | None
