@@ -4,9 +4,11 @@ the same Placement order under ``limit``, and the same response bytes."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import hypothesis.strategies as st
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 from berth.placement import candidates_order
@@ -144,6 +146,37 @@ def test_the_array_path_equals_the_general_path(data: st.DataObject) -> None:
             got, again = merged_order(*args), merged_order(*args)
         assert got == expected
         assert again == expected
+    if len(groups) > 1:
+        assert result.parts is not None and result.picks is not None
+        sequence = candidates_order._merge_sequence(graph, groups, result.parts, result.picks,
+                                                    result.anchors).tolist()
+        assert sequence == _placement_merge(graph, groups, result)
+        for cap in (None, 1, 3):
+            exact = merged_order(graph, result.combos, result.classes, result.amounts,
+                                 result.anchors, cap, groups=groups, parts=result.parts,
+                                 picks=result.picks)
+            assert sorted(exact) == sorted(sequence[:cap])
+
+
+def _placement_merge(graph: ProviderGraph, groups: list[Any], result: ArrayResult) -> list[int]:
+    """Placement's ``_merge_candidates`` over the groups' lists (each in its order):
+    files every group's requests by anchor, first seen first, and forms each anchor's
+    product; the rows of the result in the order they come."""
+    assert result.parts is not None and result.picks is not None
+    by_anchor: dict[int, dict[int, list[int]]] = {}
+    for g, (group, (anchors, combos)) in enumerate(zip(groups, result.parts)):
+        ranks = candidates_order._group_ranks(graph, group, anchors, combos)
+        for item in np.argsort(ranks, kind="stable").tolist():
+            by_anchor.setdefault(int(anchors[item]), {}).setdefault(g, []).append(item)
+    row_of = {tuple(p): i for i, p in enumerate(result.picks.tolist())}
+    out = []
+    for per_group in by_anchor.values():
+        if len(per_group) != len(groups):
+            continue
+        for combo in itertools.product(*(per_group[g] for g in range(len(groups)))):
+            if combo in row_of:
+                out.append(row_of[combo])
+    return out
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
