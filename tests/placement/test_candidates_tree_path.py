@@ -214,6 +214,41 @@ def test_a_kept_tree_order_is_reused_until_an_input_changes() -> None:
     assert len(candidates_order._TREE_ORDERS) == 2
 
 
+
+def test_a_kept_group_list_is_reused_until_the_walk_changes() -> None:
+    """A merge keeps each group's list by what it depends on: the same query again
+    reuses them; a provider that no longer has room for a group's last class changes
+    that group's walk, and the list is formed again (the same one as a fresh cache)."""
+    b = GraphBuilder()
+    for t in range(4):
+        root = b.provider(f"r{t}", DISK_GB=inv(100))
+        for cell in range(2):
+            b.provider(f"r{t}n{cell}", parent=root, VCPU=inv(8), MEMORY_MB=inv(4096),
+                       used={"MEMORY_MB": 4000} if (t, cell) == (3, 1) else None)
+    params = {"resources": ["DISK_GB:1"], "resources1": ["VCPU:1,MEMORY_MB:64"],
+              "resources2": ["VCPU:1"], "group_policy": ["none"]}
+    query = parse_query(params, (1, 36))
+    groups = list(query.groups.values())
+
+    def order(graph: ProviderGraph) -> list[int]:
+        result = search(graph, query, (1, 36))
+        assert isinstance(result, ArrayResult)
+        return merged_order(graph, result.combos, result.classes, result.amounts,
+                            result.anchors, groups=groups, parts=result.parts,
+                            picks=result.picks)
+
+    graph = b.graph()
+    candidates_order._GROUP_ORDERS.clear()
+    first = order(graph)
+    assert len(candidates_order._GROUP_ORDERS) == 3
+    assert order(graph) == first and len(candidates_order._GROUP_ORDERS) == 3
+    b.rows[-1].used = {"MEMORY_MB": 4090}  # r3n1 has no room for 64 MB any more
+    changed = b.graph()
+    again = order(changed)
+    assert len(candidates_order._GROUP_ORDERS) > 3
+    candidates_order._GROUP_ORDERS.clear()
+    assert order(changed) == again
+
 def test_an_unsuffixed_and_a_numbered_group_of_the_same_providers_keep_their_own_orders() -> None:
     """The same requests from an unsuffixed group over trees (Placement's walk) and from
     a numbered group (the engine's order): two orders, never one kept for both."""

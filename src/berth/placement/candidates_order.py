@@ -109,6 +109,8 @@ class _OrderCache:
 #: The latest flat orders (see :func:`flat_order`) and tree orders (:func:`tree_order`).
 _FLAT_ORDERS = _OrderCache(8)
 _TREE_ORDERS = _OrderCache(8)
+#: The latest lists of one group's requests in a merge of several (:func:`merged_order`).
+_GROUP_ORDERS = _OrderCache(16)
 
 
 def flat_order(graph: ProviderGraph, providers: Sequence[int] | npt.NDArray[np.int64],
@@ -309,28 +311,40 @@ def _group_ranks(graph: ProviderGraph, group: RequestGroup, anchors: npt.NDArray
     """Each of one group's requests' place in the list Placement forms for the group:
     a group of one provider walks the set of ``(id, root id)`` pairs of the providers
     with room for its last class (as :func:`flat_order`); the unsuffixed group over
-    trees iterates the set its trees' sets were gathered in (as :func:`tree_order`)."""
+    trees iterates the set its trees' sets were gathered in (as :func:`tree_order`).
+    The list is kept by everything it depends on (the walk's providers, the requests'
+    providers and anchors, the group), as the other orders are."""
     count = len(combos)
-    order: list[int]
-    if group.use_same_provider or not graph.has_trees:
-        ids, roots = _id_arrays(graph)
-        last_rc, amount = list(group.resources.items())[-1]
-        fit = graph.fit_mask(last_rc, amount)
-        tree = _in_tree_root(graph, group)
+    ids, roots = _id_arrays(graph)
+    single = group.use_same_provider or not graph.has_trees
+    tree = _in_tree_root(graph, group)
+    classes = [list(group.resources)[-1]] if single else \
+        sorted(group.resources, key=lambda rc: graph.class_id[rc])
+    fits = []
+    for rc in classes:
+        fit = graph.fit_mask(rc, group.resources[rc])
         if tree is not None:
             fit = fit & (graph.root_array == tree)
-        walked = np.flatnonzero(fit)
-        pairs = list(zip(ids[walked].tolist(), ids[roots[walked]].tolist()))
-        at = dict(zip(pairs, range(len(pairs))))
-        position = np.full(graph.size, len(pairs), dtype=np.int64)
-        position[walked[np.fromiter(map(at.__getitem__, set(pairs)), dtype=np.int64,
-                                    count=len(pairs))]] = np.arange(len(pairs))
-        order = np.argsort(position[combos[:, 0]], kind="stable").tolist()
-    else:
-        hashes = _combo_hashes(graph, group, combos)
-        walk = (_tree_walk(graph, group, list(map(tuple, combos.tolist())))
-                if _walks_trees(graph, group) else None)
-        order = _group_set_order(hashes, anchors.tolist(), walk, count)
+        fits.append(np.flatnonzero(fit))
+    walks = not single and _walks_trees(graph, group)
+    key = ("group", single, walks, tuple(group.resources.items()), group.in_tree,
+           ids[combos].tobytes(), combos.shape, ids[anchors].tobytes(),
+           tuple((ids[at].tobytes(), ids[roots[at]].tobytes()) for at in fits))
+    order = _GROUP_ORDERS.get(key)
+    if order is None:
+        if single:
+            walked = fits[0]
+            pairs = list(zip(ids[walked].tolist(), ids[roots[walked]].tolist()))
+            at = dict(zip(pairs, range(len(pairs))))
+            position = np.full(graph.size, len(pairs), dtype=np.int64)
+            position[walked[np.fromiter(map(at.__getitem__, set(pairs)), dtype=np.int64,
+                                        count=len(pairs))]] = np.arange(len(pairs))
+            order = np.argsort(position[combos[:, 0]], kind="stable").tolist()
+        else:
+            hashes = _combo_hashes(graph, group, combos)
+            walk = _tree_walk(graph, group, list(map(tuple, combos.tolist()))) if walks else None
+            order = _group_set_order(hashes, anchors.tolist(), walk, count)
+        _GROUP_ORDERS.put(key, order)
     ranks = np.empty(count, dtype=np.int64)
     ranks[np.asarray(order, dtype=np.int64)] = np.arange(count, dtype=np.int64)
     return ranks
