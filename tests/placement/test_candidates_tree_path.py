@@ -9,10 +9,15 @@ from typing import Any
 
 import hypothesis.strategies as st
 import numpy as np
+import orjson
 from hypothesis import HealthCheck, given, settings
 
 from berth.placement import candidates_order
-from berth.placement.candidates import allocation_candidates, allocation_candidates_json
+from berth.placement.candidates import (
+    _array_requests_json,
+    allocation_candidates,
+    allocation_candidates_json,
+)
 from berth.placement.candidates_builders import GraphBuilder, agg_uuid, inv
 from berth.placement.candidates_graph import ProviderGraph
 from berth.placement.candidates_order import general_order, merged_order, tree_order
@@ -132,6 +137,9 @@ def test_the_array_path_equals_the_general_path(data: st.DataObject) -> None:
     assert isinstance(result, ArrayResult)
     assert [(c.amounts, c.mappings, c.by_class) for c in result.candidates] == \
         [(c.amounts, c.mappings, c.by_class) for c in general]
+    for with_mappings in (True, False):  # the HTTP path's bytes are the rendered ones
+        assert _array_requests_json(graph, result, with_mappings) == \
+            orjson.dumps(result.bodies(graph.uuids, with_mappings))
     groups = list(query.groups.values())
     for cap in (None, 1, 3):
         candidates_order._TREE_ORDERS.clear()

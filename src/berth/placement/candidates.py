@@ -162,15 +162,16 @@ def _encode(
         # summaries from the per-provider fragments the flat path caches too. A tree
         # result's requests are rendered straight from its arrays.
         if isinstance(result, ArrayResult):
-            bodies = result.bodies(graph.uuids, microversion >= (1, 34))
+            requests = _array_requests_json(graph, result, microversion >= (1, 34))
             in_summary = result.summary_providers(
                 graph, microversion >= (1, 29) or not graph.has_trees)
         else:
-            bodies = [_render_candidate(graph.uuids, c, microversion) for c in result.candidates]
+            requests = orjson.dumps(
+                [_render_candidate(graph.uuids, c, microversion) for c in result.candidates])
             in_summary = _summary_providers(graph, result.candidates, microversion)
         summaries = _summary_fragments(graph, np.asarray(in_summary, dtype=np.int64),
                                        microversion)
-        return b"".join([b'{"allocation_requests":', orjson.dumps(bodies),
+        return b"".join([b'{"allocation_requests":', requests,
                          b',"provider_summaries":{', b"".join(summaries)[:-1], b"}}"])
     if not isinstance(result, FlatResult) or microversion < (1, 27) or len(result.providers) == 0:
         return orjson.dumps(_render(graph, query, result, microversion))
@@ -194,6 +195,60 @@ def _encode(
             b"}}",
         ]
     )
+
+
+def _array_requests_json(graph: ProviderGraph, result: ArrayResult, with_mappings: bool) -> bytes:
+    """The JSON array of ``result.bodies(...)`` (the bytes orjson gives for it), written
+    from one template per shape: requests whose columns name the same providers in the
+    same places (which columns share a provider) differ only in the uuids, so each
+    shape's text is formed once and its rows fill in their uuids."""
+    combos = result.combos
+    count, width = combos.shape
+    slots = np.tile(np.arange(width, dtype=np.int64), (count, 1))
+    for c in range(1, width):
+        for o in range(c):  # a column's slot: the first column with the same provider
+            same = (combos[:, o] == combos[:, c]) & (slots[:, c] == c)
+            slots[same, c] = o
+    shapes, inverse = np.unique(slots, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    uuid_json = graph.uuid_json
+    out: list[str] = [""] * count
+    for k, shape in enumerate(shapes.tolist()):
+        template, columns = _request_template(result, tuple(shape), with_mappings)
+        rows = np.flatnonzero(inverse == k)
+        for i, providers in zip(rows.tolist(), combos[rows][:, columns].tolist()):
+            out[i] = template % tuple([uuid_json[p] for p in providers])
+    return ("[" + ",".join(out) + "]").encode()
+
+
+def _request_template(result: ArrayResult, shape: tuple[int, ...],
+                      with_mappings: bool) -> tuple[str, list[int]]:
+    """One shape's request as a ``%`` template (one ``%s`` per uuid) and, per ``%s``, the
+    column whose provider fills it: what :meth:`ArrayResult.bodies` renders."""
+    per_slot: dict[int, dict[str, int]] = {}
+    for slot, rc, amount in zip(shape, result.classes, result.amounts):
+        held = per_slot.setdefault(slot, {})
+        held[rc] = held.get(rc, 0) + amount
+    columns: list[int] = []
+    parts = []
+    for slot, held in per_slot.items():
+        resources = ",".join(f"{_quote(rc)}:{int(n)}" for rc, n in held.items())
+        parts.append('%s:{"resources":{' + resources.replace("%", "%%") + "}}")
+        columns.append(slot)
+    text = '{"allocations":{' + ",".join(parts) + "}"
+    if with_mappings:
+        groups = result.groups
+        mapped = []
+        for suffix, start, stop in groups:
+            if len(groups) == 1 or not suffix:
+                listed = list(dict.fromkeys(shape if len(groups) == 1 else shape[start:stop]))
+            else:
+                listed = [shape[start]]
+            columns.extend(listed)
+            mapped.append(_quote(suffix).replace("%", "%%") + ":[" + ",".join(["%s"] * len(listed))
+                          + "]")
+        text += ',"mappings":{' + ",".join(mapped) + "}"
+    return text + "}", columns
 
 
 _gc_lock = threading.Lock()
