@@ -209,7 +209,12 @@ def _array_requests_json(graph: ProviderGraph, result: ArrayResult, with_mapping
         for o in range(c):  # a column's slot: the first column with the same provider
             same = (combos[:, o] == combos[:, c]) & (slots[:, c] == c)
             slots[same, c] = o
-    shapes, inverse = np.unique(slots, axis=0, return_inverse=True)
+    if width <= 15:  # a shape as one number (width ** width fits in 64 bits)
+        codes = slots @ (width ** np.arange(width, dtype=np.int64))
+        _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        shapes = slots[first]
+    else:
+        shapes, inverse = np.unique(slots, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     uuid_json = graph.uuid_json
     out: list[str] = [""] * count
