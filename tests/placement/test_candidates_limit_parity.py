@@ -94,7 +94,9 @@ def test_a_flat_cloud_keeps_the_same_first_n(servers: dict[str, str]) -> None:
     for query in ({"resources": "VCPU:1,MEMORY_MB:1024,DISK_GB:10", "limit": "50"},
                   {"resources": "VCPU:1,MEMORY_MB:20000", "limit": "30"},
                   {"resources": "DISK_GB:200,VCPU:2", "limit": "40"},
-                  {"resources": "MEMORY_MB:1024", "limit": "299"}):
+                  {"resources": "MEMORY_MB:1024", "limit": "299"},
+                  {"resources": "DISK_GB:10", "resources1": "VCPU:1,MEMORY_MB:1024",
+                   "group_policy": "none", "limit": "70"}):
         assert _requests(servers["berth"], query) == _requests(servers["placement"], query), query
 
 
