@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/simulate.py --hosts 1000 --events 100000
     .venv/bin/python bench/simulate.py --hosts 10000 --events 20000 --profile
+    .venv/bin/python bench/simulate.py --hosts 10000 --events 1000000 --progress 50000
 
 A cloud of ``--hosts`` nodes (three sizes) and a generated trace of ``--events`` events
 (Poisson arrivals; lognormal lifetimes sized so that the cloud settles near 60% of its
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, nargs="+", default=[100_000])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--progress", type=int, default=0, metavar="N",
+                        help="print the rate and resident memory every N events (long runs)")
     parser.add_argument("--output", type=Path, default=None,
                         help="write the table into this results file (bench/RESULTS.md)")
     args = parser.parse_args(argv)
@@ -111,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             with offline_cloud(str(cloud), config, now=1.7e9) as offline:
                 load_s = time.perf_counter() - t0
                 replay = Replay(LocalTarget(offline, seed=args.seed), trace, config=config,
-                                label="bench", samples=100)
+                                label="bench", samples=100,
+                                on_event=_progress(args.progress) if args.progress else None)
                 prof = cProfile.Profile() if args.profile else None
                 if prof:
                     prof.enable()
@@ -131,6 +135,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         write_section(args.output, text, BEGIN, END)
     return 0
+
+
+def _progress(every: int):  # type: ignore[no-untyped-def]
+    """An ``on_event`` callback printing, every ``every`` events, the rate since the
+    last line and the process's resident memory."""
+    began = last = time.perf_counter()
+
+    def report(done: int) -> None:
+        nonlocal last
+        if done % every:
+            return
+        now = time.perf_counter()
+        with open("/proc/self/status") as status:
+            rss = next((int(line.split()[1]) // 1024 for line in status
+                        if line.startswith("VmRSS")), 0)
+        print(f"  {done:,} events in {now - began:.0f} s ({every / (now - last):.0f} events/s "
+              f"lately), resident {rss} MB, load {os.getloadavg()[0]:.1f}", flush=True)
+        last = now
+
+    return report
 
 
 def render(rows, profiles, began, load, argv) -> str:  # type: ignore[no-untyped-def]
