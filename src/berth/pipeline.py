@@ -1111,21 +1111,23 @@ class Scheduler:
         key = (row, id(alloc_req))
         fields = built.get(key) if built is not None else None
         if fields is None:
-            host = HostState(ws, row)
+            # HostState's attributes, read from the working set without the view.
             snapshot = ws.snapshot
             code = int(snapshot.codes("aggregates")[row])
             zone = snapshot.table_cached(("selection_zone", code), lambda: _zone_of(
                 snapshot.aggregates_of_signature(code)))
             fields = {
-                "compute_node_uuid": host.uuid,
-                "service_host": host.host,
-                "nodename": host.nodename,
-                "cell_uuid": host.cell_uuid,
-                "limits": scheduler_limits(host.limits),
+                "compute_node_uuid": ws.obj("uuid", row),
+                "service_host": ws.obj("host", row),
+                "nodename": ws.obj("nodename", row),
+                "cell_uuid": snapshot.interned_value("cell_uuid", row),
+                "limits": scheduler_limits(ws.limits(row)),
                 "allocation_request": json.dumps(alloc_req),
                 "allocation_request_version": version if alloc_req is not None else None,
                 "availability_zone": zone or self.config.default_availability_zone,
             }
             if built is not None:
                 built[key] = fields
-        return Selection(**{**fields, "limits": dict(fields["limits"])})
+        return Selection(fields["compute_node_uuid"], fields["service_host"], fields["nodename"],
+                         fields["cell_uuid"], dict(fields["limits"]), fields["allocation_request"],
+                         fields["allocation_request_version"], fields["availability_zone"])
