@@ -258,6 +258,8 @@ class _RankerMemo:
 
 
 _NO_ROWS = np.empty(0, dtype=np.intp)
+_MIN = np.minimum.reduce
+_MAX = np.maximum.reduce
 _NO_VALUES = np.empty(0)
 
 
@@ -343,8 +345,10 @@ class WeigherRanker:
             else:
                 multiplier, finite = uniform, math.isfinite(uniform)
             values.append((raw, multiplier))
-            low = float(raw.min()) if weigher.minval is None else float(weigher.minval)
-            high = float(raw.max()) if weigher.maxval is None else float(weigher.maxval)
+            # The ufuncs' reductions themselves (what ndarray.min/max call, without the
+            # wrapper): the same values, NaN included.
+            low = float(_MIN(raw)) if weigher.minval is None else float(weigher.minval)
+            high = float(_MAX(raw)) if weigher.maxval is None else float(weigher.maxval)
             if low == high and finite:
                 continue  # normalize() gives zeros; multiplier * 0 adds (signed) zero
             if uniform == 0.0 and math.isfinite(low) and math.isfinite(high):
