@@ -249,6 +249,10 @@ class _Level:
         """Position of each of ``rows`` in ``prefix``, or -1."""
         if len(self.prefix) == 0 or len(rows) == 0:
             return np.full(len(rows), -1, dtype=np.int64)
+        if len(self.prefix) == 1:  # the chosen host alone (host_subset_size 1, no ties)
+            positions = np.full(len(rows), -1, dtype=np.int64)
+            positions[rows == self.prefix[0]] = 0
+            return positions
         if len(rows) > 8 * len(self.prefix) and (
                 rows is self.rows or bool(np.all(rows[1:] > rows[:-1]))):
             # Many ascending rows, a short prefix: look the prefix up in the rows.
