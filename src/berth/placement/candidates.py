@@ -198,10 +198,11 @@ def _encode(
 
 
 def _array_requests_json(graph: ProviderGraph, result: ArrayResult, with_mappings: bool) -> bytes:
-    """The JSON array of ``result.bodies(...)`` (the bytes orjson gives for it), written
-    from one template per shape: requests whose columns name the same providers in the
-    same places (which columns share a provider) differ only in the uuids, so each
-    shape's text is formed once and its rows fill in their uuids."""
+    """The JSON array of the requests as :func:`_render_candidate` renders
+    ``result.candidates`` at 1.12+ (the bytes orjson gives for that), written from one
+    template per shape, without building the candidates: requests whose columns name
+    the same providers in the same places (which columns share a provider) differ only
+    in the uuids, so each shape's text is formed once and its rows fill in their uuids."""
     combos = result.combos
     count, width = combos.shape
     slots = np.tile(np.arange(width, dtype=np.int64), (count, 1))
@@ -229,7 +230,8 @@ def _array_requests_json(graph: ProviderGraph, result: ArrayResult, with_mapping
 def _request_template(result: ArrayResult, shape: tuple[int, ...],
                       with_mappings: bool) -> tuple[str, list[int]]:
     """One shape's request as a ``%`` template (one ``%s`` per uuid) and, per ``%s``, the
-    column whose provider fills it: what :meth:`ArrayResult.bodies` renders."""
+    column whose provider fills it: a candidate's amounts by provider, first column
+    first, and its mappings (what :attr:`ArrayResult.candidates` holds)."""
     per_slot: dict[int, dict[str, int]] = {}
     for slot, rc, amount in zip(shape, result.classes, result.amounts):
         held = per_slot.setdefault(slot, {})
@@ -406,6 +408,7 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
         order = tree_order(graph, next(iter(query.groups.values())), result.combos,
                            result.anchors, cap, keep=keep)
     elif isinstance(result, ArrayResult):
+        assert result.parts is not None and result.picks is not None  # several groups
         order = merged_order(graph, result.combos, result.classes, result.amounts,
                              result.anchors, cap, keep=keep, groups=list(query.groups.values()),
                              parts=result.parts, picks=result.picks)

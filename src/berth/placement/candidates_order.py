@@ -22,8 +22,14 @@ yield the requests:
   (classes by id) into a set per tree, unions those into the group's set, and the merge
   walks that set anchor by anchor into the answer's set. Berth replays each step with
   the same tuples, so the same sets come out;
-* any other shape (granular groups, sharing providers, filters): the same set stages
-  replayed from the engine's own order, which agrees with Placement's only in part.
+* several groups (numbered groups, with or without the unsuffixed one; no sharing
+  provider, ``same_subtree`` or resourceless group): Placement lists each group's own
+  requests (a numbered group in the walk above, the unsuffixed group over trees in the
+  iteration of its set), files them by anchor, first seen first, and adds each
+  anchor's product of lists to the answer's set; Berth forms the same sequence;
+* any other shape (sharing providers, ``same_subtree``, resourceless groups, a tree
+  group with filters): the set stages replayed from the engine's own order, which
+  agrees with Placement's only in part.
 
 Two processes started with the same ``PYTHONHASHSEED`` keep the same N (the suite
 checks this against Placement 16 itself); with random seeds Berth's N is as arbitrary
@@ -139,12 +145,7 @@ def flat_order(graph: ProviderGraph, providers: Sequence[int] | npt.NDArray[np.i
     found = _FLAT_ORDERS.get(key)
     if found is not None:
         return found[:keep]
-    # The walk: Placement's own objects (tuples of two ints) in a set, so no stand-in
-    # is needed for this one.
-    pairs = list(zip(fit_ids.tolist(), fit_roots.tolist()))
-    at = dict(zip(pairs, range(len(pairs))))
-    walk = fit[np.fromiter(map(at.__getitem__, set(pairs)), dtype=np.int64,
-                           count=len(pairs))]
+    walk = fit[_pair_walk(fit_ids, fit_roots)]
     position = np.full(graph.size, -1, dtype=np.int64)
     position[chosen] = np.arange(len(chosen))
     sequence = position[walk]
@@ -191,6 +192,14 @@ def tuple_hashes(lanes: Sequence[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64
     return out
 
 
+def _pair_walk(ids: npt.NDArray[np.int64], roots: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Positions into ``ids`` in the order Placement walks its set of ``(id, root id)``
+    pairs: its own objects (tuples of two ints) in a set, so no stand-in is needed."""
+    pairs = list(zip(ids.tolist(), roots.tolist()))
+    at = dict(zip(pairs, range(len(pairs))))
+    return np.fromiter(map(at.__getitem__, set(pairs)), dtype=np.int64, count=len(pairs))
+
+
 def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, int]]],
                   group: RequestGroup | None = None, cap: int | None = None, *,
                   by_class: Sequence[tuple[int, ...]] | None = None) -> list[int]:
@@ -200,8 +209,13 @@ def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, in
     (``max_allocation_candidates``). ``by_class``, when the engine knows it: each
     request's provider per class of ``group``, in class id order (then the hashes and
     the walk are computed from it as arrays)."""
+    if group is None:
+        # Several groups: the merge adds the requests to the answer's set (here in the
+        # engine's order; merged_order forms Placement's exact one from the groups' lists).
+        return set_order(request_hashes(graph, amounts),
+                         range(len(amounts) if cap is None else min(cap, len(amounts))))
     combos = _combos(graph, group, by_class, len(amounts))
-    if combos is not None and group is not None:
+    if combos is not None:
         hashes = _combo_hashes(graph, group, combos)
         no_sharing = not graph.sharing
         anchors = (np.asarray(graph.root, dtype=np.int64)[combos[:, 0]].tolist() if no_sharing
@@ -209,10 +223,6 @@ def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, in
     else:
         hashes = request_hashes(graph, amounts)
         anchors = [_anchor(graph, a) for a in amounts]
-    if group is None:
-        # Several groups: the merge adds the requests to the answer's set (here in the
-        # engine's order; see merged_order for the exact one).
-        return set_order(hashes, range(len(amounts) if cap is None else min(cap, len(amounts))))
     walk = None
     if _walks_trees(graph, group):
         keys = list(by_class) if combos is not None and by_class is not None \
@@ -257,9 +267,9 @@ def tree_order(graph: ProviderGraph, group: RequestGroup, combos: npt.NDArray[np
 def merged_order(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: Sequence[str],
                  amounts: Sequence[int], anchors: npt.NDArray[np.int64],
                  cap: int | None = None, *, keep: int | None = None,
-                 groups: Sequence[RequestGroup] | None = None,
-                 parts: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] | None = None,
-                 picks: npt.NDArray[np.int64] | None = None) -> list[int]:
+                 groups: Sequence[RequestGroup],
+                 parts: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+                 picks: npt.NDArray[np.int64]) -> list[int]:
     """Placement's order of several groups' requests kept as arrays (provider
     ``combos[i, c]`` gives ``amounts[c]`` of ``classes[c]``; amounts of one provider and
     class add up), at ``anchors``: positions into them, the first ``keep`` when given.
@@ -269,14 +279,10 @@ def merged_order(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: S
     files them by anchor (first seen first, groups in the query's order), and adds the
     product of each anchor's lists (the last group varying fastest) to the answer's
     set: a request's place in that set depends on its hash and on what was added
-    before it. With ``groups``, ``parts`` and ``picks`` (request ``i`` takes item
-    ``picks[i, g]`` of group ``g``'s list) that sequence is formed exactly; without
-    them, in the engine's order. Kept by the hashes in the order they are added."""
+    before it. Request ``i`` takes item ``picks[i, g]`` of group ``g``'s list. Kept by
+    the hashes in the order they are added."""
     hashes = _merged_hashes(graph, combos, classes, amounts)
-    if groups is not None and parts is not None and picks is not None:
-        sequence = _merge_sequence(graph, groups, parts, picks, anchors)
-    else:
-        sequence = np.arange(len(combos), dtype=np.int64)
+    sequence = _merge_sequence(graph, groups, parts, picks, anchors)
     added = hashes[sequence]
     key = ("merged", added.tobytes(), cap)
     found = _TREE_ORDERS.get(key)
@@ -334,11 +340,9 @@ def _group_ranks(graph: ProviderGraph, group: RequestGroup, anchors: npt.NDArray
     if order is None:
         if single:
             walked = fits[0]
-            pairs = list(zip(ids[walked].tolist(), ids[roots[walked]].tolist()))
-            at = dict(zip(pairs, range(len(pairs))))
-            position = np.full(graph.size, len(pairs), dtype=np.int64)
-            position[walked[np.fromiter(map(at.__getitem__, set(pairs)), dtype=np.int64,
-                                        count=len(pairs))]] = np.arange(len(pairs))
+            position = np.full(graph.size, len(walked), dtype=np.int64)
+            position[walked[_pair_walk(ids[walked], ids[roots[walked]])]] = \
+                np.arange(len(walked))
             order = np.argsort(position[combos[:, 0]], kind="stable").tolist()
         else:
             hashes = _combo_hashes(graph, group, combos)

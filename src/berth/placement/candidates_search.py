@@ -121,36 +121,6 @@ class ArrayResult:
                            self.groups, self.parts,
                            self.picks[at] if self.picks is not None else None)
 
-    def bodies(self, uuids: list[str], with_mappings: bool) -> list[dict[str, object]]:
-        """The requests as the API renders them from 1.12 on (what rendering
-        :attr:`candidates` gives), built straight from the arrays."""
-        out: list[dict[str, object]] = []
-        pairs = tuple(zip(self.classes, self.amounts, strict=True))
-        groups = self.groups
-        for combo in self.combos.tolist():
-            allocations: dict[str, dict[str, dict[str, int]]] = {}
-            for p, (rc, amount) in zip(combo, pairs):
-                uuid = uuids[p]
-                held = allocations.get(uuid)
-                if held is None:
-                    allocations[uuid] = {"resources": {rc: amount}}
-                else:
-                    resources = held["resources"]
-                    resources[rc] = resources.get(rc, 0) + amount
-            if not with_mappings:
-                out.append({"allocations": allocations})
-            elif len(groups) == 1:
-                out.append({"allocations": allocations, "mappings": {groups[0][0]: list(allocations)}})
-            else:
-                mappings: dict[str, list[str]] = {}
-                for suffix, start, stop in groups:
-                    if suffix:  # a numbered group: one provider
-                        mappings[suffix] = [uuids[combo[start]]]
-                    else:
-                        mappings[suffix] = list(dict.fromkeys(uuids[p] for p in combo[start:stop]))
-                out.append({"allocations": allocations, "mappings": mappings})
-        return out
-
     def summary_providers(self, graph: ProviderGraph, whole_trees: bool) -> list[int]:
         """The providers the summaries list: every member of the requests' trees, or
         (``whole_trees`` false) only the providers the requests use; ascending."""
