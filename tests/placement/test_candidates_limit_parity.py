@@ -53,18 +53,28 @@ def servers(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 def _load(urls: dict[str, str], providers: list[dict[str, Any]]) -> None:
-    """The same providers, created in the same order, in both services."""
+    """The same providers, created in the same order, in both services (with their
+    inventories, then their traits and aggregates when they have some)."""
+    custom = sorted({t for p in providers for t in p.get("traits", ()) if t.startswith("CUSTOM_")})
     for url in urls.values():
         with httpx.Client(base_url=url, headers=HEADERS, timeout=60) as http:
+            for trait in custom:
+                assert http.put(f"/traits/{trait}").status_code in (201, 204)
             for p in providers:
                 body = {"uuid": p["uuid"], "name": p["name"]}
                 if p.get("parent"):
                     body["parent_provider_uuid"] = p["parent"]
                 assert http.post("/resource_providers", json=body).status_code == 200
-                resp = http.put(f"/resource_providers/{p['uuid']}/inventories", json={
-                    "resource_provider_generation": 0,
-                    "inventories": {rc: {"total": n} for rc, n in p["inventory"].items()}})
-                assert resp.status_code == 200, resp.text
+                generation = 0
+                for what, value in (("inventories", {rc: {"total": n} for rc, n
+                                                     in p["inventory"].items()}),
+                                    ("traits", p.get("traits")), ("aggregates", p.get("aggs"))):
+                    if not value:
+                        continue
+                    resp = http.put(f"/resource_providers/{p['uuid']}/{what}", json={
+                        "resource_provider_generation": generation, what: value})
+                    assert resp.status_code == 200, resp.text
+                    generation = resp.json()["resource_provider_generation"]
 
 
 def _requests(url: str, query: dict[str, str]) -> list[Any]:
@@ -128,3 +138,69 @@ def test_a_nested_cloud_keeps_the_same_first_n(servers: dict[str, str]) -> None:
     query = {"resources": "VCPU:1,MEMORY_MB:1024,DISK_GB:10"}
     ours, theirs = _requests(servers["berth"], query), _requests(servers["placement"], query)
     assert sorted(ours[0]) == sorted(theirs[0]) and ours[1] == theirs[1]
+
+
+def test_filters_over_trees_keep_the_same_order(servers: dict[str, str]) -> None:
+    """Trait, aggregate and root filters narrow Placement's gathering of a tree group's
+    providers set by set; the whole answer (``limit`` one short of it) keeps its order."""
+    rng = random.Random(3)
+    aggs = [_uuid(rng) for _ in range(3)]
+    providers: list[dict[str, Any]] = []
+    for i in range(100):
+        root = _uuid(rng)
+        providers.append({"uuid": root, "name": f"cn{i:04d}", "aggs": [aggs[i % 3]],
+                          "inventory": {"DISK_GB": 100} if i % 2 else {},
+                          "traits": ["CUSTOM_ROOT_B"] if i % 4 == 0 else []})
+        for j in range(rng.choice([1, 2, 2, 3])):
+            numa = _uuid(rng)
+            providers.append({"uuid": numa, "name": f"cn{i:04d}_numa{j}", "parent": root,
+                              "inventory": {"VCPU": 8, "MEMORY_MB": 16384},
+                              "traits": ["CUSTOM_A"] if rng.random() < 0.5 else []})
+            if j < 2:
+                providers.append({"uuid": _uuid(rng), "name": f"cn{i:04d}_numa{j}_pf",
+                                  "parent": numa, "inventory": {"SRIOV_NET_VF": 4},
+                                  "traits": [rng.choice(["CUSTOM_A", "CUSTOM_B"])]})
+    _load(servers, providers)
+    base = {"resources": "VCPU:1,SRIOV_NET_VF:1"}
+    for extra in ({"required": "CUSTOM_A"}, {"required": "!CUSTOM_B"},
+                  {"required": "in:CUSTOM_A,CUSTOM_B"},
+                  {"member_of": f"in:{aggs[0]},{aggs[1]}"}, {"member_of": f"!{aggs[0]}"},
+                  {"root_required": "CUSTOM_ROOT_B"}, {"root_required": "!CUSTOM_ROOT_B"},
+                  {"required": "CUSTOM_A", "resources1": "MEMORY_MB:1024",
+                   "group_policy": "none"}):
+        query = {**base, **extra}
+        whole = _requests(servers["placement"], query)[0]
+        query["limit"] = str(len(whole) - 1)
+        assert _requests(servers["berth"], query) == _requests(servers["placement"], query), query
+
+
+def test_same_subtree_and_resourceless_groups_keep_the_same_order(servers: dict[str, str]) -> None:
+    """``same_subtree`` drops some of the merge's products and a resourceless group
+    brings a provider and no resources; the rest of the merge is Placement's."""
+    rng = random.Random(9)
+    providers: list[dict[str, Any]] = []
+    for i in range(100):
+        root = _uuid(rng)
+        providers.append({"uuid": root, "name": f"cn{i:04d}",
+                          "inventory": {"DISK_GB": 100} if i % 2 else {}})
+        for j in range(rng.choice([1, 2, 2, 3])):
+            numa = _uuid(rng)
+            providers.append({"uuid": numa, "name": f"cn{i:04d}_numa{j}", "parent": root,
+                              "inventory": {"VCPU": 8, "MEMORY_MB": 16384}})
+            if j < 2:
+                providers.append({"uuid": _uuid(rng), "name": f"cn{i:04d}_numa{j}_pf",
+                                  "parent": numa, "inventory": {"SRIOV_NET_VF": 4},
+                                  "traits": [rng.choice(["CUSTOM_A", "CUSTOM_B"])]})
+    _load(servers, providers)
+    for query in ({"resources1": "VCPU:1", "resources2": "SRIOV_NET_VF:1",
+                   "same_subtree": "1,2", "group_policy": "none"},
+                  {"resources1": "VCPU:1", "resources2": "SRIOV_NET_VF:1",
+                   "required2": "CUSTOM_A", "same_subtree": "1,2", "group_policy": "isolate"},
+                  {"resources1": "VCPU:1", "resources2": "SRIOV_NET_VF:1",
+                   "required3": "CUSTOM_A", "same_subtree": "2,3", "group_policy": "none"},
+                  {"resources": "VCPU:1,DISK_GB:5", "required1": "CUSTOM_B",
+                   "resources2": "SRIOV_NET_VF:1", "same_subtree": "1,2",
+                   "group_policy": "none"}):
+        whole = _requests(servers["placement"], query)[0]
+        query["limit"] = str(len(whole) - 1)
+        assert _requests(servers["berth"], query) == _requests(servers["placement"], query), query

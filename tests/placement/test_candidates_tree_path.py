@@ -22,6 +22,7 @@ from berth.placement.candidates import (
 from berth.placement.candidates_builders import GraphBuilder, agg_uuid, inv
 from berth.placement.candidates_graph import ProviderGraph
 from berth.placement.candidates_order import (
+    general_merged_order,
     general_order,
     merged_order,
     request_hashes,
@@ -117,7 +118,7 @@ def general_search(graph: ProviderGraph, query: Any, mv: tuple[int, int]) -> lis
         if not found:
             return []
         per_group.append(found)
-    general = _merge(graph, query, per_group)
+    general = _merge(graph, query, per_group)[0]
     if mv < (1, 29) and graph.has_trees:
         root = graph.root
         general = [c for c in general if len({root[p] for p in c.amounts}) == len(c.amounts)]
@@ -157,7 +158,7 @@ def test_the_array_path_equals_the_general_path(data: st.DataObject) -> None:
             assert tree_order(graph, groups[0], result.combos, result.anchors, cap) == expected
         return
     assert result.parts is not None and result.picks is not None
-    sequence = _placement_merge(graph, groups, result)
+    sequence = _placement_merge(graph, groups, result.parts, result.picks)
     assert candidates_order._merge_sequence(graph, groups, result.parts, result.picks,
                                             result.anchors).tolist() == sequence
     # The answer's set filled in that sequence, with each request's hash computed
@@ -172,17 +173,16 @@ def test_the_array_path_equals_the_general_path(data: st.DataObject) -> None:
                                 picks=result.picks) == expected
 
 
-def _placement_merge(graph: ProviderGraph, groups: list[Any], result: ArrayResult) -> list[int]:
+def _placement_merge(graph: ProviderGraph, groups: list[Any], parts: Any, picks: Any) -> list[int]:
     """Placement's ``_merge_candidates`` over the groups' lists (each in its order):
     files every group's requests by anchor, first seen first, and forms each anchor's
-    product; the rows of the result in the order they come."""
-    assert result.parts is not None and result.picks is not None
+    product; the rows of the result (those ``picks`` has) in the order they come."""
     by_anchor: dict[int, dict[int, list[int]]] = {}
-    for g, (group, (anchors, combos)) in enumerate(zip(groups, result.parts)):
+    for g, (group, (anchors, combos)) in enumerate(zip(groups, parts)):
         ranks = candidates_order._group_ranks(graph, group, anchors, combos)
         for item in np.argsort(ranks, kind="stable").tolist():
             by_anchor.setdefault(int(anchors[item]), {}).setdefault(g, []).append(item)
-    row_of = {tuple(p): i for i, p in enumerate(result.picks.tolist())}
+    row_of = {tuple(p): i for i, p in enumerate(picks.tolist())}
     out = []
     for per_group in by_anchor.values():
         if len(per_group) != len(groups):
@@ -191,6 +191,44 @@ def _placement_merge(graph: ProviderGraph, groups: list[Any], result: ArrayResul
             if combo in row_of:
                 out.append(row_of[combo])
     return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_same_subtree_and_resourceless_groups_merge_in_placements_sequence(
+        data: st.DataObject) -> None:
+    """The general path (``same_subtree``, resourceless groups) keeps each group's list
+    and picks: its candidates come in the sequence of Placement's merge, and the order
+    under ``limit`` is the answer's set filled in that sequence."""
+    graph, _ = data.draw(forests())
+    params: dict[str, list[str]] = {"resources1": [_resources(data.draw, 2)],
+                                    "resources2": [_resources(data.draw, 2)],
+                                    "group_policy": [data.draw(st.sampled_from(["none",
+                                                                                "isolate"]))]}
+    if data.draw(st.booleans()):
+        params["resources"] = [_resources(data.draw, 2)]
+    subtree = ["1", "2"]
+    if data.draw(st.booleans()):
+        params["required3"] = [data.draw(st.sampled_from(TRAITS))]
+        subtree = data.draw(st.sampled_from([["1", "3"], ["2", "3"], ["1", "2", "3"]]))
+    params["same_subtree"] = [",".join(subtree)]
+    query = parse_query(params, (1, 39))
+    result = search(graph, query, (1, 39))
+    assert isinstance(result, GeneralResult)
+    if not result.candidates:
+        return
+    assert result.merge is not None
+    parts, picks, anchors = result.merge
+    groups = list(query.groups.values())
+    sequence = _placement_merge(graph, groups, parts, picks)
+    assert candidates_order._merge_sequence(graph, groups, parts, picks, anchors).tolist() \
+        == sequence
+    hashes = request_hashes(graph, [c.amounts for c in result.candidates])
+    for cap in (None, 1, 3):
+        candidates_order._TREE_ORDERS.clear()
+        assert general_merged_order(graph, [c.amounts for c in result.candidates], cap,
+                                    groups=groups, parts=parts, picks=picks,
+                                    anchors=anchors) == set_order(hashes, sequence[:cap])
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -43,7 +43,13 @@ from berth.placement.candidates_graph import (
     capacity_of,
     ordered_traits,
 )
-from berth.placement.candidates_order import flat_order, general_order, merged_order, tree_order
+from berth.placement.candidates_order import (
+    flat_order,
+    general_merged_order,
+    general_order,
+    merged_order,
+    tree_order,
+)
 from berth.placement.candidates_query import CandidateQuery, parse_query
 from berth.placement.candidates_search import (
     ArrayResult,
@@ -51,6 +57,7 @@ from berth.placement.candidates_search import (
     FlatResult,
     GeneralResult,
     SearchResult,
+    allowed_anchors,
     search,
 )
 
@@ -406,18 +413,26 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
                            cap, keep=keep)
     elif isinstance(result, ArrayResult) and len(result.groups) == 1:
         order = tree_order(graph, next(iter(query.groups.values())), result.combos,
-                           result.anchors, cap, keep=keep)
+                           result.anchors, cap, keep=keep, allowed=allowed_anchors(graph, query))
     elif isinstance(result, ArrayResult):
         assert result.parts is not None and result.picks is not None  # several groups
         order = merged_order(graph, result.combos, result.classes, result.amounts,
                              result.anchors, cap, keep=keep, groups=list(query.groups.values()),
-                             parts=result.parts, picks=result.picks)
+                             parts=result.parts, picks=result.picks,
+                             allowed=allowed_anchors(graph, query))
+    elif result.merge is not None:  # several groups without sharing providers
+        parts, picks, anchors = result.merge
+        order = general_merged_order(graph, [c.amounts for c in result.candidates], cap,
+                                     keep=keep, groups=list(query.groups.values()), parts=parts,
+                                     picks=picks, anchors=anchors,
+                                     allowed=allowed_anchors(graph, query))
     else:
         groups = list(query.groups.values())
         known = [c.by_class for c in result.candidates if c.by_class is not None]
         order = general_order(graph, [c.amounts for c in result.candidates],
                               groups[0] if len(groups) == 1 else None, cap,
-                              by_class=known if len(known) == size else None)[:keep]
+                              by_class=known if len(known) == size else None,
+                              allowed=allowed_anchors(graph, query))[:keep]
     if isinstance(result, FlatResult):
         return FlatResult(result.providers[order], result.resources)
     if isinstance(result, ArrayResult):

@@ -16,19 +16,23 @@ yield the requests:
 * flat (one group, no trees, no sharing): Placement walks its set of ``(id, root id)``
   pairs of the providers with room for the group's last class, and collects the
   qualifying providers' requests in the answer's set;
-* one unsuffixed group over provider trees (no sharing provider, no trait, aggregate
-  or root filter): Placement gathers ``(id, root id, class id)`` triples in sets class
-  by class, walks them tree by tree, forms each tree's combinations in product order
-  (classes by id) into a set per tree, unions those into the group's set, and the merge
-  walks that set anchor by anchor into the answer's set. Berth replays each step with
-  the same tuples, so the same sets come out;
-* several groups (numbered groups, with or without the unsuffixed one; no sharing
-  provider, ``same_subtree`` or resourceless group): Placement lists each group's own
-  requests (a numbered group in the walk above, the unsuffixed group over trees in the
-  iteration of its set), files them by anchor, first seen first, and adds each
-  anchor's product of lists to the answer's set; Berth forms the same sequence;
-* any other shape (sharing providers, ``same_subtree``, resourceless groups, a tree
-  group with filters): the set stages replayed from the engine's own order, which
+* one unsuffixed group over provider trees (no sharing provider): Placement gathers
+  ``(id, root id, class id)`` triples in sets class by class (narrowed by
+  ``root_required``, ``member_of`` and forbidden aggregates, cut to the trees every
+  class has, and at the end to the trees that meet the trait filters), walks them tree
+  by tree, forms each tree's combinations in product order (classes by id) into a set
+  per tree, unions those into the group's set, and the merge walks that set anchor by
+  anchor into the answer's set. Berth replays each step with the same tuples, so the
+  same sets come out;
+* several groups (numbered groups, with or without the unsuffixed one, ``same_subtree``
+  and resourceless groups included; no sharing provider): Placement lists each group's
+  own requests (a numbered group in the walk above, a resourceless group in the walk of
+  the providers that meet its filters, the unsuffixed group over trees in the iteration
+  of its set), files them by anchor, first seen first, and adds each anchor's product
+  of lists (less what ``group_policy``, ``same_subtree`` and capacity refuse) to the
+  answer's set; Berth forms the same sequence;
+* sharing providers: Placement pairs each with its anchors from a join whose row order
+  is the database's; the set stages are replayed from the engine's own order, which
   agrees with Placement's only in part.
 
 Two processes started with the same ``PYTHONHASHSEED`` keep the same N (the suite
@@ -49,6 +53,7 @@ import numpy.typing as npt
 
 from berth.placement.candidates_graph import ProviderGraph
 from berth.placement.candidates_query import RequestGroup
+from berth.placement.candidates_search import WalkFilters, group_mask, walk_filters
 
 
 class _Hashed:
@@ -202,13 +207,15 @@ def _pair_walk(ids: npt.NDArray[np.int64], roots: npt.NDArray[np.int64]) -> npt.
 
 def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, int]]],
                   group: RequestGroup | None = None, cap: int | None = None, *,
-                  by_class: Sequence[tuple[int, ...]] | None = None) -> list[int]:
+                  by_class: Sequence[tuple[int, ...]] | None = None,
+                  allowed: npt.NDArray[np.bool_] | None = None) -> list[int]:
     """Placement's order of a general answer (``amounts`` per candidate, in the engine's
     order): positions into it. ``group`` is the request's only group, when it has one
     (the shape whose walk is replayed exactly); the merge stops after ``cap`` requests
     (``max_allocation_candidates``). ``by_class``, when the engine knows it: each
     request's provider per class of ``group``, in class id order (then the hashes and
-    the walk are computed from it as arrays)."""
+    the walk are computed from it as arrays). ``allowed``: the roots ``root_required``
+    allows (None: no ``root_required``)."""
     if group is None:
         # Several groups: the merge adds the requests to the answer's set (here in the
         # engine's order; merged_order forms Placement's exact one from the groups' lists).
@@ -227,19 +234,21 @@ def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, in
     if _walks_trees(graph, group):
         keys = list(by_class) if combos is not None and by_class is not None \
             else _class_keys(graph, group, amounts)
-        walk = _tree_walk(graph, group, keys)
+        walk = _tree_walk(graph, group, keys, allowed)
     return _answer_order(hashes, anchors, walk, len(amounts), cap)
 
 
 def tree_order(graph: ProviderGraph, group: RequestGroup, combos: npt.NDArray[np.int64],
                anchors: npt.NDArray[np.int64], cap: int | None = None, *,
-               keep: int | None = None) -> list[int]:
+               keep: int | None = None,
+               allowed: npt.NDArray[np.bool_] | None = None) -> list[int]:
     """:func:`general_order` of a tree result kept as arrays (one provider per class of
     ``group`` per request, ``combos`` with columns in class id order, at ``anchors``):
     positions into it, the first ``keep`` of them when given.
 
-    The order depends only on the ids of the providers with room for each class (the
-    walk), those of the requests' providers, the amounts and ``cap``; as for
+    The order depends only on the ids of the providers with room for each class and
+    those the walk's filters mark (``allowed``: the roots ``root_required`` allows),
+    those of the requests' providers, the amounts and ``cap``; as for
     :func:`flat_order`, successive requests of one flavor nearly always share them, so
     the last few orders are kept by those inputs."""
     ids, roots = _id_arrays(graph)
@@ -254,11 +263,13 @@ def tree_order(graph: ProviderGraph, group: RequestGroup, combos: npt.NDArray[np
         fits.append((ids[at].tobytes(), ids[roots[at]].tobytes()))
     walks = _walks_trees(graph, group)  # a numbered group's requests are never walked
     key = (ids[combos].tobytes(), combos.shape, tuple((rc, group.resources[rc]) for rc in classes),
-           tuple(fits), group.in_tree, walks, cap)
+           tuple(fits), group.in_tree, walks, cap,
+           _filters_key(graph, group, allowed) if walks else ())
     found = _TREE_ORDERS.get(key)
     if found is None:
         hashes = _combo_hashes(graph, group, combos)
-        walk = _tree_walk(graph, group, list(map(tuple, combos.tolist()))) if walks else None
+        walk = _tree_walk(graph, group, list(map(tuple, combos.tolist())), allowed) \
+            if walks else None
         found = _answer_order(hashes, anchors.tolist(), walk, len(combos), cap)
         _TREE_ORDERS.put(key, found)
     return found[:keep]
@@ -269,7 +280,8 @@ def merged_order(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: S
                  cap: int | None = None, *, keep: int | None = None,
                  groups: Sequence[RequestGroup],
                  parts: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
-                 picks: npt.NDArray[np.int64]) -> list[int]:
+                 picks: npt.NDArray[np.int64],
+                 allowed: npt.NDArray[np.bool_] | None = None) -> list[int]:
     """Placement's order of several groups' requests kept as arrays (provider
     ``combos[i, c]`` gives ``amounts[c]`` of ``classes[c]``; amounts of one provider and
     class add up), at ``anchors``: positions into them, the first ``keep`` when given.
@@ -282,7 +294,32 @@ def merged_order(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: S
     before it. Request ``i`` takes item ``picks[i, g]`` of group ``g``'s list. Kept by
     the hashes in the order they are added."""
     hashes = _merged_hashes(graph, combos, classes, amounts)
-    sequence = _merge_sequence(graph, groups, parts, picks, anchors)
+    sequence = _merge_sequence(graph, groups, parts, picks, anchors, allowed)
+    return _merged_set_order(hashes, sequence, cap, keep)
+
+
+def general_merged_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, int]]],
+                         cap: int | None = None, *, keep: int | None = None,
+                         groups: Sequence[RequestGroup],
+                         parts: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+                         picks: npt.NDArray[np.int64], anchors: npt.NDArray[np.int64],
+                         allowed: npt.NDArray[np.bool_] | None = None) -> list[int]:
+    """:func:`merged_order` of the general path's requests (``amounts`` per request:
+    provider -> class -> amount, at ``anchors``): several groups without sharing
+    providers, ``same_subtree`` and resourceless groups included. A resourceless
+    group's list is the walk of the set of ``(id, root id)`` pairs of the providers that
+    meet its filters (its ``parts`` combos name the provider); its requests add no
+    resources to the merged ones."""
+    hashes = np.asarray(request_hashes(graph, amounts), dtype=np.int64)
+    sequence = _merge_sequence(graph, groups, parts, picks, anchors, allowed)
+    return _merged_set_order(hashes, sequence, cap, keep)
+
+
+def _merged_set_order(hashes: npt.NDArray[np.int64], sequence: npt.NDArray[np.int64],
+                      cap: int | None, keep: int | None) -> list[int]:
+    """Positions of the requests with ``hashes`` in the iteration order of a set they
+    were added to in ``sequence`` (the first ``cap``); the first ``keep`` of them. Kept
+    by the hashes in the order they are added."""
     added = hashes[sequence]
     key = ("merged", added.tobytes(), cap)
     found = _TREE_ORDERS.get(key)
@@ -294,13 +331,13 @@ def merged_order(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: S
 
 def _merge_sequence(graph: ProviderGraph, groups: Sequence[RequestGroup],
                     parts: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
-                    picks: npt.NDArray[np.int64],
-                    anchors: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+                    picks: npt.NDArray[np.int64], anchors: npt.NDArray[np.int64],
+                    allowed: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.int64]:
     """The requests in the order Placement's merge forms them (see :func:`merged_order`):
     by the rank of their anchor (where it is first seen in the first group's list, in
     which every anchor that has requests appears), then by their item's place in each
     group's list."""
-    ranks = [_group_ranks(graph, group, part_anchors, part_combos)
+    ranks = [_group_ranks(graph, group, part_anchors, part_combos, allowed)
              for group, (part_anchors, part_combos) in zip(groups, parts)]
     first_anchors, _ = parts[0]
     listed = first_anchors[np.argsort(ranks[0], kind="stable")]
@@ -313,10 +350,12 @@ def _merge_sequence(graph: ProviderGraph, groups: Sequence[RequestGroup],
 
 
 def _group_ranks(graph: ProviderGraph, group: RequestGroup, anchors: npt.NDArray[np.int64],
-                 combos: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+                 combos: npt.NDArray[np.int64],
+                 allowed: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.int64]:
     """Each of one group's requests' place in the list Placement forms for the group:
     a group of one provider walks the set of ``(id, root id)`` pairs of the providers
-    with room for its last class (as :func:`flat_order`); the unsuffixed group over
+    with room for its last class (as :func:`flat_order`; a resourceless group, of those
+    that meet its filters); the unsuffixed group over
     trees iterates the set its trees' sets were gathered in (as :func:`tree_order`).
     The list is kept by everything it depends on (the walk's providers, the requests'
     providers and anchors, the group), as the other orders are."""
@@ -324,9 +363,9 @@ def _group_ranks(graph: ProviderGraph, group: RequestGroup, anchors: npt.NDArray
     ids, roots = _id_arrays(graph)
     single = group.use_same_provider or not graph.has_trees
     tree = _in_tree_root(graph, group)
-    classes = [list(group.resources)[-1]] if single else \
+    classes = [list(group.resources)[-1]] if single and group.resources else \
         sorted(group.resources, key=lambda rc: graph.class_id[rc])
-    fits = []
+    fits = [] if group.resources else [np.flatnonzero(group_mask(graph, group))]
     for rc in classes:
         fit = graph.fit_mask(rc, group.resources[rc])
         if tree is not None:
@@ -335,7 +374,8 @@ def _group_ranks(graph: ProviderGraph, group: RequestGroup, anchors: npt.NDArray
     walks = not single and _walks_trees(graph, group)
     key = ("group", single, walks, tuple(group.resources.items()), group.in_tree,
            ids[combos].tobytes(), combos.shape, ids[anchors].tobytes(),
-           tuple((ids[at].tobytes(), ids[roots[at]].tobytes()) for at in fits))
+           tuple((ids[at].tobytes(), ids[roots[at]].tobytes()) for at in fits),
+           _filters_key(graph, group, allowed) if walks else ())
     order = _GROUP_ORDERS.get(key)
     if order is None:
         if single:
@@ -346,7 +386,8 @@ def _group_ranks(graph: ProviderGraph, group: RequestGroup, anchors: npt.NDArray
             order = np.argsort(position[combos[:, 0]], kind="stable").tolist()
         else:
             hashes = _combo_hashes(graph, group, combos)
-            walk = _tree_walk(graph, group, list(map(tuple, combos.tolist()))) if walks else None
+            walk = _tree_walk(graph, group, list(map(tuple, combos.tolist())), allowed) \
+                if walks else None
             order = _group_set_order(hashes, anchors.tolist(), walk, count)
         _GROUP_ORDERS.put(key, order)
     ranks = np.empty(count, dtype=np.int64)
@@ -501,9 +542,21 @@ def _anchor(graph: ProviderGraph, amounts: dict[int, dict[str, int]]) -> int:
 
 def _walks_trees(graph: ProviderGraph, group: RequestGroup) -> bool:
     """Whether Placement's walk for ``group`` is replayed exactly: one unsuffixed group
-    with resources over trees, no sharing provider, no trait or aggregate filter."""
-    return not (group.suffix or graph.sharing or group.required or group.forbidden
-                or group.member_of or group.forbidden_aggs or not group.resources)
+    with resources over trees, no sharing provider."""
+    return not (group.suffix or graph.sharing or not group.resources)
+
+
+def _filters_key(graph: ProviderGraph, group: RequestGroup,
+                 allowed: npt.NDArray[np.bool_] | None) -> tuple[bytes, ...]:
+    """What the walk's filters (:func:`walk_filters`) depend on, for a kept order's key:
+    the ids of the providers each mask marks."""
+    filters = walk_filters(graph, group, allowed)
+    if filters is None:
+        return ()
+    ids, _ = _id_arrays(graph)
+    masks = [filters.anchors, filters.member, filters.bad_aggs, *filters.required,
+             filters.forbidden]
+    return tuple(b"-" if m is None else ids[np.flatnonzero(m)].tobytes() for m in masks)
 
 
 def _class_keys(graph: ProviderGraph, group: RequestGroup,
@@ -521,10 +574,20 @@ def _class_keys(graph: ProviderGraph, group: RequestGroup,
 
 
 def _tree_walk(graph: ProviderGraph, group: RequestGroup,
-               keys: Sequence[tuple[int, ...]] | None) -> list[int] | None:
+               keys: Sequence[tuple[int, ...]] | None,
+               allowed: npt.NDArray[np.bool_] | None = None) -> list[int] | None:
     """The candidates (positions into ``keys``: each request's provider per class in
     class id order) in the order Placement forms them for one unsuffixed group over
-    trees, or None outside that shape."""
+    trees (``allowed``: the roots ``root_required`` allows), or None outside that shape.
+
+    Placement gathers ``(id, root id, class id)`` triples class by class in sets
+    (``get_trees_matching_all``): each class's providers with room, narrowed to the
+    allowed roots, to ``member_of`` (the provider or its root in the aggregates) and
+    away from forbidden aggregates (neither the provider nor its root in one), then
+    united with the classes before and cut to the trees both have; with trait filters,
+    cut at the end to the trees whose providers (those without a forbidden trait)
+    together have every required trait. Each step here is the same set operation on
+    the same tuples, so the same set comes out."""
     if keys is None or not _walks_trees(graph, group):
         return None
     ids, root, class_id = graph.ids, graph.root, graph.class_id
@@ -534,6 +597,13 @@ def _tree_walk(graph: ProviderGraph, group: RequestGroup,
             return None
         tree = root[graph.index[group.in_tree]]
     id_array, root_array = _id_arrays(graph)
+    filters = walk_filters(graph, group, allowed)
+
+    def id_set(mask: npt.NDArray[np.bool_] | None) -> set[int] | None:
+        return None if mask is None else set(id_array[np.flatnonzero(mask)].tolist())
+
+    anchor_ids, member_ids, bad_ids = (None, None, None) if filters is None else \
+        (id_set(filters.anchors), id_set(filters.member), id_set(filters.bad_aggs))
     found: set[tuple[int, int, int]] = set()
     for rc, amount in group.resources.items():
         fit = graph.fit_mask(rc, amount)
@@ -543,12 +613,23 @@ def _tree_walk(graph: ProviderGraph, group: RequestGroup,
         pairs = set(zip(id_array[at].tolist(), id_array[root_array[at]].tolist()))
         with_class: set[tuple[int, int, int]] = set()
         with_class |= {(a, b, class_id[rc]) for a, b in pairs}
+        if anchor_ids:
+            with_class = {t for t in with_class if t[1] in anchor_ids}
+        if member_ids is not None:
+            with_class = {t for t in with_class if t[0] in member_ids or t[1] in member_ids}
+        if bad_ids is not None:
+            with_class = {t for t in with_class if not (t[0] in bad_ids or t[1] in bad_ids)}
+        if not with_class:
+            return None
         if not found:
             found = with_class
         else:
             common = {t[1] for t in found} & {t[1] for t in with_class}
             found |= with_class
             found = {t for t in found if t[1] in common}
+    if filters is not None and (filters.required or filters.forbidden is not None):
+        kept = _trait_trees(graph, found, filters)
+        found = {t for t in found if (t[0], t[1]) in kept}
     by_id = dict(zip(ids, range(graph.size)))
     per_tree: dict[int, dict[int, list[int]]] = {}
     for rp_id, root_id, rc_id in found:
@@ -564,3 +645,26 @@ def _tree_walk(graph: ProviderGraph, group: RequestGroup,
         lists = [per_class[c] for c in sorted(per_class)]
         walk.extend(i for i in map(position.get, itertools.product(*lists)) if i is not None)
     return walk if len(walk) == len(keys) else None
+
+
+def _trait_trees(graph: ProviderGraph, found: set[tuple[int, int, int]],
+                 filters: WalkFilters) -> set[tuple[int, int]]:
+    """The ``(id, root id)`` pairs of the gathered providers whose tree may meet the
+    trait filters (``_get_trees_with_traits``): with required traits, the trees whose
+    gathered providers without a forbidden trait have, together, one of each any-of
+    set; without, the trees with one such provider."""
+    by_id = dict(zip(graph.ids, range(graph.size)))
+    id_array, root_array = _id_arrays(graph)
+    rps = {t[0] for t in found}
+    at = np.fromiter((by_id[i] for i in rps), dtype=np.int64, count=len(rps))
+    roots = id_array[root_array[at]]
+    good = np.ones(len(at), dtype=np.bool_) if filters.forbidden is None \
+        else ~filters.forbidden[at]
+    if filters.required:
+        ok = np.ones(len(at), dtype=np.bool_)
+        for hit in filters.required:
+            trees_with = np.unique(roots[good & hit[at]])
+            ok &= np.isin(roots, trees_with)
+    else:
+        ok = np.isin(roots, np.unique(roots[good]))
+    return set(zip(id_array[at[ok]].tolist(), roots[ok].tolist()))

@@ -30,7 +30,7 @@ the anchors of every tree it shares an aggregate with); *pair* - (provider, anch
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import NamedTuple
@@ -76,9 +76,14 @@ class FlatResult:
 
 @dataclass(slots=True)
 class GeneralResult:
-    """Result of the general path, in output order."""
+    """Result of the general path, in output order. ``merge``, for several groups
+    without sharing providers (Placement's order is formed from it): each group's own
+    requests as ``(anchors, combos)`` (a request's providers per class column, one
+    column naming the provider for a resourceless group), per candidate the request it
+    takes of each group (candidates x groups), and each candidate's anchor."""
 
     candidates: list[Candidate]
+    merge: tuple[tuple[tuple[IntArray, IntArray], ...], IntArray, IntArray] | None = None
 
     def __len__(self) -> int:
         return len(self.candidates)
@@ -179,7 +184,7 @@ def check_trait_names(graph: ProviderGraph, names: Iterable[str]) -> None:
 
 def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversion) -> SearchResult:
     """Run the whole search for a validated query; see the module docstring."""
-    allowed = _allowed_anchors(graph, query)
+    allowed = allowed_anchors(graph, query)
 
     groups = list(query.groups.values())
     if len(groups) == 1 and groups[0].suffix == "" and not graph.has_trees and not graph.sharing:
@@ -212,15 +217,25 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
             return GeneralResult([])
         per_group.append(found)
 
-    candidates = _merge(graph, query, per_group)
+    candidates, picks, anchors = _merge(graph, query, per_group)
     if microversion < (1, 29) and graph.has_trees:
         # Not nested-aware: one provider per tree and request.
         root = graph.root
-        candidates = [c for c in candidates if len({root[p] for p in c.amounts}) == len(c.amounts)]
-    return GeneralResult(candidates)
+        kept = [i for i, c in enumerate(candidates)
+                if len({root[p] for p in c.amounts}) == len(c.amounts)]
+        candidates = [candidates[i] for i in kept]
+        picks, anchors = [picks[i] for i in kept], [anchors[i] for i in kept]
+    if len(per_group) == 1 or graph.sharing or not candidates:
+        return GeneralResult(candidates)
+    parts = tuple((np.fromiter((r.anchor for r in found), dtype=np.int64, count=len(found)),
+                   np.asarray([[p for p, _, _ in r.rows] or [r.providers[0]] for r in found],
+                              dtype=np.int64))
+                  for found in per_group)
+    return GeneralResult(candidates, (parts, np.asarray(picks, dtype=np.int64),
+                                      np.asarray(anchors, dtype=np.int64)))
 
 
-def _allowed_anchors(graph: ProviderGraph, query: CandidateQuery) -> BoolArray | None:
+def allowed_anchors(graph: ProviderGraph, query: CandidateQuery) -> BoolArray | None:
     """Mask of the roots ``root_required`` allows, or None when it is not given."""
     if query.root_required is None:
         return None
@@ -234,14 +249,55 @@ def _allowed_anchors(graph: ProviderGraph, query: CandidateQuery) -> BoolArray |
     return mask
 
 
+class WalkFilters(NamedTuple):
+    """What narrows Placement's gathering of the unsuffixed group's providers over trees
+    (``get_trees_matching_all``) besides room, as provider masks: the roots
+    ``root_required`` allows, the providers in ``member_of``'s aggregates, those in a
+    forbidden aggregate, per any-of set of required traits the providers with one of
+    them, and those with a forbidden trait (None: not asked)."""
+
+    anchors: BoolArray | None
+    member: BoolArray | None
+    bad_aggs: BoolArray | None
+    required: tuple[BoolArray, ...]
+    forbidden: BoolArray | None
+
+
+def walk_filters(graph: ProviderGraph, group: RequestGroup,
+                 allowed: BoolArray | None) -> WalkFilters | None:
+    """``group``'s :class:`WalkFilters` with ``allowed`` (:func:`allowed_anchors`), or
+    None when it has none."""
+    if allowed is None and not (group.member_of or group.forbidden_aggs or group.required
+                                or group.forbidden):
+        return None
+    member = _member_of_mask(graph, group) if group.member_of else None
+    bad_aggs = _any_mask(graph, graph.agg_mask, group.forbidden_aggs) if group.forbidden_aggs \
+        else None
+    required = tuple(_any_mask(graph, graph.trait_mask, any_of) for any_of in group.required)
+    forbidden = _any_mask(graph, graph.trait_mask, group.forbidden) if group.forbidden else None
+    return WalkFilters(allowed, member, bad_aggs, required, forbidden)
+
+
+def group_mask(graph: ProviderGraph, group: RequestGroup) -> BoolArray:
+    """Providers that alone satisfy ``group`` (what a numbered group's requests are
+    made of; for a resourceless group, its trait and aggregate filters)."""
+    return _single_provider_mask(graph, group, apply_in_tree=True)
+
+
+def _any_mask(graph: ProviderGraph, mask_of: Callable[[str], BoolArray],
+              names: Iterable[str]) -> BoolArray:
+    """The providers ``mask_of`` marks for any of ``names``."""
+    hit = np.zeros(graph.size, dtype=np.bool_)
+    for name in names:
+        hit |= mask_of(name)
+    return hit
+
+
 def _filter_mask(graph: ProviderGraph, group: RequestGroup) -> BoolArray:
     """Providers that themselves meet the group's trait and aggregate filters."""
     mask = np.ones(graph.size, dtype=np.bool_)
     for any_of in group.required:
-        hit = np.zeros(graph.size, dtype=np.bool_)
-        for t in any_of:
-            hit |= graph.trait_mask(t)
-        mask &= hit
+        mask &= _any_mask(graph, graph.trait_mask, any_of)
     for t in group.forbidden:
         mask &= ~graph.trait_mask(t)
     mask &= _member_of_mask(graph, group)
@@ -254,10 +310,7 @@ def _member_of_mask(graph: ProviderGraph, group: RequestGroup) -> BoolArray:
     """Providers directly in the group's member_of aggregates (AND of any-of sets)."""
     mask = np.ones(graph.size, dtype=np.bool_)
     for any_of in group.member_of:
-        hit = np.zeros(graph.size, dtype=np.bool_)
-        for a in any_of:
-            hit |= graph.agg_mask(a)
-        mask &= hit
+        mask &= _any_mask(graph, graph.agg_mask, any_of)
     return mask
 
 
@@ -312,20 +365,15 @@ def _tree_filters(graph: ProviderGraph, group: RequestGroup) -> _TreeFilters | N
     them), ``in_tree``'s root, and the providers with a forbidden trait (never part of a
     surviving combination); None when ``in_tree`` names no provider."""
     member: BoolArray | None = _member_of_mask(graph, group) if group.member_of else None
-    forbidden_aggs: BoolArray | None = None
-    if group.forbidden_aggs:
-        forbidden_aggs = np.zeros(graph.size, dtype=np.bool_)
-        for a in group.forbidden_aggs:
-            forbidden_aggs |= graph.agg_mask(a)
+    forbidden_aggs = _any_mask(graph, graph.agg_mask, group.forbidden_aggs) \
+        if group.forbidden_aggs else None
     tree_root: int | None = None
     if group.in_tree is not None:
         tree = graph.index.get(group.in_tree)
         if tree is None:
             return None
         tree_root = graph.root[tree]
-    bad_trait = np.zeros(graph.size, dtype=np.bool_)
-    for t in group.forbidden:
-        bad_trait |= graph.trait_mask(t)
+    bad_trait = _any_mask(graph, graph.trait_mask, group.forbidden)
     return _TreeFilters(member, forbidden_aggs, tree_root, bad_trait)
 
 
@@ -531,10 +579,7 @@ def _tree_group_arrays(graph: ProviderGraph, group: RequestGroup, allowed: BoolA
     if group.required:
         ok = np.ones(len(combos), dtype=np.bool_)
         for any_of in group.required:
-            has = np.zeros(graph.size, dtype=np.bool_)
-            for t in any_of:
-                has |= graph.trait_mask(t)
-            ok &= has[combos].any(axis=1)
+            ok &= _any_mask(graph, graph.trait_mask, any_of)[combos].any(axis=1)
         if not ok.all():
             anchors, combos = anchors[ok], combos[ok]
             if not len(combos):
@@ -561,8 +606,10 @@ def _fits_summed_arrays(graph: ProviderGraph, combos: IntArray, classes: tuple[s
 
 def _merge(
     graph: ProviderGraph, query: CandidateQuery, per_group: list[list[GroupRequest]]
-) -> list[Candidate]:
-    """Combine one request per group per anchor, check policies and capacity, dedupe."""
+) -> tuple[list[Candidate], list[tuple[int, ...]], list[int]]:
+    """Combine one request per group per anchor, check policies and capacity, dedupe.
+    Returns the candidates, and for each the request it took of each group (positions
+    into ``per_group``'s lists) and its anchor."""
     suffixes = list(query.groups)
     isolate = query.group_policy == "isolate"
     n_suffixed = sum(1 for s in suffixes if s)
@@ -581,13 +628,13 @@ def _merge(
                 amounts.setdefault(p, {})[rc] = amount
             out.append(Candidate(amounts, {suffix: list(req.providers)},
                                  tuple(p for p, _, _ in req.rows)))
-        return out
+        return out, [], []
 
-    bucketed: list[dict[int, list[GroupRequest]]] = []
+    bucketed: list[dict[int, list[int]]] = []
     for found in per_group:
-        buckets: dict[int, list[GroupRequest]] = {}
-        for req in found:
-            buckets.setdefault(req.anchor, []).append(req)
+        buckets: dict[int, list[int]] = {}
+        for i, req in enumerate(found):
+            buckets.setdefault(req.anchor, []).append(i)
         bucketed.append(buckets)
     anchors = set(bucketed[0])
     for buckets in bucketed[1:]:
@@ -595,8 +642,11 @@ def _merge(
 
     seen: set[tuple[object, ...]] = set()
     out = []
+    picks: list[tuple[int, ...]] = []
+    at: list[int] = []
     for anchor in sorted(anchors):
-        for combo in itertools.product(*(b[anchor] for b in bucketed)):
+        for pick in itertools.product(*(b[anchor] for b in bucketed)):
+            combo = tuple(found[i] for found, i in zip(per_group, pick, strict=True))
             if isolate and n_suffixed > 1:
                 used = {req.providers[0] for s, req in zip(suffixes, combo, strict=True) if s}
                 if len(used) != n_suffixed:
@@ -622,7 +672,9 @@ def _merge(
                 continue
             seen.add(key)
             out.append(Candidate(amounts, mappings))
-    return out
+            picks.append(pick)
+            at.append(anchor)
+    return out, picks, at
 
 
 def _same_subtree(graph: ProviderGraph, combo: tuple[GroupRequest, ...], idx: list[int]) -> bool:
