@@ -204,3 +204,44 @@ def test_same_subtree_and_resourceless_groups_keep_the_same_order(servers: dict[
         whole = _requests(servers["placement"], query)[0]
         query["limit"] = str(len(whole) - 1)
         assert _requests(servers["berth"], query) == _requests(servers["placement"], query), query
+
+
+def test_sharing_providers_keep_the_same_requests_in_the_same_order(
+        servers: dict[str, str]) -> None:
+    """Sharing providers pair with their anchors (``anchors_for_sharing_providers``);
+    a request of sharing providers alone stays with the first tree that forms it, so a
+    merge pairs it with that tree's requests only; a numbered group copies a sharing
+    provider's request to its anchors."""
+    rng = random.Random(13)
+    aggs = [_uuid(rng) for _ in range(3)]
+    providers: list[dict[str, Any]] = []
+    for i in range(120):
+        inventory = {"VCPU": rng.choice([8, 16]), "MEMORY_MB": rng.choice([16384, 32768])}
+        if i % 2:
+            inventory["DISK_GB"] = 500
+        providers.append({"uuid": _uuid(rng), "name": f"cn{i:04d}", "inventory": inventory,
+                          "traits": ["CUSTOM_A"] if i % 3 == 0 else [],
+                          "aggs": [aggs[i % 3]] + ([aggs[(i + 1) % 3]] if i % 5 == 0 else [])})
+    for k in range(3):
+        providers.append({"uuid": _uuid(rng), "name": f"shared{k}",
+                          "inventory": {"DISK_GB": 10000, "IPV4_ADDRESS": 100},
+                          "traits": ["MISC_SHARES_VIA_AGGREGATE"], "aggs": [aggs[k]]})
+    _load(servers, providers)
+    merged = {"resources": "DISK_GB:10", "resources1": "VCPU:1", "group_policy": "none"}
+    ours, theirs = _requests(servers["berth"], merged), _requests(servers["placement"], merged)
+    # One for each of the 60 nodes with their own disk, one for each shared pool (not
+    # one for every node a pool serves).
+    assert len(theirs[0]) == 60 + 3
+    assert sorted(ours[0]) == sorted(theirs[0]) and ours[1] == theirs[1]
+    for query in ({"resources": "VCPU:1,MEMORY_MB:1024,DISK_GB:10"},
+                  {"resources": "VCPU:1,DISK_GB:10,IPV4_ADDRESS:1"},
+                  {"resources": "VCPU:1,MEMORY_MB:1024", "resources1": "DISK_GB:10",
+                   "group_policy": "none"},
+                  {"resources1": "DISK_GB:10", "resources2": "VCPU:1", "group_policy": "none"},
+                  {"resources": "VCPU:1,DISK_GB:10", "member_of": f"in:{aggs[0]},{aggs[1]}"},
+                  {"resources": "VCPU:1,DISK_GB:10", "required": "CUSTOM_A"},
+                  {"resources": "VCPU:1,DISK_GB:10", "member_of": aggs[1],
+                   "resources1": "DISK_GB:5", "group_policy": "none"}):
+        whole = _requests(servers["placement"], query)[0]
+        query["limit"] = str(len(whole) - 1)
+        assert _requests(servers["berth"], query) == _requests(servers["placement"], query), query

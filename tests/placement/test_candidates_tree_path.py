@@ -112,7 +112,7 @@ def general_search(graph: ProviderGraph, query: Any, mv: tuple[int, int]) -> lis
         if allowed is not None and not allowed.any():
             return []
         if group.use_same_provider or not graph.has_trees:
-            found = _single_provider_path(graph, group, allowed, set())
+            found = _single_provider_path(graph, group, allowed)
         else:
             found = _multi_provider_path(graph, group, allowed, set())
         if not found:
@@ -217,18 +217,18 @@ def test_same_subtree_and_resourceless_groups_merge_in_placements_sequence(
     assert isinstance(result, GeneralResult)
     if not result.candidates:
         return
-    assert result.merge is not None
-    parts, picks, anchors = result.merge
+    merge = result.merge
+    assert merge is not None
+    assert merge.candidate.tolist() == list(range(len(result.candidates)))  # no sharing
     groups = list(query.groups.values())
-    sequence = _placement_merge(graph, groups, parts, picks)
-    assert candidates_order._merge_sequence(graph, groups, parts, picks, anchors).tolist() \
-        == sequence
+    sequence = _placement_merge(graph, groups, merge.parts, merge.picks)
+    assert candidates_order._merge_sequence(graph, groups, merge.parts, merge.picks,
+                                            merge.anchors).tolist() == sequence
     hashes = request_hashes(graph, [c.amounts for c in result.candidates])
     for cap in (None, 1, 3):
         candidates_order._TREE_ORDERS.clear()
         assert general_merged_order(graph, [c.amounts for c in result.candidates], cap,
-                                    groups=groups, parts=parts, picks=picks,
-                                    anchors=anchors) == set_order(hashes, sequence[:cap])
+                                    groups=groups, merge=merge) == set_order(hashes, sequence[:cap])
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -420,12 +420,10 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
                              result.anchors, cap, keep=keep, groups=list(query.groups.values()),
                              parts=result.parts, picks=result.picks,
                              allowed=allowed_anchors(graph, query))
-    elif result.merge is not None:  # several groups without sharing providers
-        parts, picks, anchors = result.merge
+    elif result.merge is not None:  # several groups, or sharing providers
         order = general_merged_order(graph, [c.amounts for c in result.candidates], cap,
-                                     keep=keep, groups=list(query.groups.values()), parts=parts,
-                                     picks=picks, anchors=anchors,
-                                     allowed=allowed_anchors(graph, query))
+                                     keep=keep, groups=list(query.groups.values()),
+                                     merge=result.merge, allowed=allowed_anchors(graph, query))
     else:
         groups = list(query.groups.values())
         known = [c.by_class for c in result.candidates if c.by_class is not None]

@@ -16,24 +16,30 @@ yield the requests:
 * flat (one group, no trees, no sharing): Placement walks its set of ``(id, root id)``
   pairs of the providers with room for the group's last class, and collects the
   qualifying providers' requests in the answer's set;
-* one unsuffixed group over provider trees (no sharing provider): Placement gathers
-  ``(id, root id, class id)`` triples in sets class by class (narrowed by
-  ``root_required``, ``member_of`` and forbidden aggregates, cut to the trees every
-  class has, and at the end to the trees that meet the trait filters), walks them tree
-  by tree, forms each tree's combinations in product order (classes by id) into a set
-  per tree, unions those into the group's set, and the merge walks that set anchor by
-  anchor into the answer's set. Berth replays each step with the same tuples, so the
-  same sets come out;
-* several groups (numbered groups, with or without the unsuffixed one, ``same_subtree``
-  and resourceless groups included; no sharing provider): Placement lists each group's
-  own requests (a numbered group in the walk above, a resourceless group in the walk of
-  the providers that meet its filters, the unsuffixed group over trees in the iteration
-  of its set), files them by anchor, first seen first, and adds each anchor's product
-  of lists (less what ``group_policy``, ``same_subtree`` and capacity refuse) to the
-  answer's set; Berth forms the same sequence;
-* sharing providers: Placement pairs each with its anchors from a join whose row order
-  is the database's; the set stages are replayed from the engine's own order, which
-  agrees with Placement's only in part.
+* the unsuffixed group over provider trees or sharing providers: Placement gathers
+  ``(id, root id, class id)`` triples in sets class by class (sharing providers paired
+  with each anchor they serve; narrowed by ``root_required``, ``member_of`` and
+  forbidden aggregates, cut to the trees every class has, and at the end to the trees
+  that meet the trait filters), walks them tree by tree, forms each tree's combinations
+  in product order (classes by id) into a set per tree, unions those into the group's
+  set (a request of sharing providers alone stays with the first tree), and the merge
+  walks that set anchor by anchor into the answer's set. Berth replays each step with
+  the same tuples (:mod:`~berth.placement.candidates_gather`), so the same sets come
+  out;
+* several groups (numbered groups, with or without the unsuffixed one, ``same_subtree``,
+  resourceless groups, sharing providers): Placement lists each group's own requests
+  (a numbered group in the walk above, a sharing provider's request followed by its
+  copies at its other anchors; a resourceless group in the walk of the providers that
+  meet its filters; the unsuffixed group in the iteration of its set), files them by
+  anchor, first seen first, and adds each anchor's product of lists (less what
+  ``group_policy``, ``same_subtree`` and capacity refuse; an equal request formed
+  again is not added again) to the answer's set; Berth forms the same sequence.
+
+Sharing providers' anchors come from a database join
+(``anchors_for_sharing_providers``): its rows are taken in the order SQLite returns
+them when providers joined each aggregate in id order; when they joined in another
+order Placement's own order depends on its database's row order and Berth's may differ
+in a few places (the same requests either way).
 
 Two processes started with the same ``PYTHONHASHSEED`` keep the same N (the suite
 checks this against Placement 16 itself); with random seeds Berth's N is as arbitrary
@@ -51,9 +57,16 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from berth.placement.candidates_gather import (
+    copy_anchors,
+    gather,
+    id_arrays,
+    tree_sequence,
+    walk_filters,
+)
 from berth.placement.candidates_graph import ProviderGraph
 from berth.placement.candidates_query import RequestGroup
-from berth.placement.candidates_search import WalkFilters, group_mask, walk_filters
+from berth.placement.candidates_search import MergeTrace, group_mask
 
 
 class _Hashed:
@@ -141,7 +154,7 @@ def flat_order(graph: ProviderGraph, providers: Sequence[int] | npt.NDArray[np.i
     and ``cap``; successive requests of one flavor nearly always share them (a claim
     rarely takes a host out of either set), so the last few orders are kept by those
     inputs (at 10,000 providers an order costs ~20 ms, most of a scheduler's request)."""
-    ids, roots = _id_arrays(graph)
+    ids, roots = id_arrays(graph)
     fit = np.asarray(last_class_fit, dtype=np.int64)
     chosen = np.asarray(providers, dtype=np.int64)
     fit_ids, fit_roots, mine = ids[fit], ids[roots[fit]], ids[chosen]
@@ -163,16 +176,6 @@ def flat_order(graph: ProviderGraph, providers: Sequence[int] | npt.NDArray[np.i
     order = set_order(hashes, sequence)
     _FLAT_ORDERS.put(key, order)
     return order[:keep]
-
-
-def _id_arrays(graph: ProviderGraph) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The providers' internal ids and each one's root (as a position), as arrays
-    (kept on the graph: neither changes while a graph only has its usages patched)."""
-    cached = graph.cached_fragments("order:ids")
-    if cached is None:
-        cached = (np.asarray(graph.ids, dtype=np.int64), np.asarray(graph.root, dtype=np.int64))
-        graph.store_fragments("order:ids", cached)
-    return cached[0], cached[1]
 
 
 _XXPRIME_1 = np.uint64(11400714785074694791)
@@ -251,7 +254,7 @@ def tree_order(graph: ProviderGraph, group: RequestGroup, combos: npt.NDArray[np
     those of the requests' providers, the amounts and ``cap``; as for
     :func:`flat_order`, successive requests of one flavor nearly always share them, so
     the last few orders are kept by those inputs."""
-    ids, roots = _id_arrays(graph)
+    ids, roots = id_arrays(graph)
     classes = sorted(group.resources, key=lambda rc: graph.class_id[rc])
     fits = []
     tree = _in_tree_root(graph, group)
@@ -300,45 +303,65 @@ def merged_order(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: S
 
 def general_merged_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, int]]],
                          cap: int | None = None, *, keep: int | None = None,
-                         groups: Sequence[RequestGroup],
-                         parts: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
-                         picks: npt.NDArray[np.int64], anchors: npt.NDArray[np.int64],
+                         groups: Sequence[RequestGroup], merge: MergeTrace,
                          allowed: npt.NDArray[np.bool_] | None = None) -> list[int]:
     """:func:`merged_order` of the general path's requests (``amounts`` per request:
-    provider -> class -> amount, at ``anchors``): several groups without sharing
-    providers, ``same_subtree`` and resourceless groups included. A resourceless
+    provider -> class -> amount), from how its merge formed them (``merge``): several
+    groups, ``same_subtree``, resourceless groups and sharing providers. A resourceless
     group's list is the walk of the set of ``(id, root id)`` pairs of the providers that
-    meet its filters (its ``parts`` combos name the provider); its requests add no
-    resources to the merged ones."""
+    meet its filters; its requests add no resources to the merged ones. One request
+    formed at several anchors (sharing providers) is added once, where first formed;
+    ``cap`` counts distinct requests."""
     hashes = np.asarray(request_hashes(graph, amounts), dtype=np.int64)
-    sequence = _merge_sequence(graph, groups, parts, picks, anchors, allowed)
-    return _merged_set_order(hashes, sequence, cap, keep)
+    sequence = _merge_sequence(graph, groups, merge.parts, merge.picks, merge.anchors, allowed,
+                               merge.sharing)
+    return _merged_set_order(hashes, sequence, cap, keep, merge.candidate)
 
 
 def _merged_set_order(hashes: npt.NDArray[np.int64], sequence: npt.NDArray[np.int64],
-                      cap: int | None, keep: int | None) -> list[int]:
+                      cap: int | None, keep: int | None,
+                      index: npt.NDArray[np.int64] | None = None) -> list[int]:
     """Positions of the requests with ``hashes`` in the iteration order of a set they
-    were added to in ``sequence`` (the first ``cap``); the first ``keep`` of them. Kept
-    by the hashes in the order they are added."""
-    added = hashes[sequence]
-    key = ("merged", added.tobytes(), cap)
+    were added to in ``sequence`` (until it holds ``cap``); the first ``keep`` of them.
+    With ``index``, the sequence is of combinations and ``index[k]`` the request
+    combination ``k`` forms (one request may be formed more than once: it is added
+    once). Kept by the hashes and requests in the order they are added."""
+    formed = sequence if index is None else index[sequence]
+    added = hashes[formed]
+    key = ("merged", added.tobytes(), formed.tobytes() if index is not None else b"", cap)
     found = _TREE_ORDERS.get(key)
     if found is None:
-        found = set_order(added.tolist(), range(len(added) if cap is None else min(cap, len(added))))
+        if index is None:
+            found = set_order(added.tolist(),
+                              range(len(added) if cap is None else min(cap, len(added))))
+        else:
+            items: dict[int, _Hashed] = {}
+            filled: set[_Hashed] = set()
+            for k, request in enumerate(formed.tolist()):
+                item = items.get(request)
+                if item is None:
+                    item = items[request] = _Hashed(int(added[k]), k)
+                filled.add(item)
+                if cap is not None and len(filled) >= cap:
+                    break
+            found = [item.index for item in filled]
         _TREE_ORDERS.put(key, found)
-    return sequence[np.asarray(found[:keep], dtype=np.int64)].tolist()  # type: ignore[no-any-return]
+    return formed[np.asarray(found[:keep], dtype=np.int64)].tolist()  # type: ignore[no-any-return]
 
 
 def _merge_sequence(graph: ProviderGraph, groups: Sequence[RequestGroup],
                     parts: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
                     picks: npt.NDArray[np.int64], anchors: npt.NDArray[np.int64],
-                    allowed: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.int64]:
+                    allowed: npt.NDArray[np.bool_] | None = None,
+                    sharing: Sequence[frozenset[int]] | None = None) -> npt.NDArray[np.int64]:
     """The requests in the order Placement's merge forms them (see :func:`merged_order`):
     by the rank of their anchor (where it is first seen in the first group's list, in
     which every anchor that has requests appears), then by their item's place in each
-    group's list."""
-    ranks = [_group_ranks(graph, group, part_anchors, part_combos, allowed)
-             for group, (part_anchors, part_combos) in zip(groups, parts)]
+    group's list. ``sharing``: the request's sharing providers as each group found them
+    (None: none narrowed, those of the graph)."""
+    ranks = [_group_ranks(graph, group, part_anchors, part_combos, allowed,
+                          graph.sharing if sharing is None else sharing[g])
+             for g, (group, (part_anchors, part_combos)) in enumerate(zip(groups, parts))]
     first_anchors, _ = parts[0]
     listed = first_anchors[np.argsort(ranks[0], kind="stable")]
     seen, at = np.unique(listed, return_index=True)
@@ -350,18 +373,23 @@ def _merge_sequence(graph: ProviderGraph, groups: Sequence[RequestGroup],
 
 
 def _group_ranks(graph: ProviderGraph, group: RequestGroup, anchors: npt.NDArray[np.int64],
-                 combos: npt.NDArray[np.int64],
-                 allowed: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.int64]:
+                 combos: npt.NDArray[np.int64], allowed: npt.NDArray[np.bool_] | None = None,
+                 sharing: frozenset[int] | None = None) -> npt.NDArray[np.int64]:
     """Each of one group's requests' place in the list Placement forms for the group:
     a group of one provider walks the set of ``(id, root id)`` pairs of the providers
     with room for its last class (as :func:`flat_order`; a resourceless group, of those
     that meet its filters); the unsuffixed group over
-    trees iterates the set its trees' sets were gathered in (as :func:`tree_order`).
-    The list is kept by everything it depends on (the walk's providers, the requests'
-    providers and anchors, the group), as the other orders are."""
+    trees or sharing providers iterates the set its trees' sets were gathered in (as
+    :func:`tree_order`). In a group of one provider, a sharing provider's request at its
+    own root is followed by its copies at its other anchors, in the order of
+    :func:`~berth.placement.candidates_gather.copy_anchors`. ``sharing``: the request's
+    sharing providers as the group found them (None: the graph's). The list is kept by
+    everything it depends on (the walk's providers, the requests' providers and
+    anchors, the group), as the other orders are."""
     count = len(combos)
-    ids, roots = _id_arrays(graph)
-    single = group.use_same_provider or not graph.has_trees
+    ids, roots = id_arrays(graph)
+    sharing = graph.sharing if sharing is None else sharing
+    single = group.use_same_provider or not (graph.has_trees or sharing)
     tree = _in_tree_root(graph, group)
     classes = [list(group.resources)[-1]] if single and group.resources else \
         sorted(group.resources, key=lambda rc: graph.class_id[rc])
@@ -375,7 +403,8 @@ def _group_ranks(graph: ProviderGraph, group: RequestGroup, anchors: npt.NDArray
     key = ("group", single, walks, tuple(group.resources.items()), group.in_tree,
            ids[combos].tobytes(), combos.shape, ids[anchors].tobytes(),
            tuple((ids[at].tobytes(), ids[roots[at]].tobytes()) for at in fits),
-           _filters_key(graph, group, allowed) if walks else ())
+           _filters_key(graph, group, allowed) if walks else (),
+           _sharing_key(graph, graph.sharing if single else sharing))
     order = _GROUP_ORDERS.get(key)
     if order is None:
         if single:
@@ -383,23 +412,55 @@ def _group_ranks(graph: ProviderGraph, group: RequestGroup, anchors: npt.NDArray
             position = np.full(graph.size, len(walked), dtype=np.int64)
             position[walked[_pair_walk(ids[walked], ids[roots[walked]])]] = \
                 np.arange(len(walked))
-            order = np.argsort(position[combos[:, 0]], kind="stable").tolist()
+            order = np.lexsort((_copy_ranks(graph, combos[:, 0], anchors),
+                                position[combos[:, 0]])).tolist()
         else:
             hashes = _combo_hashes(graph, group, combos)
-            walk = _tree_walk(graph, group, list(map(tuple, combos.tolist())), allowed) \
-                if walks else None
-            order = _group_set_order(hashes, anchors.tolist(), walk, count)
+            walk = _tree_walk(graph, group, list(map(tuple, combos.tolist())), allowed,
+                              sharing) if walks else None
+            order = [i for i, _ in _group_set_order(hashes, anchors.tolist(), walk, count)]
         _GROUP_ORDERS.put(key, order)
     ranks = np.empty(count, dtype=np.int64)
     ranks[np.asarray(order, dtype=np.int64)] = np.arange(count, dtype=np.int64)
     return ranks
 
 
+def _copy_ranks(graph: ProviderGraph, providers: npt.NDArray[np.int64],
+                anchors: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Each request's place among its provider's requests in a group of one provider:
+    0 at the provider's own root, then its copies in the order of
+    :func:`~berth.placement.candidates_gather.copy_anchors`."""
+    ranks = np.zeros(len(providers), dtype=np.int64)
+    if not graph.sharing:
+        return ranks
+    root = graph.root
+    order: dict[int, dict[int, int]] = {}
+    for i, (p, anchor) in enumerate(zip(providers.tolist(), anchors.tolist(), strict=True)):
+        if p in graph.sharing and anchor != root[p]:
+            if p not in order:
+                order[p] = {a: k for k, a in enumerate(copy_anchors(graph, p), start=1)}
+            ranks[i] = order[p].get(anchor, len(order[p]) + 1)
+    return ranks
+
+
+def _sharing_key(graph: ProviderGraph, sharing: Iterable[int]) -> tuple[bytes, ...]:
+    """What the sharing providers' pairs depend on, for a kept order's key: each one's
+    id and its aggregates' members' ids (empty without sharing providers)."""
+    if not graph.sharing:
+        return ()
+    ids, _ = id_arrays(graph)
+    out = []
+    for s in sorted(sharing):
+        members = sorted({j for a in graph.providers[s].aggregates for j in graph.by_agg[a]})
+        out.append(ids[np.asarray([s, *members], dtype=np.int64)].tobytes())
+    return tuple(out)
+
+
 def _merged_hashes(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: Sequence[str],
                    amounts: Sequence[int]) -> npt.NDArray[np.int64]:
     """:func:`request_hashes` of requests kept as arrays (see :func:`merged_order`):
     a request's rows are its distinct (provider, class) pairs with their summed amounts."""
-    ids, _ = _id_arrays(graph)
+    ids, _ = id_arrays(graph)
     count, width = combos.shape
     rows = np.empty((count, width), dtype=np.int64)
     first = np.ones((count, width), dtype=np.bool_)  # the column that carries the row
@@ -432,34 +493,39 @@ def _in_tree_root(graph: ProviderGraph, group: RequestGroup) -> int | None:
     return int(graph.root[graph.index[group.in_tree]])
 
 
-def _answer_order(hashes: Sequence[int], anchors: Sequence[int], walk: list[int] | None,
-                  count: int, cap: int | None) -> list[int]:
+def _answer_order(hashes: Sequence[int], anchors: Sequence[int],
+                  walk: list[tuple[int, int]] | None, count: int, cap: int | None) -> list[int]:
     """Placement's set stages over one group's requests with ``hashes`` at ``anchors``,
     formed in the order ``walk`` (None: the engine's order)."""
-    group_order = _group_set_order(hashes, anchors, walk, count)
     # The merge walks the group's set anchor by anchor (first seen first) into the
     # answer's set.
     by_anchor: dict[int, list[int]] = {}
-    for i in group_order:
-        by_anchor.setdefault(anchors[i], []).append(i)
+    for i, anchor in _group_set_order(hashes, anchors, walk, count):
+        by_anchor.setdefault(anchor, []).append(i)
     return set_order(hashes, [i for members in by_anchor.values() for i in members][:cap])
 
 
-def _group_set_order(hashes: Sequence[int], anchors: Sequence[int], walk: list[int] | None,
-                     count: int) -> list[int]:
-    """The iteration order of the set of one group's requests: each tree's requests
-    gathered in a set of their own, in the order ``walk`` (None: the engine's), unioned
-    in (a union, not one add per request: the table grows as Placement's does)."""
+def _group_set_order(hashes: Sequence[int], anchors: Sequence[int],
+                     walk: list[tuple[int, int]] | None, count: int) -> list[tuple[int, int]]:
+    """The iteration order of the set of one group's requests, each with its anchor:
+    each tree's requests gathered in a set of their own, in the order ``walk``
+    (``(request, tree)`` pairs; None: the engine's order at ``anchors``), unioned in (a
+    union, not one add per request: the table grows as Placement's does). A request
+    formed at several trees (sharing providers alone) is one request, equal to itself
+    wherever formed: it stays with the first tree that added it."""
     by_tree: dict[int, list[int]] = {}
-    for i in walk if walk is not None else range(count):
-        by_tree.setdefault(anchors[i], []).append(i)
+    for i, tree in walk if walk is not None else zip(range(count), anchors):
+        by_tree.setdefault(tree, []).append(i)
+    items = [_Hashed(h, i) for i, h in enumerate(hashes)]
     group_set: set[_Hashed] = set()
-    for members in by_tree.values():
+    anchor_of: dict[int, int] = {}
+    for tree, members in by_tree.items():
         tree_set = set()
         for i in members:
-            tree_set.add(_Hashed(hashes[i], i))
+            tree_set.add(items[i])
+            anchor_of.setdefault(i, tree)
         group_set |= tree_set
-    return [item.index for item in group_set]
+    return [(item.index, anchor_of[item.index]) for item in group_set]
 
 
 def _combos(graph: ProviderGraph, group: RequestGroup | None,
@@ -479,7 +545,7 @@ def _combo_hashes(graph: ProviderGraph, group: RequestGroup,
                   combos: npt.NDArray[np.int64]) -> list[int]:
     """:func:`request_hash` of requests of one provider per class (columns of
     ``combos`` in class id order): one row per class, the class's amount."""
-    ids, _ = _id_arrays(graph)
+    ids, _ = id_arrays(graph)
     classes = sorted(group.resources, key=lambda rc: graph.class_id[rc])
     count = len(combos)
     lanes = [tuple_hashes([ids[combos[:, k]], np.full(count, hash(rc), dtype=np.int64),
@@ -541,9 +607,9 @@ def _anchor(graph: ProviderGraph, amounts: dict[int, dict[str, int]]) -> int:
 
 
 def _walks_trees(graph: ProviderGraph, group: RequestGroup) -> bool:
-    """Whether Placement's walk for ``group`` is replayed exactly: one unsuffixed group
-    with resources over trees, no sharing provider."""
-    return not (group.suffix or graph.sharing or not group.resources)
+    """Whether Placement's walk for ``group`` is replayed: the unsuffixed group with
+    resources (over trees or sharing providers)."""
+    return not (group.suffix or not group.resources)
 
 
 def _filters_key(graph: ProviderGraph, group: RequestGroup,
@@ -553,7 +619,7 @@ def _filters_key(graph: ProviderGraph, group: RequestGroup,
     filters = walk_filters(graph, group, allowed)
     if filters is None:
         return ()
-    ids, _ = _id_arrays(graph)
+    ids, _ = id_arrays(graph)
     masks = [filters.anchors, filters.member, filters.bad_aggs, *filters.required,
              filters.forbidden]
     return tuple(b"-" if m is None else ids[np.flatnonzero(m)].tobytes() for m in masks)
@@ -575,96 +641,28 @@ def _class_keys(graph: ProviderGraph, group: RequestGroup,
 
 def _tree_walk(graph: ProviderGraph, group: RequestGroup,
                keys: Sequence[tuple[int, ...]] | None,
-               allowed: npt.NDArray[np.bool_] | None = None) -> list[int] | None:
-    """The candidates (positions into ``keys``: each request's provider per class in
+               allowed: npt.NDArray[np.bool_] | None = None,
+               sharing: Iterable[int] = ()) -> list[tuple[int, int]] | None:
+    """The requests (positions into ``keys``: each request's provider per class in
     class id order) in the order Placement forms them for one unsuffixed group over
-    trees (``allowed``: the roots ``root_required`` allows), or None outside that shape.
-
-    Placement gathers ``(id, root id, class id)`` triples class by class in sets
-    (``get_trees_matching_all``): each class's providers with room, narrowed to the
-    allowed roots, to ``member_of`` (the provider or its root in the aggregates) and
-    away from forbidden aggregates (neither the provider nor its root in one), then
-    united with the classes before and cut to the trees both have; with trait filters,
-    cut at the end to the trees whose providers (those without a forbidden trait)
-    together have every required trait. Each step here is the same set operation on
-    the same tuples, so the same set comes out."""
+    trees or sharing providers, each with the tree (anchor) that forms it: the walk of
+    :func:`~berth.placement.candidates_gather.gather`'s set, tree by tree, each tree's
+    classes in id order in product order. A request of sharing providers alone is
+    formed at every tree it serves. ``allowed``: the roots ``root_required`` allows;
+    ``sharing``: the request's sharing providers as ``member_of`` narrowed them. None
+    outside that shape, or when the walk does not form every request."""
     if keys is None or not _walks_trees(graph, group):
         return None
-    ids, root, class_id = graph.ids, graph.root, graph.class_id
-    tree: int | None = None
-    if group.in_tree is not None:
-        if group.in_tree not in graph.index:
-            return None
-        tree = root[graph.index[group.in_tree]]
-    id_array, root_array = _id_arrays(graph)
-    filters = walk_filters(graph, group, allowed)
-
-    def id_set(mask: npt.NDArray[np.bool_] | None) -> set[int] | None:
-        return None if mask is None else set(id_array[np.flatnonzero(mask)].tolist())
-
-    anchor_ids, member_ids, bad_ids = (None, None, None) if filters is None else \
-        (id_set(filters.anchors), id_set(filters.member), id_set(filters.bad_aggs))
-    found: set[tuple[int, int, int]] = set()
-    for rc, amount in group.resources.items():
-        fit = graph.fit_mask(rc, amount)
-        if tree is not None:
-            fit &= graph.root_array == tree
-        at = fit.nonzero()[0]
-        pairs = set(zip(id_array[at].tolist(), id_array[root_array[at]].tolist()))
-        with_class: set[tuple[int, int, int]] = set()
-        with_class |= {(a, b, class_id[rc]) for a, b in pairs}
-        if anchor_ids:
-            with_class = {t for t in with_class if t[1] in anchor_ids}
-        if member_ids is not None:
-            with_class = {t for t in with_class if t[0] in member_ids or t[1] in member_ids}
-        if bad_ids is not None:
-            with_class = {t for t in with_class if not (t[0] in bad_ids or t[1] in bad_ids)}
-        if not with_class:
-            return None
-        if not found:
-            found = with_class
-        else:
-            common = {t[1] for t in found} & {t[1] for t in with_class}
-            found |= with_class
-            found = {t for t in found if t[1] in common}
-    if filters is not None and (filters.required or filters.forbidden is not None):
-        kept = _trait_trees(graph, found, filters)
-        found = {t for t in found if (t[0], t[1]) in kept}
-    by_id = dict(zip(ids, range(graph.size)))
-    per_tree: dict[int, dict[int, list[int]]] = {}
-    for rp_id, root_id, rc_id in found:
-        per_tree.setdefault(root_id, {}).setdefault(rc_id, []).append(by_id[rp_id])
-    # A request of this shape has one provider per class: keyed by those providers in
-    # class id order, as the walk's products form them.
+    found = gather(graph, group, allowed, sharing)
+    if not found:
+        return None
     width = len(group.resources)
     position = dict(zip(keys, range(len(keys))))
-    walk: list[int] = []
-    for per_class in per_tree.values():
+    walk: list[tuple[int, int]] = []
+    for anchor, per_class in tree_sequence(graph, found).items():
         if len(per_class) != width:
             continue  # a tree short of a class forms no request
         lists = [per_class[c] for c in sorted(per_class)]
-        walk.extend(i for i in map(position.get, itertools.product(*lists)) if i is not None)
-    return walk if len(walk) == len(keys) else None
-
-
-def _trait_trees(graph: ProviderGraph, found: set[tuple[int, int, int]],
-                 filters: WalkFilters) -> set[tuple[int, int]]:
-    """The ``(id, root id)`` pairs of the gathered providers whose tree may meet the
-    trait filters (``_get_trees_with_traits``): with required traits, the trees whose
-    gathered providers without a forbidden trait have, together, one of each any-of
-    set; without, the trees with one such provider."""
-    by_id = dict(zip(graph.ids, range(graph.size)))
-    id_array, root_array = _id_arrays(graph)
-    rps = {t[0] for t in found}
-    at = np.fromiter((by_id[i] for i in rps), dtype=np.int64, count=len(rps))
-    roots = id_array[root_array[at]]
-    good = np.ones(len(at), dtype=np.bool_) if filters.forbidden is None \
-        else ~filters.forbidden[at]
-    if filters.required:
-        ok = np.ones(len(at), dtype=np.bool_)
-        for hit in filters.required:
-            trees_with = np.unique(roots[good & hit[at]])
-            ok &= np.isin(roots, trees_with)
-    else:
-        ok = np.isin(roots, np.unique(roots[good]))
-    return set(zip(id_array[at[ok]].tolist(), roots[ok].tolist()))
+        walk.extend((i, anchor) for i in map(position.get, itertools.product(*lists))
+                    if i is not None)
+    return walk if len({i for i, _ in walk}) == len(keys) else None

@@ -11,7 +11,9 @@ Pipeline, top to bottom (``search``):
      providers (capacity fits, traits, aggregates, in_tree);
    * otherwise the unsuffixed group takes the *multi-provider path*: per class the
      (provider, anchor) pairs, then per anchor every combination of one provider per
-     class that meets the trait rules.
+     class that meets the trait rules (a combination of sharing providers alone is one
+     request, kept at the first tree Placement's walk forms it at:
+     :func:`_first_anchor_only`).
 3. Merge: per anchor the product of one request per group, filtered by group_policy
    ``isolate`` and ``same_subtree``, amounts summed, capacity re-checked, deduplicated.
 4. Below 1.29 with trees in the snapshot, requests spanning two providers of one tree go.
@@ -30,13 +32,14 @@ the anchors of every tree it shares an aggregate with); *pair* - (provider, anch
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
 
+from berth.placement.candidates_gather import any_mask, gather, member_of_mask, tree_sequence
 from berth.placement.candidates_graph import BoolArray, IntArray, ProviderGraph
 from berth.placement.candidates_query import CandidateQuery, RequestGroup
 from berth.placement.errors import BadRequest
@@ -74,16 +77,29 @@ class FlatResult:
     resources: dict[str, int]
 
 
+class MergeTrace(NamedTuple):
+    """How the general path's merge formed its candidates (Placement's order is formed
+    from it): each group's own requests as ``(anchors, combos)`` (a request's providers
+    per class column; one column naming the provider for a resourceless group); every
+    combination the merge kept (``picks``: the request it takes of each group, rows x
+    groups; ``anchors``; ``candidate``: the candidate it is, several when sharing providers
+    make one request at several anchors); and the request's sharing providers as each
+    group found them (``member_of`` narrows them for the groups that follow)."""
+
+    parts: tuple[tuple[IntArray, IntArray], ...]
+    picks: IntArray
+    anchors: IntArray
+    candidate: IntArray
+    sharing: tuple[frozenset[int], ...]
+
+
 @dataclass(slots=True)
 class GeneralResult:
-    """Result of the general path, in output order. ``merge``, for several groups
-    without sharing providers (Placement's order is formed from it): each group's own
-    requests as ``(anchors, combos)`` (a request's providers per class column, one
-    column naming the provider for a resourceless group), per candidate the request it
-    takes of each group (candidates x groups), and each candidate's anchor."""
+    """Result of the general path, in output order; ``merge`` when Placement's order is
+    formed from the merge (several groups, or sharing providers)."""
 
     candidates: list[Candidate]
-    merge: tuple[tuple[tuple[IntArray, IntArray], ...], IntArray, IntArray] | None = None
+    merge: MergeTrace | None = None
 
     def __len__(self) -> int:
         return len(self.candidates)
@@ -205,34 +221,40 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
     # from the reference: the narrowing carries over to the groups that follow).
     sharing = set(graph.sharing)
     per_group: list[list[GroupRequest]] = []
+    before: list[frozenset[int]] = []
     for group in groups:
         check_group_names(graph, group)
         if allowed is not None and not allowed.any():
             return GeneralResult([])
-        if group.use_same_provider or (not graph.has_trees and not graph.sharing):
-            found = _single_provider_path(graph, group, allowed, sharing)
+        before.append(frozenset(sharing))
+        if group.use_same_provider or (not graph.has_trees and not sharing):
+            found = _single_provider_path(graph, group, allowed)
         else:
             found = _multi_provider_path(graph, group, allowed, sharing)
         if not found:
             return GeneralResult([])
         per_group.append(found)
 
-    candidates, picks, anchors = _merge(graph, query, per_group)
+    candidates, occurrences = _merge(graph, query, per_group)
     if microversion < (1, 29) and graph.has_trees:
         # Not nested-aware: one provider per tree and request.
         root = graph.root
         kept = [i for i, c in enumerate(candidates)
                 if len({root[p] for p in c.amounts}) == len(c.amounts)]
+        renumber = {old: new for new, old in enumerate(kept)}
         candidates = [candidates[i] for i in kept]
-        picks, anchors = [picks[i] for i in kept], [anchors[i] for i in kept]
-    if len(per_group) == 1 or graph.sharing or not candidates:
+        occurrences = [(pick, anchor, renumber[i]) for pick, anchor, i in occurrences
+                       if i in renumber]
+    if not candidates or not occurrences:  # one group without sharing providers
         return GeneralResult(candidates)
     parts = tuple((np.fromiter((r.anchor for r in found), dtype=np.int64, count=len(found)),
                    np.asarray([[p for p, _, _ in r.rows] or [r.providers[0]] for r in found],
                               dtype=np.int64))
                   for found in per_group)
-    return GeneralResult(candidates, (parts, np.asarray(picks, dtype=np.int64),
-                                      np.asarray(anchors, dtype=np.int64)))
+    picks, anchors, index = zip(*occurrences, strict=True)
+    return GeneralResult(candidates, MergeTrace(
+        parts, np.asarray(picks, dtype=np.int64), np.asarray(anchors, dtype=np.int64),
+        np.asarray(index, dtype=np.int64), tuple(before)))
 
 
 def allowed_anchors(graph: ProviderGraph, query: CandidateQuery) -> BoolArray | None:
@@ -249,68 +271,22 @@ def allowed_anchors(graph: ProviderGraph, query: CandidateQuery) -> BoolArray | 
     return mask
 
 
-class WalkFilters(NamedTuple):
-    """What narrows Placement's gathering of the unsuffixed group's providers over trees
-    (``get_trees_matching_all``) besides room, as provider masks: the roots
-    ``root_required`` allows, the providers in ``member_of``'s aggregates, those in a
-    forbidden aggregate, per any-of set of required traits the providers with one of
-    them, and those with a forbidden trait (None: not asked)."""
-
-    anchors: BoolArray | None
-    member: BoolArray | None
-    bad_aggs: BoolArray | None
-    required: tuple[BoolArray, ...]
-    forbidden: BoolArray | None
-
-
-def walk_filters(graph: ProviderGraph, group: RequestGroup,
-                 allowed: BoolArray | None) -> WalkFilters | None:
-    """``group``'s :class:`WalkFilters` with ``allowed`` (:func:`allowed_anchors`), or
-    None when it has none."""
-    if allowed is None and not (group.member_of or group.forbidden_aggs or group.required
-                                or group.forbidden):
-        return None
-    member = _member_of_mask(graph, group) if group.member_of else None
-    bad_aggs = _any_mask(graph, graph.agg_mask, group.forbidden_aggs) if group.forbidden_aggs \
-        else None
-    required = tuple(_any_mask(graph, graph.trait_mask, any_of) for any_of in group.required)
-    forbidden = _any_mask(graph, graph.trait_mask, group.forbidden) if group.forbidden else None
-    return WalkFilters(allowed, member, bad_aggs, required, forbidden)
-
-
 def group_mask(graph: ProviderGraph, group: RequestGroup) -> BoolArray:
     """Providers that alone satisfy ``group`` (what a numbered group's requests are
     made of; for a resourceless group, its trait and aggregate filters)."""
     return _single_provider_mask(graph, group, apply_in_tree=True)
 
 
-def _any_mask(graph: ProviderGraph, mask_of: Callable[[str], BoolArray],
-              names: Iterable[str]) -> BoolArray:
-    """The providers ``mask_of`` marks for any of ``names``."""
-    hit = np.zeros(graph.size, dtype=np.bool_)
-    for name in names:
-        hit |= mask_of(name)
-    return hit
-
-
 def _filter_mask(graph: ProviderGraph, group: RequestGroup) -> BoolArray:
     """Providers that themselves meet the group's trait and aggregate filters."""
     mask = np.ones(graph.size, dtype=np.bool_)
     for any_of in group.required:
-        mask &= _any_mask(graph, graph.trait_mask, any_of)
+        mask &= any_mask(graph, graph.trait_mask, any_of)
     for t in group.forbidden:
         mask &= ~graph.trait_mask(t)
-    mask &= _member_of_mask(graph, group)
+    mask &= member_of_mask(graph, group)
     for a in group.forbidden_aggs:
         mask &= ~graph.agg_mask(a)
-    return mask
-
-
-def _member_of_mask(graph: ProviderGraph, group: RequestGroup) -> BoolArray:
-    """Providers directly in the group's member_of aggregates (AND of any-of sets)."""
-    mask = np.ones(graph.size, dtype=np.bool_)
-    for any_of in group.member_of:
-        mask &= _any_mask(graph, graph.agg_mask, any_of)
     return mask
 
 
@@ -333,9 +309,11 @@ def _single_provider_mask(
 
 
 def _single_provider_path(
-    graph: ProviderGraph, group: RequestGroup, allowed: BoolArray | None, sharing: set[int]
+    graph: ProviderGraph, group: RequestGroup, allowed: BoolArray | None
 ) -> list[GroupRequest]:
-    """Each qualifying provider is one request at its root, plus sharing copies."""
+    """Each qualifying provider is one request at its root, plus a copy at each other
+    anchor of a provider with the sharing trait (whatever ``member_of`` narrowed)."""
+    sharing = graph.sharing
     mask = _single_provider_mask(graph, group, apply_in_tree=True)
     found: list[GroupRequest] = []
     resources = list(group.resources.items())
@@ -364,8 +342,8 @@ def _tree_filters(graph: ProviderGraph, group: RequestGroup) -> _TreeFilters | N
     """``member_of`` and forbidden aggregates (a provider or its tree's root must meet
     them), ``in_tree``'s root, and the providers with a forbidden trait (never part of a
     surviving combination); None when ``in_tree`` names no provider."""
-    member: BoolArray | None = _member_of_mask(graph, group) if group.member_of else None
-    forbidden_aggs = _any_mask(graph, graph.agg_mask, group.forbidden_aggs) \
+    member: BoolArray | None = member_of_mask(graph, group) if group.member_of else None
+    forbidden_aggs = any_mask(graph, graph.agg_mask, group.forbidden_aggs) \
         if group.forbidden_aggs else None
     tree_root: int | None = None
     if group.in_tree is not None:
@@ -373,7 +351,7 @@ def _tree_filters(graph: ProviderGraph, group: RequestGroup) -> _TreeFilters | N
         if tree is None:
             return None
         tree_root = graph.root[tree]
-    bad_trait = _any_mask(graph, graph.trait_mask, group.forbidden)
+    bad_trait = any_mask(graph, graph.trait_mask, group.forbidden)
     return _TreeFilters(member, forbidden_aggs, tree_root, bad_trait)
 
 
@@ -401,8 +379,10 @@ def _multi_provider_path(
     if filters is None:
         return []
     member, forbidden_aggs, tree_root, bad_trait = filters
-    if tree_root is None and member is not None and sharing:
-        # Quirk: the request-wide sharing set is narrowed in place to member_of.
+    gathered_with = frozenset(sharing)
+    if member is not None and sharing:
+        # Quirk: the request-wide sharing set is narrowed in place to member_of (with
+        # in_tree too, though the sharing providers are not used then).
         sharing.intersection_update(np.flatnonzero(member).tolist())
 
     classes = sorted(group.resources, key=lambda rc: graph.class_id.get(rc, 1 << 30))
@@ -451,7 +431,34 @@ def _multi_provider_path(
                     continue
             rows = tuple(zip(combo, classes, amounts, strict=True))
             found.append(GroupRequest(anchor, rows, tuple(dict.fromkeys(combo))))
+    if sharing and tree_root is None:
+        found = _first_anchor_only(graph, group, allowed, gathered_with, found)
     return found
+
+
+def _first_anchor_only(graph: ProviderGraph, group: RequestGroup, allowed: BoolArray | None,
+                       sharing: frozenset[int], found: list[GroupRequest]) -> list[GroupRequest]:
+    """``found`` with each request made of sharing providers alone kept at one anchor.
+
+    Such a request is the same at every anchor it serves, and Placement collects one
+    group's requests in a set: the request stays with the first tree of its walk that
+    formed it (:func:`~berth.placement.candidates_gather.gather`, with ``sharing`` as
+    the group found it), and the merge pairs it only with that anchor's requests of the
+    other groups."""
+    at: dict[tuple[tuple[int, str, int], ...], list[int]] = {}
+    for i, req in enumerate(found):
+        if all(p in sharing for p in req.providers):
+            at.setdefault(req.rows, []).append(i)
+    repeated = [places for places in at.values() if len(places) > 1]
+    if not repeated:
+        return found
+    gathered = gather(graph, group, allowed, sharing) or set()
+    rank = {anchor: k for k, anchor in enumerate(tree_sequence(graph, gathered))}
+    drop: set[int] = set()
+    for places in repeated:
+        first = min(places, key=lambda i: (rank.get(found[i].anchor, len(rank)), i))
+        drop.update(i for i in places if i != first)
+    return [req for i, req in enumerate(found) if i not in drop]
 
 
 def _array_search(graph: ProviderGraph, query: CandidateQuery, groups: list[RequestGroup],
@@ -579,7 +586,7 @@ def _tree_group_arrays(graph: ProviderGraph, group: RequestGroup, allowed: BoolA
     if group.required:
         ok = np.ones(len(combos), dtype=np.bool_)
         for any_of in group.required:
-            ok &= _any_mask(graph, graph.trait_mask, any_of)[combos].any(axis=1)
+            ok &= any_mask(graph, graph.trait_mask, any_of)[combos].any(axis=1)
         if not ok.all():
             anchors, combos = anchors[ok], combos[ok]
             if not len(combos):
@@ -606,10 +613,11 @@ def _fits_summed_arrays(graph: ProviderGraph, combos: IntArray, classes: tuple[s
 
 def _merge(
     graph: ProviderGraph, query: CandidateQuery, per_group: list[list[GroupRequest]]
-) -> tuple[list[Candidate], list[tuple[int, ...]], list[int]]:
+) -> tuple[list[Candidate], list[tuple[tuple[int, ...], int, int]]]:
     """Combine one request per group per anchor, check policies and capacity, dedupe.
-    Returns the candidates, and for each the request it took of each group (positions
-    into ``per_group``'s lists) and its anchor."""
+    Returns the candidates and every combination kept: the request it takes of each
+    group (positions into ``per_group``'s lists), its anchor and the candidate it is
+    (none for one group without sharing providers, whose order needs no merge)."""
     suffixes = list(query.groups)
     isolate = query.group_policy == "isolate"
     n_suffixed = sum(1 for s in suffixes if s)
@@ -628,7 +636,7 @@ def _merge(
                 amounts.setdefault(p, {})[rc] = amount
             out.append(Candidate(amounts, {suffix: list(req.providers)},
                                  tuple(p for p, _, _ in req.rows)))
-        return out, [], []
+        return out, []
 
     bucketed: list[dict[int, list[int]]] = []
     for found in per_group:
@@ -640,10 +648,9 @@ def _merge(
     for buckets in bucketed[1:]:
         anchors &= buckets.keys()
 
-    seen: set[tuple[object, ...]] = set()
+    seen: dict[tuple[object, ...], int] = {}
     out = []
-    picks: list[tuple[int, ...]] = []
-    at: list[int] = []
+    occurrences: list[tuple[tuple[int, ...], int, int]] = []
     for anchor in sorted(anchors):
         for pick in itertools.product(*(b[anchor] for b in bucketed)):
             combo = tuple(found[i] for found, i in zip(per_group, pick, strict=True))
@@ -668,13 +675,12 @@ def _merge(
                 frozenset((p, rc, n) for p, per_rc in amounts.items() for rc, n in per_rc.items()),
                 frozenset((s, frozenset(ps)) for s, ps in mappings.items()),
             )
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(Candidate(amounts, mappings))
-            picks.append(pick)
-            at.append(anchor)
-    return out, picks, at
+            index = seen.get(key)
+            if index is None:
+                index = seen[key] = len(out)
+                out.append(Candidate(amounts, mappings))
+            occurrences.append((pick, anchor, index))
+    return out, occurrences
 
 
 def _same_subtree(graph: ProviderGraph, combo: tuple[GroupRequest, ...], idx: list[int]) -> bool:
