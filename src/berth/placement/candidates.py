@@ -424,11 +424,10 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
         order = general_merged_order(graph, [c.amounts for c in result.candidates], cap,
                                      keep=keep, groups=list(query.groups.values()),
                                      merge=result.merge, allowed=allowed_anchors(graph, query))
-    else:
-        groups = list(query.groups.values())
+    else:  # one group without sharing providers (same_subtree, a resourceless group)
         known = [c.by_class for c in result.candidates if c.by_class is not None]
         order = general_order(graph, [c.amounts for c in result.candidates],
-                              groups[0] if len(groups) == 1 else None, cap,
+                              next(iter(query.groups.values())), cap,
                               by_class=known if len(known) == size else None,
                               allowed=allowed_anchors(graph, query))[:keep]
     if isinstance(result, FlatResult):

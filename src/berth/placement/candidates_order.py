@@ -209,30 +209,24 @@ def _pair_walk(ids: npt.NDArray[np.int64], roots: npt.NDArray[np.int64]) -> npt.
 
 
 def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, int]]],
-                  group: RequestGroup | None = None, cap: int | None = None, *,
+                  group: RequestGroup, cap: int | None = None, *,
                   by_class: Sequence[tuple[int, ...]] | None = None,
                   allowed: npt.NDArray[np.bool_] | None = None) -> list[int]:
-    """Placement's order of a general answer (``amounts`` per candidate, in the engine's
-    order): positions into it. ``group`` is the request's only group, when it has one
-    (the shape whose walk is replayed exactly); the merge stops after ``cap`` requests
-    (``max_allocation_candidates``). ``by_class``, when the engine knows it: each
-    request's provider per class of ``group``, in class id order (then the hashes and
-    the walk are computed from it as arrays). ``allowed``: the roots ``root_required``
-    allows (None: no ``root_required``)."""
-    if group is None:
-        # Several groups: the merge adds the requests to the answer's set (here in the
-        # engine's order; merged_order forms Placement's exact one from the groups' lists).
-        return set_order(request_hashes(graph, amounts),
-                         range(len(amounts) if cap is None else min(cap, len(amounts))))
+    """Placement's order of the general path's answer to one ``group`` without sharing
+    providers (``amounts`` per candidate, in the engine's order; several groups and
+    sharing providers take :func:`general_merged_order`): positions into it. The merge
+    stops after ``cap`` requests (``max_allocation_candidates``). ``by_class``, when
+    the engine knows it: each request's provider per class of ``group``, in class id
+    order (then the hashes and the walk are computed from it as arrays). ``allowed``:
+    the roots ``root_required`` allows (None: no ``root_required``)."""
     combos = _combos(graph, group, by_class, len(amounts))
+    root = graph.root
     if combos is not None:
         hashes = _combo_hashes(graph, group, combos)
-        no_sharing = not graph.sharing
-        anchors = (np.asarray(graph.root, dtype=np.int64)[combos[:, 0]].tolist() if no_sharing
-                   else [_anchor(graph, a) for a in amounts])
+        anchors = np.asarray(root, dtype=np.int64)[combos[:, 0]].tolist()
     else:
         hashes = request_hashes(graph, amounts)
-        anchors = [_anchor(graph, a) for a in amounts]
+        anchors = [root[next(iter(a))] for a in amounts]
     walk = None
     if _walks_trees(graph, group):
         keys = list(by_class) if combos is not None and by_class is not None \
@@ -594,16 +588,6 @@ def request_hashes(graph: ProviderGraph,
         matrix = np.sort(rows[starts[which][:, None] + np.arange(size)], axis=1)
         out[which] = tuple_hashes([matrix[:, k] for k in range(size)])
     return out.tolist()
-
-
-def _anchor(graph: ProviderGraph, amounts: dict[int, dict[str, int]]) -> int:
-    """The root a request is anchored at: that of a provider that is not sharing, else
-    that of the first provider."""
-    sharing = graph.sharing
-    for p in amounts:
-        if p not in sharing:
-            return int(graph.root[p])
-    return int(graph.root[next(iter(amounts))])
 
 
 def _walks_trees(graph: ProviderGraph, group: RequestGroup) -> bool:
