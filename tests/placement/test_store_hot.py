@@ -317,7 +317,7 @@ def test_a_dropped_connection_is_replaced(engine: Any) -> None:
     store = PlacementStore(engine)
     store.provider_graph()
     _claim(store, rps[0])
-    pids = [raw.dbapi.info.backend_pid for raw in store._spare]  # type: ignore[attr-defined]
+    pids = [raw.dbapi.info.backend_pid for raw in store._raw_pool.spare]  # type: ignore[attr-defined]
     assert pids
     with engine.connect() as conn:
         for pid in pids:

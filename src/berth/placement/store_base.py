@@ -7,9 +7,7 @@ prebuilt statements, the provider row helpers and the hot path's raw connections
 
 from __future__ import annotations
 
-import os
 import threading
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -27,11 +25,10 @@ from berth.placement.db import (
     utcnow,
 )
 from berth.placement.store_raw import (
-    _KEEP_RAW,
     _RAW_BUMP_SEQ,
     _RAW_LOG_CHANGE,
     RawConnection,
-    _close_all,
+    RawPool,
     encode_usage_delta,
 )
 from berth.placement.store_records import ProviderRecord
@@ -151,8 +148,7 @@ class StoreBase:
         #: (names_seq, class name -> id) for the allocation fast path.
         self._write_rcs: tuple[int, dict[str, int]] | None = None
         self._id_cache: dict[tuple[str, str], int] = {}
-        self._spare: list[RawConnection] = []
-        weakref.finalize(self, _close_all, self._spare)
+        self._raw_pool = RawPool(engine)
         #: Statements run on the hot-path raw connections (BEGIN/COMMIT included).
         self.raw_statements = 0
 
@@ -341,29 +337,16 @@ class StoreBase:
 
     def _take_raw(self, *, fresh: bool = False) -> RawConnection:
         """A kept raw connection, or a new one (none is shared between two callers)."""
-        pool = self.engine.pool
-        while not fresh:
-            try:
-                raw = self._spare.pop()
-            except IndexError:
-                break
-            if raw.pool is pool and raw.pid == os.getpid():
-                return raw
-            raw.close()  # the engine was disposed, or we are in a forked child
-        return RawConnection(self.engine)
+        return self._raw_pool.take(fresh=fresh)
 
     def _give_raw(self, raw: RawConnection, ok: bool) -> None:
-        """Keep ``raw`` for the next call if it is usable (an open transaction, after an
-        error or an abandoned fast path, is rolled back first)."""
-        if raw.reset() and len(self._spare) < _KEEP_RAW and raw.pool is self.engine.pool:
-            self._spare.append(raw)
-        else:
-            raw.close()
+        """Keep ``raw`` for the next call if it is usable."""
+        self._raw_pool.give(raw, ok)
 
     def close(self) -> None:
         """Close the connections this store keeps for its hot paths (the engine's pool
         belongs to the caller)."""
-        _close_all(self._spare)
+        self._raw_pool.close()
 
 
 _PROVIDER_SELECT = StoreBase._build_provider_select()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -299,6 +300,60 @@ class RawConnection:
                 self.fairy.close()
         else:
             _INHERITED.append(self)
+
+
+class RawPool:
+    """The :class:`RawConnection` objects one engine's hot paths keep between calls
+    (none is shared between two callers; at most ``keep`` are kept)."""
+
+    def __init__(self, engine: Engine, keep: int = _KEEP_RAW) -> None:
+        self.engine = engine
+        self.keep = keep
+        self.spare: list[RawConnection] = []
+        weakref.finalize(self, _close_all, self.spare)
+
+    def take(self, *, fresh: bool = False) -> RawConnection:
+        """A kept connection, or a new one."""
+        pool = self.engine.pool
+        while not fresh:
+            try:
+                raw = self.spare.pop()
+            except IndexError:
+                break
+            if raw.pool is pool and raw.pid == os.getpid():
+                return raw
+            raw.close()  # the engine was disposed, or we are in a forked child
+        return RawConnection(self.engine)
+
+    def give(self, raw: RawConnection, ok: bool) -> None:
+        """Keep ``raw`` for the next call if it is usable (an open transaction, after an
+        error or an abandoned fast path, is rolled back first)."""
+        if raw.reset() and len(self.spare) < self.keep and raw.pool is self.engine.pool:
+            self.spare.append(raw)
+        else:
+            raw.close()
+
+    def run(self, stmts: Sequence[tuple[Any, ...]], *, retry: bool = False) -> list[Any]:
+        """:meth:`RawConnection.run` on a kept connection; with ``retry``, once more on a
+        new connection when the first fails with a database error (a connection the
+        database dropped: only for statements that are safe to run twice)."""
+        for attempt in (1, 2):
+            raw = self.take(fresh=attempt == 2)
+            ok = False
+            try:
+                out = raw.run(stmts)
+                ok = True
+                return out
+            except sa.exc.DBAPIError:
+                if not retry or attempt == 2:
+                    raise
+            finally:
+                self.give(raw, ok)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Close the kept connections."""
+        _close_all(self.spare)
 
 
 #: Connections inherited from a parent process: kept referenced, never used or closed.
