@@ -28,8 +28,8 @@ from berth.placement.store_raw import (
     _RAW_BUMP_SEQ,
     _RAW_LOG_CHANGE,
     RawConnection,
-    RawPool,
     encode_usage_delta,
+    raw_pool,
 )
 from berth.placement.store_records import ProviderRecord
 
@@ -148,7 +148,7 @@ class StoreBase:
         #: (names_seq, class name -> id) for the allocation fast path.
         self._write_rcs: tuple[int, dict[str, int]] | None = None
         self._id_cache: dict[tuple[str, str], int] = {}
-        self._raw_pool = RawPool(engine)
+        self._raw_pool = raw_pool(engine)
         #: Statements run on the hot-path raw connections (BEGIN/COMMIT included).
         self.raw_statements = 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -355,6 +356,22 @@ class RawPool:
         """Close the kept connections."""
         _close_all(self.spare)
 
+
+def raw_pool(engine: Engine) -> RawPool:
+    """The :class:`RawPool` of ``engine``, one per engine for every store on it (kept on
+    the engine, so it goes with it): the stores of one process share at most
+    ``_KEEP_RAW`` idle connections instead of keeping as many each."""
+    pool: RawPool | None = getattr(engine, "_berth_raw_pool", None)
+    if pool is None:
+        with _POOL_LOCK:
+            pool = getattr(engine, "_berth_raw_pool", None)
+            if pool is None:
+                pool = RawPool(engine)
+                engine._berth_raw_pool = pool  # type: ignore[attr-defined]
+    return pool
+
+
+_POOL_LOCK = threading.Lock()
 
 #: Connections inherited from a parent process: kept referenced, never used or closed.
 _INHERITED: list[RawConnection] = []

@@ -51,6 +51,7 @@ from sqlalchemy.engine import Engine
 from berth.errors import InstanceExists, ServiceUnavailable
 from berth.placement.db import create_tables
 from berth.placement.dbfaults import call_with_retry, retried
+from berth.placement.store_raw import raw_pool
 
 builds_metadata = sa.MetaData()
 
@@ -102,14 +103,18 @@ class BuildRecord:
     updated_at: float
 
 
-#: The statements every boot runs (its build records' insert and settle), built
-#: once: building a statement and its cache key per call cost more than running it.
-_INSERT_BUILDS = sa.insert(builds)
-_SETTLE = (sa.update(builds)
-           .where(builds.c.instance_uuid == sa.bindparam("b_instance_uuid"),
-                  builds.c.state == BUILDING, builds.c.owner == sa.bindparam("b_owner"))
-           .values(state=sa.bindparam("state"), host=sa.bindparam("host"),
-                   reason=sa.bindparam("reason"), updated_at=sa.bindparam("updated_at")))
+#: The statements every boot runs (its build records' insert and settle), as raw DBAPI
+#: statements on the engine's kept connections (see
+#: :class:`~berth.placement.store_raw.RawPool`): SQLAlchemy's execution context cost more
+#: than running them.
+_RAW_INSERT_BUILD = (
+    "INSERT INTO berth_builds (instance_uuid, request_id, state, owner, group_uuid, host, "
+    "reason, created_at, updated_at) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?)"
+)
+_RAW_SETTLE = (
+    "UPDATE berth_builds SET state = ?, host = ?, reason = ?, updated_at = ? "
+    f"WHERE instance_uuid = ? AND state = '{BUILDING}' AND owner = ?"
+)
 _GET_BUILD = sa.select(builds).where(builds.c.instance_uuid == sa.bindparam("b_instance_uuid"))
 
 
@@ -139,6 +144,8 @@ class BuildRecords:
 
     def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
+        self.is_sqlite = engine.dialect.name == "sqlite"
+        self._raw = raw_pool(engine)
         self.clock = clock
         create_tables(engine, builds_metadata)
         self.owner = uuidlib.uuid4().hex
@@ -182,12 +189,11 @@ class BuildRecords:
         if not instance_uuids:
             return
         now = self._now()
-        rows = [{"instance_uuid": u, "request_id": request_id, "state": BUILDING,
-                 "owner": self.owner, "group_uuid": group_uuid, "host": None, "reason": None,
-                 "created_at": now, "updated_at": now} for u in instance_uuids]
+        inserts = [(_RAW_INSERT_BUILD, (u, request_id, BUILDING, self.owner, group_uuid, now, now))
+                   for u in instance_uuids]
         try:
-            with self.engine.begin() as conn:
-                conn.execute(_INSERT_BUILDS, rows)
+            self._raw.run([("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()), *inserts,
+                           ("COMMIT", ())])
         except sa.exc.IntegrityError:
             taken = sorted(self.existing(instance_uuids))
             raise InstanceExists(f"instance uuid(s) issued before: {', '.join(taken)}",
@@ -219,11 +225,9 @@ class BuildRecords:
 
     def _settle(self, instance_uuid: str, state: str, host: str | None,
                 reason: str | None) -> bool:
-        with self.engine.begin() as conn:
-            done = conn.execute(_SETTLE, {"b_instance_uuid": instance_uuid,
-                                          "b_owner": self.owner, "state": state, "host": host,
-                                          "reason": reason, "updated_at": self._now()})
-        return done.rowcount == 1
+        done = self._raw.run([(_RAW_SETTLE, (state, host, reason, self._now(), instance_uuid,
+                                             self.owner))])[0]
+        return bool(done == 1)
 
     @retried(safe=False)
     def adopt(self, hosts: Mapping[str, str | None], request_id: str) -> None:

@@ -41,7 +41,7 @@ from berth.model.compute import Instance, MetricItem, ServiceRecord
 from berth.model.request import Flavor
 from berth.placement.client import ConflictError, NotFoundError, PlacementClient
 from berth.placement.db import create_tables
-from berth.placement.store_raw import RawPool
+from berth.placement.store_raw import raw_pool
 from berth.provider_tree import ProviderSpec
 from berth.snapshot import HostRecord, HostSnapshot
 
@@ -203,7 +203,7 @@ class ComputeRecordStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
-        self._raw = RawPool(engine)
+        self._raw = raw_pool(engine)
         self._deferred: list[tuple[str, Mapping[str, Any], float | None]] | None = None
         self._defer_lock = threading.Lock()
         create_tables(engine, records_metadata)

@@ -38,6 +38,7 @@ from berth.errors import InputError
 from berth.model.request import InstanceGroup
 from berth.placement.db import allocations, create_tables, resource_providers
 from berth.placement.dbfaults import retried
+from berth.placement.store_raw import raw_pool
 from berth.service.builds import BUILDING, builds, builds_metadata
 from berth.service.compute import compute_nodes, records_metadata
 
@@ -58,8 +59,12 @@ server_groups = sa.Table(
 
 #: The statements a delete and a group's member edits run, built once (building a
 #: statement and its cache key per call cost more than running it).
-_WITH_MEMBER = sa.select(server_groups).where(
-    server_groups.c.members.like(sa.bindparam("pattern"), escape="/"))
+#: :meth:`ServerGroupStore.of_member` (every delete asks) as a raw DBAPI statement on
+#: the engine's kept connections (:class:`~berth.placement.store_raw.RawPool`).
+_RAW_WITH_MEMBER = (
+    "SELECT policy, uuid, name, rules, members, project_id, user_id FROM berth_server_groups "
+    "WHERE members LIKE ? ESCAPE '/'"
+)
 _MEMBERS_FOR_UPDATE = (sa.select(server_groups.c.members)
                        .where(server_groups.c.uuid == sa.bindparam("b_uuid")).with_for_update())
 _SET_MEMBERS = (sa.update(server_groups).where(server_groups.c.uuid == sa.bindparam("b_uuid"))
@@ -140,6 +145,7 @@ class ServerGroupStore:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._raw = raw_pool(engine)
         create_tables(engine, groups_metadata)
         # ClaimedHosts reads host names and build states there.
         create_tables(engine, records_metadata)
@@ -177,9 +183,12 @@ class ServerGroupStore:
     def of_member(self, instance_uuid: str) -> list[InstanceGroup]:
         """The groups ``instance_uuid`` is a member of (the database narrows the rows by
         the text of their member lists; each is then read exactly)."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(_WITH_MEMBER, {"pattern": _containing(instance_uuid)}).all()
-        return [g for g in map(_group, rows) if instance_uuid in g.members]
+        rows = self._raw.run([(_RAW_WITH_MEMBER, (_containing(instance_uuid),))])[0]
+        groups = [InstanceGroup(policy=policy, uuid=uuid, name=name, rules=json.loads(rules),
+                                members=list(json.loads(members)), project_id=project,
+                                user_id=user)
+                  for policy, uuid, name, rules, members, project, user in rows]
+        return [g for g in groups if instance_uuid in g.members]
 
     @retried(safe=True)
     def get(self, uuid: str) -> InstanceGroup | None:

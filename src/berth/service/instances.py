@@ -30,6 +30,7 @@ from sqlalchemy.engine import Engine
 
 from berth.model.request import Flavor, ImageMeta, ImageMetaProps, InstanceGroup, RequestSpec
 from berth.placement.db import create_tables
+from berth.placement.store_raw import raw_pool
 
 ACTIVE = "ACTIVE"
 MOVING = "MOVING"
@@ -126,24 +127,22 @@ class MigrationRecord:
     old_spec: dict[str, Any]
 
 
-#: The statements of the hot paths (a boot records its instances, a delete reads,
-#: swaps and removes one), built once: building a SQLAlchemy statement and its cache
+#: The migrations' statements, built once: building a SQLAlchemy statement and its cache
 #: key per call cost several times the statement's own run.
-_I = instances_table.c
-_GET_INSTANCE = sa.select(instances_table).where(_I.uuid == sa.bindparam("b_uuid"))
-_UPDATE_INSTANCE = (sa.update(instances_table).where(_I.uuid == sa.bindparam("b_uuid"))
-                    .values(host=sa.bindparam("host"), nodename=sa.bindparam("nodename"),
-                            status=sa.bindparam("status"), spec=sa.bindparam("spec")))
-_INSERT_INSTANCE = sa.insert(instances_table)
-_SWAP_STATUS = (sa.update(instances_table)
-                .where(_I.uuid == sa.bindparam("b_uuid"),
-                       _I.status.in_(sa.bindparam("expected", expanding=True)))
-                .values(status=sa.bindparam("status")))
-_REMOVE_INSTANCE = sa.delete(instances_table).where(_I.uuid == sa.bindparam("b_uuid"))
 _M = migrations_table.c
 _MIGRATIONS_OF = sa.select(migrations_table).where(
     _M.instance_uuid == sa.bindparam("instance_uuid"))
 _MIGRATIONS_OF_IN = _MIGRATIONS_OF.where(_M.status == sa.bindparam("status"))
+#: The same hot paths as raw DBAPI statements on the engine's kept connections (see
+#: :class:`~berth.placement.store_raw.RawPool`): through SQLAlchemy a boot's record and a
+#: delete's read, swap and removal cost more in its execution context than in SQLite.
+_RAW_UPSERT_INSTANCE = (
+    "INSERT INTO berth_instances (uuid, host, nodename, status, spec) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (uuid) DO UPDATE SET host = excluded.host, nodename = excluded.nodename, "
+    "status = excluded.status, spec = excluded.spec"
+)
+_RAW_GET_INSTANCE = "SELECT uuid, host, nodename, status, spec FROM berth_instances WHERE uuid = ?"
+_RAW_REMOVE_INSTANCE = "DELETE FROM berth_instances WHERE uuid = ?"
 
 
 def _instance(row: Any) -> InstanceRecord:
@@ -161,6 +160,8 @@ class InstanceStore:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.is_sqlite = engine.dialect.name == "sqlite"
+        self._raw = raw_pool(engine)
         create_tables(engine, instances_metadata)
 
     # ----------------------------------------------------------------- instances
@@ -172,25 +173,22 @@ class InstanceStore:
     def record_many(self, rows: Iterable[tuple[str, str, str, RequestSpec | dict[str, Any]]],
                     status: str = ACTIVE) -> None:
         """:meth:`record` for several instances, in one transaction."""
-        values = [{"b_uuid": uuid, "host": host, "nodename": node, "status": status,
-                   "spec": json.dumps(spec if isinstance(spec, dict) else spec_to_dict(spec),
-                                      sort_keys=True)}
-                  for uuid, host, node, spec in rows]
-        if not values:
+        upserts = [(_RAW_UPSERT_INSTANCE, (
+            uuid, host, node, status,
+            json.dumps(spec if isinstance(spec, dict) else spec_to_dict(spec), sort_keys=True)))
+            for uuid, host, node, spec in rows]
+        if not upserts:
             return
-        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            for value in values:
-                if conn.execute(_UPDATE_INSTANCE, value).rowcount == 0:
-                    conn.execute(_INSERT_INSTANCE, {
-                        "uuid": value["b_uuid"], "host": value["host"],
-                        "nodename": value["nodename"], "status": status,
-                        "spec": value["spec"]})
+        self._raw.run([("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()), *upserts,
+                       ("COMMIT", ())])
 
     def get(self, uuid: str) -> InstanceRecord | None:
         """The instance, or None."""
-        with self.engine.connect() as conn:
-            row = conn.execute(_GET_INSTANCE, {"b_uuid": uuid}).first()
-        return None if row is None else _instance(row)
+        rows = self._raw.run([(_RAW_GET_INSTANCE, (uuid,))], retry=True)[0]
+        if not rows:
+            return None
+        uuid, host, nodename, status, spec = rows[0]
+        return InstanceRecord(uuid, host, nodename, status, json.loads(spec))
 
     def all(self) -> list[InstanceRecord]:
         """Every instance, by host then uuid."""
@@ -201,15 +199,16 @@ class InstanceStore:
 
     def swap_status(self, uuid: str, expected: Iterable[str], status: str) -> bool:
         """Set the status only if it is one of ``expected`` now; False otherwise."""
-        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            done = conn.execute(_SWAP_STATUS, {"b_uuid": uuid, "expected": list(expected),
-                                               "status": status})
-        return bool(done.rowcount)
+        wanted = list(expected)
+        if not wanted:
+            return False
+        sql = (f"UPDATE berth_instances SET status = ? WHERE uuid = ? "
+               f"AND status IN ({', '.join('?' * len(wanted))})")
+        return bool(self._raw.run([(sql, (status, uuid, *wanted))])[0])
 
     def remove(self, uuid: str) -> None:
         """Forget a deleted instance (its migrations stay, as history)."""
-        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            conn.execute(_REMOVE_INSTANCE, {"b_uuid": uuid})
+        self._raw.run([(_RAW_REMOVE_INSTANCE, (uuid,))])
 
     def update(self, uuid: str, *, status: str, host: str | None = None,
                nodename: str | None = None, spec: dict[str, Any] | None = None) -> None:
