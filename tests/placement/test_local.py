@@ -129,6 +129,12 @@ def test_claims_reads_and_deletes_behave_as_the_api(pair39: Pair) -> None:
         client.delete_allocations(consumer)
         assert local.get_allocations(consumer).allocations == {}
         assert isinstance(_error(client.delete_allocations, consumer), NotFoundError)
+        # A delete that answers what it freed (a server delete reports it).
+        client.put_allocations(consumer, claim, project_id="p", user_id="u",
+                               consumer_generation=None)
+        assert client.take_allocations(consumer) == claim
+        assert api.get_allocations(consumer).allocations == {}
+        assert isinstance(_error(client.take_allocations, consumer), NotFoundError)
     too_big = {rp: {"VCPU": 1000}}
     _same(_error(local.put_allocations, str(uuid.uuid4()), too_big, project_id="p",
                  user_id="u", consumer_generation=None),

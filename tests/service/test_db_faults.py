@@ -99,8 +99,10 @@ def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Pat
     from pgdb import fresh_pg_database
 
     cloud = tmp_path / "cloud.yaml"
-    cloud.write_text('hosts:\n  - {host: "n{index}", count: 4, vcpus: 64, memory_mb: 65536, '
-                     'local_gb: 1000}\n')
+    # Room for ~10,000 tiny boots: the traffic must never fill the cloud (a NoValidHost
+    # would be a 409), however fast the boots go (~900 in the 5 s here).
+    cloud.write_text('hosts:\n  - {host: "n{index}", count: 4, vcpus: 640, '
+                     'memory_mb: 5242880, local_gb: 20000}\n')
     with fresh_pg_database("berth_faults") as db, socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

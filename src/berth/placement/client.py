@@ -325,6 +325,13 @@ class PlacementClient:
         """DELETE /allocations/{consumer}."""
         self._call("DELETE", f"/allocations/{consumer}")
 
+    def take_allocations(self, consumer: str) -> dict[str, dict[str, int]]:
+        """What the consumer holds (GET /allocations/{consumer}), then DELETE it
+        (NotFoundError when it holds nothing)."""
+        held = {rp: dict(res) for rp, res in self.get_allocations(consumer).allocations.items()}
+        self.delete_allocations(consumer)
+        return held
+
     def post_allocations(
         self, consumers: Mapping[str, ConsumerPost], *, microversion: str | None = None
     ) -> None:

@@ -161,10 +161,15 @@ class LocalPlacement:
 
     def delete_allocations(self, consumer: str) -> None:
         """DELETE /allocations/{consumer} (NotFoundError when it has none)."""
+        self.take_allocations(consumer)
+
+    def take_allocations(self, consumer: str) -> dict[str, dict[str, int]]:
+        """DELETE /allocations/{consumer}, answering what it held (provider -> class ->
+        amount) from the deleted rows themselves (NotFoundError when it has none)."""
         uuid = schemas.normalize_uuid(consumer) or consumer
         with _as_client_errors():
-            call_with_retry(lambda: self.store.delete_consumer_allocations(uuid), safe=False,
-                            what=f"DELETE /allocations/{uuid}")
+            return call_with_retry(lambda: self.store.delete_consumer_allocations(uuid),
+                                   safe=False, what=f"DELETE /allocations/{uuid}")
 
     # -- reads a claimer makes to explain a refusal ------------------------------------
 

@@ -87,6 +87,8 @@ _DEL_CONSUMER_ALLOCS = (
     .returning(allocations.c.resource_provider_id, allocations.c.resource_class_id,
                allocations.c.used)
 )
+_SEL_RP_UUIDS = sa.select(resource_providers.c.id, resource_providers.c.uuid).where(
+    resource_providers.c.id.in_(sa.bindparam("ids", expanding=True)))
 _DEL_CONSUMER_BY_UUID = sa.delete(consumers).where(consumers.c.uuid == sa.bindparam("consumer"))
 
 
@@ -511,8 +513,9 @@ class AllocationsMixin(FastWritesMixin):
             if not w.allocations:
                 conn.execute(_DEL_CONSUMER, {"cid": state.id})
 
-    def delete_consumer_allocations(self, consumer_uuid: str) -> None:
-        """Delete all allocations of a consumer and the consumer itself."""
+    def delete_consumer_allocations(self, consumer_uuid: str) -> dict[str, dict[str, int]]:
+        """Delete all allocations of a consumer and the consumer itself; returns what it
+        held (provider uuid -> class -> amount)."""
         with self._write() as conn:
             # No provider generation changes (Placement's rule): the log carries the
             # usage given back, taken from the rows the DELETE itself removed (a SELECT
@@ -523,3 +526,10 @@ class AllocationsMixin(FastWritesMixin):
             for rp_id, rc_id, used in removed:
                 self._touch_usage(conn, rp_id, rc_id, -used)
             conn.execute(_DEL_CONSUMER_BY_UUID, {"consumer": consumer_uuid})
+            _, class_of = self._rc_maps(conn)
+            uuid_of = {int(rp_id): str(uuid) for rp_id, uuid in conn.execute(
+                _SEL_RP_UUIDS, {"ids": sorted({r[0] for r in removed})})}
+        freed: dict[str, dict[str, int]] = {}
+        for rp_id, rc_id, used in removed:
+            freed.setdefault(uuid_of[rp_id], {})[class_of[rc_id]] = used
+        return freed

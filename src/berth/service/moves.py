@@ -107,6 +107,10 @@ class MoveAccess(Protocol):
         """DELETE /allocations/{consumer}."""
         ...
 
+    def take_allocations(self, consumer: str) -> dict[str, dict[str, int]]:
+        """DELETE /allocations/{consumer}, answering what it held."""
+        ...
+
 
 class MoveDriver(Protocol):
     """A compute driver that can move instances (:class:`~berth.service.conductor.FakeDriver`)."""
@@ -227,13 +231,16 @@ class PlacementMoveClaims:
 
     def delete(self, consumer: str) -> bool:
         """DELETE /allocations/{consumer}; False when it had none."""
+        return self.take(consumer) is not None
+
+    def take(self, consumer: str) -> dict[str, dict[str, int]] | None:
+        """DELETE /allocations/{consumer}; what it held, or None when it had none."""
         try:
-            self.client.delete_allocations(consumer)
+            return self.client.take_allocations(consumer)
         except Exception as exc:  # 404 (none held) and transport errors alike
             if getattr(exc, "status", None) != 404 and not isinstance(exc, httpx.HTTPError):
                 raise
-            return False
-        return True
+            return None
 
 
 class MoveService:
@@ -332,14 +339,12 @@ class MoveService:
         freed: dict[str, Any] = {}
         try:
             for migration in finished:
-                freed[migration.uuid] = self.claims.allocations_of(migration.uuid)
-                self.claims.delete(migration.uuid)
+                freed[migration.uuid] = self.claims.take(migration.uuid) or {}
                 release = getattr(self.conductor.driver, "confirm_move", None)
                 if callable(release):
                     release(instance_uuid, migration.source_host)
                 self.instances.set_migration(migration.uuid, status="deleted")
-            freed[instance_uuid] = self.claims.allocations_of(instance_uuid)
-            self.claims.delete(instance_uuid)
+            freed[instance_uuid] = self.claims.take(instance_uuid) or {}
         except BaseException:
             self.instances.update(instance_uuid, status=before)
             raise
