@@ -188,3 +188,22 @@ def test_the_same_trace_replays_against_a_running_berth_with_the_same_outcome(
     assert [s.hosts_in_use for s in online.samples] == [s.hosts_in_use for s in offline.samples]
     assert len(servers["servers"]) == online.samples[-1].live
     assert [g["policy"] for g in groups if g["name"] == "web"] == ["anti-affinity"]
+
+
+def test_the_offline_scratch_store_commits_without_syncing(tmp_path: Path) -> None:
+    """The scratch store an offline run registers the cloud into is thrown away, so its
+    commits skip the disk sync; a store opened as ``berth serve`` opens one keeps it."""
+    from berth.service.stack import open_stack
+
+    def synchronous(engine) -> int:  # type: ignore[no-untyped-def]
+        with engine.connect() as conn:
+            return int(conn.exec_driver_sql("PRAGMA synchronous").scalar())
+
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "cloud.yaml")
+    with offline_cloud(example, SchedulerConfig.default(), now=1.7e9) as offline:
+        assert synchronous(offline.stack.engine) == 0  # OFF
+    stack = open_stack(f"sqlite:///{tmp_path}/served.sqlite")
+    try:
+        assert synchronous(stack.engine) == 1  # NORMAL
+    finally:
+        stack.close()

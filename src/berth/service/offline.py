@@ -39,7 +39,8 @@ def offline_cloud(path: str, config: SchedulerConfig, *, now: float) -> Iterator
     instant ``now``; the store is removed on exit."""
     cloud = load_cloud(path, config, now=now)
     with tempfile.TemporaryDirectory(prefix="berth-offline-") as scratch:
-        stack = open_stack(f"sqlite:///{scratch}/cloud.sqlite", config)
+        # Thrown away on exit: its commits need not reach the disk.
+        stack = open_stack(f"sqlite:///{scratch}/cloud.sqlite", config, durable=False)
         stack.clock = lambda: now
         try:
             seed_cloud(stack, cloud, path, now=now, fresh=True)

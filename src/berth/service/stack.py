@@ -234,6 +234,7 @@ def open_stack(
     engine: Any = None,
     through_api: bool = False,
     security: Any = None,
+    durable: bool = True,
 ) -> Stack:
     """Open ``db_url`` (migrated on the way) and wire a :class:`Stack` over it.
 
@@ -241,14 +242,15 @@ def open_stack(
     ``through_api`` makes in-process schedulers use the WSGI app too (HTTP semantics
     end to end, for tests of that path). ``security`` (:class:`berth.webauth.settings.Security`)
     protects the Placement app the stack serves (``stack.placement_app``); the stack's
-    own in-process clients use an app of their own over the same store.
+    own in-process clients use an app of their own over the same store. ``durable``
+    false: a scratch SQLite store whose commits need not reach the disk.
     """
     from berth.placement.app import make_app
     from berth.placement.db import prepare
     from berth.placement.store import PlacementStore
 
     config = config or SchedulerConfig.default()
-    engine = engine if engine is not None else prepare(db_url)
+    engine = engine if engine is not None else prepare(db_url, durable=durable)
     store = PlacementStore(engine)
     app = make_app(store)
     served = make_app(store, security=security) if security is not None else app
