@@ -81,15 +81,6 @@ _SEL_CONSUMER_OWNER = (
     )
     .where(consumers.c.uuid == sa.bindparam("consumer"))
 )
-_DEL_CONSUMER_ALLOCS = (
-    sa.delete(allocations)
-    .where(allocations.c.consumer_id == sa.bindparam("consumer"))
-    .returning(allocations.c.resource_provider_id, allocations.c.resource_class_id,
-               allocations.c.used)
-)
-_SEL_RP_UUIDS = sa.select(resource_providers.c.id, resource_providers.c.uuid).where(
-    resource_providers.c.id.in_(sa.bindparam("ids", expanding=True)))
-_DEL_CONSUMER_BY_UUID = sa.delete(consumers).where(consumers.c.uuid == sa.bindparam("consumer"))
 
 
 class AllocationsMixin(FastWritesMixin):
@@ -516,20 +507,7 @@ class AllocationsMixin(FastWritesMixin):
     def delete_consumer_allocations(self, consumer_uuid: str) -> dict[str, dict[str, int]]:
         """Delete all allocations of a consumer and the consumer itself; returns what it
         held (provider uuid -> class -> amount)."""
-        with self._write() as conn:
-            # No provider generation changes (Placement's rule): the log carries the
-            # usage given back, taken from the rows the DELETE itself removed (a SELECT
-            # first could disagree with a writer that commits in between).
-            removed = conn.execute(_DEL_CONSUMER_ALLOCS, {"consumer": consumer_uuid}).all()
-            if not removed:
-                raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
-            for rp_id, rc_id, used in removed:
-                self._touch_usage(conn, rp_id, rc_id, -used)
-            conn.execute(_DEL_CONSUMER_BY_UUID, {"consumer": consumer_uuid})
-            _, class_of = self._rc_maps(conn)
-            uuid_of = {int(rp_id): str(uuid) for rp_id, uuid in conn.execute(
-                _SEL_RP_UUIDS, {"ids": sorted({r[0] for r in removed})})}
-        freed: dict[str, dict[str, int]] = {}
-        for rp_id, rc_id, used in removed:
-            freed.setdefault(uuid_of[rp_id], {})[class_of[rc_id]] = used
+        freed = self._delete_consumer_raw(consumer_uuid)
+        if freed is None:
+            raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
         return freed
