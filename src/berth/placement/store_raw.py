@@ -180,6 +180,26 @@ def _pg_sql(sql: str) -> str:
     return out
 
 
+def _lost(dbapi: Any, exc: BaseException) -> bool:
+    """Whether a psycopg error left its connection unusable: psycopg says it is broken
+    or closed, libpq's status is not OK, or an error in the chain is the server ending
+    the session (SQLSTATE class 08, 57P01-57P03)."""
+    if getattr(dbapi, "broken", False) or dbapi.closed:
+        return True
+    with contextlib.suppress(Exception):
+        if int(dbapi.pgconn.status) != 0:  # CONNECTION_OK
+            return True
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        state = str(getattr(seen, "sqlstate", "") or "")
+        if state.startswith("08") or state in ("57P01", "57P02", "57P03"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 class RawConnection:
     """One DBAPI connection a store keeps for its hot paths, detached from the pool.
 
@@ -271,7 +291,13 @@ class RawConnection:
                 self.stale_prepared = True
                 if getattr(exc, "sqlstate", None) == "22012":
                     raise _Unexpected(sql) from exc
-            raise sa.exc.DBAPIError.instance(sql, params, exc, self.error) from exc
+            # A connection the server dropped can fail with a message that does not say
+            # so ("cannot exit pipeline mode while busy", raised while leaving a pipeline
+            # whose connection is gone): the connection's state does, and marks the error
+            # as a lost connection for the retry and 503 logic.
+            lost = self.pg and _lost(dbapi, exc)
+            raise sa.exc.DBAPIError.instance(sql, params, exc, self.error,
+                                             connection_invalidated=lost) from exc
 
     def reset(self) -> bool:
         """Roll back whatever is open; False when the connection is unusable."""
@@ -328,29 +354,28 @@ class RawPool:
 
     def give(self, raw: RawConnection, ok: bool) -> None:
         """Keep ``raw`` for the next call if it is usable (an open transaction, after an
-        error or an abandoned fast path, is rolled back first)."""
+        error or an abandoned fast path, is rolled back first). A connection found
+        unusable after an error takes the kept ones with it, as SQLAlchemy's pool does
+        on a disconnect: a database restart or terminated backends leave them all dead,
+        and a retry must get a new one, not the next dead one."""
         if raw.reset() and len(self.spare) < self.keep and raw.pool is self.engine.pool:
             self.spare.append(raw)
-        else:
-            raw.close()
+            return
+        raw.close()
+        if not ok:
+            _close_all(self.spare)
 
-    def run(self, stmts: Sequence[tuple[Any, ...]], *, retry: bool = False) -> list[Any]:
-        """:meth:`RawConnection.run` on a kept connection; with ``retry``, once more on a
-        new connection when the first fails with a database error (a connection the
-        database dropped: only for statements that are safe to run twice)."""
-        for attempt in (1, 2):
-            raw = self.take(fresh=attempt == 2)
-            ok = False
-            try:
-                out = raw.run(stmts)
-                ok = True
-                return out
-            except sa.exc.DBAPIError:
-                if not retry or attempt == 2:
-                    raise
-            finally:
-                self.give(raw, ok)
-        raise AssertionError("unreachable")
+    def run(self, stmts: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """:meth:`RawConnection.run` on a kept connection (callers retry through
+        :func:`~berth.placement.dbfaults.call_with_retry`)."""
+        raw = self.take()
+        ok = False
+        try:
+            out = raw.run(stmts)
+            ok = True
+            return out
+        finally:
+            self.give(raw, ok)
 
     def close(self) -> None:
         """Close the kept connections."""

@@ -225,8 +225,12 @@ class BuildRecords:
 
     def _settle(self, instance_uuid: str, state: str, host: str | None,
                 reason: str | None) -> bool:
-        done = self._raw.run([(_RAW_SETTLE, (state, host, reason, self._now(), instance_uuid,
-                                             self.owner))])[0]
+        # In a transaction of its own: a connection lost before the COMMIT changed
+        # nothing and is retried; one lost during it is not (see call_with_retry).
+        done = self._raw.run([
+            ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
+            (_RAW_SETTLE, (state, host, reason, self._now(), instance_uuid, self.owner)),
+            ("COMMIT", ())])[1]
         return bool(done == 1)
 
     @retried(safe=False)

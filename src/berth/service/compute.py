@@ -41,6 +41,7 @@ from berth.model.compute import Instance, MetricItem, ServiceRecord
 from berth.model.request import Flavor
 from berth.placement.client import ConflictError, NotFoundError, PlacementClient
 from berth.placement.db import create_tables
+from berth.placement.dbfaults import call_with_retry
 from berth.placement.store_raw import raw_pool
 from berth.provider_tree import ProviderSpec
 from berth.snapshot import HostRecord, HostSnapshot
@@ -280,13 +281,16 @@ class ComputeRecordStore:
         text = json.dumps(report, sort_keys=True, default=str)
         # The counter's row lock (BEGIN IMMEDIATE on SQLite) orders the writers: a change
         # number is visible only once every smaller one has committed.
-        out = self._raw.run([
+        batch = [
             ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
             (_RAW_NEXT_SEQ, ()),
             (_RAW_UPSERT_NODE, (uuid, report["host"], report.get("nodename") or report["host"],
                                 text, heartbeat)),
             ("COMMIT", ()),
-        ])
+        ]
+        # Safe to run twice: the same row again, and one more change number.
+        out = call_with_retry(lambda: self._raw.run(batch), safe=True,
+                              what=f"publishing the report of {uuid}")
         return int(out[1][0][0])
 
     def set_aggregates(self, aggregates: Iterable[Aggregate]) -> None:
@@ -308,9 +312,9 @@ class ComputeRecordStore:
                           metadata=json.loads(r.metadata)) for r in rows]
 
     def latest(self) -> int:
-        """The newest change number (a dropped connection, as after a database restart,
-        is reopened once)."""
-        ((seq,),) = self._raw.run([(_READ_TOP_SQL, ())], retry=True)[0]
+        """The newest change number."""
+        ((seq,),) = call_with_retry(lambda: self._raw.run([(_READ_TOP_SQL, ())]), safe=True,
+                                    what="reading the reports' change number")[0]
         return int(seq)
 
     def close(self) -> None:
@@ -325,9 +329,9 @@ class ComputeRecordStore:
         # Change numbers are taken under the counter's row lock by each writer, so
         # everything up to ``top`` has committed once ``top`` is visible; a report with
         # a larger number, committed after ``top`` was read, waits for the next call.
-        top_rows, rows, agg_rows = self._raw.run(
-            [(_READ_TOP_SQL, ()), (_RAW_CHANGED_SINCE, (since,)), (_RAW_AGGREGATES_SEQ, ())],
-            retry=True)
+        batch = [(_READ_TOP_SQL, ()), (_RAW_CHANGED_SINCE, (since,)), (_RAW_AGGREGATES_SEQ, ())]
+        top_rows, rows, agg_rows = call_with_retry(lambda: self._raw.run(batch), safe=True,
+                                                   what="reading the reports that changed")
         top, agg_seq = int(top_rows[0][0]), int(agg_rows[0][0])
         agg_changed = since == 0 or agg_seq > since
         return [json.loads(report) for seq, report in rows if seq <= top], top, agg_changed

@@ -30,6 +30,7 @@ from sqlalchemy.engine import Engine
 
 from berth.model.request import Flavor, ImageMeta, ImageMetaProps, InstanceGroup, RequestSpec
 from berth.placement.db import create_tables
+from berth.placement.dbfaults import call_with_retry
 from berth.placement.store_raw import raw_pool
 
 ACTIVE = "ACTIVE"
@@ -179,12 +180,14 @@ class InstanceStore:
             for uuid, host, node, spec in rows]
         if not upserts:
             return
-        self._raw.run([("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()), *upserts,
-                       ("COMMIT", ())])
+        batch = [("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()), *upserts, ("COMMIT", ())]
+        # Upserts: safe to run twice.
+        call_with_retry(lambda: self._raw.run(batch), safe=True, what="recording instances")
 
     def get(self, uuid: str) -> InstanceRecord | None:
         """The instance, or None."""
-        rows = self._raw.run([(_RAW_GET_INSTANCE, (uuid,))], retry=True)[0]
+        rows = call_with_retry(lambda: self._raw.run([(_RAW_GET_INSTANCE, (uuid,))]),
+                               safe=True, what=f"reading instance {uuid}")[0]
         if not rows:
             return None
         uuid, host, nodename, status, spec = rows[0]
@@ -204,11 +207,17 @@ class InstanceStore:
             return False
         sql = (f"UPDATE berth_instances SET status = ? WHERE uuid = ? "
                f"AND status IN ({', '.join('?' * len(wanted))})")
-        return bool(self._raw.run([(sql, (status, uuid, *wanted))])[0])
+        # In a transaction of its own, so that a connection lost before the COMMIT is
+        # known to have changed nothing (and is retried), and one lost during it is not.
+        batch = [("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
+                 (sql, (status, uuid, *wanted)), ("COMMIT", ())]
+        return bool(call_with_retry(lambda: self._raw.run(batch), safe=False,
+                                    what=f"changing the status of instance {uuid}")[1])
 
     def remove(self, uuid: str) -> None:
         """Forget a deleted instance (its migrations stay, as history)."""
-        self._raw.run([(_RAW_REMOVE_INSTANCE, (uuid,))])
+        call_with_retry(lambda: self._raw.run([(_RAW_REMOVE_INSTANCE, (uuid,))]), safe=True,
+                        what=f"removing instance {uuid}")
 
     def update(self, uuid: str, *, status: str, host: str | None = None,
                nodename: str | None = None, spec: dict[str, Any] | None = None) -> None:
