@@ -291,7 +291,9 @@ class StoreBase:
         )
 
     def _get_provider(self, conn: Connection, uuid: str) -> ProviderRecord | None:
-        row = conn.execute(self._provider_select().where(resource_providers.c.uuid == uuid)).first()
+        # A statement built once: building one per call (and its cache key) cost more
+        # than running it (a GET of a provider, and every write's provider read).
+        row = conn.execute(_PROVIDER_BY_UUID, {"b_uuid": uuid}).first()
         return None if row is None else self._record(row)
 
     def _require_provider(self, conn: Connection, uuid: str) -> ProviderRecord:
@@ -350,3 +352,4 @@ class StoreBase:
 
 
 _PROVIDER_SELECT = StoreBase._build_provider_select()
+_PROVIDER_BY_UUID = _PROVIDER_SELECT.where(resource_providers.c.uuid == sa.bindparam("b_uuid"))
