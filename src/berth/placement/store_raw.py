@@ -358,11 +358,12 @@ class RawPool:
         unusable after an error takes the kept ones with it, as SQLAlchemy's pool does
         on a disconnect: a database restart or terminated backends leave them all dead,
         and a retry must get a new one, not the next dead one."""
-        if raw.reset() and len(self.spare) < self.keep and raw.pool is self.engine.pool:
+        usable = raw.reset()
+        if usable and len(self.spare) < self.keep and raw.pool is self.engine.pool:
             self.spare.append(raw)
             return
         raw.close()
-        if not ok:
+        if not usable and not ok:
             _close_all(self.spare)
 
     def run(self, stmts: Sequence[tuple[Any, ...]]) -> list[Any]:

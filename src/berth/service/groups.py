@@ -28,7 +28,7 @@ member until the instance is deleted; Berth keeps no instance that was not built
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -62,7 +62,7 @@ server_groups = sa.Table(
 #: :meth:`ServerGroupStore.of_member` (every delete asks) as a raw DBAPI statement on
 #: the engine's kept connections (:class:`~berth.placement.store_raw.RawPool`).
 _RAW_WITH_MEMBER = (
-    "SELECT policy, uuid, name, rules, members, project_id, user_id FROM berth_server_groups "
+    "SELECT uuid, name, policy, rules, members, project_id, user_id FROM berth_server_groups "
     "WHERE members LIKE ? ESCAPE '/'"
 )
 _MEMBERS_FOR_UPDATE = (sa.select(server_groups.c.members)
@@ -77,10 +77,12 @@ def _containing(text: str) -> str:
     return f"%{escaped}%"
 
 
-def _group(row: Any) -> InstanceGroup:
-    return InstanceGroup(policy=row.policy, uuid=row.uuid, name=row.name,
-                         rules=json.loads(row.rules), members=list(json.loads(row.members)),
-                         project_id=row.project_id, user_id=row.user_id)
+def _group(row: Sequence[Any]) -> InstanceGroup:
+    """A row of ``berth_server_groups`` (its columns in the table's order)."""
+    uuid, name, policy, rules, members, project_id, user_id = row
+    return InstanceGroup(policy=policy, uuid=uuid, name=name, rules=json.loads(rules),
+                         members=list(json.loads(members)), project_id=project_id,
+                         user_id=user_id)
 
 
 class ClaimedHosts:
@@ -184,11 +186,7 @@ class ServerGroupStore:
         """The groups ``instance_uuid`` is a member of (the database narrows the rows by
         the text of their member lists; each is then read exactly)."""
         rows = self._raw.run([(_RAW_WITH_MEMBER, (_containing(instance_uuid),))])[0]
-        groups = [InstanceGroup(policy=policy, uuid=uuid, name=name, rules=json.loads(rules),
-                                members=list(json.loads(members)), project_id=project,
-                                user_id=user)
-                  for policy, uuid, name, rules, members, project, user in rows]
-        return [g for g in groups if instance_uuid in g.members]
+        return [g for g in map(_group, rows) if instance_uuid in g.members]
 
     @retried(safe=True)
     def get(self, uuid: str) -> InstanceGroup | None:

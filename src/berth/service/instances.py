@@ -21,7 +21,7 @@ instance never run at once, from any number of processes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,8 +146,10 @@ _RAW_GET_INSTANCE = "SELECT uuid, host, nodename, status, spec FROM berth_instan
 _RAW_REMOVE_INSTANCE = "DELETE FROM berth_instances WHERE uuid = ?"
 
 
-def _instance(row: Any) -> InstanceRecord:
-    return InstanceRecord(row.uuid, row.host, row.nodename, row.status, json.loads(row.spec))
+def _instance(row: Sequence[Any]) -> InstanceRecord:
+    """A row of ``berth_instances`` (its columns in the table's order)."""
+    uuid, host, nodename, status, spec = row
+    return InstanceRecord(uuid, host, nodename, status, json.loads(spec))
 
 
 def _migration(row: Any) -> MigrationRecord:
@@ -188,10 +190,7 @@ class InstanceStore:
         """The instance, or None."""
         rows = call_with_retry(lambda: self._raw.run([(_RAW_GET_INSTANCE, (uuid,))]),
                                safe=True, what=f"reading instance {uuid}")[0]
-        if not rows:
-            return None
-        uuid, host, nodename, status, spec = rows[0]
-        return InstanceRecord(uuid, host, nodename, status, json.loads(spec))
+        return _instance(rows[0]) if rows else None
 
     def all(self) -> list[InstanceRecord]:
         """Every instance, by host then uuid."""

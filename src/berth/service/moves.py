@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
@@ -137,6 +137,20 @@ class MoveDriver(Protocol):
         ...
 
 
+T = TypeVar("T")
+
+
+def _unless_none_held(call: Callable[[], T]) -> T | None:
+    """``call()``, or None when placement answers 404 (the consumer holds nothing) or
+    cannot be reached."""
+    try:
+        return call()
+    except Exception as exc:  # 404 (none held) and transport errors alike
+        if getattr(exc, "status", None) != 404 and not isinstance(exc, httpx.HTTPError):
+            raise
+        return None
+
+
 class PlacementMoveClaims:
     """:class:`~berth.moves.MoveClaims` through placement (HTTP or in process)."""
 
@@ -231,16 +245,16 @@ class PlacementMoveClaims:
 
     def delete(self, consumer: str) -> bool:
         """DELETE /allocations/{consumer}; False when it had none."""
-        return self.take(consumer) is not None
+        def delete() -> bool:
+            self.client.delete_allocations(consumer)
+            return True
+
+        return bool(_unless_none_held(delete))
 
     def take(self, consumer: str) -> dict[str, dict[str, int]] | None:
-        """DELETE /allocations/{consumer}; what it held, or None when it had none."""
-        try:
-            return self.client.take_allocations(consumer)
-        except Exception as exc:  # 404 (none held) and transport errors alike
-            if getattr(exc, "status", None) != 404 and not isinstance(exc, httpx.HTTPError):
-                raise
-            return None
+        """DELETE /allocations/{consumer}; what it held, or None when it had none (over
+        HTTP a GET comes first; in process the deleted rows answer)."""
+        return _unless_none_held(lambda: self.client.take_allocations(consumer))
 
 
 class MoveService:
