@@ -17,6 +17,7 @@ from berth.service.compute import (
     record_to_report,
     report_to_record,
 )
+from berth.service.reporting import Reporter
 from berth.service.stack import Stack
 
 
@@ -77,8 +78,8 @@ def test_the_feed_applies_only_changed_reports_in_place(stack: Stack) -> None:
     assert len(snap) == 3 and snap.num("free_ram_mb").tolist() == [3584.0] * 3
     seq = feed.seq
     agents[1].spawn("inst-1", Flavor(name="f", vcpus=2, memory_mb=1024, root_gb=5, id=7), "p")
-    reports, top, _ = stack.records.changes(seq)
-    assert [r["host"] for r in reports] == ["h1"] and top == seq + 1
+    changes = stack.records.changes(seq)
+    assert [r["host"] for r in changes.reports] == ["h1"] and changes.top == seq + 1
     assert feed.refresh() is snap  # the same snapshot object, updated in place
     row = snap.row_of("h1")
     assert row is not None
@@ -124,22 +125,96 @@ def test_a_report_round_trips_through_json() -> None:
     assert again.service is not None  # an agent's node always has its service record
 
 
-def test_agents_report_periodically_until_stopped(stack: Stack) -> None:
+def test_agents_report_periodically_from_one_thread_until_stopped(stack: Stack) -> None:
     import threading
 
-    (agent,) = stack.register_hosts([ComputeNodeSpec(host="h1", vcpus=1, memory_mb=1024,
-                                                     local_gb=1)])
-    reported = threading.Event()
-    publish = stack.records.publish
+    stack.register_hosts([ComputeNodeSpec(host=f"h{i}", vcpus=1, memory_mb=1024, local_gb=1)
+                          for i in range(3)])
+    stored = threading.Event()
+    beats = stack.records.heartbeats
 
-    def spy(*args: object, **kw: object) -> int:
-        reported.set()
-        return publish(*args, **kw)  # type: ignore[arg-type]
+    def spy(batch: dict[str, float]) -> int:
+        if len(batch) == 3:
+            stored.set()
+        return beats(batch)
 
-    stack.records.publish = spy  # type: ignore[method-assign]
-    agent.start(interval=0.01)
+    stack.records.heartbeats = spy  # type: ignore[method-assign]
+    reporter = Reporter(lambda: list(stack.agents.values()), stack.records)
+    reporter.start(interval=0.01)
     try:
-        assert reported.wait(timeout=10)
+        assert stored.wait(timeout=10)  # the three heartbeats in one call
     finally:
-        agent.stop()
-    assert agent._thread is not None and not agent._thread.is_alive()
+        reporter.stop()
+    assert reporter._thread is not None and not reporter._thread.is_alive()
+    assert [t.name for t in threading.enumerate()].count("compute-reports") == 0
+
+
+def test_a_round_sends_heartbeats_alone_and_the_feed_applies_them(stack: Stack) -> None:
+    clock = [1000.0]
+    stack.clock = lambda: clock[0]
+    h0, h1 = stack.register_hosts([ComputeNodeSpec(host=f"h{i}", vcpus=8, memory_mb=4096,
+                                                    local_gb=40) for i in range(2)])
+    feed = SnapshotFeed(stack.records)
+    snap = feed.refresh()
+    reporter = Reporter(lambda: [h0, h1], stack.records)
+    written = stack.records.publish
+    published: list[str] = []
+    stack.records.publish = (  # type: ignore[method-assign]
+        lambda uuid, report, beat: published.append(uuid) or written(uuid, report, beat))
+    clock[0] = 1010.0
+    assert reporter.report_round() == 2
+    assert published == []  # no report: the state went out with the last one
+    changes = stack.records.changes(feed.seq)
+    assert changes.reports == [] and changes.beats == {h0.uuid: 1010.0, h1.uuid: 1010.0}
+    assert feed.refresh() is snap
+    assert snap.num("service_heartbeat").tolist() == [1010.0, 1010.0]
+    assert [s.last_seen_up for s in snap.obj("service")] == [1010.0, 1010.0]
+    # A whole round publishes only what changed (a failed build's counter here) ...
+    h1.record_failed_build()
+    clock[0] = 1020.0
+    assert reporter.report_round(whole=True) == 2
+    assert published == [h1.uuid]
+    feed.refresh()
+    row = snap.row_of("h1")
+    assert row is not None and snap.interned_value("stats", row)["failed_builds"] == "1"
+    assert snap.num("service_heartbeat").tolist() == [1020.0, 1020.0]
+    # ... and a stored report comes back with its newest heartbeat (a restart reads it).
+    clock[0] = 1030.0
+    reporter.report_round()
+    assert stack.records.report_of(h0.uuid)["service"]["last_seen_up"] == 1030.0
+    assert {r["host"]: r["service"]["last_seen_up"] for r in stack.records.reports()} == {
+        "h0": 1030.0, "h1": 1030.0}
+    # A silent host sends nothing, and an older heartbeat never wins over a newer one.
+    h0.silent = True
+    clock[0] = 1040.0
+    assert reporter.report_round() == 1
+    feed.refresh()
+    assert snap.num("service_heartbeat").tolist() == [1030.0, 1040.0]
+
+
+def test_a_failed_placement_publication_is_retried_by_the_next_round(stack: Stack) -> None:
+    (agent,) = stack.register_hosts([ComputeNodeSpec(host="h1", vcpus=8, memory_mb=4096,
+                                                     local_gb=40)])
+    assert not agent.placement_pending
+    calls: list[str] = []
+    client = agent.client  # the store itself in process, else the API's client
+    get = client.get_provider
+    client.get_provider = (  # type: ignore[method-assign]
+        lambda uuid: calls.append(uuid) or get(uuid))
+    reporter = Reporter(lambda: [agent], stack.records)
+    reporter.report_round()
+    agent.sync_placement()
+    assert calls == []  # nothing changed: no call to Placement at all
+    set_traits = client.set_provider_traits
+
+    def down(*args: object) -> object:
+        raise ConnectionError("placement is down")
+
+    client.set_provider_traits = down  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        agent.set_disabled(True, "maintenance")
+    assert agent.placement_pending
+    client.set_provider_traits = set_traits  # type: ignore[method-assign]
+    reporter.report_round()
+    assert not agent.placement_pending
+    assert stack.client.get_provider_traits(agent.uuid)[1] == ["COMPUTE_STATUS_DISABLED"]

@@ -596,6 +596,7 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
         instrument,
         queue_collector,
     )
+    from berth.service.reporting import Reporter
 
     flavors: dict[str, Any] = dict(default_flavors)
     images: dict[str, Any] = {}
@@ -629,8 +630,9 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
             return 2
     driver = driver_class(fail_hosts=set(args.fail_host), fail_first=fail_first,
                           agents=stack.agents, delay=args.build_delay)
-    for agent in stack.agents.values():
-        agent.start()
+    # The agents' periodic reports, from one thread (see berth.service.reporting).
+    reporter = Reporter(lambda: list(stack.agents.values()), stack.records)
+    reporter.start(float(stack.config.report_interval))
     service = stack.scheduler(seed=args.seed)
     conductor = stack.conductor(service, driver)
     moves = stack.moves(conductor)
@@ -667,4 +669,5 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
             server.run()
     finally:
         reconciler.stop()
+        reporter.stop()
     return 0

@@ -28,8 +28,8 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -79,6 +79,17 @@ record_counter = sa.Table(
     records_metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("seq", sa.BigInteger, nullable=False),
+)
+
+#: Heartbeats sent alone, for nodes whose last report is still their state: one row per
+#: node, numbered from the same change counter as the reports, so a scheduler's catch-up
+#: reads a heartbeat as a number, not as a whole report to parse and apply again.
+heartbeats = sa.Table(
+    "berth_compute_heartbeats",
+    records_metadata,
+    sa.Column("uuid", sa.String(36), primary_key=True),
+    sa.Column("heartbeat", sa.Float, nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False, index=True),
 )
 
 #: The change number of the last :meth:`ComputeRecordStore.set_aggregates`. The rows of
@@ -162,6 +173,44 @@ def report_to_record(report: Mapping[str, Any]) -> HostRecord:
     return record
 
 
+def report_beat(report: Mapping[str, Any]) -> float | None:
+    """The heartbeat a report carries (its service's ``last_seen_up``), or None."""
+    service = report.get("service")
+    if isinstance(service, Mapping) and service.get("last_seen_up") is not None:
+        return float(service["last_seen_up"])
+    return None
+
+
+def report_with_beat(report: Mapping[str, Any], beat: float) -> dict[str, Any]:
+    """``report`` with its service's heartbeat set to ``beat`` (``last_seen_up`` and
+    ``updated_at``, as a heartbeat updates Nova's service row)."""
+    out = dict(report)
+    if isinstance(report.get("service"), Mapping):
+        out["service"] = {**dict(report["service"]), "last_seen_up": beat, "updated_at": beat}
+    return out
+
+
+def _newest(report: dict[str, Any], beat: float | None) -> dict[str, Any]:
+    """``report`` with ``beat`` when that is newer than the report's own heartbeat."""
+    if beat is None:
+        return report
+    own = report_beat(report)
+    return report_with_beat(report, beat) if own is None or beat > own else report
+
+
+class Changes(NamedTuple):
+    """What changed in the record store after a change number."""
+
+    #: Reports written since, oldest first.
+    reports: list[dict[str, Any]]
+    #: The newest change number (everything up to it has committed).
+    top: int
+    #: Whether the aggregates changed.
+    aggregates_changed: bool
+    #: Heartbeats sent alone since (node uuid -> heartbeat).
+    beats: dict[str, float]
+
+
 def aggregate_to_row(agg: Aggregate) -> dict[str, Any]:
     """An aggregate as a table row (hosts and metadata as JSON text)."""
     return {"id": agg.id, "uuid": agg.uuid, "name": agg.name,
@@ -188,6 +237,13 @@ _RAW_UPSERT_NODE = (
     "report = excluded.report, heartbeat = excluded.heartbeat, seq = excluded.seq"
 )
 _RAW_CHANGED_SINCE = "SELECT seq, report FROM berth_compute_nodes WHERE seq > ? ORDER BY seq"
+_RAW_BEATS_SINCE = "SELECT seq, uuid, heartbeat FROM berth_compute_heartbeats WHERE seq > ?"
+_RAW_UPSERT_BEATS = (
+    "INSERT INTO berth_compute_heartbeats (uuid, heartbeat, seq) VALUES {} "
+    "ON CONFLICT (uuid) DO UPDATE SET heartbeat = excluded.heartbeat, seq = excluded.seq"
+)
+#: Heartbeat rows per statement (two parameters each, under SQLite's old 999 limit).
+_BEATS_PER_STATEMENT = 400
 _RAW_AGGREGATES_SEQ = "SELECT seq FROM berth_host_aggregates_changed WHERE id = 1"
 
 
@@ -321,34 +377,64 @@ class ComputeRecordStore:
         """Close the kept connections."""
         self._raw.close()
 
-    def changes(self, since: int) -> tuple[list[dict[str, Any]], int, bool]:
-        """Reports changed after ``since``, the newest change number, and whether the
-        aggregates changed."""
+    def changes(self, since: int) -> Changes:
+        """What changed after the change number ``since`` (see :class:`Changes`)."""
         if since and self.latest() == since:
-            return [], since, False
+            return Changes([], since, False, {})
         # Change numbers are taken under the counter's row lock by each writer, so
         # everything up to ``top`` has committed once ``top`` is visible; a report with
         # a larger number, committed after ``top`` was read, waits for the next call.
-        batch = [(_READ_TOP_SQL, ()), (_RAW_CHANGED_SINCE, (since,)), (_RAW_AGGREGATES_SEQ, ())]
-        top_rows, rows, agg_rows = call_with_retry(lambda: self._raw.run(batch), safe=True,
-                                                   what="reading the reports that changed")
+        batch = [(_READ_TOP_SQL, ()), (_RAW_CHANGED_SINCE, (since,)), (_RAW_AGGREGATES_SEQ, ()),
+                 (_RAW_BEATS_SINCE, (since,))]
+        top_rows, rows, agg_rows, beat_rows = call_with_retry(
+            lambda: self._raw.run(batch), safe=True, what="reading the reports that changed")
         top, agg_seq = int(top_rows[0][0]), int(agg_rows[0][0])
         agg_changed = since == 0 or agg_seq > since
-        return [json.loads(report) for seq, report in rows if seq <= top], top, agg_changed
+        return Changes([json.loads(report) for seq, report in rows if seq <= top], top,
+                       agg_changed,
+                       {uuid: float(beat) for seq, uuid, beat in beat_rows if seq <= top})
+
+    def heartbeats(self, beats: Mapping[str, float]) -> int:
+        """Store heartbeats alone (node uuid -> heartbeat) for nodes whose last report
+        is still their state, in one transaction under one change number; returns it
+        (0 for no heartbeats). A report written later carries its own, newer one."""
+        if not beats:
+            return 0
+        items = list(beats.items())
+        batch: list[tuple[Any, ...]] = [("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
+                                        (_RAW_NEXT_SEQ, ())]
+        for start in range(0, len(items), _BEATS_PER_STATEMENT):
+            chunk = items[start:start + _BEATS_PER_STATEMENT]
+            marks = ", ".join(["(?, ?, (SELECT seq FROM berth_compute_counter WHERE id = 1))"]
+                              * len(chunk))
+            batch.append((_RAW_UPSERT_BEATS.format(marks),
+                          [value for uuid, beat in chunk for value in (uuid, float(beat))]))
+        batch.append(("COMMIT", ()))
+        # Safe to run twice: the same heartbeats again, under one more change number.
+        out = call_with_retry(lambda: self._raw.run(batch), safe=True,
+                              what=f"storing {len(items)} heartbeats")
+        return int(out[1][0][0])
 
     def report_of(self, uuid: str) -> dict[str, Any] | None:
-        """The last report stored for the compute node ``uuid``, or None."""
+        """The last report stored for the compute node ``uuid`` (with its newest
+        heartbeat), or None."""
         with self.engine.connect() as conn:
-            text = conn.execute(sa.select(compute_nodes.c.report)
-                                .where(compute_nodes.c.uuid == uuid)).scalar()
-        return None if text is None else dict(json.loads(text))
+            row = conn.execute(
+                sa.select(compute_nodes.c.report, heartbeats.c.heartbeat)
+                .select_from(compute_nodes.outerjoin(
+                    heartbeats, heartbeats.c.uuid == compute_nodes.c.uuid))
+                .where(compute_nodes.c.uuid == uuid)).first()
+        return None if row is None else _newest(dict(json.loads(row.report)), row.heartbeat)
 
     def reports(self) -> list[dict[str, Any]]:
-        """Every stored report, by host and node name."""
+        """Every stored report (with its newest heartbeat), by host and node name."""
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(compute_nodes.c.report)
-                                .order_by(compute_nodes.c.host, compute_nodes.c.nodename)).all()
-        return [dict(json.loads(r.report)) for r in rows]
+            rows = conn.execute(
+                sa.select(compute_nodes.c.report, heartbeats.c.heartbeat)
+                .select_from(compute_nodes.outerjoin(
+                    heartbeats, heartbeats.c.uuid == compute_nodes.c.uuid))
+                .order_by(compute_nodes.c.host, compute_nodes.c.nodename)).all()
+        return [_newest(dict(json.loads(r.report)), r.heartbeat) for r in rows]
 
 
 class RowIndex(dict[str, int]):
@@ -381,16 +467,33 @@ class SnapshotFeed:
     def refresh(self) -> HostSnapshot:
         """Apply every change since the last refresh; returns the snapshot."""
         with self._lock:
-            reports, top, agg_changed = self.store.changes(self.seq)
-            if agg_changed:
+            changes = self.store.changes(self.seq)
+            if changes.aggregates_changed:
                 self.snapshot.set_aggregates(self.store.aggregates())
-            for report in reports:
+            for report in changes.reports:
                 record = report_to_record(report)
                 row = self.snapshot.upsert(record)
                 if record.uuid:
                     self.uuid_rows[record.uuid] = row
-            self.seq = top
+            services = self.snapshot.obj("service")
+            for uuid, beat in changes.beats.items():
+                at = self.uuid_rows.get(uuid)
+                if at is None:
+                    continue  # no report of it yet: its first report carries a beat
+                service = services[at]
+                if service is None or service.last_seen_up is None or beat > service.last_seen_up:
+                    self._set_beat(at, beat)
+            self.seq = changes.top
         return self.snapshot
+
+    def _set_beat(self, row: int, beat: float) -> None:
+        """A host's new heartbeat: its service record and its column (both paths of
+        ComputeFilter read the same)."""
+        services = self.snapshot.obj("service")
+        service = services[row]
+        if service is not None:
+            services[row] = replace(service, last_seen_up=beat, updated_at=beat)
+        self.snapshot.update_host(row, service_heartbeat=beat)
 
 
 class RunningInstances:
@@ -424,8 +527,8 @@ class RunningInstances:
             return {u: where[u][1] for u in instance_uuids if u in where}
 
     def _catch_up(self) -> None:
-        reports, top, _ = self.store.changes(self.seq)
-        for report in reports:
+        changes = self.store.changes(self.seq)
+        for report in changes.reports:
             host = report["host"]
             node = report.get("uuid") or f"{host}/{report.get('nodename') or host}"
             listed = frozenset(i["uuid"] for i in report.get("instances") or ())
@@ -435,7 +538,7 @@ class RunningInstances:
             for uuid in listed:
                 self._where[uuid] = (node, host)
             self._listed[node] = listed
-        self.seq = top
+        self.seq = changes.top
 
 
 # --------------------------------------------------------------------------- agent
@@ -612,6 +715,14 @@ class _Placed:
     flavor: Flavor
 
 
+def _same_state(a: HostRecord, b: HostRecord) -> bool:
+    """Whether two records of a node differ in nothing but their heartbeat."""
+    if a.service is not None and b.service is not None:
+        b = replace(b, service=replace(b.service, last_seen_up=a.service.last_seen_up,
+                                       updated_at=a.service.updated_at))
+    return replace(b, updated=a.updated) == a
+
+
 def _flavor_of(resources: Mapping[str, int], flavor_id: int | str | None) -> Flavor:
     """The flavor numbers an allocation on one node stands for (VCPU and PCPU are both
     the flavor's vCPUs; disk is root + ephemeral, counted here as root)."""
@@ -633,8 +744,10 @@ class ComputeAgent:
 
     ``register()`` takes over the usage of the node's stored record (a restart), creates
     the provider and publishes everything; ``report()`` publishes state and heartbeat;
-    ``spawn``/``destroy`` change the node's usage; ``start(interval)`` reports (and
-    re-publishes inventories/traits when they changed) periodically in a thread.
+    ``spawn``/``destroy`` change the node's usage and report at once. The periodic
+    reports of a process's agents come from one thread
+    (:class:`~berth.service.reporting.Reporter`): mostly a heartbeat, now and then the
+    whole state, and Placement again only after a publication that failed.
 
     The agent owns its provider's traits and aggregate membership: registration
     replaces them with the node's own, so nothing an earlier run published survives
@@ -677,9 +790,12 @@ class ComputeAgent:
         self._published_inventory: dict[str, dict[str, Any]] | None = None
         self._published_traits: set[str] | None = None
         self._children_published = False
+        #: The provider may differ from the node: nothing published yet, or the last
+        #: :meth:`sync_placement` failed part-way (the periodic reports try again).
+        self.placement_pending = True
+        #: The last report published, heartbeat aside (:meth:`report` ``if_changed``).
+        self._last_record: HostRecord | None = None
         self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def uuid(self) -> str:
@@ -726,6 +842,11 @@ class ComputeAgent:
         with self._lock:
             inventory = inventories_for(self.node, self.config)
             traits = self.traits()
+            if (aggregates is None and not self.placement_pending
+                    and inventory == self._published_inventory
+                    and traits == self._published_traits):
+                return  # the provider holds all this already: no call (as Nova's cache)
+            self.placement_pending = True
             for attempt in range(5):
                 generation, created = self._ensure_provider()
                 try:
@@ -754,6 +875,7 @@ class ComputeAgent:
                         raise
                     LOG.debug("provider %s changed meanwhile; retrying", self.uuid)
             self._sync_children()
+            self.placement_pending = False
 
     def _sync_children(self) -> None:
         """Publish the nested providers once (named ``<node>_<name>``, as Nova names
@@ -887,16 +1009,31 @@ class ComputeAgent:
             updated=now,
         )
 
-    def report(self, now: float | None = None) -> int:
+    def report(self, now: float | None = None, *, if_changed: bool = False) -> int | None:
         """Publish state and heartbeat (now, or ``now``); returns the record's change
         number. A silent agent publishes its state under its last heartbeat: a host
-        that is down stays down however its usage changes."""
+        that is down stays down however its usage changes.
+
+        With ``if_changed``, a state equal to the last one published (heartbeat aside)
+        is not published: None, and the caller sends the heartbeat alone."""
         with self._lock:
             if now is None:
                 silent_beat = self.last_heartbeat if self.silent else None
                 now = self.clock() if silent_beat is None else silent_beat
+            record = self.host_record(now)
+            last = self._last_record
             self.last_heartbeat = now
-        return self.records.publish(self.uuid, record_to_report(self.host_record(now)), now)
+            if if_changed and last is not None and _same_state(record, last):
+                return None
+            self._last_record = record
+        return self.records.publish(self.uuid, record_to_report(record), now)
+
+    def beat(self) -> float:
+        """The heartbeat of now, for a report of it alone (the state went out with the
+        last report: every change reports at once)."""
+        with self._lock:
+            now = self.last_heartbeat = self.clock()
+        return now
 
     def register(self, aggregates: Sequence[Aggregate] | None = None) -> None:
         """Take over the stored record's usage (:meth:`restore_usage`), create the
@@ -950,27 +1087,3 @@ class ComputeAgent:
             if record.service is not None and record.service.last_seen_up is not None:
                 self.last_heartbeat = float(record.service.last_seen_up)
 
-    # ----------------------------------------------------------------- periodic
-    def start(self, interval: float | None = None) -> None:
-        """Report every ``interval`` seconds (``[DEFAULT] report_interval``) in a thread."""
-        if self.silent:
-            return
-        period = float(interval if interval is not None else self.config.report_interval)
-
-        def loop() -> None:
-            while not self._stop.wait(period):
-                try:
-                    self.sync_placement()
-                    self.report()
-                except Exception:  # keep reporting; a failed report is retried next tick
-                    LOG.exception("compute %s: report failed", self.node.host)
-
-        self._thread = threading.Thread(target=loop, name=f"compute-{self.node.host}",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the periodic reports."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)

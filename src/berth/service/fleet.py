@@ -11,10 +11,10 @@ agent does for itself, in bulk:
   are read once up front and the new ones written in one batch at the end; which
   process runs each host goes to the agent directory. Heartbeats start with the first
   registered host, so no host waits for the others to be counted up;
-* **reports** (:meth:`Fleet.report_all`, every ``report_interval`` from
-  :meth:`Fleet.start`): after every build or destroy a host reports its whole state at
-  once; every ``report_interval`` each host sends its heartbeat, and every
-  :data:`FULL_REPORT_EVERY`-th round its whole state again (see
+* **reports** (:meth:`Fleet.start`, a :class:`~berth.service.reporting.Reporter`):
+  after every build or destroy a host reports its whole state at once; every
+  ``report_interval`` each registered host sends its heartbeat, and every
+  :data:`~berth.service.reporting.WHOLE_EVERY`-th round its whole state again (see
   :mod:`berth.service.reports` for what reaches the database). At 10,000 hosts building
   every report each round cost the process ~4 s of CPU per round.
 """
@@ -38,13 +38,10 @@ from berth.placement.client import PlacementClient
 from berth.provider_tree import cpu_traits
 from berth.service.compute import ComputeAgent, ComputeNodeSpec
 from berth.service.compute_rpc import AgentDirectory
+from berth.service.reporting import Reporter
 from berth.service.reports import BusRecordStore
 
 LOG = logging.getLogger(__name__)
-
-
-#: Every this many report rounds, every host's report goes whole (not as a heartbeat).
-FULL_REPORT_EVERY = 6
 
 
 class Fleet:
@@ -67,8 +64,7 @@ class Fleet:
             self.agents[node.host] = ComputeAgent(node, client, records, config)
         self._registered: list[ComputeAgent] = []
         self._reg_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.reporter = Reporter(self.registered, records, resend=records.resend_all)
         #: Seconds the last :meth:`register` took.
         self.registration_s = 0.0
 
@@ -97,50 +93,20 @@ class Fleet:
         self.registration_s = time.perf_counter() - started
         return self.registration_s
 
-    def report_all(self, whole: bool = True) -> int:
-        """Every registered, non-silent agent reports now: its whole state, or with
-        ``whole`` false its heartbeat alone (its state went out with its last change:
-        every build and destroy reports at once). Returns how many reported."""
+    def registered(self) -> list[ComputeAgent]:
+        """The agents registered so far (the ones that report)."""
         with self._reg_lock:
-            agents = list(self._registered)
-        count = 0
-        for agent in agents:
-            if agent.silent:
-                continue
-            try:
-                if whole:
-                    agent.report()
-                else:
-                    beat = time.time()
-                    agent.last_heartbeat = beat
-                    self.records.heartbeat(agent.uuid, beat)
-                count += 1
-            except Exception:  # one host's failure must not silence the others
-                LOG.exception("compute %s: report failed", agent.node.host)
-        return count
+            return list(self._registered)
 
     def start(self, interval: float | None = None) -> None:
-        """Report every ``interval`` seconds (``[DEFAULT] report_interval``), from now on:
-        hosts registered meanwhile join the next round."""
-        period = float(interval if interval is not None else self.config.report_interval)
-
-        def loop() -> None:
-            rounds = 0
-            while not self._stop.wait(period):
-                rounds += 1
-                whole = rounds % FULL_REPORT_EVERY == 0
-                if whole:
-                    self.records.resend_all()
-                self.report_all(whole=whole)
-
-        self._thread = threading.Thread(target=loop, name="fleet-reports", daemon=True)
-        self._thread.start()
+        """Report every ``interval`` seconds (``[DEFAULT] report_interval``), from now
+        on: hosts registered meanwhile join the next round."""
+        self.reporter.start(float(interval if interval is not None
+                                  else self.config.report_interval))
 
     def stop(self) -> None:
         """Stop the periodic reports."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self.reporter.stop()
 
 
 # --------------------------------------------------------------------------- the machine

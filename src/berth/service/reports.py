@@ -32,7 +32,6 @@ of it arrives within ``service_down_time`` of that. A host forced down stays dow
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import logging
 import threading
@@ -48,7 +47,9 @@ from berth.service.compute import (
     ComputeRecordStore,
     SnapshotFeed,
     compute_nodes,
+    report_beat,
     report_to_record,
+    report_with_beat,
 )
 from berth.snapshot import HostSnapshot
 
@@ -140,13 +141,20 @@ class BusRecordStore(ComputeRecordStore):
                 self._sent[uuid] = key
         return seq
 
+    def heartbeats(self, beats: Mapping[str, float]) -> int:
+        """Queue heartbeats alone for the schedulers (see :meth:`heartbeat`); the
+        database is not written for them. Returns 0 (no change number)."""
+        for uuid, beat in beats.items():
+            self.heartbeat(uuid, beat)
+        return 0
+
     def heartbeat(self, uuid: str, beat: float) -> None:
         """Queue a heartbeat alone for a host whose state its last report carries (a
         report still queued for it takes the newer beat instead)."""
         with self._out_lock:
             queued = self._outbox.get(uuid)
             if queued is not None:
-                self._outbox[uuid] = _with_beat(queued, beat)
+                self._outbox[uuid] = report_with_beat(queued, beat)
             else:
                 self._beats_out[uuid] = float(beat)
 
@@ -291,15 +299,18 @@ class BusFeed(SnapshotFeed):
         """Load every stored report, each host's heartbeat counted from this
         scheduler's start when it is older (the start-up grace, see the module doc)."""
         with self._lock:
-            reports, top, _ = self.store.changes(0)
-            for report in reports:
-                beat = _beat(report)
-                if beat is not None and beat < self.started_at:
-                    report = _with_beat(report, self.started_at)
+            changes = self.store.changes(0)
+            for report in changes.reports:
+                alone = changes.beats.get(str(report.get("uuid")))
+                beat = report_beat(report)
+                if alone is not None and (beat is None or alone > beat):
+                    beat = alone  # a heartbeat stored alone after the report
+                if beat is not None:
+                    report = report_with_beat(report, max(beat, self.started_at))
                 self._apply(report, force=True)
                 if beat is not None:  # order later reports by the beat the host sent
                     self._beats[str(report.get("uuid") or report["host"])] = beat
-            self.seq = top
+            self.seq = changes.top
             self.snapshot.set_aggregates(self.store.aggregates())
             self._aggregates_stale = False
         return self.snapshot
@@ -343,20 +354,16 @@ class BusFeed(SnapshotFeed):
         if row is None:
             stored = self.store.report_of(uuid)
             if stored is not None:
-                self._apply(_with_beat(stored, beat), force=True)
+                self._apply(report_with_beat(stored, beat), force=True)
                 self._beats[uuid] = beat
             return
         self._beats[uuid] = beat
-        services = self.snapshot.obj("service")
-        service = services[row]
-        if service is not None:
-            services[row] = dataclasses.replace(service, last_seen_up=beat, updated_at=beat)
-        self.snapshot.update_host(row, service_heartbeat=beat)
+        self._set_beat(row, beat)
         self.applied += 1
 
     def _apply(self, report: Mapping[str, Any], force: bool = False) -> None:
         uuid = str(report.get("uuid") or report["host"])
-        beat = _beat(report)
+        beat = report_beat(report)
         if not force and beat is not None:
             last = self._beats.get(uuid)
             if last is not None and beat < last:
@@ -370,16 +377,3 @@ class BusFeed(SnapshotFeed):
             self.uuid_rows[record.uuid] = row
         self.applied += 1
 
-
-def _beat(report: Mapping[str, Any]) -> float | None:
-    service = report.get("service")
-    if isinstance(service, Mapping) and service.get("last_seen_up") is not None:
-        return float(service["last_seen_up"])
-    return None
-
-
-def _with_beat(report: Mapping[str, Any], beat: float) -> dict[str, Any]:
-    out = dict(report)
-    if isinstance(report.get("service"), Mapping):
-        out["service"] = {**dict(report["service"]), "last_seen_up": beat}
-    return out

@@ -215,9 +215,7 @@ class Stack:
                            groups=self.groups, traits_of=traits_of)
 
     def close(self) -> None:
-        """Stop agents, close clients and the engine's pool."""
-        for agent in self.agents.values():
-            agent.stop()
+        """Close clients and the engine's pool."""
         self.client.close()
         self.candidates_client.close()
         self.records.close()
