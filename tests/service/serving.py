@@ -22,9 +22,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def berth_serve(workdir: Path, *args: str, timeout: float = 60.0) -> Iterator[str]:
+def berth_serve(workdir: Path, *args: str, timeout: float = 60.0,
+                procs: list[subprocess.Popen[bytes]] | None = None) -> Iterator[str]:
     """``berth serve`` (noauth2, SQLite in ``workdir``, a free port, then ``args``) until
-    it answers ``/healthz``; yields its URL and stops it on exit."""
+    it answers ``/healthz``; yields its URL (the process goes into ``procs`` when given)
+    and stops it on exit."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
@@ -32,6 +34,8 @@ def berth_serve(workdir: Path, *args: str, timeout: float = 60.0) -> Iterator[st
          "--db", f"sqlite:///{workdir}/b.sqlite", "--port", str(port), *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if procs is not None:
+        procs.append(proc)
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from berth.cli import main
@@ -53,3 +56,24 @@ def test_boot_reports_scheduling_and_input_errors(server: str,
 def test_boot_without_a_server_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["boot", "--flavor", "m1.tiny", "--url", f"http://127.0.0.1:{free_port()}"]) == 7
     assert "cannot reach" in capsys.readouterr().err
+
+
+def test_hosts_stay_up_on_heartbeats_from_one_reporting_thread(tmp_path: Path) -> None:
+    """200 hosts, a heartbeat every second, down after 3 s without one: the agents'
+    reports come from one thread (not one per host), and their heartbeats alone keep
+    every host up through several rounds."""
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(CLOUD.replace("count: 3", "count: 200"))
+    conf = tmp_path / "nova.conf"
+    conf.write_text("[DEFAULT]\nreport_interval = 1\nservice_down_time = 3\n")
+    procs: list[subprocess.Popen[bytes]] = []
+    with berth_serve(tmp_path, "--cloud", str(cloud), "--config-file", str(conf),
+                     procs=procs) as url:
+        with open(f"/proc/{procs[0].pid}/status") as fh:
+            threads = next(int(ln.split()[1]) for ln in fh if ln.startswith("Threads:"))
+        assert threads < 40
+        time.sleep(4.5)  # past service_down_time since registration
+        resp = httpx.post(url + "/boot", json={"flavor": "web", "num": 200, "explain": True},
+                          headers={"X-Auth-Token": "admin"}, timeout=60)
+        assert resp.status_code == 200, resp.text
+        assert len(resp.json()["instances"]) == 200
