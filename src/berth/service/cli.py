@@ -636,13 +636,13 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
     service = stack.scheduler(seed=args.seed)
     conductor = stack.conductor(service, driver)
     moves = stack.moves(conductor)
-    for host, agent in stack.agents.items():
-        # A compute that starts drops the instances evacuated from it (Nova's init_host).
-        if not agent.down:
-            cleaned = moves.cleanup_evacuated(host)
-            if cleaned:
-                LOG.info("compute %s is up: released %d instances evacuated from it",
-                         host, len(cleaned))
+    # A compute that starts drops the instances evacuated from it (Nova's init_host).
+    up = {agent.node.host for agent in stack.agents.values() if not agent.down}
+    for host in sorted(moves.evacuated_sources() & up):
+        cleaned = moves.cleanup_evacuated(host)
+        if cleaned:
+            LOG.info("compute %s is up: released %d instances evacuated from it",
+                     host, len(cleaned))
     metrics = Metrics()
     service.observers.append(metrics.observe_decision)
     metrics.add(claims_collector(service.claimer.stats))

@@ -263,6 +263,7 @@ class ComputeRecordStore:
         self._raw = raw_pool(engine)
         self._deferred: list[tuple[str, Mapping[str, Any], float | None]] | None = None
         self._defer_lock = threading.Lock()
+        self._preloaded: dict[str, dict[str, Any]] | None = None
         create_tables(engine, records_metadata)
         for table in (record_counter, aggregates_changed):
             try:
@@ -415,9 +416,28 @@ class ComputeRecordStore:
                               what=f"storing {len(items)} heartbeats")
         return int(out[1][0][0])
 
+    def preload(self, uuids: Iterable[str] | None = None) -> None:
+        """Read the stored reports of ``uuids`` (every one by default) at once; until
+        :meth:`drop_preload`, :meth:`report_of` answers from what was read (a
+        registration wave asks for every host's: one query each otherwise)."""
+        if uuids is None:
+            found = self._stored_reports()
+        else:
+            wanted = list(uuids)
+            found = []
+            for start in range(0, len(wanted), 500):
+                found += self._stored_reports(wanted[start:start + 500])
+        self._preloaded = dict(found)
+
+    def drop_preload(self) -> None:
+        """:meth:`report_of` reads the database again."""
+        self._preloaded = None
+
     def report_of(self, uuid: str) -> dict[str, Any] | None:
         """The last report stored for the compute node ``uuid`` (with its newest
         heartbeat), or None."""
+        if self._preloaded is not None:
+            return self._preloaded.get(uuid)
         with self.engine.connect() as conn:
             row = conn.execute(
                 sa.select(compute_nodes.c.report, heartbeats.c.heartbeat)
@@ -428,13 +448,21 @@ class ComputeRecordStore:
 
     def reports(self) -> list[dict[str, Any]]:
         """Every stored report (with its newest heartbeat), by host and node name."""
+        return [report for _, report in self._stored_reports()]
+
+    def _stored_reports(self, uuids: Sequence[str] | None = None
+                        ) -> list[tuple[str, dict[str, Any]]]:
+        """(node uuid, report with its newest heartbeat) of every stored report, or of
+        those of ``uuids``, by host and node name."""
+        query = (sa.select(compute_nodes.c.uuid, compute_nodes.c.report, heartbeats.c.heartbeat)
+                 .select_from(compute_nodes.outerjoin(
+                     heartbeats, heartbeats.c.uuid == compute_nodes.c.uuid))
+                 .order_by(compute_nodes.c.host, compute_nodes.c.nodename))
+        if uuids is not None:
+            query = query.where(compute_nodes.c.uuid.in_(uuids))
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(compute_nodes.c.report, heartbeats.c.heartbeat)
-                .select_from(compute_nodes.outerjoin(
-                    heartbeats, heartbeats.c.uuid == compute_nodes.c.uuid))
-                .order_by(compute_nodes.c.host, compute_nodes.c.nodename)).all()
-        return [_newest(dict(json.loads(r.report)), r.heartbeat) for r in rows]
+            rows = conn.execute(query).all()
+        return [(r.uuid, _newest(dict(json.loads(r.report)), r.heartbeat)) for r in rows]
 
 
 class RowIndex(dict[str, int]):

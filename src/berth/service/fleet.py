@@ -71,7 +71,7 @@ class Fleet:
     def register(self, threads: int = 16) -> float:
         """Register every host (see the module doc); returns the seconds it took."""
         started = time.perf_counter()
-        self.records.preload()
+        self.records.preload([a.uuid for a in self.agents.values()])
         if self.aggregates is not None:
             self.records.set_aggregates(self.aggregates)
         self.directory.register(self.agents, self.server)

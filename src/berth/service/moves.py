@@ -373,6 +373,12 @@ class MoveService:
                 "nodename": record.nodename, "freed": freed,
                 "providers": self._provider_names(freed)}
 
+    def evacuated_sources(self) -> set[str]:
+        """The hosts with instances evacuated from them that they have not dropped yet
+        (the hosts :meth:`cleanup_evacuated` has work on)."""
+        return {m.source_host for m in self.instances.migrations(status="done")
+                if m.migration_type == "evacuation" and m.source_host}
+
     def cleanup_evacuated(self, host: str) -> list[str]:
         """What Nova's compute does when it starts (``_destroy_evacuated_instances``):
         for every instance evacuated from ``host`` (migration ``done``), the instance

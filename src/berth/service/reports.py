@@ -39,14 +39,12 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from berth.service.bus import Bus, BusError
 from berth.service.compute import (
     ComputeRecordStore,
     SnapshotFeed,
-    compute_nodes,
     report_beat,
     report_to_record,
     report_with_beat,
@@ -87,7 +85,6 @@ class BusRecordStore(ComputeRecordStore):
         self.bus = bus
         self._fanout = bus.client("scheduler", fanout=True)
         self._stored: dict[str, str] = {}
-        self._preloaded: dict[str, dict[str, Any]] | None = None
         self._outbox: dict[str, dict[str, Any]] = {}
         #: Heartbeats of hosts whose last report sent is still their state.
         self._beats_out: dict[str, float] = {}
@@ -108,18 +105,12 @@ class BusRecordStore(ComputeRecordStore):
         self._thread.start()
 
     # ------------------------------------------------------------ database side
-    def preload(self) -> None:
-        """Read every stored report once; :meth:`report_of` answers from it."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(compute_nodes.c.uuid, compute_nodes.c.report)).all()
-        self._preloaded = {r.uuid: dict(json.loads(r.report)) for r in rows}
+    def preload(self, uuids: Iterable[str] | None = None) -> None:
+        """Read the stored reports at once (see the base class); what is stored is not
+        written again unchanged."""
+        super().preload(uuids)
+        assert self._preloaded is not None
         self._stored.update({u: _content_key(r) for u, r in self._preloaded.items()})
-
-    def report_of(self, uuid: str) -> dict[str, Any] | None:
-        """The stored report of ``uuid`` (from the preload when there was one)."""
-        if self._preloaded is not None:
-            return self._preloaded.get(uuid)
-        return super().report_of(uuid)
 
     def publish(self, uuid: str, report: Mapping[str, Any], heartbeat: float | None) -> int:
         """Queue the report for the schedulers; write it to the database first when it

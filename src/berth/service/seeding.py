@@ -206,11 +206,15 @@ def check_against_allocations(stack: Any, nodes: Sequence[Any], path: str) -> No
     and takes no more of that class until they shrink)."""
     from berth.service.compute import inventories_for
 
+    stored = {p.uuid for p in stack.client.list_providers()}
+    client = stack.agent_client or stack.client  # the store itself in process
     for node in nodes:
-        try:
-            usages = stack.client.provider_usages(node.uuid)
-        except NotFoundError:
+        if node.uuid not in stored:
             continue  # a new host
+        try:
+            usages = client.provider_usages(node.uuid)
+        except NotFoundError:
+            continue  # deleted meanwhile
         inventory = inventories_for(node, stack.config)
         for rc, used in sorted(usages.items()):
             if not used:

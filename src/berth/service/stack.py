@@ -127,8 +127,12 @@ class Stack:
         aggs = list(aggregates)
         self.records.set_aggregates(aggs)
         agents = [self.agent(n) for n in nodes]
-        for agent in agents:
-            agent.register(aggs)
+        self.records.preload([a.uuid for a in agents])  # each takes over its stored record
+        try:
+            for agent in agents:
+                agent.register(aggs)
+        finally:
+            self.records.drop_preload()
         return agents
 
     def resume_agents(self) -> list[ComputeAgent]:
