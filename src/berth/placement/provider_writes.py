@@ -59,6 +59,10 @@ _INVENTORY_ROWS = (
     "JOIN resource_providers rp ON rp.id = i.resource_provider_id WHERE rp.uuid = ?"
 )
 _TRAIT_IDS = "SELECT id, name FROM traits WHERE name IN ({})"
+#: On PostgreSQL the names go as one array: the statement's text is the same for any
+#: number of names, so psycopg's query cache and prepared statements apply (a statement
+#: of more than 50 parameters is converted anew on every call).
+_PG_TRAIT_IDS = "SELECT id, name FROM traits WHERE name = ANY(?)"
 _PROVIDER_TRAIT_IDS = (
     "SELECT rpt.trait_id FROM resource_provider_traits rpt "
     "JOIN resource_providers rp ON rp.id = rpt.resource_provider_id WHERE rp.uuid = ?"
@@ -80,12 +84,21 @@ _UPDATE_INVENTORY = (
     "WHERE resource_provider_id = ? AND resource_class_id = ?"
 )
 _AGGREGATE_IDS = "SELECT id, uuid FROM placement_aggregates WHERE uuid IN ({})"
+_PG_AGGREGATE_IDS = "SELECT id, uuid FROM placement_aggregates WHERE uuid = ANY(?)"
 _CLEAR_AGGREGATES = "DELETE FROM resource_provider_aggregates WHERE resource_provider_id = ?"
 _INSERT_AGGREGATES = (
     "INSERT INTO resource_provider_aggregates (resource_provider_id, aggregate_id) VALUES {}"
 )
+_PG_INSERT_AGGREGATES = (
+    "INSERT INTO resource_provider_aggregates (resource_provider_id, aggregate_id) "
+    "SELECT ?, unnest(?::integer[])"
+)
 _CLEAR_TRAITS = "DELETE FROM resource_provider_traits WHERE resource_provider_id = ?"
 _INSERT_TRAITS = "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES {}"
+_PG_INSERT_TRAITS = (
+    "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) "
+    "SELECT ?, unnest(?::integer[])"
+)
 #: The change log row of a provider this transaction created, which the cached graph
 #: must load (by uuid: its id is not known before the transaction runs); on PostgreSQL
 #: with the counter's bump in the same statement, returning the change number.
@@ -279,7 +292,7 @@ def set_traits(
         stmts: list[tuple[Any, ...]] = [(_PROVIDER_GEN, (uuid,)), (_PROVIDER_TRAIT_IDS, (uuid,)),
                                         (_RAW_NAMES_SEQ, ())]
         if wanted:
-            stmts.append((_TRAIT_IDS.format(_marks(len(wanted), "?")), wanted))
+            stmts.append(_names_query(store, _TRAIT_IDS, _PG_TRAIT_IDS, wanted))
         try:
             prov, current_rows, seq_rows, *found_rows = store._run(raw, stmts)
         except sa.exc.DBAPIError:
@@ -293,7 +306,8 @@ def set_traits(
         stamp = _stamp(store, utcnow())
         write: list[tuple[Any, ...]] = [
             (_SAME_NAMES, (int(seq_rows[0][0]),), True),
-            *_replace_links(_CLEAR_TRAITS, _INSERT_TRAITS, rp_id, ids),
+            *_replace_links(store, _CLEAR_TRAITS, (_INSERT_TRAITS, _PG_INSERT_TRAITS), rp_id,
+                            ids),
         ]
         write.append((_RAW_CAS_RP, (generation + 1, stamp, rp_id, generation), True))
         if _commit_change(store, raw, write, _log_reload(rp_id)) is None:
@@ -317,7 +331,7 @@ def set_aggregates(
     def work(raw: RawConnection) -> tuple[int, list[str]] | None:
         stmts: list[tuple[Any, ...]] = [(_PROVIDER_GEN, (uuid,))]
         if wanted:
-            stmts.append((_AGGREGATE_IDS.format(_marks(len(wanted), "?")), wanted))
+            stmts.append(_names_query(store, _AGGREGATE_IDS, _PG_AGGREGATE_IDS, wanted))
         try:
             prov, *found_rows = store._run(raw, stmts)
         except sa.exc.DBAPIError:
@@ -326,7 +340,8 @@ def set_aggregates(
         if known is None:
             return None  # a stale generation, or a new aggregate the general path creates
         rp_id, ids, by_id = known
-        write = _replace_links(_CLEAR_AGGREGATES, _INSERT_AGGREGATES, rp_id, ids)
+        write = _replace_links(store, _CLEAR_AGGREGATES,
+                               (_INSERT_AGGREGATES, _PG_INSERT_AGGREGATES), rp_id, ids)
         write.append((_RAW_CAS_RP, (generation + 1, _stamp(store, utcnow()), rp_id, generation),
                       True))
         if _commit_change(store, raw, write, _log_reload(rp_id)) is None:
@@ -349,13 +364,25 @@ def _known_names(prov: list[Any], found_rows: list[Any], wanted: list[str], gene
     return int(prov[0][0]), sorted(found.values()), {v: k for k, v in found.items()}
 
 
-def _replace_links(clear: str, insert: str, rp_id: int, ids: list[int]) -> list[tuple[Any, ...]]:
+def _names_query(store: StoreBase, sqlite: str, pg: str, names: list[str]) -> tuple[Any, ...]:
+    """The statement reading the ids of ``names`` (``sqlite`` takes them as ``IN``
+    marks, ``pg`` as one array)."""
+    if store.is_sqlite:
+        return (sqlite.format(_marks(len(names), "?")), names)
+    return (pg, (names,))
+
+
+def _replace_links(store: StoreBase, clear: str, insert: tuple[str, str], rp_id: int,
+                   ids: list[int]) -> list[tuple[Any, ...]]:
     """The statements that make ``ids`` a provider's only links of one kind (traits,
-    aggregates): delete them all, insert the new ones in one statement."""
+    aggregates): delete them all, insert the new ones in one statement (``insert``:
+    its SQLite form with ``VALUES`` marks, its PostgreSQL form over one array)."""
     stmts: list[tuple[Any, ...]] = [(clear, (rp_id,))]
-    if ids:
-        stmts.append((insert.format(_marks(len(ids), "(?, ?)")),
+    if ids and store.is_sqlite:
+        stmts.append((insert[0].format(_marks(len(ids), "(?, ?)")),
                       [v for i in ids for v in (rp_id, i)]))
+    elif ids:
+        stmts.append((insert[1], (rp_id, ids)))
     return stmts
 
 
