@@ -12,7 +12,7 @@ import pytest
 from oslo_policy import policy as oslo_policy
 
 from berth.webauth.identity import Caller
-from berth.webauth.rules import PolicyEnforcer
+from berth.webauth.rules import RELOAD_EVERY, PolicyEnforcer
 
 RULES = [
     oslo_policy.RuleDefault("admin_api", "role:admin"),
@@ -52,11 +52,16 @@ def test_a_changed_policy_file_takes_effect(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text('"thing:read": "role:reader"\n')
     enforcer = PolicyEnforcer(RULES, mode="legacy", policy_file=str(path))
+    clock = [0.0]
+    enforcer.clock = lambda: clock[0]
     assert enforcer.allowed("thing:read", READER, {"project_id": "p1"})
     assert not enforcer.allowed("thing:read", MEMBER, {"project_id": "p1"})
     path.write_text('"thing:read": "role:member"\n')
     later = path.stat().st_mtime + 10
     os.utime(path, (later, later))
+    clock[0] = RELOAD_EVERY / 2  # the files are looked at once a RELOAD_EVERY
+    assert enforcer.allowed("thing:read", READER, {"project_id": "p1"})
+    clock[0] = RELOAD_EVERY
     assert not enforcer.allowed("thing:read", READER, {"project_id": "p1"})
     assert enforcer.allowed("thing:read", MEMBER, {"project_id": "p1"})
 
