@@ -32,6 +32,14 @@ class KeystoneAuth(httpx.Auth):
         self._plugin = plugin
         self._session = session
 
+    def token(self) -> str:
+        """The token to send (cached and renewed by the plugin)."""
+        return self._token()
+
+    def invalidate(self) -> None:
+        """The server refused the token: fetch a new one next time."""
+        self._plugin.invalidate()
+
     def _token(self) -> str:
         from keystoneauth1 import exceptions as ks_exc
 

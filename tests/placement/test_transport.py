@@ -1,0 +1,184 @@
+"""Kept standard-library connections (``berth.placement.transport``) against real
+sockets: reuse, a connection the server closed, refused connections, tokens, and a
+request the server dropped half-way."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from waitress.server import create_server
+
+from berth.placement.client import ConflictError, PlacementClient
+from berth.placement.transport import KeptConnections
+
+
+def _app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    size = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(size) if size else b""
+    if environ.get("HTTP_X_AUTH_TOKEN") == "stale":
+        start_response("401 Unauthorized", [("Content-Type", "application/json")])
+        return [b'{"error": "stale token"}']
+    if environ["PATH_INFO"].endswith("/conflict"):
+        data = json.dumps({"errors": [{"status": 409, "code": "placement.concurrent_update",
+                                       "detail": "generation mismatch"}]}).encode()
+        start_response("409 Conflict", [("Content-Type", "application/json"),
+                                        ("Content-Length", str(len(data)))])
+        return [data]
+    data = json.dumps({"path": environ["PATH_INFO"], "query": environ["QUERY_STRING"],
+                       "method": environ["REQUEST_METHOD"], "body": body.decode(),
+                       "port": environ["REMOTE_PORT"],
+                       "version": environ.get("HTTP_OPENSTACK_API_VERSION")}).encode()
+    start_response("200 OK", [("Content-Type", "application/json"),
+                              ("Content-Length", str(len(data)))])
+    return [data]
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    """A waitress server of ``_app`` that closes connections idle for 1 s."""
+    srv = create_server(_app, host="127.0.0.1", port=0, threads=2, channel_timeout=1,
+                        cleanup_interval=1)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.effective_port}/placement"
+    finally:
+        srv.close()
+
+
+def test_requests_share_one_kept_connection(server: str) -> None:
+    http = KeptConnections(server, headers={"OpenStack-API-Version": "placement 1.39"},
+                           timeout=5)
+    answers = [http.request("PUT", f"/resource_providers/{i}/traits",
+                            json={"traits": ["A", "B"], "resource_provider_generation": i},
+                            params=[("member_of", "in:a,b"), ("member_of", "c")]).json()
+               for i in range(20)]
+    assert {a["port"] for a in answers} == {answers[0]["port"]}  # one connection
+    assert answers[3]["path"] == "/placement/resource_providers/3/traits"
+    assert answers[3]["method"] == "PUT" and answers[3]["version"] == "placement 1.39"
+    assert json.loads(answers[3]["body"]) == {"traits": ["A", "B"],
+                                              "resource_provider_generation": 3}
+    assert answers[3]["query"] == "member_of=in%3Aa%2Cb&member_of=c"
+    http.close()
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced(server: str) -> None:
+    http = KeptConnections(server, headers={}, timeout=5)
+    first = http.request("POST", "/resource_providers", json={"name": "a"}).json()["port"]
+    time.sleep(2.5)  # past the server's channel timeout: it closes the connection
+    again = http.request("POST", "/resource_providers", json={"name": "b"})
+    assert again.status_code == 200 and again.json()["port"] != first
+
+
+def test_each_thread_keeps_its_own_connection(server: str) -> None:
+    http = KeptConnections(server, headers={}, timeout=5)
+    ports: dict[int, set[str]] = {}
+
+    def calls(n: int) -> None:
+        ports[n] = {http.request("GET", "/x").json()["port"] for _ in range(5)}
+
+    threads = [threading.Thread(target=calls, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(len(p) == 1 for p in ports.values())
+    assert len(set().union(*ports.values())) == 3
+    http.close()
+
+
+def test_no_server_is_an_httpx_connect_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = PlacementClient(f"http://127.0.0.1:{port}")
+    with pytest.raises(httpx.ConnectError, match=f"127.0.0.1:{port}"):
+        client.get_provider("a")
+
+
+def test_errors_keep_their_placement_code(server: str) -> None:
+    with PlacementClient(server) as client, pytest.raises(ConflictError) as err:
+        client._call("PUT", "/conflict", json={})
+    assert err.value.status == 409 and err.value.is_generation_conflict
+    assert err.value.detail == "generation mismatch"
+
+
+class _Tokens:
+    def __init__(self) -> None:
+        self.handed = ["stale", "fresh"]
+        self.invalidated = 0
+
+    def token(self) -> str:
+        return self.handed[0]
+
+    def invalidate(self) -> None:
+        self.invalidated += 1
+        self.handed.pop(0)
+
+
+def test_a_refused_token_is_fetched_again_once(server: str) -> None:
+    tokens = _Tokens()
+    client = PlacementClient(server, auth=tokens)  # type: ignore[arg-type]
+    assert client._call("GET", "/x").json()["path"] == "/placement/x"
+    assert tokens.invalidated == 1
+
+
+def _half_server(answered: list[int]) -> tuple[socket.socket, int]:
+    """A server that answers the first request of every connection (kept alive) and
+    closes the connection on the second without answering."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            for n in range(2):
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, _, rest = data.partition(b"\r\n\r\n")
+                size = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                             if line.lower().startswith(b"content-length:")), 0)
+                while len(rest) < size:
+                    rest += conn.recv(65536)
+                if n == 1:
+                    return  # read, then dropped unanswered
+                answered.append(1)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 2\r\n\r\n{}")
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
+def test_a_dropped_request_is_sent_again_only_when_idempotent() -> None:
+    answered: list[int] = []
+    listener, port = _half_server(answered)
+    try:
+        http = KeptConnections(f"http://127.0.0.1:{port}", headers={}, timeout=5)
+        http.request("GET", "/a")
+        assert http.request("PUT", "/b", json={}).status_code == 200  # again, anew
+        assert len(answered) == 2
+        with pytest.raises(httpx.RemoteProtocolError, match="POST /c: the connection broke"):
+            http.request("POST", "/c", json={})  # may have been applied: not repeated
+        assert len(answered) == 2
+    finally:
+        listener.close()
