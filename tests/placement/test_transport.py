@@ -182,3 +182,38 @@ def test_a_dropped_request_is_sent_again_only_when_idempotent() -> None:
         assert len(answered) == 2
     finally:
         listener.close()
+
+
+def test_threads_share_several_urls_and_pass_over_one_that_refuses() -> None:
+    servers = [create_server(_app, host="127.0.0.1", port=0, threads=2) for _ in range(2)]
+    for srv in servers:
+        threading.Thread(target=srv.run, daemon=True).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    urls = [f"http://127.0.0.1:{servers[0].effective_port}/a",
+            f"http://127.0.0.1:{dead}/b",
+            f"http://127.0.0.1:{servers[1].effective_port}/c"]
+    try:
+        http = KeptConnections(urls, headers={}, timeout=5)
+        paths: list[str] = []
+        lock = threading.Lock()
+
+        def call() -> None:
+            path = http.request("GET", "/x").json()["path"]
+            with lock:
+                paths.append(path)
+
+        threads = [threading.Thread(target=call) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # Each thread took the next URL in turn; the one refusing passed to the next.
+        assert sorted(paths) == ["/a/x"] * 2 + ["/c/x"] * 4
+        http.close()
+        with pytest.raises(httpx.ConnectError, match=str(dead)):
+            KeptConnections([urls[1]], headers={}, timeout=5).request("GET", "/x")
+    finally:
+        for srv in servers:
+            srv.close()

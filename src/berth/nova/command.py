@@ -142,7 +142,11 @@ def build(files: Sequence[str], *, seed: int | None = None, explain: bool = Fals
     url, auth = placement_endpoint(files)
     opened: list[Any] = []
     try:
-        client = PlacementClient(url, auth=auth)
+        try:
+            client = PlacementClient(url, auth=auth)
+        except ValueError as exc:
+            raise ConfigError(f"[placement] endpoint: {exc}",
+                              field="[placement] endpoint_override") from None
         opened.append(client)
         candidates = PlacementClient(url, auth=auth, microversion=CANDIDATES_MICROVERSION)
         opened.append(candidates)

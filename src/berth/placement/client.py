@@ -133,7 +133,7 @@ class PlacementClient:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         *,
         token: str = "admin",
         microversion: str = DEFAULT_MICROVERSION,
@@ -146,9 +146,10 @@ class PlacementClient:
         ``token`` with Keystone's.
 
         Calls to a real URL go over kept connections of the standard library
-        (:mod:`berth.placement.transport`: a third of httpx's CPU per call); with a
-        ``transport`` (an app in process, a mock) or an ``auth`` that is not a token
-        source, through httpx."""
+        (:mod:`berth.placement.transport`: a third of httpx's CPU per call; several
+        ``base_url`` share the calls, one refusing connections is passed over); with
+        a ``transport`` (an app in process, a mock) or an ``auth`` that is not a token
+        source, through httpx and one URL. A URL that is not http(s) is a ValueError."""
         headers = {
             "X-Auth-Token": token,
             "OpenStack-API-Version": f"placement {microversion}",
@@ -163,6 +164,11 @@ class PlacementClient:
             self._http = KeptConnections(base_url, headers=headers, timeout=timeout,
                                          auth=auth)
         else:
+            if not isinstance(base_url, str):
+                if len(base_url) != 1:
+                    raise ValueError("several base URLs need kept connections (no "
+                                     "transport, a token source as auth)")
+                base_url = base_url[0]
             self._http = httpx.Client(
                 base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
                 transport=transport, auth=auth,

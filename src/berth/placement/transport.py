@@ -14,6 +14,10 @@ alike. Tests that call an app in process keep httpx and its transports.
 A request that fails on a kept connection the server dropped meanwhile is sent once
 more on a new one when its method is idempotent (GET, PUT, DELETE, HEAD); a POST is
 not repeated (it may have been applied) and raises.
+
+Several base URLs (the Placement API of several processes, with no load balancer in
+front) share the work: each thread's connection goes to the next URL in turn, and one
+that refuses connections is passed over for the next (nothing was sent to it).
 """
 
 from __future__ import annotations
@@ -65,22 +69,50 @@ class Response:
         return self.content.decode("utf-8", "replace")
 
 
-class KeptConnections:
-    """Requests to one base URL over a kept connection per thread (see the module doc)."""
+class _Endpoint:
+    """One base URL: where to connect, and the path every request's path follows."""
 
-    def __init__(self, base_url: str, *, headers: Mapping[str, str], timeout: float,
-                 auth: TokenSource | None = None) -> None:
+    def __init__(self, base_url: str) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{base_url}: not an http:// or https:// URL")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if self._https else 80)
-        self._prefix = parts.path.rstrip("/")
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.https else 80)
+        self.prefix = parts.path.rstrip("/")
+        self.ssl = ssl.create_default_context() if self.https else None
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        """A new connection, connected (httpx's connect errors otherwise)."""
+        conn = (http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
+                                            context=self.ssl)
+                if self.https else http.client.HTTPConnection(self.host, self.port,
+                                                              timeout=timeout))
+        try:
+            conn.connect()
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"{self.host}:{self.port}: no connection within "
+                                       f"{timeout:g} s") from exc
+        except OSError as exc:  # refused, unreachable, name unknown, TLS refused
+            raise httpx.ConnectError(f"{self.host}:{self.port}: {exc}") from exc
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+
+
+class KeptConnections:
+    """Requests to a base URL (or several, see the module doc) over a kept connection
+    per thread."""
+
+    def __init__(self, base_url: str | Sequence[str], *, headers: Mapping[str, str],
+                 timeout: float, auth: TokenSource | None = None) -> None:
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("no base URL")
+        self._endpoints = [_Endpoint(url) for url in urls]
+        self._turn = 0
         self._headers = dict(headers)
         self._timeout = timeout
         self._auth = auth
-        self._ssl = ssl.create_default_context() if self._https else None
         self._local = threading.local()
         self._all: set[http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
@@ -97,7 +129,7 @@ class KeptConnections:
                 headers: Mapping[str, str] | None = None) -> Response:
         """Send one request and read its answer. With a token source, a 401 fetches a
         new token and sends the request once more."""
-        target = self._prefix + path
+        target = path
         if params:
             target += "?" + urlencode(params, doseq=True)
         body = None if json is None else orjson.dumps(json)
@@ -120,9 +152,9 @@ class KeptConnections:
     def _send(self, method: str, target: str, body: bytes | None,
               headers: dict[str, str]) -> Response:
         for attempt in (1, 2):
-            conn, kept = self._connection()
+            conn, prefix, kept = self._connection()
             try:
-                conn.request(method, target, body=body, headers=headers)
+                conn.request(method, prefix + target, body=body, headers=headers)
                 answer = conn.getresponse()
                 content = answer.read()
             except TimeoutError as exc:
@@ -145,31 +177,31 @@ class KeptConnections:
                             content)
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        """This thread's connection (a new one when the kept one is gone), and whether
-        it was kept from an earlier request."""
+    def _connection(self) -> tuple[http.client.HTTPConnection, str, bool]:
+        """This thread's connection (a new one when the kept one is gone), its base
+        URL's path, and whether it was kept from an earlier request."""
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is not None:
             if not _closed(conn):
-                return conn, True
+                return conn, self._local.prefix, True
             self._drop(conn)
-        if self._https:
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout,
-                                               context=self._ssl)
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
-        try:
-            conn.connect()
-        except TimeoutError as exc:
-            raise httpx.ConnectTimeout(f"{self._host}:{self._port}: no connection within "
-                                       f"{self._timeout:g} s") from exc
-        except OSError as exc:  # refused, unreachable, name unknown, TLS refused
-            raise httpx.ConnectError(f"{self._host}:{self._port}: {exc}") from exc
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._local.conn = conn
         with self._lock:
-            self._all.add(conn)
-        return conn, False
+            first = self._turn
+            self._turn = (first + 1) % len(self._endpoints)
+        failure: httpx.TransportError | None = None
+        for step in range(len(self._endpoints)):
+            endpoint = self._endpoints[(first + step) % len(self._endpoints)]
+            try:
+                conn = endpoint.connection(self._timeout)
+            except httpx.TransportError as exc:  # nothing was sent: try the next one
+                failure = failure or exc
+                continue
+            self._local.conn, self._local.prefix = conn, endpoint.prefix
+            with self._lock:
+                self._all.add(conn)
+            return conn, endpoint.prefix, False
+        assert failure is not None
+        raise failure
 
     def _drop(self, conn: http.client.HTTPConnection) -> None:
         conn.close()

@@ -148,9 +148,10 @@ class LocalCluster:
 
     def start_compute(self, name: str = "compute") -> str:
         """Start the fleet; returns its ready line (with the registration time)."""
-        api = next(iter(self.urls.values()))
-        self._spawn(name, "compute", "--fleet", str(self.cloud),
-                    "--placement-url", api + "/placement", *self.compute_args)
+        placement = [arg for url in self.urls.values()
+                     for arg in ("--placement-url", url + "/placement")]
+        self._spawn(name, "compute", "--fleet", str(self.cloud), *placement,
+                    *self.compute_args)
         return self._wait_ready(name, "ready:")
 
     def start_scheduler(self, name: str) -> str:

@@ -1,6 +1,6 @@
 """The distributed form: ``berth compute``, ``berth scheduler`` and ``berth api``.
 
-    berth compute   (--fleet CLOUD_FILE | --host NAME) --db URL --placement-url URL
+    berth compute   (--fleet CLOUD_FILE | --host NAME) --db URL --placement-url URL...
                     [--config-file nova.conf] [--transport-url URL] [--server NAME]
                     [--threads N] [--fail-host HOST ...]
     berth scheduler --db URL [--config-file nova.conf] [--transport-url URL]
@@ -77,8 +77,10 @@ def add_commands(subparsers: Any) -> None:
     which.add_argument("--fleet", metavar="CLOUD_FILE",
                        help="simulate every host of a cloud file (fake driver)")
     which.add_argument("--host", help="report this machine as compute host HOST")
-    c.add_argument("--placement-url", required=True,
-                   help="the Placement API (an API process's /placement)")
+    c.add_argument("--placement-url", required=True, action="append",
+                   help="the Placement API (an API process's /placement); repeatable: "
+                        "the calls are shared among them, and one that refuses "
+                        "connections is passed over")
     c.add_argument("--server", help="this process's RPC server name (default: the host "
                                     "name, or fleet-<file name> with --fleet)")
     c.add_argument("--threads", type=positive_int, default=16,
@@ -204,7 +206,11 @@ def cmd_compute(args: argparse.Namespace) -> int:
     except BerthError as exc:
         bus.close()
         return _fail("compute", str(exc))
-    client = PlacementClient(args.placement_url, auth=auth)
+    try:
+        client = PlacementClient(args.placement_url, auth=auth)
+    except ValueError as exc:
+        bus.close()
+        return _fail("compute", f"--placement-url: {exc}")
     fleet = Fleet(nodes, aggregates, client=client, records=records,
                   directory=AgentDirectory(engine), config=config, server=server)
     for host in list(args.fail_host) + [h for h, _ in args.fail_first]:
