@@ -52,12 +52,10 @@ def seed(url: str, hosts: int) -> None:
     inventories, compute records)."""
     from berth.config import SchedulerConfig
     from berth.placement import db as pdb
-    from berth.service.compute import (
-        ComputeAgent,
-        ComputeNodeSpec,
+    from berth.service.compute import ComputeAgent, ComputeNodeSpec, inventories_for
+    from berth.service.records import (
         ComputeRecordStore,
         compute_nodes,
-        inventories_for,
         record_counter,
         record_to_report,
     )

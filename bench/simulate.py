@@ -49,7 +49,7 @@ COMPONENTS = (
     ("create: build records", "berth/service/builds.py", "begin"),
     ("create: build records settle", "berth/service/builds.py", "settle"),
     ("create: instance records", "berth/service/instances.py", "record_many"),
-    ("snapshot refresh (changes since the last request)", "berth/service/compute.py", "refresh"),
+    ("snapshot refresh (changes since the last request)", "berth/service/records.py", "refresh"),
     ("delete (whole)", "berth/service/moves.py", "delete"),
     ("agent reports (in builds and deletes)", "berth/service/compute.py", "report"),
 )

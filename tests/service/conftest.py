@@ -29,7 +29,7 @@ TEST_CONFIG = SchedulerConfig.from_dict({
 def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A migrated, empty database file."""
     from berth.placement.db import prepare
-    from berth.service.compute import ComputeRecordStore
+    from berth.service.records import ComputeRecordStore
 
     path = Path(tmp_path_factory.mktemp("template")) / "berth.sqlite"
     engine = prepare(f"sqlite:///{path}")

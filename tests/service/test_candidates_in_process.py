@@ -12,7 +12,7 @@ from berth.errors import NoValidHost
 from berth.model.request import Flavor, RequestSpec
 from berth.placement.client import PlacementClient
 from berth.placement.local import LocalPlacement
-from berth.service.compute import ComputeNodeSpec, RowIndex
+from berth.service.compute import ComputeNodeSpec
 from berth.service.placement import (
     CandidatesAnswer,
     FlatRequests,
@@ -20,6 +20,7 @@ from berth.service.placement import (
     candidate_set,
     graph_rows,
 )
+from berth.service.records import RowIndex
 from berth.service.stack import Stack
 
 from .conftest import fresh_stack
@@ -126,8 +127,8 @@ def test_the_service_freezes_its_long_lived_heap_unless_told_not_to(
         template_db: Path, tmp_path: Path) -> None:
     import gc
 
-    from berth.service.compute import SnapshotFeed
     from berth.service.placement import PlacementClaimer
+    from berth.service.records import SnapshotFeed
     from berth.service.scheduler import SchedulerService
 
     stack = _stack(template_db, tmp_path, 2)

@@ -21,7 +21,7 @@ from berth.cloudfile import load_cloud
 from berth.errors import CloudFileError
 from berth.model.request import RequestSpec
 from berth.pipeline import Scheduler
-from berth.service.compute import SnapshotFeed
+from berth.service.records import SnapshotFeed
 from berth.service.seeding import seed_from_cloud
 from berth.service.stack import Stack
 

@@ -9,11 +9,10 @@ from berth.errors import InputError
 from berth.model.aggregate import Aggregate
 from berth.model.compute import MetricItem
 from berth.model.request import Flavor
-from berth.service.compute import (
-    ComputeNodeSpec,
+from berth.service.compute import ComputeNodeSpec, inventories_for
+from berth.service.records import (
     RunningInstances,
     SnapshotFeed,
-    inventories_for,
     record_to_report,
     report_to_record,
 )

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from berth.model.aggregate import Aggregate
 from berth.model.request import Flavor
-from berth.service.compute import SnapshotFeed, node_from_record
+from berth.service.compute import node_from_record
+from berth.service.records import SnapshotFeed
 from berth.service.stack import Stack
 
 from .builders import node, reopen

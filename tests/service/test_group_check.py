@@ -24,8 +24,8 @@ from berth.model.request import Flavor, InstanceGroup, RequestSpec
 from berth.model.selection import Selection
 from berth.pipeline import Decision
 from berth.service.api import SchedulerApp
-from berth.service.compute import RunningInstances
 from berth.service.conductor import BuildOutcome, Conductor, FakeDriver
+from berth.service.records import RunningInstances
 from berth.service.stack import Stack
 
 from .builders import node

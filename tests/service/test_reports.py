@@ -11,12 +11,8 @@ import pytest
 
 from berth.placement.db import prepare
 from berth.service.bus import Bus
-from berth.service.compute import (
-    ComputeAgent,
-    ComputeNodeSpec,
-    ComputeRecordStore,
-    record_to_report,
-)
+from berth.service.compute import ComputeAgent, ComputeNodeSpec
+from berth.service.records import ComputeRecordStore, record_to_report
 from berth.service.reports import BusFeed, BusRecordStore
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from berth.model.aggregate import Aggregate
 from berth.model.request import Flavor
-from berth.service.compute import SnapshotFeed
+from berth.service.records import SnapshotFeed
 from berth.service.stack import Stack
 
 from .builders import node, reopen

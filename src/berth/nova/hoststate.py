@@ -44,7 +44,7 @@ from berth.errors import ConfigError
 from berth.model.aggregate import Aggregate
 from berth.model.compute import Instance, MetricItem, ServiceRecord
 from berth.nova import primitives as prim
-from berth.service.compute import RowIndex
+from berth.service.records import RowIndex
 from berth.snapshot import HostRecord, HostSnapshot
 
 LOG = logging.getLogger(__name__)

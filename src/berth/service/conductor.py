@@ -54,11 +54,12 @@ from berth.model.selection import Selection
 from berth.pipeline import Decision
 from berth.placement.dbfaults import as_unavailable, unavailable
 from berth.service.builds import ACTIVE, FAILED, BuildRecords
-from berth.service.compute import ComputeAgent, RunningInstances, agent_key
+from berth.service.compute import ComputeAgent, agent_key
 from berth.service.group_check import HARD_POLICIES, GroupPolicyCheck, GroupPolicyViolation
 from berth.service.groups import ServerGroupStore
 from berth.service.instances import InstanceStore
 from berth.service.placement import PlacementClaimer
+from berth.service.records import RunningInstances
 from berth.service.scheduler import SchedulerService
 
 LOG = logging.getLogger(__name__)

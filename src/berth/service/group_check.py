@@ -34,7 +34,7 @@ instance once its ``host`` is set.
 
 Without a group store the check reads the group as the request carries it and locates
 members through ``running`` (the compute records,
-:class:`~berth.service.compute.RunningInstances`, whose driver must have its host report
+:class:`~berth.service.records.RunningInstances`, whose driver must have its host report
 the instance by the time ``spawn`` returns), under a lock of this process only, plus the
 builds it let through that have not finished.
 """
@@ -63,7 +63,7 @@ class GroupPolicyViolation(Exception):
 class InstanceLocator(Protocol):
     """Where instances are now: by their claims
     (:class:`~berth.service.groups.ClaimedHosts`) or by their hosts' reports
-    (:class:`~berth.service.compute.RunningInstances`)."""
+    (:class:`~berth.service.records.RunningInstances`)."""
 
     def hosts_of(self, instance_uuids: Iterable[str]) -> dict[str, str]:
         """The host each instance runs on; those running nowhere are left out."""

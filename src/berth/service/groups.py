@@ -40,7 +40,7 @@ from berth.placement.db import allocations, create_tables, resource_providers
 from berth.placement.dbfaults import retried
 from berth.placement.store_raw import raw_pool
 from berth.service.builds import BUILDING, builds, builds_metadata
-from berth.service.compute import compute_nodes, records_metadata
+from berth.service.records import compute_nodes, records_metadata
 
 groups_metadata = sa.MetaData()
 

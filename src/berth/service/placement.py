@@ -278,7 +278,7 @@ def graph_rows(graph: engine.ProviderGraph, index: Mapping[str, int]) -> np.ndar
     """Snapshot row (-1: none) of every provider of ``graph``, by graph index.
 
     Remembered with the graph (a graph patched after a claim keeps it) and rebuilt when
-    the index changes: a :class:`~berth.service.compute.RowIndex` says so with its
+    the index changes: a :class:`~berth.service.records.RowIndex` says so with its
     ``version``; any other mapping is re-read every time.
     """
     version = getattr(index, "version", None)

@@ -42,9 +42,9 @@ from sqlalchemy.engine import Engine
 from berth.placement.client import NotFoundError
 from berth.placement.db import allocations, create_tables, resource_classes, resource_providers
 from berth.service.builds import ACTIVE, FAILED, BuildRecords, builds
-from berth.service.compute import compute_nodes
 from berth.service.groups import ServerGroupStore
 from berth.service.instances import live_migration_consumers
+from berth.service.records import compute_nodes
 
 LOG = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ kept both CPUs of a 2-core machine busy at idle). Each round:
   or else its heartbeat — on the bus, its whole state in any case, so a scheduler
   that missed a report catches up; in the other rounds, its heartbeat;
 * the heartbeats of the round go to the record store in one call
-  (:meth:`~berth.service.compute.ComputeRecordStore.heartbeats`: one transaction on
+  (:meth:`~berth.service.records.ComputeRecordStore.heartbeats`: one transaction on
   the database, one message on the bus).
 
 A silent agent (a host that is down) sends nothing.
@@ -26,7 +26,8 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from berth.service.compute import ComputeAgent, ComputeRecordStore
+from berth.service.compute import ComputeAgent
+from berth.service.records import ComputeRecordStore
 
 LOG = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Host reports through the bus: the agents' side and the schedulers' side.
 
 A compute agent's report (the :class:`~berth.snapshot.HostRecord` as JSON, see
-:func:`~berth.service.compute.record_to_report`) goes two ways:
+:func:`~berth.service.records.record_to_report`) goes two ways:
 
 * to every scheduler, as the ``update_host_states`` fanout cast on topic ``scheduler``
   (seed 003: "every compute node periodically publishes its status, available
@@ -12,7 +12,7 @@ A compute agent's report (the :class:`~berth.snapshot.HostRecord` as JSON, see
   every such host of the process in one message), so a fleet's periodic reports cost a
   scheduler a number per host, not a report to parse; every host's report goes whole
   again now and then (:meth:`BusRecordStore.resend_all`);
-* to the shared database (:class:`~berth.service.compute.ComputeRecordStore`), only when
+* to the shared database (:class:`~berth.service.records.ComputeRecordStore`), only when
   something besides the heartbeat changed: it is what a scheduler warms its snapshot
   from before it serves, and what an agent restarted on the same database takes its
   instances back from.
@@ -42,7 +42,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from berth.service.bus import Bus, BusError
-from berth.service.compute import (
+from berth.service.records import (
     ComputeRecordStore,
     SnapshotFeed,
     report_beat,

@@ -51,7 +51,6 @@ from berth.model.request import RequestSpec, new_instance_uuids
 from berth.pipeline import Decision, Scheduler
 from berth.request_filters import NetworkLookup, RequestFilterFailed, process_reqspec
 from berth.resource_request import NodeRef, resources_from_request_spec
-from berth.service.compute import SnapshotFeed
 from berth.service.placement import (
     CandidatesAnswer,
     PlacementCandidates,
@@ -59,6 +58,7 @@ from berth.service.placement import (
     candidate_set,
     placement_rejections,
 )
+from berth.service.records import SnapshotFeed
 from berth.snapshot import HostSnapshot
 
 LOG = logging.getLogger(__name__)

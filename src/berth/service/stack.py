@@ -26,15 +26,7 @@ from berth.placement.client import NotFoundError, PlacementClient
 from berth.placement.local import LocalPlacement, LocalProviders
 from berth.request_filters import NetworkLookup
 from berth.service.builds import BuildRecords, instance_uuid_rng
-from berth.service.compute import (
-    ComputeAgent,
-    ComputeNodeSpec,
-    ComputeRecordStore,
-    SnapshotFeed,
-    agent_key,
-    node_from_record,
-    report_to_record,
-)
+from berth.service.compute import ComputeAgent, ComputeNodeSpec, agent_key, node_from_record
 from berth.service.conductor import ComputeDriver, Conductor, FakeDriver
 from berth.service.group_check import GroupPolicyCheck
 from berth.service.groups import ServerGroupStore
@@ -42,6 +34,7 @@ from berth.service.instances import InstanceStore
 from berth.service.moves import MoveService, PlacementMoveClaims
 from berth.service.placement import PlacementCandidates, PlacementClaimer
 from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT, Reconciler
+from berth.service.records import ComputeRecordStore, SnapshotFeed, report_to_record
 from berth.service.scheduler import SchedulerService
 
 
