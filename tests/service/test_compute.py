@@ -191,6 +191,30 @@ def test_a_round_sends_heartbeats_alone_and_the_feed_applies_them(stack: Stack) 
     assert snap.num("service_heartbeat").tolist() == [1030.0, 1040.0]
 
 
+def test_periodic_rounds_spread_the_whole_reports(stack: Stack) -> None:
+    agents = stack.register_hosts([ComputeNodeSpec(host=f"h{i}", vcpus=8, memory_mb=4096,
+                                                   local_gb=40) for i in range(5)])
+    for agent in agents:
+        agent.record_failed_build()  # a change no report carried yet
+    written = stack.records.publish
+    published: list[str] = []
+    stack.records.publish = (  # type: ignore[method-assign]
+        lambda uuid, report, beat: published.append(uuid) or written(uuid, report, beat))
+    resent: list[set[str]] = []
+    reporter = Reporter(lambda: agents, stack.records, whole_every=2)
+    reporter.report_round(part=0)
+    assert published == [agents[0].uuid, agents[2].uuid, agents[4].uuid]
+    reporter.report_round(part=1)
+    assert published[3:] == [agents[1].uuid, agents[3].uuid]
+    reporter.report_round(part=2)
+    assert published[5:] == []  # nothing changed since
+    # On the bus, the due hosts' reports go whole in any case.
+    bus = Reporter(lambda: agents, stack.records, whole_every=2, resend=resent.append)
+    bus.report_round(part=1)
+    assert resent == [{agents[1].uuid, agents[3].uuid}]
+    assert published[5:] == [agents[1].uuid, agents[3].uuid]
+
+
 def test_a_failed_placement_publication_is_retried_by_the_next_round(stack: Stack) -> None:
     (agent,) = stack.register_hosts([ComputeNodeSpec(host="h1", vcpus=8, memory_mb=4096,
                                                      local_gb=40)])

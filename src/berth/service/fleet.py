@@ -13,8 +13,8 @@ agent does for itself, in bulk:
   registered host, so no host waits for the others to be counted up;
 * **reports** (:meth:`Fleet.start`, a :class:`~berth.service.reporting.Reporter`):
   after every build or destroy a host reports its whole state at once; every
-  ``report_interval`` each registered host sends its heartbeat, and every
-  :data:`~berth.service.reporting.WHOLE_EVERY`-th round its whole state again (see
+  ``report_interval`` each registered host sends its heartbeat, and once every
+  :data:`~berth.service.reporting.WHOLE_EVERY` rounds its whole state again (see
   :mod:`berth.service.reports` for what reaches the database). At 10,000 hosts building
   every report each round cost the process ~4 s of CPU per round.
 """
@@ -64,7 +64,7 @@ class Fleet:
             self.agents[node.host] = ComputeAgent(node, client, records, config)
         self._registered: list[ComputeAgent] = []
         self._reg_lock = threading.Lock()
-        self.reporter = Reporter(self.registered, records, resend=records.resend_all)
+        self.reporter = Reporter(self.registered, records, resend=records.resend)
         #: Seconds the last :meth:`register` took.
         self.registration_s = 0.0
 

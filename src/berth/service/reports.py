@@ -11,7 +11,7 @@ A compute agent's report (the :class:`~berth.snapshot.HostRecord` as JSON, see
   last sent for its host goes as its heartbeat alone (the ``host_heartbeats`` cast,
   every such host of the process in one message), so a fleet's periodic reports cost a
   scheduler a number per host, not a report to parse; every host's report goes whole
-  again now and then (:meth:`BusRecordStore.resend_all`);
+  again now and then (:meth:`BusRecordStore.resend`);
 * to the shared database (:class:`~berth.service.records.ComputeRecordStore`), only when
   something besides the heartbeat changed: it is what a scheduler warms its snapshot
   from before it serves, and what an agent restarted on the same database takes its
@@ -149,11 +149,12 @@ class BusRecordStore(ComputeRecordStore):
             else:
                 self._beats_out[uuid] = float(beat)
 
-    def resend_all(self) -> None:
-        """Send the next report of every host whole, not as a heartbeat (a periodic
+    def resend(self, uuids: Iterable[str]) -> None:
+        """Send the next report of these hosts whole, not as a heartbeat (a periodic
         full refresh, so a scheduler that missed a report catches up)."""
         with self._out_lock:
-            self._sent.clear()
+            for uuid in uuids:
+                self._sent.pop(uuid, None)
 
     def _write_through(self, uuid: str, report: Mapping[str, Any], beat: float | None) -> None:
         """Write one report and return once it is committed, sharing the transaction
