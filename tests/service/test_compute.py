@@ -8,7 +8,7 @@ from berth.config import SchedulerConfig
 from berth.errors import InputError
 from berth.model.aggregate import Aggregate
 from berth.model.compute import MetricItem
-from berth.model.request import Flavor
+from berth.model.request import Flavor, RequestSpec
 from berth.service.compute import ComputeNodeSpec, inventories_for
 from berth.service.records import (
     RunningInstances,
@@ -241,3 +241,32 @@ def test_a_failed_placement_publication_is_retried_by_the_next_round(stack: Stac
     reporter.report_round()
     assert not agent.placement_pending
     assert stack.client.get_provider_traits(agent.uuid)[1] == ["COMPUTE_STATUS_DISABLED"]
+
+
+def test_a_warmed_scheduler_reads_no_providers_on_its_first_request(stack: Stack) -> None:
+    from berth.placement.store_graph import GraphMixin
+
+    stack.register_hosts([ComputeNodeSpec(host=f"h{i}", vcpus=8, memory_mb=4096, local_gb=40)
+                          for i in range(3)])
+    service = stack.scheduler(seed=1)
+    loads: list[int] = []
+    load = GraphMixin._load_all
+
+    def counted(self: object, raw: object) -> None:
+        loads.append(1)
+        load(self, raw)  # type: ignore[arg-type]
+
+    GraphMixin._load_all = counted  # type: ignore[method-assign]
+    try:
+        service.warm()
+        warmed = len(loads)
+        service.select_destinations(RequestSpec(flavor=Flavor(name="f", vcpus=1,
+                                                               memory_mb=256, root_gb=1)))
+    finally:
+        GraphMixin._load_all = load  # type: ignore[method-assign]
+    from berth.placement.local import LocalPlacement
+
+    if not isinstance(stack.candidates_client, LocalPlacement):
+        assert warmed == 0  # through the API: the server reads its providers itself
+    else:
+        assert warmed == 1 and len(loads) == 1  # the first request found them read

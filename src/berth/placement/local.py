@@ -71,6 +71,11 @@ class LocalPlacement:
 
     # -- candidates --------------------------------------------------------------------
 
+    def warm(self) -> None:
+        """Read the providers now (a process that starts, before its first request:
+        loading 10,000 providers takes about a second)."""
+        call_with_retry(self.store.provider_graph, safe=True, what="reading providers")
+
     def search(
         self, params: Mapping[str, str | Sequence[str]]
     ) -> tuple[engine.ProviderGraph, Any, engine.SearchResult]:

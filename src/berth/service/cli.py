@@ -634,6 +634,7 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
     reporter = Reporter(lambda: list(stack.agents.values()), stack.records)
     reporter.start(float(stack.config.report_interval))
     service = stack.scheduler(seed=args.seed)
+    service.warm()
     conductor = stack.conductor(service, driver)
     moves = stack.moves(conductor)
     # A compute that starts drops the instances evacuated from it (Nova's init_host).

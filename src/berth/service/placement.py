@@ -167,6 +167,12 @@ class PlacementCandidates:
             raise ValueError(f"candidates are read at microversion {CANDIDATES_MICROVERSION}, "
                              f"not {client.version[0]}.{client.version[1]}")
 
+    def warm(self) -> None:
+        """Read what the first query needs now (the store's providers, in process;
+        nothing through the API)."""
+        if isinstance(self.client, LocalPlacement):
+            self.client.warm()
+
     def get(self, params: Sequence[tuple[str, str]]) -> CandidatesAnswer:
         """Run the query; errors are logged and give an empty answer, as in Nova."""
         grouped: dict[str, list[str]] = defaultdict(list)

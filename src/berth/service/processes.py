@@ -285,6 +285,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         # Serve first (reports queue up meanwhile), warm, then take requests.
         bus.serve(SCHEDULER_TOPIC, name, [endpoint])
         feed.warm()
+        service.warm()
         endpoint.ready.set()
         print(f"ready: scheduler {name} with {len(feed.snapshot)} hosts", flush=True)
         threading.Thread(target=_log_stats, args=(name, service, feed), daemon=True).start()
