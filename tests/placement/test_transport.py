@@ -40,17 +40,34 @@ def _app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     return [data]
 
 
+def _serve(**options: Any) -> tuple[Any, threading.Thread]:
+    """A waitress server of ``_app`` running in a thread."""
+    srv = create_server(_app, host="127.0.0.1", port=0, threads=2, **options)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    return srv, thread
+
+
+def _stop(srv: Any, thread: threading.Thread) -> None:
+    """Stop a server from its own loop (closing its sockets from another thread races
+    with the loop's select)."""
+    def close_all() -> None:
+        for channel in list(srv._map.values()):
+            channel.close()
+
+    srv.trigger.pull_trigger(close_all)
+    thread.join(timeout=5)
+    srv.task_dispatcher.shutdown()
+
+
 @pytest.fixture
 def server() -> Iterator[str]:
     """A waitress server of ``_app`` that closes connections idle for 1 s."""
-    srv = create_server(_app, host="127.0.0.1", port=0, threads=2, channel_timeout=1,
-                        cleanup_interval=1)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
+    srv, thread = _serve(channel_timeout=1, cleanup_interval=1)
     try:
         yield f"http://127.0.0.1:{srv.effective_port}/placement"
     finally:
-        srv.close()
+        _stop(srv, thread)
 
 
 def test_requests_share_one_kept_connection(server: str) -> None:
@@ -185,15 +202,13 @@ def test_a_dropped_request_is_sent_again_only_when_idempotent() -> None:
 
 
 def test_threads_share_several_urls_and_pass_over_one_that_refuses() -> None:
-    servers = [create_server(_app, host="127.0.0.1", port=0, threads=2) for _ in range(2)]
-    for srv in servers:
-        threading.Thread(target=srv.run, daemon=True).start()
+    servers = [_serve() for _ in range(2)]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
-    urls = [f"http://127.0.0.1:{servers[0].effective_port}/a",
+    urls = [f"http://127.0.0.1:{servers[0][0].effective_port}/a",
             f"http://127.0.0.1:{dead}/b",
-            f"http://127.0.0.1:{servers[1].effective_port}/c"]
+            f"http://127.0.0.1:{servers[1][0].effective_port}/c"]
     try:
         http = KeptConnections(urls, headers={}, timeout=5)
         paths: list[str] = []
@@ -215,5 +230,5 @@ def test_threads_share_several_urls_and_pass_over_one_that_refuses() -> None:
         with pytest.raises(httpx.ConnectError, match=str(dead)):
             KeptConnections([urls[1]], headers={}, timeout=5).request("GET", "/x")
     finally:
-        for srv in servers:
-            srv.close()
+        for srv, thread in servers:
+            _stop(srv, thread)
