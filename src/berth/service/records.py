@@ -205,21 +205,20 @@ def aggregate_to_row(agg: Aggregate) -> dict[str, Any]:
 #: statement and its cache key per call cost several times its run).
 _NEXT_SEQ = (sa.update(record_counter).where(record_counter.c.id == 1)
              .values(seq=record_counter.c.seq + 1).returning(record_counter.c.seq))
-_UPDATE_NODE = (sa.update(compute_nodes).where(compute_nodes.c.uuid == sa.bindparam("b_uuid"))
-                .values(host=sa.bindparam("host"), nodename=sa.bindparam("nodename"),
-                        report=sa.bindparam("report"), heartbeat=sa.bindparam("heartbeat"),
-                        seq=sa.bindparam("seq")))
 _READ_TOP_SQL = "SELECT seq FROM berth_compute_counter WHERE id = 1"
 #: Raw DBAPI statements (``?`` placeholders) of a report and of a scheduler's catch-up:
 #: one round trip each on PostgreSQL, and no SQLAlchemy execution context per statement
 #: (which cost more than SQLite itself: a report took ~0.4 ms through it).
 _RAW_NEXT_SEQ = "UPDATE berth_compute_counter SET seq = seq + 1 WHERE id = 1 RETURNING seq"
-_RAW_UPSERT_NODE = (
+_RAW_UPSERT_NODES = (
     "INSERT INTO berth_compute_nodes (uuid, host, nodename, report, heartbeat, seq) "
-    "VALUES (?, ?, ?, ?, ?, (SELECT seq FROM berth_compute_counter WHERE id = 1)) "
+    "VALUES {} "
     "ON CONFLICT (uuid) DO UPDATE SET host = excluded.host, nodename = excluded.nodename, "
     "report = excluded.report, heartbeat = excluded.heartbeat, seq = excluded.seq"
 )
+_NODE_ROW = "(?, ?, ?, ?, ?, (SELECT seq FROM berth_compute_counter WHERE id = 1))"
+#: Report rows per statement (a registration wave writes thousands at once).
+_NODES_PER_STATEMENT = 100
 _RAW_CHANGED_SINCE = "SELECT seq, report FROM berth_compute_nodes WHERE seq > ? ORDER BY seq"
 _RAW_BEATS_SINCE = "SELECT seq, uuid, heartbeat FROM berth_compute_heartbeats WHERE seq > ?"
 _RAW_UPSERT_BEATS = (
@@ -284,55 +283,35 @@ class ComputeRecordStore:
             self._deferred.append((uuid, report, heartbeat))
             return True
 
-    def publish_many(self, items: Sequence[tuple[str, Mapping[str, Any], float | None]]) -> None:
-        """Insert or replace many reports in one transaction (one counter update)."""
+    def publish_many(self, items: Sequence[tuple[str, Mapping[str, Any], float | None]]) -> int:
+        """Insert or replace many reports (the latest of each node) in one transaction
+        under one change number; returns it (0 for no reports)."""
         if not items:
-            return
+            return 0
         latest = {uuid: (report, beat) for uuid, report, beat in items}
-        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            top = int(conn.execute(
-                sa.update(record_counter).where(record_counter.c.id == 1)
-                .values(seq=record_counter.c.seq + len(latest)).returning(record_counter.c.seq)
-            ).scalar_one())
-            uuids = list(latest)
-            existing: set[str] = set()
-            for start in range(0, len(uuids), 1000):
-                existing.update(conn.execute(
-                    sa.select(compute_nodes.c.uuid)
-                    .where(compute_nodes.c.uuid.in_(uuids[start:start + 1000]))).scalars())
-            rows = []
-            for offset, uuid in enumerate(uuids):
-                report, beat = latest[uuid]
-                rows.append({"uuid": uuid, "host": report["host"],
-                             "nodename": report.get("nodename") or report["host"],
-                             "report": json.dumps(report, sort_keys=True, default=str),
-                             "heartbeat": beat, "seq": top - len(uuids) + 1 + offset})
-            new = [r for r in rows if r["uuid"] not in existing]
-            old = [r for r in rows if r["uuid"] in existing]
-            if new:
-                conn.execute(sa.insert(compute_nodes), new)
-            if old:
-                conn.execute(_UPDATE_NODE, [{**r, "b_uuid": r["uuid"]} for r in old])
+        rows = [(uuid, report["host"], report.get("nodename") or report["host"],
+                 json.dumps(report, sort_keys=True, default=str), beat)
+                for uuid, (report, beat) in latest.items()]
+        # The counter's row lock (BEGIN IMMEDIATE on SQLite) orders the writers: a change
+        # number is visible only once every smaller one has committed.
+        batch: list[tuple[Any, ...]] = [("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
+                                        (_RAW_NEXT_SEQ, ())]
+        for start in range(0, len(rows), _NODES_PER_STATEMENT):
+            chunk = rows[start:start + _NODES_PER_STATEMENT]
+            batch.append((_RAW_UPSERT_NODES.format(", ".join([_NODE_ROW] * len(chunk))),
+                          [value for row in chunk for value in row]))
+        batch.append(("COMMIT", ()))
+        # Safe to run twice: the same rows again, under one more change number.
+        out = call_with_retry(lambda: self._raw.run(batch), safe=True,
+                              what=f"publishing {len(rows)} reports")
+        return int(out[1][0][0])
 
     def publish(self, uuid: str, report: Mapping[str, Any], heartbeat: float | None) -> int:
         """Insert or replace one node's report; returns its change number (0 when it
         waits for :meth:`end_deferred`)."""
         if self._defer(uuid, report, heartbeat):
             return 0
-        text = json.dumps(report, sort_keys=True, default=str)
-        # The counter's row lock (BEGIN IMMEDIATE on SQLite) orders the writers: a change
-        # number is visible only once every smaller one has committed.
-        batch = [
-            ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
-            (_RAW_NEXT_SEQ, ()),
-            (_RAW_UPSERT_NODE, (uuid, report["host"], report.get("nodename") or report["host"],
-                                text, heartbeat)),
-            ("COMMIT", ()),
-        ]
-        # Safe to run twice: the same row again, and one more change number.
-        out = call_with_retry(lambda: self._raw.run(batch), safe=True,
-                              what=f"publishing the report of {uuid}")
-        return int(out[1][0][0])
+        return self.publish_many([(uuid, report, heartbeat)])
 
     def set_aggregates(self, aggregates: Iterable[Aggregate]) -> None:
         """Replace every host aggregate."""
