@@ -225,6 +225,7 @@ _RAW_UPSERT_BEATS = (
     "INSERT INTO berth_compute_heartbeats (uuid, heartbeat, seq) VALUES {} "
     "ON CONFLICT (uuid) DO UPDATE SET heartbeat = excluded.heartbeat, seq = excluded.seq"
 )
+_BEAT_ROW = "(?, ?, (SELECT seq FROM berth_compute_counter WHERE id = 1))"
 #: Heartbeat rows per statement (two parameters each, under SQLite's old 999 limit).
 _BEATS_PER_STATEMENT = 400
 _RAW_AGGREGATES_SEQ = "SELECT seq FROM berth_host_aggregates_changed WHERE id = 1"
@@ -292,18 +293,24 @@ class ComputeRecordStore:
         rows = [(uuid, report["host"], report.get("nodename") or report["host"],
                  json.dumps(report, sort_keys=True, default=str), beat)
                 for uuid, (report, beat) in latest.items()]
-        # The counter's row lock (BEGIN IMMEDIATE on SQLite) orders the writers: a change
-        # number is visible only once every smaller one has committed.
+        return self._write_numbered(_RAW_UPSERT_NODES, _NODE_ROW, _NODES_PER_STATEMENT, rows,
+                                    what=f"publishing {len(rows)} reports")
+
+    def _write_numbered(self, upsert: str, row: str, per_statement: int,
+                        rows: Sequence[tuple[Any, ...]], *, what: str) -> int:
+        """Upsert ``rows`` (``per_statement`` to an ``upsert`` of ``row`` marks) in one
+        transaction under the next change number; returns it. The counter's row lock
+        (BEGIN IMMEDIATE on SQLite) orders the writers: a change number is visible only
+        once every smaller one has committed. Safe to run twice (the same rows again,
+        under one more change number), so a lost connection is retried."""
         batch: list[tuple[Any, ...]] = [("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
                                         (_RAW_NEXT_SEQ, ())]
-        for start in range(0, len(rows), _NODES_PER_STATEMENT):
-            chunk = rows[start:start + _NODES_PER_STATEMENT]
-            batch.append((_RAW_UPSERT_NODES.format(", ".join([_NODE_ROW] * len(chunk))),
-                          [value for row in chunk for value in row]))
+        for start in range(0, len(rows), per_statement):
+            chunk = rows[start:start + per_statement]
+            batch.append((upsert.format(", ".join([row] * len(chunk))),
+                          [value for values in chunk for value in values]))
         batch.append(("COMMIT", ()))
-        # Safe to run twice: the same rows again, under one more change number.
-        out = call_with_retry(lambda: self._raw.run(batch), safe=True,
-                              what=f"publishing {len(rows)} reports")
+        out = call_with_retry(lambda: self._raw.run(batch), safe=True, what=what)
         return int(out[1][0][0])
 
     def publish(self, uuid: str, report: Mapping[str, Any], heartbeat: float | None) -> int:
@@ -364,20 +371,9 @@ class ComputeRecordStore:
         (0 for no heartbeats). A report written later carries its own, newer one."""
         if not beats:
             return 0
-        items = list(beats.items())
-        batch: list[tuple[Any, ...]] = [("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
-                                        (_RAW_NEXT_SEQ, ())]
-        for start in range(0, len(items), _BEATS_PER_STATEMENT):
-            chunk = items[start:start + _BEATS_PER_STATEMENT]
-            marks = ", ".join(["(?, ?, (SELECT seq FROM berth_compute_counter WHERE id = 1))"]
-                              * len(chunk))
-            batch.append((_RAW_UPSERT_BEATS.format(marks),
-                          [value for uuid, beat in chunk for value in (uuid, float(beat))]))
-        batch.append(("COMMIT", ()))
-        # Safe to run twice: the same heartbeats again, under one more change number.
-        out = call_with_retry(lambda: self._raw.run(batch), safe=True,
-                              what=f"storing {len(items)} heartbeats")
-        return int(out[1][0][0])
+        return self._write_numbered(_RAW_UPSERT_BEATS, _BEAT_ROW, _BEATS_PER_STATEMENT,
+                                    [(uuid, float(beat)) for uuid, beat in beats.items()],
+                                    what=f"storing {len(beats)} heartbeats")
 
     def preload(self, uuids: Iterable[str] | None = None) -> None:
         """Read the stored reports of ``uuids`` (every one by default) at once; until

@@ -25,22 +25,21 @@ NOAUTH2_ADMIN = "admin"
 
 
 class KeystoneAuth(httpx.Auth):
-    """httpx authentication with a keystoneauth plugin: ``X-Auth-Token`` from the plugin
-    (cached and renewed by it), fetched again once when the server answers 401."""
+    """Authentication with a keystoneauth plugin: ``X-Auth-Token`` from the plugin
+    (cached and renewed by it), fetched again once when the server answers 401 — for
+    httpx (``auth_flow``) and as the token source of Berth's kept connections
+    (:class:`~berth.placement.transport.TokenSource`)."""
 
     def __init__(self, plugin: Any, session: Any) -> None:
         self._plugin = plugin
         self._session = session
 
-    def token(self) -> str:
-        """The token to send (cached and renewed by the plugin)."""
-        return self._token()
-
     def invalidate(self) -> None:
         """The server refused the token: fetch a new one next time."""
         self._plugin.invalidate()
 
-    def _token(self) -> str:
+    def token(self) -> str:
+        """The token to send (cached and renewed by the plugin)."""
         from keystoneauth1 import exceptions as ks_exc
 
         try:
@@ -52,11 +51,11 @@ class KeystoneAuth(httpx.Auth):
         return str(token)
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["X-Auth-Token"] = self._token()
+        request.headers["X-Auth-Token"] = self.token()
         response = yield request
         if response.status_code == 401:
-            self._plugin.invalidate()
-            request.headers["X-Auth-Token"] = self._token()
+            self.invalidate()
+            request.headers["X-Auth-Token"] = self.token()
             yield request
 
 
