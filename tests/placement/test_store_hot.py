@@ -390,3 +390,42 @@ def test_stale_caches_and_taken_consumers_fall_back_again_and_again(
     mine.close()
     theirs.close()
 
+
+
+def test_a_raw_batch_answers_per_statement_and_a_failed_expectation_undoes_it(
+        engine: Any) -> None:
+    """Several statements go to the database as one (PostgreSQL: one pipeline):
+    each answers its own rows or row count, values travel intact whatever their quotes,
+    ``%`` or type, and a failed expectation stops the batch and undoes its transaction,
+    leaving the kept connection usable."""
+    from berth.placement.store_raw import RawPool, _Unexpected
+
+    rp = _providers(engine, 1, "batch%'q")[0]
+    pool = RawPool(engine)
+    pg = engine.dialect.name != "sqlite"
+    begin = "BEGIN" if pg else "BEGIN IMMEDIATE"
+    name = "it's 100% \\ \"odd\"; -- ok"
+    listed = (("SELECT COUNT(*) FROM resource_providers WHERE id = ANY(?)", ([1, 2, 70000],))
+              if pg else ("SELECT COUNT(*) FROM resource_providers WHERE id IN (?, ?, ?)",
+                          (1, 2, 70000)))
+    got = pool.run([
+        (begin, ()),
+        ("UPDATE resource_providers SET name = ? WHERE uuid = ?", (name, rp), True),
+        ("SELECT name, generation FROM resource_providers WHERE uuid = ?", (rp,)),
+        listed,
+        ("COMMIT", ()),
+    ])
+    assert len(got) == 5
+    assert got[1] in (1, [(1,)])  # PostgreSQL checks the expectation in a SELECT
+    assert got[2] == [(name, 1)]
+    assert got[3][0][0] >= 1
+    with pytest.raises(_Unexpected):
+        pool.run([
+            (begin, ()),
+            ("UPDATE resource_providers SET name = ? WHERE uuid = ?", ("gone", rp), True),
+            ("UPDATE resource_providers SET generation = 9 WHERE uuid = ?", ("nope",), True),
+            ("COMMIT", ()),
+        ])
+    assert pool.run([("SELECT name FROM resource_providers WHERE uuid = ?", (rp,))]) == [
+        [(name,)]]
+    pool.close()
