@@ -325,3 +325,64 @@ def test_hosts_whose_reports_stop_go_down_and_come_back(tmp_path: Path) -> None:
             c.wait_hosts(api, 20, timeout=30)
         finally:
             c.close()
+
+
+def _services(url: str) -> dict[str, dict[str, Any]]:
+    answer = httpx.get(url + "/os-services", timeout=30, headers=ADMIN).json()
+    return {s["host"]: s for s in answer["services"]}
+
+
+def _service_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "berth.cli", "service", *args, "--url", url,
+                           "--token", "admin"], capture_output=True, text=True, timeout=60)
+
+
+def test_an_operator_disables_and_forces_down_services_through_an_api_process(
+        tmp_path: Path) -> None:
+    """``berth service set`` against a ``berth api``: the switch reaches the host's agent
+    in the fleet process over the bus, the scheduler stops choosing the host, and the
+    switches outlive a restart of the fleet, until the operator sets them back."""
+    reason = rabbit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    cloud = tmp_path / "cloud.yaml"
+    _cloud(cloud, 8)
+    with fresh_pg_database("berth_svc") as db, rabbit_vhost("berth_svc") as bus:
+        c = LocalCluster(tmp_path / "run", db, bus, cloud, schedulers=1, apis=1, options={
+            "DEFAULT": {"report_interval": 1, "service_down_time": 6}})
+        try:
+            c.start()
+            api = c.alive_urls()[0]
+            c.wait_hosts(api, 8, timeout=30)
+            done = _service_cli(api, "set", "h00002", "--disable", "--disable-reason",
+                                "new disks")
+            assert done.returncode == 0, done.stderr
+            assert "disabled" in done.stdout and "new disks" in done.stdout
+            done = _service_cli(api, "set", "h00003", "--down")
+            assert done.returncode == 0, done.stderr
+            _wait(lambda: _up_count(api) == 6, 30)
+            services = _services(api)
+            assert (services["h00002"]["status"], services["h00002"]["state"]) == (
+                "disabled", "up")
+            assert (services["h00003"]["status"], services["h00003"]["state"]) == (
+                "enabled", "down")
+            for host in ("h00002", "h00003"):
+                refused = httpx.post(api + "/boot", headers=ADMIN, timeout=60, json={
+                    "flavor": "tiny", "force_hosts": [host]})
+                assert refused.status_code == 409, refused.text
+            # The fleet restarts: each agent takes its switches back from its record.
+            c.kill("compute")
+            c.start_compute()
+            time.sleep(2)  # the restarted fleet's first round of reports
+            c.wait_hosts(api, 6, timeout=30)
+            assert _up_count(api) == 6
+            services = _services(api)
+            assert services["h00002"]["disabled_reason"] == "new disks"
+            assert services["h00003"]["forced_down"] is True
+            assert _service_cli(api, "set", "h00002", "--enable").returncode == 0
+            assert _service_cli(api, "set", "h00003", "--up").returncode == 0
+            c.wait_hosts(api, 8, timeout=30)
+            missing = _service_cli(api, "set", "h09999", "--up")
+            assert missing.returncode == 4 and "no compute service" in missing.stderr
+        finally:
+            c.close()

@@ -5,9 +5,12 @@ Routes (JSON in, JSON out)::
     POST /boot          schedule and build instances (below)
     GET  /hosts         every compute node with its usage and liveness as the scheduler
                         sees it (``up``, ``forced_down``, ``heartbeat_age_s``: why
-                        ComputeFilter passes or rejects it)
+                        ComputeFilter passes or rejects it; ``reporting``: the heartbeat
+                        alone; ``last_seen_up``; its availability ``zone``)
     GET  /healthz       {"status": "ok"}
     GET  /openapi.json  this API described in OpenAPI 3.1 (:mod:`berth.service.openapi`)
+    GET  /os-services[/{host}], PUT /os-services/{host}: the compute services, and an
+         operator's switches: disable, enable, force down (:mod:`berth.service.services_api`)
     GET  /servers[/{uuid}], POST /servers/{uuid}/{migrate,resize,evacuate,rebuild,
          confirm-resize,revert-resize}: instances and their moves
          (:mod:`berth.service.move_api`)
@@ -94,6 +97,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
@@ -107,6 +111,7 @@ from berth.errors import (
     error_dict,
 )
 from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
+from berth.filters.availability_zone import host_zones
 from berth.filters.compute import effective_service_down_time, services_up
 from berth.model.image_props import ImagePropertyError, show
 from berth.model.request import (
@@ -135,6 +140,8 @@ from berth.service.policy import (
     scheduler_rules,
 )
 from berth.service.scheduler import SchedulerService
+from berth.service.services_api import PREFIX as SERVICES_PREFIX
+from berth.service.services_api import handle_services, iso_time
 from berth.service.webview import CapacityRuns, RecentDecisions, ViewRoutes
 from berth.webauth.identity import Caller, NoAuth2
 from berth.webauth.rules import Forbidden, PolicyEnforcer
@@ -455,6 +462,14 @@ class SchedulerApp(ViewRoutes):
                 from berth.service.openapi import document
 
                 return _reply(start_response, 200, document())
+            if path == SERVICES_PREFIX or path.startswith(SERVICES_PREFIX + "/"):
+                body = _read_json(environ) if method == "PUT" else None
+                status, answer = handle_services(
+                    method, path, body, driver=self.conductor.driver,
+                    hosts=lambda: call_with_retry(self.hosts, safe=True,
+                                                  what=f"{method} {SERVICES_PREFIX}"),
+                    authorize=lambda rule: self._enforce(rule, caller, None))
+                return _reply(start_response, status, answer)
             if path == "/servers" or path.startswith("/servers/"):
                 body = _read_json(environ) if method == "POST" else None
                 status, answer = handle_servers(
@@ -658,10 +673,21 @@ def hosts_answer(service: SchedulerService) -> dict[str, Any]:
     now = service.clock()
     up = services_up(snap.num("service_disabled"), snap.num("service_forced_down"),
                      snap.num("service_heartbeat"), now, down_time)
+    # The heartbeat's verdict alone (Nova's service ``state`` adds forced_down).
+    none = np.zeros(len(snap), dtype=bool)
+    reporting = services_up(none, none, snap.num("service_heartbeat"), now, down_time)
+    zones: dict[int, str] = {}
+    codes = snap.codes("aggregates")
+    default_zone = config.default_availability_zone
     rows = []
     # Rows change only under the service's lock, which a concurrent /boot may hold
     # meanwhile; a row read twice is at worst one report apart.
     for row in range(len(snap)):
+        code = int(codes[row])
+        zone = zones.get(code)
+        if zone is None:
+            zone = zones[code] = ",".join(sorted(host_zones(
+                snap.aggregates_of_signature(code), default_zone)))
         rows.append({
             "host": snap.obj("host")[row], "nodename": snap.obj("nodename")[row],
             "uuid": snap.obj("uuid")[row], "cell": snap.interned_value("cell_uuid", row),
@@ -673,7 +699,9 @@ def hosts_answer(service: SchedulerService) -> dict[str, Any]:
             "num_instances": _num(snap.num("num_instances")[row]),
             "cpu_allocation_ratio": _ratio(snap.num("cpu_allocation_ratio")[row]),
             "ram_allocation_ratio": _ratio(snap.num("ram_allocation_ratio")[row]),
+            "zone": zone,
             **_liveness(snap, row, now, bool(up[row])),
+            "reporting": bool(reporting[row]),
         })
     return {"hosts": rows}
 
@@ -688,6 +716,7 @@ def _liveness(snap: Any, row: int, now: float, up: bool) -> dict[str, Any]:
             "disabled_reason": getattr(service, "disabled_reason", None) if disabled else None,
             "forced_down": bool(snap.num("service_forced_down")[row]),
             "heartbeat_age_s": None if math.isnan(beat) else round(abs(now - beat), 1),
+            "last_seen_up": None if math.isnan(beat) else iso_time(beat),
             "up": up}
 
 

@@ -179,6 +179,9 @@ def add_commands(subparsers: Any) -> None:
                             "OS_AUTH_URL, OS_USERNAME, ...; else noauth2's 'admin')")
         m.add_argument("--json", action="store_true", help="print the JSON answer as sent")
         m.set_defaults(func=cmd_server_action, action=name)
+    from berth.service import services_cli
+
+    services_cli.add_commands(subparsers, DEFAULT_URL)
 
 
 def positive_int(text: str) -> int:

@@ -452,11 +452,30 @@ class ComputeAgent:
 
     def set_disabled(self, disabled: bool, reason: str | None = None) -> None:
         """Disable/enable the service: the trait and the service row change together."""
+        self.set_service(disabled=disabled, reason=reason)
+
+    def set_service(self, *, disabled: bool | None = None, reason: str | None = None,
+                    forced_down: bool | None = None) -> dict[str, Any]:
+        """An operator's switches on the node's compute service (Nova's ``PUT
+        /os-services``): ``disabled`` (with its ``reason``; enabling clears it) and
+        ``forced_down``; None leaves one as it is. A change of ``disabled`` publishes
+        the ``COMPUTE_STATUS_DISABLED`` trait too, then the node reports at once. They
+        last until changed again: a restarted agent takes them back from its stored
+        record (:meth:`restore_usage`). Answers the service's state afterwards."""
         with self._lock:
-            self.disabled = disabled
-            self.disabled_reason = reason if disabled else None
-        self.sync_placement()
+            trait_changes = disabled is not None and disabled != self.disabled
+            if disabled is not None:
+                self.disabled = disabled
+                self.disabled_reason = reason if disabled else None
+            if forced_down is not None:
+                self.forced_down = forced_down
+            state = {"host": self.node.host, "nodename": self.node.nodename or self.node.host,
+                     "disabled": self.disabled, "disabled_reason": self.disabled_reason,
+                     "forced_down": self.forced_down}
+        if trait_changes or self.placement_pending:
+            self.sync_placement()
         self.report()
+        return state
 
     # ----------------------------------------------------------------- reports
     def host_record(self, now: float) -> HostRecord:
@@ -547,8 +566,10 @@ class ComputeAgent:
         placed again, sized by that allocation (so the reports agree with placement);
         instances without one are gone. The rest of the provider's usage — consumers
         this agent does not know as instances, such as a seeded cloud's pre-existing
-        workload — becomes the ``baseline``. ``failed_builds`` and the last heartbeat
-        come back too. Nothing happens without a stored record.
+        workload — becomes the ``baseline``. ``failed_builds``, the last heartbeat and
+        the service's switches (disabled with its reason, forced down: an operator's,
+        which last until changed, as Nova's service row) come back too. Nothing happens
+        without a stored record.
         """
         previous = self.records.report_of(self.uuid)
         if previous is None:
@@ -575,6 +596,11 @@ class ComputeAgent:
             root_gb=max(0, usages.get("DISK_GB", 0) - sum(f.root_gb for f in known)))
         stats = record.stats or {}
         with self._lock:
+            if record.service is not None:  # an operator's switches last across restarts
+                self.disabled = bool(record.service.disabled)
+                self.disabled_reason = (record.service.disabled_reason if self.disabled
+                                        else None)
+                self.forced_down = bool(record.service.forced_down)
             self._placed.update(placed)
             self.baseline = rest if (rest.vcpus or rest.memory_mb or rest.root_gb) else None
             self.baseline_instances = max(

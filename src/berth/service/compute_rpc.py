@@ -13,7 +13,11 @@ Methods (calls; answers are JSON, a failure is an ``{"error": ...}`` answer):
   server-group check and the driver's build (:func:`~berth.service.conductor.
   build_with_late_check`), on the agent, as in Nova; ``{"host": ...}`` or an error
   with code ``berth.compute.build_failed`` (reschedulable);
-* ``terminate_instance(host, instance_uuid)`` — forget the instance and report.
+* ``terminate_instance(host, instance_uuid)`` — forget the instance and report;
+* ``set_service(host, disabled, disabled_reason, forced_down)`` — an operator's switches
+  on the host's compute service (``PUT /os-services/{host}``), on every node of the host
+  this process runs; ``{"nodes": [state, ...]}``, or an error with code
+  ``berth.compute.unknown_service``.
 
 :class:`RemoteDriver` is the conductor's side: a :class:`~berth.service.conductor.
 ComputeDriver` that calls the host's agent. A call that gets no answer in time is a
@@ -37,7 +41,13 @@ from berth.model.selection import Selection
 from berth.placement.db import create_tables
 from berth.service.bus import Bus, BusClient, BusError
 from berth.service.compute import ComputeAgent
-from berth.service.conductor import BuildFailed, ComputeDriver, build_with_late_check
+from berth.service.conductor import (
+    BuildFailed,
+    ComputeDriver,
+    ServiceUnreachable,
+    UnknownService,
+    build_with_late_check,
+)
 from berth.service.group_check import GroupPolicyCheck
 from berth.service.wire import selection_from_wire, selection_to_wire, spec_from_wire, spec_to_wire
 
@@ -45,6 +55,7 @@ LOG = logging.getLogger(__name__)
 
 COMPUTE_TOPIC = "compute"
 BUILD_FAILED = "berth.compute.build_failed"
+UNKNOWN_SERVICE = "berth.compute.unknown_service"
 
 agents_metadata = sa.MetaData()
 
@@ -144,6 +155,18 @@ class ComputeEndpoint:
         return {"host": host}
 
 
+    def set_service(self, ctxt: Any, host: str, disabled: bool | None = None,
+                    disabled_reason: str | None = None,
+                    forced_down: bool | None = None) -> dict[str, Any]:
+        """Set the switches on every node of ``host`` this process runs."""
+        mine = [a for a in list(self.agents.values()) if a.node.host == host]
+        if not mine:
+            return {"error": {"code": UNKNOWN_SERVICE,
+                              "message": f"no compute service on host {host!r} here"}}
+        return {"nodes": [a.set_service(disabled=disabled, reason=disabled_reason,
+                                        forced_down=forced_down) for a in mine]}
+
+
 def _failed(message: str) -> dict[str, Any]:
     return {"error": {"code": BUILD_FAILED, "message": message}}
 
@@ -187,3 +210,26 @@ class RemoteDriver:
             raise BuildFailed(f"build of {instance_uuid} failed on {host}: {exc}") from None
         if isinstance(answer, Mapping) and answer.get("error"):
             raise BuildFailed(str(answer["error"].get("message")))
+
+    def set_service(self, host: str, *, disabled: bool | None, reason: str | None,
+                    forced_down: bool | None) -> list[dict[str, Any]]:
+        """Set the switches on ``host``'s agent process (see
+        :meth:`ComputeEndpoint.set_service`)."""
+        server = self.directory.server_of(host)
+        if server is None:
+            raise UnknownService(host)
+        try:
+            answer = self._client(server).call("set_service", host=host, disabled=disabled,
+                                               disabled_reason=reason, forced_down=forced_down)
+        except BusError as exc:
+            self.directory.forget(host)
+            raise ServiceUnreachable(
+                f"the compute agent of host {host!r} (server {server!r}) did not answer: "
+                f"{exc}; nothing was changed (is its 'berth compute' running?)") from None
+        if not isinstance(answer, Mapping) or not isinstance(answer.get("nodes"), list):
+            error = answer.get("error") if isinstance(answer, Mapping) else None
+            if isinstance(error, Mapping) and error.get("code") == UNKNOWN_SERVICE:
+                self.directory.forget(host)  # it may have moved to another process
+                raise UnknownService(host)
+            raise ServiceUnreachable(f"the compute agent of host {host!r} answered {answer!r}")
+        return list(answer["nodes"])

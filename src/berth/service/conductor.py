@@ -69,6 +69,14 @@ class BuildFailed(Exception):
     """The driver could not build the instance on the host (a reschedulable failure)."""
 
 
+class UnknownService(LookupError):
+    """No compute service runs on the host named."""
+
+
+class ServiceUnreachable(Exception):
+    """The host's compute agent did not answer: nothing was changed."""
+
+
 class ComputeDriver(Protocol):
     """Builds instances on hosts. Server-group policies are not a driver's business:
     the conductor checks them before it calls :meth:`spawn`. The host should report
@@ -77,6 +85,13 @@ class ComputeDriver(Protocol):
 
     def spawn(self, selection: Selection, instance_uuid: str, spec: RequestSpec) -> None:
         """Build ``instance_uuid`` on the selection's host or raise :class:`BuildFailed`."""
+        ...
+
+    def set_service(self, host: str, *, disabled: bool | None, reason: str | None,
+                    forced_down: bool | None) -> list[dict[str, Any]]:
+        """An operator's switches on ``host``'s compute service, set on every node's
+        agent (:meth:`~berth.service.compute.ComputeAgent.set_service`); each node's
+        service state afterwards. :class:`UnknownService`, :class:`ServiceUnreachable`."""
         ...
 
 
@@ -187,6 +202,15 @@ class FakeDriver:
             source.release(instance_uuid, publish=False)
             source.restore_usage()
             source.report()
+
+    def set_service(self, host: str, *, disabled: bool | None, reason: str | None,
+                    forced_down: bool | None) -> list[dict[str, Any]]:
+        """Set the switches on the agents of ``host`` (see :class:`ComputeDriver`)."""
+        mine = [a for a in list(self.agents.values()) if a.node.host == host]
+        if not mine:
+            raise UnknownService(host)
+        return [a.set_service(disabled=disabled, reason=reason, forced_down=forced_down)
+                for a in mine]
 
     def terminate(self, instance_uuid: str, host: str, nodename: str | None) -> None:
         """The instance is deleted: its host forgets it and reports."""

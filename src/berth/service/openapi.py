@@ -70,6 +70,12 @@ CAPACITY = {
     "properties": {"flavors": {"type": "array", "items": _STR},
                    "limit": {"type": "integer", "minimum": 1, "maximum": 100_000}},
 }
+SERVICE_UPDATE = {
+    "type": "object", "additionalProperties": False, "minProperties": 1,
+    "properties": {"status": {"enum": ["enabled", "disabled"]},
+                   "disabled_reason": {"type": "string", "minLength": 1, "maxLength": 255},
+                   "forced_down": {"type": "boolean"}},
+}
 ERROR = {
     "type": "object", "required": ["error"],
     "properties": {"error": {"type": "object", "required": ["code", "message"],
@@ -90,8 +96,9 @@ def _answers(ok: str, *errors: int) -> dict[str, Any]:
                            "401": {"description": "no valid token", **_json(ERROR)},
                            "403": {"description": "the policy refuses the call", **_json(ERROR)}}
     reasons = {400: "a malformed body or parameter (the message names the field)",
-               404: "no such instance or route", 405: "another method",
-               409: "no valid host, or a refused move", 503: "database or bus unavailable"}
+               404: "no such instance, service or route", 405: "another method",
+               409: "no valid host, a refused move, or a compute agent that did not answer",
+               503: "database or bus unavailable"}
     for status in errors:
         out[str(status)] = {"description": reasons[status], **_json(ERROR)}
     return out
@@ -123,6 +130,14 @@ def document() -> dict[str, Any]:
             "requestBody": {"required": True, **_json(SERVER_GROUP)},
             "responses": _answers("the group with its uuid", 400, 503)}},
         "/servers": _get("Every instance", 404, 503),
+        "/os-services": _get("The compute services: zone, status, state, forced down", 503),
+        "/os-services/{host}": {
+            "parameters": [{"name": "host", "in": "path", "required": True, "schema": _STR}],
+            **_get("One compute service", 404, 503),
+            "put": {"summary": "Disable, enable or force down a compute service (Nova's "
+                               "os-services update, 2.53)",
+                    "requestBody": {"required": True, **_json(SERVICE_UPDATE)},
+                    "responses": _answers("the service afterwards", 400, 404, 409, 503)}},
         "/ui": {"get": {"summary": "The web view (HTML)", "security": [],
                         "responses": {"200": {"description": "the page",
                                               "content": {"text/html": {}}}}}},

@@ -17,6 +17,9 @@ berth:servers:rebuild          admin or service, or a member of the instance's p
 berth:servers:confirm_resize   admin or service, or a member of the instance's project
 berth:servers:revert_resize    admin or service, or a member of the instance's project
 berth:servers:delete           admin or service, or a member of the instance's project
+berth:services:list            admin or service (GET /os-services)
+berth:services:update          admin or service (PUT /os-services/{host}: disable, enable,
+                               force down; Nova's os-services update is an admin's)
 =============================  ==========================================================
 
 The target is ``{"project_id": ...}``: for a boot, the project it boots for (the body's
@@ -45,6 +48,8 @@ CATALOG = "berth:catalog:list"
 SERVERS_LIST = "berth:servers:list"
 SERVERS_SHOW = "berth:servers:show"
 SERVERS_DELETE = "berth:servers:delete"
+SERVICES_LIST = "berth:services:list"
+SERVICES_UPDATE = "berth:services:update"
 
 LEGACY = "rule:admin_api"
 _MEMBER = f"{ADMIN_OR_SERVICE} or (role:member and project_id:%(project_id)s)"
@@ -85,6 +90,10 @@ def scheduler_rules() -> list[oslo_policy.RuleDefault]:
              [("GET", "/servers/{uuid}")], deprecated=LEGACY),
         rule(SERVERS_DELETE, _MEMBER, "Delete an instance: its allocations go.",
              [("DELETE", "/servers/{uuid}")], deprecated=LEGACY),
+        rule(SERVICES_LIST, ADMIN_OR_SERVICE, "List the compute services and their state.",
+             [("GET", "/os-services")], deprecated=LEGACY),
+        rule(SERVICES_UPDATE, ADMIN_OR_SERVICE, "Disable, enable or force down a compute "
+             "service.", [("PUT", "/os-services/{host}")], deprecated=LEGACY),
     ]
     for action, name in MOVE_RULES.items():
         check = ADMIN_OR_SERVICE if action in _ADMIN_MOVES else _MEMBER

@@ -184,7 +184,9 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
             0, int(snap.num("num_instances")[row]) - len(snap.obj("instances")[row]))
         down_since = None
         if service is not None:
-            agent.forced_down = service.forced_down
+            # The file can force a service down; one an operator forced down (restored
+            # from its stored record) stays so until set up again, as in Nova.
+            agent.forced_down = agent.forced_down or service.forced_down
             seen = service.last_seen_up
             if seen is not None and now - seen > down_time:
                 # A host the file says is down keeps its old heartbeat and stays silent.

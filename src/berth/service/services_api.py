@@ -1,0 +1,173 @@
+"""The ``/os-services`` routes of the scheduler API: the compute services and an
+operator's switches on them, as Nova's os-services API (microversion 2.53 and later).
+
+Routes::
+
+    GET /os-services            {"services": [service, ...]}, one per compute host
+    GET /os-services/{host}     {"service": service}
+    PUT /os-services/{host}     {"status": "disabled", "disabled_reason": "new disks"}
+                                {"status": "enabled"}
+                                {"forced_down": true}   (or false; with a status or alone)
+                                -> {"service": service}
+
+A service, as Nova shows one::
+
+    {"id": "c1-s01", "binary": "nova-compute", "host": "c1-s01", "zone": "az1",
+     "status": "enabled" | "disabled", "state": "up" | "down", "updated_at": ISO time of
+     the last heartbeat (null: never), "disabled_reason": null | str, "forced_down": bool,
+     "nodes": ["c1-s01"]}
+
+Berth names a service by its host (one compute service per host; Nova names it by a
+uuid since 2.53); ``nodes`` are the host's compute nodes. ``state`` is the heartbeat's
+verdict (``service_down_time``) and ``forced_down``; ``status`` is the switch.
+
+The body follows Nova 2.53's rules, and a 400 names the field: only ``status``,
+``disabled_reason`` and ``forced_down``; at least ``status`` or ``forced_down``;
+``disabled_reason`` (1-255 characters) only with ``"status": "disabled"``; ``forced_down``
+a boolean. 404 when no compute service runs on the host; 409 when the host's agent did
+not answer (its ``berth compute`` is not running: nothing changed).
+
+What a switch does is Nova's: a disabled service fails ComputeFilter and its nodes carry
+the ``COMPUTE_STATUS_DISABLED`` trait (the placement pre-filter leaves them out); enabling
+clears the reason; a forced-down service is down whatever its heartbeat (ComputeFilter
+rejects it and its instances may be evacuated at once). The switches are set on the
+host's agents — in process for ``berth serve``, over the bus for ``berth api`` — which
+report at once, and they last across the agents' restarts (their stored records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from berth.errors import InputError
+from berth.model.image_props import show
+from berth.service.conductor import ComputeDriver, ServiceUnreachable, UnknownService
+from berth.service.policy import SERVICES_LIST, SERVICES_UPDATE
+
+PREFIX = "/os-services"
+#: Nova's limit on ``disabled_reason`` (the column's size).
+MAX_REASON = 255
+
+
+def iso_time(seconds: float) -> str:
+    """An epoch time as Nova writes ``updated_at``: ``2026-11-28T10:02:03.000000``."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
+def services_from_hosts(hosts: list[Mapping[str, Any]],
+                        switched: Mapping[str, Mapping[str, Any]] | None = None,
+                        ) -> list[dict[str, Any]]:
+    """The services of ``GET /hosts`` rows (one per node), one per host in host order;
+    ``switched`` holds node states an agent has just answered (by node name), newer
+    than a scheduler's view that has not had their report yet. A host's nodes normally
+    agree; where they do not, it is disabled or forced down when one of them is,
+    reporting when one of them is, and its heartbeat is the newest."""
+    by_host: dict[str, dict[str, Any]] = {}
+    for row in hosts:
+        now = (switched or {}).get(str(row.get("nodename") or row["host"]))
+        if now is not None:
+            row = {**row, "disabled": now["disabled"], "forced_down": now["forced_down"],
+                   "disabled_reason": now["disabled_reason"]}
+        host = str(row["host"])
+        service = by_host.get(host)
+        if service is None:
+            service = by_host[host] = {
+                "id": host, "binary": "nova-compute", "host": host, "zone": row.get("zone"),
+                "status": "enabled", "state": "down", "updated_at": None,
+                "disabled_reason": None, "forced_down": False, "nodes": []}
+        service["nodes"].append(row.get("nodename") or host)
+        if row.get("disabled"):
+            service["status"] = "disabled"
+            service["disabled_reason"] = service["disabled_reason"] or row.get("disabled_reason")
+        service["forced_down"] = service["forced_down"] or bool(row.get("forced_down"))
+        if row.get("reporting"):
+            service["state"] = "up"
+        seen = row.get("last_seen_up")
+        if seen is not None and (service["updated_at"] is None or seen > service["updated_at"]):
+            service["updated_at"] = seen
+    for service in by_host.values():
+        if service["forced_down"]:
+            service["state"] = "down"
+    return [by_host[h] for h in sorted(by_host)]
+
+
+def parse_update(body: Any) -> tuple[bool | None, str | None, bool | None]:
+    """``(disabled, reason, forced_down)`` of a ``PUT`` body (None: unchanged), or
+    :class:`~berth.errors.InputError` naming the field."""
+    if not isinstance(body, Mapping):
+        raise InputError("body: expected a JSON object")
+    unknown = sorted(set(body) - {"status", "disabled_reason", "forced_down"})
+    if unknown:
+        raise InputError(f"body: unknown field(s) {', '.join(map(str, unknown))} (status, "
+                         "disabled_reason and forced_down may be set)", field=unknown[0])
+    if "status" not in body and "forced_down" not in body:
+        raise InputError("body: nothing to update: give status, forced_down or both",
+                         field="status")
+    disabled = None
+    if "status" in body:
+        status = body["status"]
+        if status not in ("enabled", "disabled"):
+            raise InputError(f"status: expected 'enabled' or 'disabled', got {show(status)}",
+                             field="status")
+        disabled = status == "disabled"
+    reason = None
+    if "disabled_reason" in body:
+        reason = body["disabled_reason"]
+        if disabled is not True:
+            raise InputError("disabled_reason: given only with \"status\": \"disabled\"",
+                             field="disabled_reason")
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON:
+            raise InputError(f"disabled_reason: expected a non-blank string of at most "
+                             f"{MAX_REASON} characters, got {show(reason)}",
+                             field="disabled_reason")
+    forced_down = None
+    if "forced_down" in body:
+        forced_down = body["forced_down"]
+        if not isinstance(forced_down, bool):
+            raise InputError(f"forced_down: expected true or false, got {show(forced_down)}",
+                             field="forced_down")
+    return disabled, reason, forced_down
+
+
+def _not_found(host: str) -> tuple[int, dict[str, Any]]:
+    return 404, {"error": {"code": "berth.input.service_not_found",
+                           "message": f"no compute service on host {host!r}"}}
+
+
+def handle_services(
+    method: str, path: str, body: Any, *, hosts: Callable[[], Mapping[str, Any]],
+    driver: ComputeDriver, authorize: Callable[[str], None],
+) -> tuple[int, dict[str, Any]]:
+    """Answer one ``/os-services`` request: its status and JSON body. ``hosts`` is the
+    ``GET /hosts`` view (the scheduler's), ``driver`` reaches the hosts' agents, and
+    ``authorize(rule)`` raises unless the caller may."""
+    host = path[len(PREFIX) + 1:] if path.startswith(PREFIX + "/") else None
+    if host is not None and (not host or "/" in host):
+        return _not_found(host)
+    if method == "GET":
+        authorize(SERVICES_LIST)
+        services = services_from_hosts(list(hosts()["hosts"]))
+        if host is None:
+            return 200, {"services": services}
+        found = [s for s in services if s["host"] == host]
+        return (200, {"service": found[0]}) if found else _not_found(host)
+    if method != "PUT" or host is None:
+        allowed = "GET, PUT" if host is not None else "GET"
+        return 405, {"error": {"code": "berth.http.method", "message": f"use {allowed}"}}
+    authorize(SERVICES_UPDATE)
+    disabled, reason, forced_down = parse_update(body)
+    try:
+        nodes = driver.set_service(host, disabled=disabled, reason=reason,
+                                   forced_down=forced_down)
+    except UnknownService:
+        return _not_found(host)
+    except ServiceUnreachable as exc:
+        return 409, {"error": {"code": "berth.compute.unreachable", "message": str(exc)}}
+    switched = {str(n.get("nodename") or host): n for n in nodes}
+    found = [s for s in services_from_hosts(list(hosts()["hosts"]), switched)
+             if s["host"] == host]
+    if not found:  # set, but its nodes not in the scheduler's view yet
+        return _not_found(host)
+    return 200, {"service": found[0]}
