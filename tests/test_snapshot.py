@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from berth.host_state import WorkingSet
 from berth.model import Aggregate, Instance, MetricItem, ServiceRecord
-from berth.snapshot import HostRecord, HostSnapshot
+from berth.snapshot import HostRecord, HostSnapshot, freeze
 from builders import NOW, cloud, host, spec
 
 
@@ -225,6 +225,42 @@ def test_the_bulk_build_equals_a_row_by_row_build_on_messy_records(records, aggs
     for snap in (bulk, ref):
         snap.set_aggregates(new_aggs)
     _assert_same_snapshot(bulk, ref)
+
+
+def _assert_same_rows(snap: HostSnapshot, ref: HostSnapshot) -> None:
+    """The same rows with the same values (interned codes may differ: a table keeps
+    the values of rows removed, and a value equal to one interned before, once frozen,
+    is that one)."""
+    assert len(snap) == len(ref) and snap._rows == ref._rows
+    for name in snap._num:
+        np.testing.assert_array_equal(snap.num(name), ref.num(name), err_msg=name)
+    for name in snap._interned:
+        assert ([freeze(snap.table(name)[c]) for c in snap.codes(name).tolist()]
+                == [freeze(ref.table(name)[c]) for c in ref.codes(name).tolist()]), name
+    for name in snap._obj:
+        assert snap.obj(name).tolist() == ref.obj(name).tolist(), name
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_messy_records(), _aggregate_lists(), st.data())
+def test_removing_rows_leaves_what_a_build_of_the_others_gives(records, aggs, data):
+    snap = HostSnapshot.from_records(records, aggs)
+    keys = [r.key for r in records]
+    gone = data.draw(st.sets(st.sampled_from(keys))) if keys else set()
+    generation = snap.structure_generation
+    held = snap.num("free_ram_mb")  # a reader's view stays as it was
+    before = held.copy()
+    assert snap.remove([*gone, ("nowhere", "nowhere")]) == bool(gone)
+    np.testing.assert_array_equal(held, before)
+    assert (snap.structure_generation > generation) == bool(gone)
+    ref = HostSnapshot.from_records([r for r in records if r.key not in gone], aggs)
+    _assert_same_rows(snap, ref)
+    for s in (snap, ref):  # and it goes on: a report, a new node, the aggregates change
+        if records:
+            s.upsert(records[0])
+        s.upsert(HostRecord("outside1", stats={"num_instances": "1"}))
+        s.set_aggregates(aggs[:1])
+    _assert_same_rows(snap, ref)
 
 
 def test_an_aggregate_listing_a_host_twice_keeps_both_entries():

@@ -762,6 +762,39 @@ class HostSnapshot:
         self._changed()
         return row
 
+    def remove(self, keys: Iterable[tuple[str, str]]) -> bool:
+        """Drop the rows of the nodes ``keys`` ((host, nodename) pairs; unknown ones are
+        skipped): a compute service deleted. The rows after them move up, so every
+        derived index goes, as for a new row. Columns are replaced, not compacted in
+        place, so a reader holding the old ones keeps a consistent view. Whether a row
+        went."""
+        gone = sorted({row for key in keys if (row := self._rows.get(key)) is not None})
+        if not gone:
+            return False
+        n = self._n
+        keep = np.ones(n, dtype=bool)
+        keep[gone] = False
+        capacity = len(self._obj["host"])
+        left = n - len(gone)
+        for name, arr in self._num.items():
+            fill: Any = False if arr.dtype == bool else math.nan
+            kept = np.full(capacity, fill, dtype=arr.dtype)
+            kept[:left] = arr[:n][keep]
+            self._num[name] = kept
+        for col in self._interned.values():
+            codes = np.zeros(capacity, dtype=np.int32)
+            codes[:left] = col.codes[:n][keep]
+            col.codes = codes
+        for name, arr in self._obj.items():
+            objs = np.empty(capacity, dtype=object)
+            objs[:left] = arr[:n][keep]
+            self._obj[name] = objs
+        self._n = left
+        hosts, nodes = self._obj["host"][:left].tolist(), self._obj["nodename"][:left].tolist()
+        self._rows = {(host, node or host): row for row, (host, node) in enumerate(zip(hosts, nodes))}
+        self._changed()
+        return True
+
     def _compact(self, name: str) -> None:
         """Drop the values of an interned column that no row holds any more.
 

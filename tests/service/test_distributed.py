@@ -341,7 +341,8 @@ def test_an_operator_disables_and_forces_down_services_through_an_api_process(
         tmp_path: Path) -> None:
     """``berth service set`` against a ``berth api``: the switch reaches the host's agent
     in the fleet process over the bus, the scheduler stops choosing the host, and the
-    switches outlive a restart of the fleet, until the operator sets them back."""
+    switches outlive a restart of the fleet, until the operator sets them back. Then
+    ``berth service delete`` takes a host out of the fleet, placement and the scheduler."""
     reason = rabbit_unavailable()
     if reason:
         pytest.skip(reason)
@@ -384,5 +385,18 @@ def test_an_operator_disables_and_forces_down_services_through_an_api_process(
             c.wait_hosts(api, 8, timeout=30)
             missing = _service_cli(api, "set", "h09999", "--up")
             assert missing.returncode == 4 and "no compute service" in missing.stderr
+            # A host taken out: its agent in the fleet stops, the scheduler drops it.
+            done = _service_cli(api, "delete", "h00007")
+            assert done.returncode == 0, done.stderr
+            _wait(lambda: "h00007" not in _services(api), 30)
+            time.sleep(3)  # three report rounds: none brings it back
+            assert sorted(_services(api)) == [f"h{i:05d}" for i in range(1, 9) if i != 7]
+            providers = httpx.get(api + "/placement/resource_providers", headers=ADMIN,
+                                  timeout=30).json()["resource_providers"]
+            assert "h00007" not in {p["name"] for p in providers} and len(providers) == 7
+            # The fleet starts again with it in its file: it registers anew.
+            c.kill("compute")
+            c.start_compute()
+            c.wait_hosts(api, 8, timeout=30)
         finally:
             c.close()

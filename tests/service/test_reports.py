@@ -71,6 +71,23 @@ def test_a_scheduler_keeps_the_newest_report_of_each_host(engine: Any) -> None:
     assert feed.stale_dropped == 1
 
 
+def test_a_deleted_node_goes_and_only_a_report_sent_after_brings_it_back(engine: Any) -> None:
+    feed = BusFeed(ComputeRecordStore(engine), service_down_time=60, clock=lambda: 1000.0)
+    feed.warm()
+    h1, h2, h3 = (_report(h, 200.0) for h in ("h1", "h2", "h3"))
+    feed.receive([h1, h2, h3])
+    feed.refresh()
+    feed.receive_deleted([h2["uuid"]], 300.0)
+    feed.receive([_report("h2", 250.0)])  # sent before the deletion, still on its way
+    feed.receive_beats({h2["uuid"]: 260.0})
+    snapshot = feed.refresh()
+    assert [snapshot.obj("host")[r] for r in range(len(snapshot))] == ["h1", "h3"]
+    assert dict(feed.uuid_rows) == {h1["uuid"]: 0, h3["uuid"]: 1}
+    feed.receive([_report("h2", 310.0)])  # its agent started again
+    snapshot = feed.refresh()
+    assert snapshot.row_of("h2") == 2 and feed.uuid_rows[h2["uuid"]] == 2
+
+
 def test_a_starting_scheduler_counts_stored_heartbeats_from_its_start(engine: Any) -> None:
     store = ComputeRecordStore(engine)
     for host, beat in [("fresh", 500.0), ("lagging", 470.0), ("old", 100.0)]:

@@ -15,7 +15,7 @@ import pytest
 from berth.errors import InputError
 from berth.service.api import SchedulerApp
 from berth.service.conductor import FakeDriver, ServiceUnreachable
-from berth.service.services_api import parse_update, services_from_hosts
+from berth.service.services_api import ServiceAdmin, parse_update, services_from_hosts
 from berth.service.stack import Stack
 
 from .builders import node, reopen
@@ -147,6 +147,67 @@ def test_the_switches_come_back_with_a_restarted_agent(stack: Stack) -> None:
         again.close()
 
 
+def _admin_client(stack: Stack, driver: FakeDriver) -> httpx.Client:
+    service = stack.scheduler(seed=3)
+    app = SchedulerApp(service, stack.conductor(service, driver), stack.placement_app,
+                       groups=stack.groups, services=ServiceAdmin(
+                           driver=driver, placement=stack.client, records=stack.records))
+    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth",
+                        headers=ADMIN)
+
+
+def test_a_deleted_service_leaves_placement_the_records_and_the_scheduler(
+        stack: Stack) -> None:
+    stack.register_hosts([node("h1"), node("h2"), node("h3")])
+    driver = FakeDriver(agents=stack.agents)
+    client = _admin_client(stack, driver)
+    built = client.post("/boot", json={"flavor": "m1.tiny", "force_hosts": ["h1"]})
+    assert built.status_code == 200, built.text
+    refused = client.delete("/os-services/h1")
+    assert refused.status_code == 409
+    assert "hosts 1 instance(s)" in refused.json()["error"]["message"]
+    h2 = stack.agents["h2"].uuid
+    assert client.delete("/os-services/h2").status_code == 204
+    assert client.delete("/os-services/h2").status_code == 404
+    assert sorted(client.get("/os-services").json()["services"][i]["host"]
+                  for i in range(2)) == ["h1", "h3"]
+    assert [h["host"] for h in client.get("/hosts").json()["hosts"]] == ["h1", "h3"]
+    assert "h2" not in stack.agents and stack.records.report_of(h2) is None
+    assert h2 not in {p.uuid for p in stack.client.list_providers()}
+    for _ in range(3):  # the others still take boots
+        assert client.post("/boot", json={"flavor": "m1.tiny"}).json()["instances"][0][
+            "host"] in ("h1", "h3")
+    # The host's agent starts again: it registers anew, as a Nova compute does.
+    stack.register_hosts([node("h2")])
+    assert sorted(h["host"] for h in client.get("/hosts").json()["hosts"]) == [
+        "h1", "h2", "h3"]
+
+
+def test_a_service_whose_providers_hold_allocations_or_whose_agent_is_silent_stays(
+        stack: Stack) -> None:
+    stack.register_hosts([node("h1")])
+    h1 = stack.agents["h1"].uuid
+    consumer = "00000000-0000-4000-8000-0000000000c1"
+    stack.client.put_allocations(consumer, {h1: {"VCPU": 1}}, project_id="p", user_id="u",
+                                 consumer_generation=None)
+    client = _admin_client(stack, FakeDriver(agents=stack.agents))
+    refused = client.delete("/os-services/h1")
+    assert refused.status_code == 409
+    assert "holds allocations (VCPU=1)" in refused.json()["error"]["message"]
+    stack.client.delete_allocations(consumer)
+
+    class Unreachable(FakeDriver):
+        def retire_service(self, host: str) -> list[str]:
+            raise ServiceUnreachable(f"the compute agent of host {host!r} did not answer")
+
+    client = _admin_client(stack, Unreachable(agents=stack.agents))
+    refused = client.delete("/os-services/h1")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (
+        409, "berth.compute.unreachable")
+    assert "h1" in stack.agents and stack.records.report_of(h1) is not None
+    assert h1 in {p.uuid for p in stack.client.list_providers()}
+
+
 def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "berth.cli", "service", *args, "--url", url],
                           capture_output=True, text=True, timeout=60)
@@ -178,3 +239,23 @@ def test_berth_service_against_berth_serve_and_its_restart(tmp_path: Path) -> No
         built = httpx.post(url + "/boot", headers=ADMIN, timeout=60, json={
             "flavor": "m1.tiny", "force_hosts": ["c1-s02"]})
         assert built.status_code == 200, built.text
+
+
+def test_berth_service_delete_against_berth_serve(tmp_path: Path) -> None:
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text('hosts:\n  - {host: "n{index}", count: 3, vcpus: 8, memory_mb: 16384, '
+                     "local_gb: 100}\n")
+    with berth_serve(tmp_path, "--cloud", str(cloud)) as url:
+        built = httpx.post(url + "/boot", headers=ADMIN, timeout=60, json={
+            "flavor": "m1.tiny", "force_hosts": ["n1"]})
+        assert built.status_code == 200, built.text
+        refused = _cli(url, "delete", "n1")
+        assert refused.returncode == 4 and "hosts 1 instance(s)" in refused.stderr
+        done = _cli(url, "delete", "n2")
+        assert done.returncode == 0 and "deleted" in done.stdout, done.stderr
+        listed = _cli(url, "list").stdout
+        assert "n1" in listed and "n3" in listed and "n2" not in listed
+        providers = httpx.get(url + "/placement/resource_providers", headers=ADMIN,
+                              timeout=30).json()["resource_providers"]
+        assert sorted(p["name"] for p in providers) == ["n1", "n3"]
+        assert _cli(url, "delete", "n2").returncode == 4  # 404: gone

@@ -9,8 +9,9 @@ Routes (JSON in, JSON out)::
                         alone; ``last_seen_up``; its availability ``zone``)
     GET  /healthz       {"status": "ok"}
     GET  /openapi.json  this API described in OpenAPI 3.1 (:mod:`berth.service.openapi`)
-    GET  /os-services[/{host}], PUT /os-services/{host}: the compute services, and an
-         operator's switches: disable, enable, force down (:mod:`berth.service.services_api`)
+    GET  /os-services[/{host}], PUT|DELETE /os-services/{host}: the compute services, an
+         operator's switches (disable, enable, force down) and the deletion of one
+         (:mod:`berth.service.services_api`)
     GET  /servers[/{uuid}], POST /servers/{uuid}/{migrate,resize,evacuate,rebuild,
          confirm-resize,revert-resize}: instances and their moves
          (:mod:`berth.service.move_api`)
@@ -141,7 +142,7 @@ from berth.service.policy import (
 )
 from berth.service.scheduler import SchedulerService
 from berth.service.services_api import PREFIX as SERVICES_PREFIX
-from berth.service.services_api import handle_services, iso_time
+from berth.service.services_api import ServiceAdmin, handle_services, iso_time
 from berth.service.webview import CapacityRuns, RecentDecisions, ViewRoutes
 from berth.webauth.identity import Caller, NoAuth2
 from berth.webauth.rules import Forbidden, PolicyEnforcer
@@ -388,6 +389,7 @@ class SchedulerApp(ViewRoutes):
         moves: MoveService | None = None,
         hosts_view: Callable[[], dict[str, Any]] | None = None,
         security: Security | None = None,
+        services: ServiceAdmin | None = None,
     ) -> None:
         self.service = service
         #: Who may call what (:mod:`berth.service.policy`); the server wraps the app in
@@ -405,6 +407,11 @@ class SchedulerApp(ViewRoutes):
                 return hosts_answer(local)
 
         self.hosts_view = hosts_view
+        #: What ``/os-services`` changes (without one: the switches only, through the
+        #: conductor's driver; no deletion).
+        if services is None and conductor is not None:
+            services = ServiceAdmin(driver=conductor.driver)
+        self.services = services
         self.conductor = conductor
         self.placement_app = placement_app
         self.flavors = dict(flavors or DEFAULT_FLAVORS)
@@ -462,14 +469,18 @@ class SchedulerApp(ViewRoutes):
                 from berth.service.openapi import document
 
                 return _reply(start_response, 200, document())
-            if path == SERVICES_PREFIX or path.startswith(SERVICES_PREFIX + "/"):
+            if self.services is not None and (
+                    path == SERVICES_PREFIX or path.startswith(SERVICES_PREFIX + "/")):
                 body = _read_json(environ) if method == "PUT" else None
-                status, answer = handle_services(
-                    method, path, body, driver=self.conductor.driver,
+                status, served = handle_services(
+                    method, path, body, admin=self.services,
                     hosts=lambda: call_with_retry(self.hosts, safe=True,
                                                   what=f"{method} {SERVICES_PREFIX}"),
                     authorize=lambda rule: self._enforce(rule, caller, None))
-                return _reply(start_response, status, answer)
+                if served is None:
+                    start_response("204 No Content", [])
+                    return [b""]
+                return _reply(start_response, status, served)
             if path == "/servers" or path.startswith("/servers/"):
                 body = _read_json(environ) if method == "POST" else None
                 status, answer = handle_servers(

@@ -600,6 +600,7 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
         queue_collector,
     )
     from berth.service.reporting import Reporter
+    from berth.service.services_api import ServiceAdmin
 
     flavors: dict[str, Any] = dict(default_flavors)
     images: dict[str, Any] = {}
@@ -653,8 +654,9 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
     metrics.add(hosts_collector(service))
     metrics.add(queue_collector(server))
     security = args.security[0]
+    services = ServiceAdmin(driver=driver, placement=stack.client, records=stack.records)
     app = app_class(service, conductor, stack.placement_app, flavors, images,
-                    groups=stack.groups, moves=moves, security=security)
+                    groups=stack.groups, moves=moves, security=security, services=services)
     apps.append(instrument(security.identity.wrap(app), metrics, "scheduler"))
     app.served_app = apps[-1]  # the web view's capacity report reads the cloud through it
     LOG.info("scheduler and placement APIs: %s", security.describe())

@@ -17,7 +17,9 @@ Methods (calls; answers are JSON, a failure is an ``{"error": ...}`` answer):
 * ``set_service(host, disabled, disabled_reason, forced_down)`` — an operator's switches
   on the host's compute service (``PUT /os-services/{host}``), on every node of the host
   this process runs; ``{"nodes": [state, ...]}``, or an error with code
-  ``berth.compute.unknown_service``.
+  ``berth.compute.unknown_service``;
+* ``retire_service(host)`` — the host's compute service is being deleted: its agents
+  stop reporting and are forgotten; ``{"retired": [node uuid, ...]}``.
 
 :class:`RemoteDriver` is the conductor's side: a :class:`~berth.service.conductor.
 ComputeDriver` that calls the host's agent. A call that gets no answer in time is a
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -43,7 +45,7 @@ from berth.service.bus import Bus, BusClient, BusError
 from berth.service.compute import ComputeAgent
 from berth.service.conductor import (
     BuildFailed,
-    ComputeDriver,
+    FakeDriver,
     ServiceUnreachable,
     UnknownService,
     build_with_late_check,
@@ -109,11 +111,17 @@ class AgentDirectory:
         with self._lock:
             self._cache.pop(host, None)
 
+    def unregister(self, host: str) -> None:
+        """``host`` runs nowhere any more (its compute service was deleted)."""
+        self.forget(host)
+        with self.engine.begin() as conn:
+            conn.execute(sa.delete(compute_agents).where(compute_agents.c.host == host))
+
 
 class ComputeEndpoint:
     """The RPC methods of one agent process (one host, or a fleet of them)."""
 
-    def __init__(self, agents: Mapping[str, ComputeAgent], driver: ComputeDriver,
+    def __init__(self, agents: Mapping[str, ComputeAgent], driver: FakeDriver,
                  group_check: GroupPolicyCheck, config: SchedulerConfig) -> None:
         self.agents = agents
         self.driver = driver
@@ -165,6 +173,14 @@ class ComputeEndpoint:
                               "message": f"no compute service on host {host!r} here"}}
         return {"nodes": [a.set_service(disabled=disabled, reason=disabled_reason,
                                         forced_down=forced_down) for a in mine]}
+
+    def retire_service(self, ctxt: Any, host: str) -> dict[str, Any]:
+        """Stop and forget the agents of ``host`` (its service is being deleted)."""
+        try:
+            return {"retired": self.driver.retire_service(host)}
+        except UnknownService:
+            return {"error": {"code": UNKNOWN_SERVICE,
+                              "message": f"no compute service on host {host!r} here"}}
 
 
 def _failed(message: str) -> dict[str, Any]:
@@ -233,3 +249,37 @@ class RemoteDriver:
                 raise UnknownService(host)
             raise ServiceUnreachable(f"the compute agent of host {host!r} answered {answer!r}")
         return list(answer["nodes"])
+
+    def retire_service(self, host: str) -> list[str]:
+        """Stop and forget ``host``'s agents in their process (see
+        :meth:`ComputeEndpoint.retire_service`); their node uuids."""
+        server = self.directory.server_of(host)
+        if server is None:
+            raise UnknownService(host)
+        try:
+            answer = self._client(server).call("retire_service", host=host)
+        except BusError as exc:
+            self.directory.forget(host)
+            raise ServiceUnreachable(
+                f"the compute agent of host {host!r} (server {server!r}) did not answer: "
+                f"{exc}") from None
+        if not isinstance(answer, Mapping) or not isinstance(answer.get("retired"), list):
+            self.directory.forget(host)
+            raise UnknownService(host)
+        return [str(u) for u in answer["retired"]]
+
+
+def announce_deleted(bus: Bus) -> Callable[[list[str], float], None]:
+    """What tells every scheduler that compute nodes were deleted (the
+    ``hosts_deleted`` fanout cast); a lost cast is logged (those schedulers keep a row
+    that is down and never a candidate, until they restart)."""
+    fanout = bus.client("scheduler", fanout=True)
+
+    def announce(uuids: list[str], deleted_at: float) -> None:
+        try:
+            fanout.cast("hosts_deleted", uuids=uuids, deleted_at=deleted_at)
+        except BusError as exc:
+            LOG.warning("could not tell the schedulers that %s were deleted: %s",
+                        ", ".join(uuids), exc)
+
+    return announce

@@ -43,7 +43,7 @@ import threading
 import time
 import uuid as uuidlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -94,6 +94,12 @@ class ComputeDriver(Protocol):
         service state afterwards. :class:`UnknownService`, :class:`ServiceUnreachable`."""
         ...
 
+    def retire_service(self, host: str) -> list[str]:
+        """``host``'s compute service is being deleted: its agents stop and are
+        forgotten (no report brings the host back); their node uuids.
+        :class:`UnknownService`, :class:`ServiceUnreachable`."""
+        ...
+
 
 #: Build attempts a :class:`FakeDriver` remembers (the latest).
 ATTEMPTS_KEPT = 1000
@@ -116,7 +122,7 @@ class FakeDriver:
 
     fail_hosts: set[str] = field(default_factory=set)
     fail_first: dict[str, int] = field(default_factory=dict)
-    agents: Mapping[str, ComputeAgent] = field(default_factory=dict)
+    agents: MutableMapping[str, ComputeAgent] = field(default_factory=dict)
     built: dict[str, str] = field(default_factory=dict)
     #: The latest build attempts, (instance, host), newest last: a window, since a
     #: ``berth serve`` runs for as long as it is up.
@@ -211,6 +217,18 @@ class FakeDriver:
             raise UnknownService(host)
         return [a.set_service(disabled=disabled, reason=reason, forced_down=forced_down)
                 for a in mine]
+
+    def retire_service(self, host: str) -> list[str]:
+        """Stop and forget the agents of ``host`` (see :class:`ComputeDriver`)."""
+        keys = [k for k, a in list(self.agents.items()) if a.node.host == host]
+        if not keys:
+            raise UnknownService(host)
+        retired = []
+        for key in keys:
+            agent = self.agents.pop(key)
+            agent.silent = True
+            retired.append(agent.uuid)
+        return retired
 
     def terminate(self, instance_uuid: str, host: str, nodename: str | None) -> None:
         """The instance is deleted: its host forgets it and reports."""

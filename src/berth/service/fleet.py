@@ -94,9 +94,11 @@ class Fleet:
         return self.registration_s
 
     def registered(self) -> list[ComputeAgent]:
-        """The agents registered so far (the ones that report)."""
+        """The agents registered so far (the ones that report), less those retired
+        since (their service deleted: gone from :attr:`agents`)."""
+        agents = self.agents
         with self._reg_lock:
-            return list(self._registered)
+            return [a for a in self._registered if agents.get(a.node.host) is a]
 
     def start(self, interval: float | None = None) -> None:
         """Report every ``interval`` seconds (``[DEFAULT] report_interval``), from now

@@ -137,7 +137,11 @@ def document() -> dict[str, Any]:
             "put": {"summary": "Disable, enable or force down a compute service (Nova's "
                                "os-services update, 2.53)",
                     "requestBody": {"required": True, **_json(SERVICE_UPDATE)},
-                    "responses": _answers("the service afterwards", 400, 404, 409, 503)}},
+                    "responses": _answers("the service afterwards", 400, 404, 409, 503)},
+            "delete": {"summary": "Delete a compute service that runs no instance: its "
+                                  "agents stop, its providers and records go",
+                       "responses": {**_answers("never (204)", 404, 409, 503),
+                                     "204": {"description": "deleted"}}}},
         "/ui": {"get": {"summary": "The web view (HTML)", "security": [],
                         "responses": {"200": {"description": "the page",
                                               "content": {"text/html": {}}}}}},

@@ -20,6 +20,7 @@ berth:servers:delete           admin or service, or a member of the instance's p
 berth:services:list            admin or service (GET /os-services)
 berth:services:update          admin or service (PUT /os-services/{host}: disable, enable,
                                force down; Nova's os-services update is an admin's)
+berth:services:delete          admin or service (DELETE /os-services/{host})
 =============================  ==========================================================
 
 The target is ``{"project_id": ...}``: for a boot, the project it boots for (the body's
@@ -50,6 +51,7 @@ SERVERS_SHOW = "berth:servers:show"
 SERVERS_DELETE = "berth:servers:delete"
 SERVICES_LIST = "berth:services:list"
 SERVICES_UPDATE = "berth:services:update"
+SERVICES_DELETE = "berth:services:delete"
 
 LEGACY = "rule:admin_api"
 _MEMBER = f"{ADMIN_OR_SERVICE} or (role:member and project_id:%(project_id)s)"
@@ -94,6 +96,9 @@ def scheduler_rules() -> list[oslo_policy.RuleDefault]:
              [("GET", "/os-services")], deprecated=LEGACY),
         rule(SERVICES_UPDATE, ADMIN_OR_SERVICE, "Disable, enable or force down a compute "
              "service.", [("PUT", "/os-services/{host}")], deprecated=LEGACY),
+        rule(SERVICES_DELETE, ADMIN_OR_SERVICE, "Delete a compute service that hosts no "
+             "instance: its agents stop, its providers and records go.",
+             [("DELETE", "/os-services/{host}")], deprecated=LEGACY),
     ]
     for action, name in MOVE_RULES.items():
         check = ADMIN_OR_SERVICE if action in _ADMIN_MOVES else _MEMBER

@@ -358,12 +358,13 @@ def cmd_api(args: argparse.Namespace) -> int:
     from berth.placement.cli import DEFAULT_CHANNEL_TIMEOUT, DEFAULT_MAX_BODY
     from berth.service.api import DEFAULT_FLAVORS, SchedulerApp
     from berth.service.builds import instance_uuid_rng
-    from berth.service.compute_rpc import AgentDirectory, RemoteDriver
+    from berth.service.compute_rpc import AgentDirectory, RemoteDriver, announce_deleted
     from berth.service.conductor import Conductor
     from berth.service.metrics import Metrics, claims_collector, instrument, queue_collector
     from berth.service.placement import PlacementClaimer
     from berth.service.policy import api_security
     from berth.service.scheduler_rpc import RemoteScheduler
+    from berth.service.services_api import ServiceAdmin
     from berth.service.stack import open_stack
 
     _logging()
@@ -408,9 +409,13 @@ def cmd_api(args: argparse.Namespace) -> int:
         claimer = PlacementClaimer(stack.claims_client or stack.client)
         remote = RemoteScheduler(bus, config, claimer,
                                  uuid_rng=instance_uuid_rng(args.seed, stack.builds.start))
-        conductor = Conductor(remote, RemoteDriver(bus, AgentDirectory(stack.engine)),
-                              claimer=claimer, config=config, groups=stack.groups,
-                              builds=stack.builds, late_check_on_compute=True)
+        directory = AgentDirectory(stack.engine)
+        driver = RemoteDriver(bus, directory)
+        conductor = Conductor(remote, driver, claimer=claimer, config=config,
+                              groups=stack.groups, builds=stack.builds,
+                              late_check_on_compute=True)
+        services = ServiceAdmin(driver=driver, placement=stack.client, records=stack.records,
+                                directory=directory, announce=announce_deleted(bus))
         reconciler = stack.reconciler(timeout=args.build_timeout,
                                       interval=args.reconcile_interval)
         reconciler.start()
@@ -418,7 +423,8 @@ def cmd_api(args: argparse.Namespace) -> int:
         metrics.add(claims_collector(claimer.stats))
         metrics.add(queue_collector(server))
         app = SchedulerApp(remote, conductor, stack.placement_app, flavors, images,
-                           groups=stack.groups, hosts_view=remote.hosts, security=security)
+                           groups=stack.groups, hosts_view=remote.hosts, security=security,
+                           services=services)
         apps.append(instrument(security.identity.wrap(app), metrics, "scheduler"))
         LOG.info("scheduler and placement APIs: %s", security.describe())
 

@@ -76,6 +76,15 @@ heartbeats = sa.Table(
     sa.Column("seq", sa.BigInteger, nullable=False, index=True),
 )
 
+#: Compute nodes deleted (their compute service was: ``DELETE /os-services/{host}``),
+#: numbered from the same change counter, so a scheduler drops their rows.
+deletions = sa.Table(
+    "berth_compute_deletions",
+    records_metadata,
+    sa.Column("uuid", sa.String(36), primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False, index=True),
+)
+
 #: The change number of the last :meth:`ComputeRecordStore.set_aggregates`. The rows of
 #: ``berth_host_aggregates`` carry it too, but an emptied set has no row left to carry
 #: it, so a scheduler could not tell "no aggregates any more" from "nothing changed".
@@ -193,6 +202,9 @@ class Changes(NamedTuple):
     aggregates_changed: bool
     #: Heartbeats sent alone since (node uuid -> heartbeat).
     beats: dict[str, float]
+    #: Nodes deleted since (their uuids); a report of one written after its deletion
+    #: (registered again) is among ``reports``, to apply after.
+    deleted: tuple[str, ...] = ()
 
 
 def aggregate_to_row(agg: Aggregate) -> dict[str, Any]:
@@ -229,6 +241,7 @@ _BEAT_ROW = "(?, ?, (SELECT seq FROM berth_compute_counter WHERE id = 1))"
 #: Heartbeat rows per statement (two parameters each, under SQLite's old 999 limit).
 _BEATS_PER_STATEMENT = 400
 _RAW_AGGREGATES_SEQ = "SELECT seq FROM berth_host_aggregates_changed WHERE id = 1"
+_RAW_DELETED_SINCE = "SELECT seq, uuid FROM berth_compute_deletions WHERE seq > ?"
 
 
 class ComputeRecordStore:
@@ -356,14 +369,35 @@ class ComputeRecordStore:
         # everything up to ``top`` has committed once ``top`` is visible; a report with
         # a larger number, committed after ``top`` was read, waits for the next call.
         batch = [(_READ_TOP_SQL, ()), (_RAW_CHANGED_SINCE, (since,)), (_RAW_AGGREGATES_SEQ, ()),
-                 (_RAW_BEATS_SINCE, (since,))]
-        top_rows, rows, agg_rows, beat_rows = call_with_retry(
+                 (_RAW_BEATS_SINCE, (since,)), (_RAW_DELETED_SINCE, (since,))]
+        top_rows, rows, agg_rows, beat_rows, gone_rows = call_with_retry(
             lambda: self._raw.run(batch), safe=True, what="reading the reports that changed")
         top, agg_seq = int(top_rows[0][0]), int(agg_rows[0][0])
         agg_changed = since == 0 or agg_seq > since
         return Changes([json.loads(report) for seq, report in rows if seq <= top], top,
                        agg_changed,
-                       {uuid: float(beat) for seq, uuid, beat in beat_rows if seq <= top})
+                       {uuid: float(beat) for seq, uuid, beat in beat_rows if seq <= top},
+                       tuple(uuid for seq, uuid in gone_rows if seq <= top))
+
+    def delete_nodes(self, uuids: Sequence[str]) -> int:
+        """Forget compute nodes (their service was deleted): their reports and
+        heartbeats go, and a deletion under the next change number tells the
+        schedulers to drop their rows; returns it (0 for none)."""
+        if not uuids:
+            return 0
+        marks = ", ".join("?" * len(uuids))
+        batch: list[tuple[Any, ...]] = [
+            ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()), (_RAW_NEXT_SEQ, ()),
+            (f"DELETE FROM berth_compute_nodes WHERE uuid IN ({marks})", list(uuids)),
+            (f"DELETE FROM berth_compute_heartbeats WHERE uuid IN ({marks})", list(uuids)),
+            ("INSERT INTO berth_compute_deletions (uuid, seq) VALUES {} ON CONFLICT (uuid) "
+             "DO UPDATE SET seq = excluded.seq".format(", ".join(
+                 ["(?, (SELECT seq FROM berth_compute_counter WHERE id = 1))"] * len(uuids))),
+             list(uuids)),
+            ("COMMIT", ())]
+        out = call_with_retry(lambda: self._raw.run(batch), safe=True,
+                              what=f"deleting {len(uuids)} compute nodes")
+        return int(out[1][0][0])
 
     def heartbeats(self, beats: Mapping[str, float]) -> int:
         """Store heartbeats alone (node uuid -> heartbeat) for nodes whose last report
@@ -435,6 +469,25 @@ class RowIndex(dict[str, int]):
             self.version += 1
             super().__setitem__(uuid, row)
 
+    def __delitem__(self, uuid: str) -> None:
+        self.version += 1
+        super().__delitem__(uuid)
+
+    def drop(self, snapshot: HostSnapshot, uuids: Iterable[str]) -> None:
+        """Remove the rows of the nodes ``uuids`` from ``snapshot`` and index the rows
+        that moved."""
+        keys = []
+        hosts, nodes = snapshot.obj("host"), snapshot.obj("nodename")
+        for uuid in uuids:
+            row = self.get(uuid)
+            if row is not None:
+                keys.append((hosts[row], nodes[row]))
+                del self[uuid]
+        if snapshot.remove(keys):
+            for row, uuid in enumerate(snapshot.obj("uuid").tolist()):
+                if uuid:
+                    self[uuid] = row
+
 
 class SnapshotFeed:
     """A scheduler's :class:`HostSnapshot`, kept current from the record store.
@@ -457,6 +510,8 @@ class SnapshotFeed:
             changes = self.store.changes(self.seq)
             if changes.aggregates_changed:
                 self.snapshot.set_aggregates(self.store.aggregates())
+            if changes.deleted:
+                self.uuid_rows.drop(self.snapshot, changes.deleted)
             for report in changes.reports:
                 record = report_to_record(report)
                 row = self.snapshot.upsert(record)

@@ -284,6 +284,11 @@ class BusFeed(SnapshotFeed):
         self._pending_beats: collections.deque[Mapping[str, float]] = collections.deque()
         self._aggregates_stale = True
         self._beats: dict[str, float] = {}
+        self._pending_deleted: collections.deque[tuple[list[str], float]] = collections.deque()
+        #: Nodes deleted (uuid -> when): a report or heartbeat sent before that, still
+        #: on its way, does not bring the row back; a later one (the node registered
+        #: again) does.
+        self._deleted: dict[str, float] = {}
         self.applied = 0
         self.stale_dropped = 0
 
@@ -319,12 +324,24 @@ class BusFeed(SnapshotFeed):
         """The aggregates are to be re-read before the next request."""
         self._aggregates_stale = True
 
+    def receive_deleted(self, uuids: Iterable[str], deleted_at: float) -> None:
+        """Queue the deletion of compute nodes (their service was deleted at
+        ``deleted_at``)."""
+        self._pending_deleted.append((list(uuids), deleted_at))
+
     def refresh(self) -> HostSnapshot:
         """Apply the queued reports (and changed aggregates); returns the snapshot."""
         with self._lock:
             if self._aggregates_stale:
                 self._aggregates_stale = False
                 self.snapshot.set_aggregates(self.store.aggregates())
+            deleted = self._pending_deleted
+            while deleted:
+                uuids, at = deleted.popleft()
+                for uuid in uuids:
+                    self._deleted[uuid] = at
+                    self._beats.pop(uuid, None)
+                self.uuid_rows.drop(self.snapshot, uuids)
             pending = self._pending
             while pending:
                 self._apply(pending.popleft())
@@ -339,7 +356,7 @@ class BusFeed(SnapshotFeed):
         ComputeFilter read the same). A host this snapshot does not know yet (its
         report went by before this scheduler listened) is read from the database."""
         last = self._beats.get(uuid)
-        if last is not None and beat < last:
+        if (last is not None and beat < last) or self._was_deleted(uuid, beat):
             self.stale_dropped += 1
             return
         row = self.uuid_rows.get(uuid)
@@ -356,6 +373,9 @@ class BusFeed(SnapshotFeed):
     def _apply(self, report: Mapping[str, Any], force: bool = False) -> None:
         uuid = str(report.get("uuid") or report["host"])
         beat = report_beat(report)
+        if not force and self._was_deleted(uuid, beat):
+            self.stale_dropped += 1
+            return
         if not force and beat is not None:
             last = self._beats.get(uuid)
             if last is not None and beat < last:
@@ -369,3 +389,13 @@ class BusFeed(SnapshotFeed):
             self.uuid_rows[record.uuid] = row
         self.applied += 1
 
+    def _was_deleted(self, uuid: str, beat: float | None) -> bool:
+        """Whether a report or heartbeat of ``uuid`` predates the node's deletion (one
+        sent after it, by a node registered again, ends the deletion)."""
+        at = self._deleted.get(uuid)
+        if at is None:
+            return False
+        if beat is not None and beat > at:
+            del self._deleted[uuid]
+            return False
+        return True

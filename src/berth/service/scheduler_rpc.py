@@ -12,6 +12,8 @@ Every ``berth scheduler`` process serves topic ``scheduler`` (reference
   (:mod:`berth.service.reports`);
 * ``host_heartbeats(beats)`` — fanout cast: node uuid -> heartbeat, for hosts whose
   state is the one they last reported;
+* ``hosts_deleted(uuids, deleted_at)`` — fanout cast: these compute nodes' service was
+  deleted (``DELETE /os-services/{host}``); their rows go;
 * ``update_aggregates()`` — fanout cast: the host aggregates changed in the database
   (Nova's cast of the same name carries the aggregates; Berth's say where to read);
 * ``hosts()`` — a call: ``GET /hosts`` as this scheduler sees the hosts.
@@ -101,6 +103,10 @@ class SchedulerEndpoint:
     def update_aggregates(self, ctxt: Any) -> None:
         """Re-read the aggregates before the next request."""
         self.feed.aggregates_changed()
+
+    def hosts_deleted(self, ctxt: Any, uuids: list[str], deleted_at: float) -> None:
+        """Drop the rows of compute nodes whose service was deleted."""
+        self.feed.receive_deleted(uuids, float(deleted_at))
 
     def hosts(self, ctxt: Any) -> dict[str, Any]:
         """Every host as this scheduler sees it (``GET /hosts``)."""

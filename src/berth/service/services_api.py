@@ -5,6 +5,7 @@ Routes::
 
     GET /os-services            {"services": [service, ...]}, one per compute host
     GET /os-services/{host}     {"service": service}
+    DELETE /os-services/{host}  204: the service is gone (below)
     PUT /os-services/{host}     {"status": "disabled", "disabled_reason": "new disks"}
                                 {"status": "enabled"}
                                 {"forced_down": true}   (or false; with a status or alone)
@@ -27,6 +28,13 @@ The body follows Nova 2.53's rules, and a 400 names the field: only ``status``,
 a boolean. 404 when no compute service runs on the host; 409 when the host's agent did
 not answer (its ``berth compute`` is not running: nothing changed).
 
+``DELETE`` (Nova's, for a host taken out of the cloud): refused with 409 while the host
+runs instances or its resource providers hold allocations (nothing changes). Otherwise
+the host's agents stop and are forgotten (a host still reporting is asked over the bus
+first: 409 when it does not answer), its resource providers go from placement (nested
+ones first), its compute records go, and every scheduler drops its rows. An agent that
+starts again later registers the host anew, as a Nova compute does.
+
 What a switch does is Nova's: a disabled service fails ComputeFilter and its nodes carry
 the ``COMPUTE_STATUS_DISABLED`` trait (the placement pre-filter leaves them out); enabling
 clears the reason; a forced-down service is down whatever its heartbeat (ComputeFilter
@@ -37,14 +45,21 @@ report at once, and they last across the agents' restarts (their stored records)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from berth.errors import InputError
 from berth.model.image_props import show
 from berth.service.conductor import ComputeDriver, ServiceUnreachable, UnknownService
-from berth.service.policy import SERVICES_LIST, SERVICES_UPDATE
+from berth.service.policy import SERVICES_DELETE, SERVICES_LIST, SERVICES_UPDATE
+
+if TYPE_CHECKING:
+    from berth.placement.client import PlacementClient
+    from berth.service.compute_rpc import AgentDirectory
+    from berth.service.records import ComputeRecordStore
 
 PREFIX = "/os-services"
 #: Nova's limit on ``disabled_reason`` (the column's size).
@@ -136,13 +151,100 @@ def _not_found(host: str) -> tuple[int, dict[str, Any]]:
                            "message": f"no compute service on host {host!r}"}}
 
 
+def _in_use(message: str) -> tuple[int, dict[str, Any]]:
+    return 409, {"error": {"code": "berth.compute.service_in_use", "message": message}}
+
+
+def _unreachable(exc: Exception) -> tuple[int, dict[str, Any]]:
+    return 409, {"error": {"code": "berth.compute.unreachable", "message": str(exc)}}
+
+
+@dataclass
+class ServiceAdmin:
+    """Where an ``/os-services`` change goes: the hosts' agents (``driver``), and for a
+    deletion placement (their providers), the record store (their reports), the agent
+    directory of a distributed deployment, and ``announce(uuids, when)``, which tells
+    schedulers fed from the bus that the nodes are gone (those fed from the database
+    learn it from the record store)."""
+
+    driver: ComputeDriver
+    placement: PlacementClient | None = None
+    records: ComputeRecordStore | None = None
+    directory: AgentDirectory | None = None
+    announce: Callable[[list[str], float], None] | None = None
+    clock: Callable[[], float] = field(default=time.time)
+
+    def delete(self, host: str, rows: list[Mapping[str, Any]]) -> tuple[int, dict[str, Any] | None]:
+        """Delete ``host``'s compute service, whose nodes are the ``GET /hosts`` rows
+        ``rows`` (see the module doc)."""
+        if self.placement is None or self.records is None:
+            return 405, {"error": {"code": "berth.http.method",
+                                   "message": "this server deletes no compute services"}}
+        running = sum(int(r.get("num_instances") or 0) for r in rows)
+        if running:
+            return _in_use(f"the compute service on host {host!r} hosts {running} "
+                           "instance(s): migrate or delete them first")
+        uuids = [str(r["uuid"]) for r in rows if r.get("uuid")]
+        trees = {uuid: self._tree(uuid) for uuid in uuids}
+        for providers in trees.values():
+            for provider in providers:
+                used = {rc: n for rc, n in self.placement.provider_usages(provider.uuid).items()
+                        if n}
+                if used:
+                    return _in_use(
+                        f"resource provider {provider.name} ({provider.uuid}) of host "
+                        f"{host!r} holds allocations ({', '.join(f'{rc}={n}' for rc, n in sorted(used.items()))}): "
+                        "delete or move their consumers first")
+        if any(r.get("reporting") for r in rows):
+            try:
+                self.driver.retire_service(host)
+            except UnknownService:
+                pass  # no agent of it anywhere: nothing reports for it
+            except ServiceUnreachable as exc:
+                return _unreachable(exc)
+        from berth.placement.client import ConflictError, NotFoundError
+
+        for providers in trees.values():
+            for provider in providers:
+                try:
+                    self.placement.delete_provider(provider.uuid)
+                except NotFoundError:
+                    pass  # gone meanwhile
+                except ConflictError as exc:  # an allocation came in since the check
+                    return _in_use(f"resource provider {provider.name} ({provider.uuid}) of "
+                                   f"host {host!r} could not be deleted ({exc}); its agents "
+                                   "are stopped: delete the service again once its "
+                                   "consumers are gone")
+        self.records.delete_nodes(uuids)
+        if self.directory is not None:
+            self.directory.unregister(host)
+        if self.announce is not None:
+            self.announce(uuids, self.clock())
+        return 204, None
+
+    def _tree(self, root: str) -> list[Any]:
+        """The providers of the tree rooted at ``root``, children before parents."""
+        providers = self.placement.list_providers(in_tree=root) if self.placement else []
+        depth: dict[str, int] = {}
+        by_uuid = {p.uuid: p for p in providers}
+
+        def level(uuid: str) -> int:
+            if uuid not in depth:
+                parent = by_uuid[uuid].parent_provider_uuid
+                depth[uuid] = 0 if parent is None or parent not in by_uuid else level(parent) + 1
+            return depth[uuid]
+
+        return sorted(providers, key=lambda p: -level(p.uuid))
+
+
 def handle_services(
     method: str, path: str, body: Any, *, hosts: Callable[[], Mapping[str, Any]],
-    driver: ComputeDriver, authorize: Callable[[str], None],
-) -> tuple[int, dict[str, Any]]:
-    """Answer one ``/os-services`` request: its status and JSON body. ``hosts`` is the
-    ``GET /hosts`` view (the scheduler's), ``driver`` reaches the hosts' agents, and
-    ``authorize(rule)`` raises unless the caller may."""
+    admin: ServiceAdmin, authorize: Callable[[str], None],
+) -> tuple[int, dict[str, Any] | None]:
+    """Answer one ``/os-services`` request: its status and JSON body (None: none).
+    ``hosts`` is the ``GET /hosts`` view (the scheduler's), ``admin`` reaches the hosts'
+    agents and what a deletion removes, and ``authorize(rule)`` raises unless the
+    caller may."""
     host = path[len(PREFIX) + 1:] if path.startswith(PREFIX + "/") else None
     if host is not None and (not host or "/" in host):
         return _not_found(host)
@@ -153,18 +255,22 @@ def handle_services(
             return 200, {"services": services}
         found = [s for s in services if s["host"] == host]
         return (200, {"service": found[0]}) if found else _not_found(host)
-    if method != "PUT" or host is None:
-        allowed = "GET, PUT" if host is not None else "GET"
+    if host is None or method not in ("PUT", "DELETE"):
+        allowed = "GET, PUT, DELETE" if host is not None else "GET"
         return 405, {"error": {"code": "berth.http.method", "message": f"use {allowed}"}}
+    if method == "DELETE":
+        authorize(SERVICES_DELETE)
+        rows = [r for r in hosts()["hosts"] if r["host"] == host]
+        return admin.delete(host, rows) if rows else _not_found(host)
     authorize(SERVICES_UPDATE)
     disabled, reason, forced_down = parse_update(body)
     try:
-        nodes = driver.set_service(host, disabled=disabled, reason=reason,
-                                   forced_down=forced_down)
+        nodes = admin.driver.set_service(host, disabled=disabled, reason=reason,
+                                         forced_down=forced_down)
     except UnknownService:
         return _not_found(host)
     except ServiceUnreachable as exc:
-        return 409, {"error": {"code": "berth.compute.unreachable", "message": str(exc)}}
+        return _unreachable(exc)
     switched = {str(n.get("nodename") or host): n for n in nodes}
     found = [s for s in services_from_hosts(list(hosts()["hosts"]), switched)
              if s["host"] == host]

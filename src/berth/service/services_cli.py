@@ -7,6 +7,7 @@
     berth service set c1-s01 --enable
     berth service set c1-s01 --down          # forced down: evacuate its instances now
     berth service set c1-s01 --up
+    berth service delete c1-s01              # a host taken out of the cloud
 """
 
 from __future__ import annotations
@@ -41,19 +42,23 @@ def add_commands(subparsers: Any, default_url: str) -> None:
                              "evacuated at once)")
     forced.add_argument("--up", dest="forced_down", action="store_const", const=False,
                         help="no longer forced down")
-    for p in (listed, changed):
+    deleted = actions.add_parser(
+        "delete", help="delete a host's compute service (it runs no instance): its agents "
+                       "stop, its resource providers and records go")
+    deleted.add_argument("host", metavar="HOST")
+    for p in (listed, changed, deleted):
         p.add_argument("--url", default=default_url,
                        help=f"server URL (default {default_url})")
         p.add_argument("--token", help="token for the server (default OS_AUTH_TOKEN, else "
                                        "one from Keystone with OS_AUTH_URL, OS_USERNAME, ...; "
                                        "else noauth2's 'admin')")
         p.add_argument("--json", action="store_true", help="print the JSON answer as sent")
-    listed.set_defaults(func=cmd_service)
-    changed.set_defaults(func=cmd_service)
+    for p in (listed, changed, deleted):
+        p.set_defaults(func=cmd_service)
 
 
 def cmd_service(args: argparse.Namespace) -> int:
-    """GET or PUT ``/os-services`` and print the services as a table."""
+    """GET, PUT or DELETE ``/os-services`` and print the services as a table."""
     import httpx
 
     from berth.service.cli import _auth_headers, _exit_code
@@ -62,6 +67,11 @@ def cmd_service(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             resp = httpx.get(base, timeout=60, headers=_auth_headers(args))
+        elif args.action == "delete":
+            resp = httpx.delete(f"{base}/{args.host}", timeout=60, headers=_auth_headers(args))
+            if resp.status_code == 204:
+                print(f"deleted the compute service of {args.host}")
+                return 0
         else:
             if args.status is None and args.forced_down is None:
                 print("berth service set: give --disable/--enable, --down/--up or both",
