@@ -183,7 +183,7 @@ def test_a_deleted_service_leaves_placement_the_records_and_the_scheduler(
         "h1", "h2", "h3"]
 
 
-def test_a_service_whose_providers_hold_allocations_or_whose_agent_is_silent_stays(
+def test_a_service_whose_providers_hold_allocations_or_whose_agent_is_mute_stays(
         stack: Stack) -> None:
     stack.register_hosts([node("h1")])
     h1 = stack.agents["h1"].uuid

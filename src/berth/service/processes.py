@@ -415,7 +415,8 @@ def cmd_api(args: argparse.Namespace) -> int:
                               groups=stack.groups, builds=stack.builds,
                               late_check_on_compute=True)
         services = ServiceAdmin(driver=driver, placement=stack.client, records=stack.records,
-                                directory=directory, announce=announce_deleted(bus))
+                                directory=directory, announce=announce_deleted(bus),
+                                ask_silent_agents=False)
         reconciler = stack.reconciler(timeout=args.build_timeout,
                                       interval=args.reconcile_interval)
         reconciler.start()

@@ -173,10 +173,17 @@ class ServiceAdmin:
     directory: AgentDirectory | None = None
     announce: Callable[[list[str], float], None] | None = None
     clock: Callable[[], float] = field(default=time.time)
+    #: Whether a deletion asks the agents of a host that no longer reports too: true
+    #: in process (a silent agent would report again on the next switch); false over
+    #: the bus, where an agent that stopped reporting is most likely gone and a call
+    #: to it would wait for ``rpc_response_timeout``.
+    ask_silent_agents: bool = True
 
     def delete(self, host: str, rows: list[Mapping[str, Any]]) -> tuple[int, dict[str, Any] | None]:
         """Delete ``host``'s compute service, whose nodes are the ``GET /hosts`` rows
         ``rows`` (see the module doc)."""
+        from berth.placement.client import ConflictError, NotFoundError
+
         if self.placement is None or self.records is None:
             return 405, {"error": {"code": "berth.http.method",
                                    "message": "this server deletes no compute services"}}
@@ -188,22 +195,22 @@ class ServiceAdmin:
         trees = {uuid: self._tree(uuid) for uuid in uuids}
         for providers in trees.values():
             for provider in providers:
-                used = {rc: n for rc, n in self.placement.provider_usages(provider.uuid).items()
-                        if n}
-                if used:
-                    return _in_use(
-                        f"resource provider {provider.name} ({provider.uuid}) of host "
-                        f"{host!r} holds allocations ({', '.join(f'{rc}={n}' for rc, n in sorted(used.items()))}): "
-                        "delete or move their consumers first")
-        if any(r.get("reporting") for r in rows):
+                try:
+                    usages = self.placement.provider_usages(provider.uuid)
+                except NotFoundError:
+                    continue  # gone meanwhile
+                held = ", ".join(f"{rc}={n}" for rc, n in sorted(usages.items()) if n)
+                if held:
+                    return _in_use(f"resource provider {provider.name} ({provider.uuid}) of "
+                                   f"host {host!r} holds allocations ({held}): delete or "
+                                   "move their consumers first")
+        if self.ask_silent_agents or any(r.get("reporting") for r in rows):
             try:
                 self.driver.retire_service(host)
             except UnknownService:
                 pass  # no agent of it anywhere: nothing reports for it
             except ServiceUnreachable as exc:
                 return _unreachable(exc)
-        from berth.placement.client import ConflictError, NotFoundError
-
         for providers in trees.values():
             for provider in providers:
                 try:
