@@ -86,6 +86,11 @@ def test_registration_removes_traits_an_earlier_run_published(first: Stack) -> N
     again = reopen(first)
     try:
         (restarted,) = again.register_hosts([node()])
+        # The node's old trait goes; the operator's switch stays (until set back).
+        assert again.client.get_provider_traits(restarted.uuid)[1] == [
+            "COMPUTE_STATUS_DISABLED"]
+        assert (restarted.disabled, restarted.disabled_reason) == (True, "maintenance")
+        restarted.set_service(disabled=False)
         assert again.client.get_provider_traits(restarted.uuid)[1] == []
     finally:
         again.close()
