@@ -17,6 +17,7 @@ up again.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import random
@@ -292,39 +293,47 @@ def _up_count(url: str) -> int:
     return sum(1 for h in hosts if h["up"])
 
 
-def test_hosts_whose_reports_stop_go_down_and_come_back(tmp_path: Path) -> None:
-    """A fleet's reports stop (its process paused): its hosts go down after
-    service_down_time and come back when the reports resume. A scheduler that starts
-    meanwhile counts the hosts up from its start (the grace period) rather than down
-    because their stored heartbeats are old, and down once no report came in time."""
+@contextlib.contextmanager
+def _small_cluster(tmp_path: Path, name: str, hosts: int) -> Iterator[tuple[LocalCluster, str]]:
+    """One API, one scheduler and a fleet of ``hosts`` reporting every second (down
+    after 6 s), every host up; the cluster and its API's URL."""
     reason = rabbit_unavailable()
     if reason:
         pytest.skip(reason)
     cloud = tmp_path / "cloud.yaml"
-    _cloud(cloud, 20)
-    with fresh_pg_database("berth_live") as db, rabbit_vhost("berth_live") as bus:
+    _cloud(cloud, hosts)
+    with fresh_pg_database(name) as db, rabbit_vhost(name) as bus:
         c = LocalCluster(tmp_path / "run", db, bus, cloud, schedulers=1, apis=1, options={
             "DEFAULT": {"report_interval": 1, "service_down_time": 6}})
         try:
             c.start()
             api = c.alive_urls()[0]
-            c.wait_hosts(api, 20, timeout=30)
-            compute = c.procs["compute"]
-            compute.send_signal(signal.SIGSTOP)
-            try:
-                _wait(lambda: _up_count(api) == 0, 30)
-                assert _up_count(api) == 0
-                # A new scheduler, while no host reports: up during the grace period.
-                c.kill("scheduler0")
-                c.start_scheduler("scheduler1")
-                assert _up_count(api) == 20
-                _wait(lambda: _up_count(api) == 0, 30)
-                assert _up_count(api) == 0
-            finally:
-                compute.send_signal(signal.SIGCONT)
-            c.wait_hosts(api, 20, timeout=30)
+            c.wait_hosts(api, hosts, timeout=30)
+            yield c, api
         finally:
             c.close()
+
+
+def test_hosts_whose_reports_stop_go_down_and_come_back(tmp_path: Path) -> None:
+    """A fleet's reports stop (its process paused): its hosts go down after
+    service_down_time and come back when the reports resume. A scheduler that starts
+    meanwhile counts the hosts up from its start (the grace period) rather than down
+    because their stored heartbeats are old, and down once no report came in time."""
+    with _small_cluster(tmp_path, "berth_live", 20) as (c, api):
+        compute = c.procs["compute"]
+        compute.send_signal(signal.SIGSTOP)
+        try:
+            _wait(lambda: _up_count(api) == 0, 30)
+            assert _up_count(api) == 0
+            # A new scheduler, while no host reports: up during the grace period.
+            c.kill("scheduler0")
+            c.start_scheduler("scheduler1")
+            assert _up_count(api) == 20
+            _wait(lambda: _up_count(api) == 0, 30)
+            assert _up_count(api) == 0
+        finally:
+            compute.send_signal(signal.SIGCONT)
+        c.wait_hosts(api, 20, timeout=30)
 
 
 def _services(url: str) -> dict[str, dict[str, Any]]:
@@ -343,60 +352,47 @@ def test_an_operator_disables_and_forces_down_services_through_an_api_process(
     in the fleet process over the bus, the scheduler stops choosing the host, and the
     switches outlive a restart of the fleet, until the operator sets them back. Then
     ``berth service delete`` takes a host out of the fleet, placement and the scheduler."""
-    reason = rabbit_unavailable()
-    if reason:
-        pytest.skip(reason)
-    cloud = tmp_path / "cloud.yaml"
-    _cloud(cloud, 8)
-    with fresh_pg_database("berth_svc") as db, rabbit_vhost("berth_svc") as bus:
-        c = LocalCluster(tmp_path / "run", db, bus, cloud, schedulers=1, apis=1, options={
-            "DEFAULT": {"report_interval": 1, "service_down_time": 6}})
-        try:
-            c.start()
-            api = c.alive_urls()[0]
-            c.wait_hosts(api, 8, timeout=30)
-            done = _service_cli(api, "set", "h00002", "--disable", "--disable-reason",
-                                "new disks")
-            assert done.returncode == 0, done.stderr
-            assert "disabled" in done.stdout and "new disks" in done.stdout
-            done = _service_cli(api, "set", "h00003", "--down")
-            assert done.returncode == 0, done.stderr
-            _wait(lambda: _up_count(api) == 6, 30)
-            services = _services(api)
-            assert (services["h00002"]["status"], services["h00002"]["state"]) == (
-                "disabled", "up")
-            assert (services["h00003"]["status"], services["h00003"]["state"]) == (
-                "enabled", "down")
-            for host in ("h00002", "h00003"):
-                refused = httpx.post(api + "/boot", headers=ADMIN, timeout=60, json={
-                    "flavor": "tiny", "force_hosts": [host]})
-                assert refused.status_code == 409, refused.text
-            # The fleet restarts: each agent takes its switches back from its record.
-            c.kill("compute")
-            c.start_compute()
-            time.sleep(2)  # the restarted fleet's first round of reports
-            c.wait_hosts(api, 6, timeout=30)
-            assert _up_count(api) == 6
-            services = _services(api)
-            assert services["h00002"]["disabled_reason"] == "new disks"
-            assert services["h00003"]["forced_down"] is True
-            assert _service_cli(api, "set", "h00002", "--enable").returncode == 0
-            assert _service_cli(api, "set", "h00003", "--up").returncode == 0
-            c.wait_hosts(api, 8, timeout=30)
-            missing = _service_cli(api, "set", "h09999", "--up")
-            assert missing.returncode == 4 and "no compute service" in missing.stderr
-            # A host taken out: its agent in the fleet stops, the scheduler drops it.
-            done = _service_cli(api, "delete", "h00007")
-            assert done.returncode == 0, done.stderr
-            _wait(lambda: "h00007" not in _services(api), 30)
-            time.sleep(3)  # three report rounds: none brings it back
-            assert sorted(_services(api)) == [f"h{i:05d}" for i in range(1, 9) if i != 7]
-            providers = httpx.get(api + "/placement/resource_providers", headers=ADMIN,
-                                  timeout=30).json()["resource_providers"]
-            assert "h00007" not in {p["name"] for p in providers} and len(providers) == 7
-            # The fleet starts again with it in its file: it registers anew.
-            c.kill("compute")
-            c.start_compute()
-            c.wait_hosts(api, 8, timeout=30)
-        finally:
-            c.close()
+    with _small_cluster(tmp_path, "berth_svc", 8) as (c, api):
+        done = _service_cli(api, "set", "h00002", "--disable", "--disable-reason",
+                            "new disks")
+        assert done.returncode == 0, done.stderr
+        assert "disabled" in done.stdout and "new disks" in done.stdout
+        done = _service_cli(api, "set", "h00003", "--down")
+        assert done.returncode == 0, done.stderr
+        _wait(lambda: _up_count(api) == 6, 30)
+        services = _services(api)
+        assert (services["h00002"]["status"], services["h00002"]["state"]) == (
+            "disabled", "up")
+        assert (services["h00003"]["status"], services["h00003"]["state"]) == (
+            "enabled", "down")
+        for host in ("h00002", "h00003"):
+            refused = httpx.post(api + "/boot", headers=ADMIN, timeout=60, json={
+                "flavor": "tiny", "force_hosts": [host]})
+            assert refused.status_code == 409, refused.text
+        # The fleet restarts: each agent takes its switches back from its record.
+        c.kill("compute")
+        c.start_compute()
+        time.sleep(2)  # the restarted fleet's first round of reports
+        c.wait_hosts(api, 6, timeout=30)
+        assert _up_count(api) == 6
+        services = _services(api)
+        assert services["h00002"]["disabled_reason"] == "new disks"
+        assert services["h00003"]["forced_down"] is True
+        assert _service_cli(api, "set", "h00002", "--enable").returncode == 0
+        assert _service_cli(api, "set", "h00003", "--up").returncode == 0
+        c.wait_hosts(api, 8, timeout=30)
+        missing = _service_cli(api, "set", "h09999", "--up")
+        assert missing.returncode == 4 and "no compute service" in missing.stderr
+        # A host taken out: its agent in the fleet stops, the scheduler drops it.
+        done = _service_cli(api, "delete", "h00007")
+        assert done.returncode == 0, done.stderr
+        _wait(lambda: "h00007" not in _services(api), 30)
+        time.sleep(3)  # three report rounds: none brings it back
+        assert sorted(_services(api)) == [f"h{i:05d}" for i in range(1, 9) if i != 7]
+        providers = httpx.get(api + "/placement/resource_providers", headers=ADMIN,
+                              timeout=30).json()["resource_providers"]
+        assert "h00007" not in {p["name"] for p in providers} and len(providers) == 7
+        # The fleet starts again with it in its file: it registers anew.
+        c.kill("compute")
+        c.start_compute()
+        c.wait_hosts(api, 8, timeout=30)

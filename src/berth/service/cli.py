@@ -296,19 +296,10 @@ def cmd_boot(args: argparse.Namespace) -> int:
     except httpx.HTTPError as exc:
         print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
         return 7
-    try:
-        data = resp.json()
-    except ValueError:
-        print(f"error: {resp.status_code} from {args.url}: {resp.text[:200]}", file=sys.stderr)
-        return 1
-    if args.json:
-        # The server's answer untouched, errors and their diagnosis included.
-        print(json.dumps(data, indent=2))
-        return 0 if resp.status_code == 200 else _exit_code(resp.status_code, data)
+    data = answer_of(resp, args)
+    if isinstance(data, int):
+        return data
     verbose = bool(getattr(args, "verbose", False))
-    if not isinstance(data, dict):
-        print(f"error: {resp.status_code} from {args.url}: {resp.text[:200]}", file=sys.stderr)
-        return 1
     if data.get("instances"):
         # Also in a 409 that built some of the instances: those exist.
         _print_instances(data["instances"])
@@ -318,16 +309,15 @@ def cmd_boot(args: argparse.Namespace) -> int:
               f"{','.join(failed.get('tried') or []) or 'no host'}): {err.get('message')}",
               file=sys.stderr)
     if resp.status_code != 200:
+        status = refused(resp, data)
         err = data.get("error", {})
-        print(f"error: {err.get('message', resp.text)} ({err.get('code', resp.status_code)})",
-              file=sys.stderr)
         if err.get("instances_requested"):
             print(f"  {err.get('instances_fit')} of {err['instances_requested']} instances found "
                   "a host before the hosts ran out (their claims were released)",
                   file=sys.stderr)
         if data.get("diagnosis"):
             _print_diagnosis(data["diagnosis"], verbose)
-        return _exit_code(resp.status_code, data)
+        return status
     if data.get("diagnosis"):
         print()
         _print_diagnosis(data["diagnosis"], verbose)
@@ -362,24 +352,15 @@ def cmd_server_action(args: argparse.Namespace) -> int:
     except httpx.HTTPError as exc:
         print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
         return 7
-    try:
-        data = resp.json()
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        print(f"error: {resp.status_code} from {args.url}: {resp.text[:200]}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(data, indent=2))
-        return 0 if resp.status_code == 200 else _exit_code(resp.status_code, data)
+    data = answer_of(resp, args)
+    if isinstance(data, int):
+        return data
     verbose = bool(getattr(args, "verbose", False))
     if resp.status_code != 200:
-        err = data.get("error", {})
-        print(f"error: {err.get('message', resp.text)} ({err.get('code', resp.status_code)})",
-              file=sys.stderr)
+        status = refused(resp, data)
         if data.get("diagnosis"):
             _print_diagnosis(data["diagnosis"], verbose)
-        return _exit_code(resp.status_code, data)
+        return status
     _print_server(args.action, data)
     if data.get("diagnosis"):
         print()
@@ -438,6 +419,31 @@ def _auth_headers(args: argparse.Namespace) -> dict[str, str]:
     from berth.webauth.client import cli_token
 
     return {"X-Auth-Token": cli_token(args.token)}
+
+
+def answer_of(resp: Any, args: argparse.Namespace) -> dict[str, Any] | int:
+    """The JSON object a server answered, or the exit status once the answer is dealt
+    with: 1 for one that is not a JSON object; with ``--json``, the answer printed as
+    sent (errors and their diagnosis included)."""
+    try:
+        data = resp.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        print(f"error: {resp.status_code} from {args.url}: {resp.text[:200]}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0 if resp.status_code == 200 else _exit_code(resp.status_code, data)
+    return data
+
+
+def refused(resp: Any, data: dict[str, Any]) -> int:
+    """Print a refusal's message and code; its exit status."""
+    err = data.get("error", {})
+    print(f"error: {err.get('message', resp.text)} ({err.get('code', resp.status_code)})",
+          file=sys.stderr)
+    return _exit_code(resp.status_code, data)
 
 
 def _exit_code(status: int, data: Any) -> int:

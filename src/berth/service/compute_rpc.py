@@ -169,8 +169,7 @@ class ComputeEndpoint:
         """Set the switches on every node of ``host`` this process runs."""
         mine = [a for a in list(self.agents.values()) if a.node.host == host]
         if not mine:
-            return {"error": {"code": UNKNOWN_SERVICE,
-                              "message": f"no compute service on host {host!r} here"}}
+            return _unknown(host)
         return {"nodes": [a.set_service(disabled=disabled, reason=disabled_reason,
                                         forced_down=forced_down) for a in mine]}
 
@@ -179,8 +178,12 @@ class ComputeEndpoint:
         try:
             return {"retired": self.driver.retire_service(host)}
         except UnknownService:
-            return {"error": {"code": UNKNOWN_SERVICE,
-                              "message": f"no compute service on host {host!r} here"}}
+            return _unknown(host)
+
+
+def _unknown(host: str) -> dict[str, Any]:
+    return {"error": {"code": UNKNOWN_SERVICE,
+                      "message": f"no compute service on host {host!r} here"}}
 
 
 def _failed(message: str) -> dict[str, Any]:
@@ -231,42 +234,35 @@ class RemoteDriver:
                     forced_down: bool | None) -> list[dict[str, Any]]:
         """Set the switches on ``host``'s agent process (see
         :meth:`ComputeEndpoint.set_service`)."""
+        return self._call_agent(host, "set_service", "nodes", disabled=disabled,
+                                disabled_reason=reason, forced_down=forced_down)
+
+    def retire_service(self, host: str) -> list[str]:
+        """Stop and forget ``host``'s agents in their process (see
+        :meth:`ComputeEndpoint.retire_service`); their node uuids."""
+        return [str(u) for u in self._call_agent(host, "retire_service", "retired")]
+
+    def _call_agent(self, host: str, method: str, key: str, **kwargs: Any) -> list[Any]:
+        """Call ``method`` on ``host``'s agent process; the answer's list ``key``.
+        :class:`UnknownService` when no process runs the host, :class:`ServiceUnreachable`
+        when its process does not answer (nothing changed) or answers nonsense."""
         server = self.directory.server_of(host)
         if server is None:
             raise UnknownService(host)
         try:
-            answer = self._client(server).call("set_service", host=host, disabled=disabled,
-                                               disabled_reason=reason, forced_down=forced_down)
+            answer = self._client(server).call(method, host=host, **kwargs)
         except BusError as exc:
             self.directory.forget(host)
             raise ServiceUnreachable(
                 f"the compute agent of host {host!r} (server {server!r}) did not answer: "
                 f"{exc}; nothing was changed (is its 'berth compute' running?)") from None
-        if not isinstance(answer, Mapping) or not isinstance(answer.get("nodes"), list):
-            error = answer.get("error") if isinstance(answer, Mapping) else None
-            if isinstance(error, Mapping) and error.get("code") == UNKNOWN_SERVICE:
-                self.directory.forget(host)  # it may have moved to another process
-                raise UnknownService(host)
-            raise ServiceUnreachable(f"the compute agent of host {host!r} answered {answer!r}")
-        return list(answer["nodes"])
-
-    def retire_service(self, host: str) -> list[str]:
-        """Stop and forget ``host``'s agents in their process (see
-        :meth:`ComputeEndpoint.retire_service`); their node uuids."""
-        server = self.directory.server_of(host)
-        if server is None:
+        if isinstance(answer, Mapping) and isinstance(answer.get(key), list):
+            return list(answer[key])
+        error = answer.get("error") if isinstance(answer, Mapping) else None
+        if isinstance(error, Mapping) and error.get("code") == UNKNOWN_SERVICE:
+            self.directory.forget(host)  # it may have moved to another process
             raise UnknownService(host)
-        try:
-            answer = self._client(server).call("retire_service", host=host)
-        except BusError as exc:
-            self.directory.forget(host)
-            raise ServiceUnreachable(
-                f"the compute agent of host {host!r} (server {server!r}) did not answer: "
-                f"{exc}") from None
-        if not isinstance(answer, Mapping) or not isinstance(answer.get("retired"), list):
-            self.directory.forget(host)
-            raise UnknownService(host)
-        return [str(u) for u in answer["retired"]]
+        raise ServiceUnreachable(f"the compute agent of host {host!r} answered {answer!r}")
 
 
 def announce_deleted(bus: Bus) -> Callable[[list[str], float], None]:

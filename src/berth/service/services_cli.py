@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -61,7 +60,7 @@ def cmd_service(args: argparse.Namespace) -> int:
     """GET, PUT or DELETE ``/os-services`` and print the services as a table."""
     import httpx
 
-    from berth.service.cli import _auth_headers, _exit_code
+    from berth.service.cli import _auth_headers, answer_of, refused
 
     base = f"{args.url.rstrip('/')}/os-services"
     try:
@@ -89,21 +88,11 @@ def cmd_service(args: argparse.Namespace) -> int:
     except httpx.HTTPError as exc:
         print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
         return 7
-    try:
-        data = resp.json()
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        print(f"error: {resp.status_code} from {args.url}: {resp.text[:200]}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(data, indent=2))
-        return 0 if resp.status_code == 200 else _exit_code(resp.status_code, data)
+    data = answer_of(resp, args)
+    if isinstance(data, int):
+        return data
     if resp.status_code != 200:
-        err = data.get("error", {})
-        print(f"error: {err.get('message', resp.text)} ({err.get('code', resp.status_code)})",
-              file=sys.stderr)
-        return _exit_code(resp.status_code, data)
+        return refused(resp, data)
     services = data.get("services") or [data["service"]]
     print_services(services)
     return 0
