@@ -263,6 +263,42 @@ def test_removing_rows_leaves_what_a_build_of_the_others_gives(records, aggs, da
     _assert_same_rows(snap, ref)
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_messy_records(), st.data())
+def test_a_row_cached_column_follows_every_change_as_a_fresh_build(records, data):
+    """A column patched row by row after reports equals one built afresh, whatever the
+    reports, new nodes, removals and aggregate changes in between."""
+    def of(snap: HostSnapshot, row: int) -> float:
+        return float(len(snap.obj("instances")[row]))
+
+    def column(snap: HostSnapshot) -> np.ndarray:
+        return snap.row_cached("n_instances", lambda: np.array(
+            [of(snap, r) for r in range(len(snap))], dtype=float), lambda r: of(snap, r))
+
+    snap = HostSnapshot.from_records(records)
+    held = column(snap)
+    as_handed = held.copy()
+    for _ in range(data.draw(st.integers(1, 12))):
+        action = data.draw(st.sampled_from(["report", "report", "report", "new", "remove",
+                                            "aggregates", "read"]))
+        keys = list(snap._rows)
+        if action == "report" and keys:
+            host, node = data.draw(st.sampled_from(keys))
+            count = data.draw(st.integers(0, 3))
+            snap.upsert(HostRecord(host, nodename=node, instances={
+                f"i{k}": Instance(f"i{k}") for k in range(count)}))
+        elif action == "new":
+            snap.upsert(HostRecord(f"new{len(snap)}", instances={"x": Instance("x")}))
+        elif action == "remove" and keys:
+            snap.remove([data.draw(st.sampled_from(keys))])
+        elif action == "aggregates":
+            snap.set_aggregates([Aggregate(id=1, name="a", hosts=tuple(h for h, _ in keys[:1]))])
+        got = column(snap)
+        assert got.tolist() == [of(snap, r) for r in range(len(snap))]
+    # A column handed out earlier is never changed under its reader.
+    assert held.tolist() == as_handed.tolist()
+
+
 def test_an_aggregate_listing_a_host_twice_keeps_both_entries():
     agg = Aggregate(id=1, name="twice", hosts=("a", "a", "b"))
     bulk = HostSnapshot.from_records([HostRecord("a"), HostRecord("b")], [agg])

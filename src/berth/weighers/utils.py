@@ -152,8 +152,9 @@ def per_host_column(
 ) -> np.ndarray:
     """``compute(obj)`` of per-host object column ``name`` for every host in ``hosts``.
 
-    Computed once per snapshot row and cached (under ``key``) until the snapshot changes;
-    rows whose object this request replaced (virtual consumption) are computed afresh.
+    Computed once per snapshot row and cached (under ``key``), a reported row again
+    alone; rows whose object this request replaced (virtual consumption) are computed
+    afresh.
     """
     snapshot = hosts.snapshot
 
@@ -169,7 +170,8 @@ def per_host_column(
             )
         return values
 
-    values = snapshot.cached(key, build)[hosts.rows]
+    values = snapshot.row_cached(key, build,
+                                 lambda row: float(compute(snapshot.obj(name)[row])))[hosts.rows]
     overridden = hosts.ws.overridden(name)
     if overridden:
         for pos in np.flatnonzero(np.isin(hosts.rows, list(overridden))).tolist():
