@@ -131,7 +131,7 @@ def parse_update(body: Any) -> tuple[bool | None, str | None, bool | None]:
     if "disabled_reason" in body:
         reason = body["disabled_reason"]
         if disabled is not True:
-            raise InputError("disabled_reason: given only with \"status\": \"disabled\"",
+            raise InputError("disabled_reason: allowed only with \"status\": \"disabled\"",
                              field="disabled_reason")
         if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON:
             raise InputError(f"disabled_reason: expected a non-blank string of at most "
