@@ -183,6 +183,20 @@ def test_a_deleted_service_leaves_placement_the_records_and_the_scheduler(
         "h1", "h2", "h3"]
 
 
+def test_a_host_with_nested_providers_goes_children_first(stack: Stack) -> None:
+    from berth.provider_tree import ProviderSpec
+
+    vgpu = {"VGPU": {"total": 4, "reserved": 0, "min_unit": 1, "max_unit": 4,
+                     "step_size": 1, "allocation_ratio": 1.0}}
+    stack.register_hosts([node("h1", children=[
+        ProviderSpec("numa0"), ProviderSpec("gpu0", resources=vgpu, parent="numa0")]),
+        node("h2")])
+    assert len(stack.client.list_providers()) == 4
+    client = _admin_client(stack, FakeDriver(agents=stack.agents))
+    assert client.delete("/os-services/h1").status_code == 204
+    assert [p.name for p in stack.client.list_providers()] == ["h2"]
+
+
 def test_a_service_whose_providers_hold_allocations_or_whose_agent_is_mute_stays(
         stack: Stack) -> None:
     stack.register_hosts([node("h1")])
