@@ -151,11 +151,12 @@ def boot_cli(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
     agents[0].report(now=agents[0].clock() - 3600)  # h0 is down: ComputeFilter rejects it
     client = _client(stack)
 
-    def post(url: str, json: object = None, timeout: float = 0,
-             headers: object = None) -> httpx.Response:
+    def request(method: str, url: str, json: object = None, timeout: float = 0,
+                headers: object = None) -> httpx.Response:
+        assert (method, url.rsplit("/", 1)[-1]) == ("POST", "boot")
         return client.post("/boot", json=json)
 
-    monkeypatch.setattr(httpx, "post", post)
+    monkeypatch.setattr(httpx, "request", request)
     return stack
 
 

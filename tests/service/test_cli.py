@@ -59,12 +59,13 @@ def test_boot_group_sends_the_group_hint(monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     sent: list[object] = []
 
-    def post(url: str, json: object = None, timeout: float = 0,
-             headers: object = None) -> httpx.Response:
+    def request(method: str, url: str, json: object = None, timeout: float = 0,
+                headers: object = None) -> httpx.Response:
+        assert method == "POST"
         sent.append(json)
         return httpx.Response(200, json={"instances": []})
 
-    monkeypatch.setattr(httpx, "post", post)
+    monkeypatch.setattr(httpx, "request", request)
     assert main(["boot", "--flavor", "m1.tiny", "--group", "web", "--num", "2"]) == 0
     assert sent[0]["hints"] == {"group": ["web"]}  # type: ignore[index]
     assert main(["boot", "--flavor", "m1.tiny", "--group", "web", "--hint", "group=db"]) == 3
@@ -81,7 +82,7 @@ def test_boot_prints_what_was_built_and_what_was_not(monkeypatch: pytest.MonkeyP
         "failed": [{"instance_uuid": "u2", "tried": ["h2"],
                     "error": {"code": "berth.scheduling.max_retries_exceeded",
                               "message": "Exceeded maximum number of retries."}}]}
-    monkeypatch.setattr(httpx, "post", lambda *a, **k: httpx.Response(409, json=answer))
+    monkeypatch.setattr(httpx, "request", lambda *a, **k: httpx.Response(409, json=answer))
     assert main(["boot", "--flavor", "m1.tiny", "--num", "2"]) == 6
     out, err = capsys.readouterr()
     assert out.splitlines()[1].split()[:3] == ["1", "u1", "h1"]

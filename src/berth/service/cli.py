@@ -270,7 +270,6 @@ def _hints(pairs: list[str]) -> dict[str, list[str]]:
 
 def cmd_boot(args: argparse.Namespace) -> int:
     """POST /boot and print the placements."""
-    import httpx
 
     hints = _hints(args.hint)
     if args.group:
@@ -290,15 +289,10 @@ def cmd_boot(args: argparse.Namespace) -> int:
         body["availability_zone"] = args.availability_zone
     if args.explain:
         body["explain"] = True
-    try:
-        resp = httpx.post(args.url.rstrip("/") + "/boot", json=body, timeout=60,
-                          headers=_auth_headers(args))
-    except httpx.HTTPError as exc:
-        print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
-        return 7
-    data = answer_of(resp, args)
-    if isinstance(data, int):
-        return data
+    sent = ask_server(args, "POST", args.url.rstrip("/") + "/boot", json=body)
+    if isinstance(sent, int):
+        return sent
+    resp, data = sent
     verbose = bool(getattr(args, "verbose", False))
     if data.get("instances"):
         # Also in a 409 that built some of the instances: those exist.
@@ -327,7 +321,6 @@ def cmd_boot(args: argparse.Namespace) -> int:
 def cmd_server_action(args: argparse.Namespace) -> int:
     """POST a move (or confirm/revert) to ``/servers/{uuid}/{action}``, or GET the
     instance, and print where it is and what its consumers hold."""
-    import httpx
 
     url = f"{args.url.rstrip('/')}/servers/{args.instance}"
     body: dict[str, Any] = {}
@@ -341,20 +334,15 @@ def cmd_server_action(args: argparse.Namespace) -> int:
         body["image"] = args.image
     if getattr(args, "explain", False):
         body["explain"] = True
-    try:
-        if args.action == "server":
-            resp = httpx.get(url, timeout=60, headers=_auth_headers(args))
-        elif args.action == "delete":
-            resp = httpx.delete(url, timeout=60, headers=_auth_headers(args))
-        else:
-            resp = httpx.post(f"{url}/{args.action}", json=body, timeout=60,
-                              headers=_auth_headers(args))
-    except httpx.HTTPError as exc:
-        print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
-        return 7
-    data = answer_of(resp, args)
-    if isinstance(data, int):
-        return data
+    if args.action == "server":
+        sent = ask_server(args, "GET", url)
+    elif args.action == "delete":
+        sent = ask_server(args, "DELETE", url)
+    else:
+        sent = ask_server(args, "POST", f"{url}/{args.action}", json=body)
+    if isinstance(sent, int):
+        return sent
+    resp, data = sent
     verbose = bool(getattr(args, "verbose", False))
     if resp.status_code != 200:
         status = refused(resp, data)
@@ -419,6 +407,25 @@ def _auth_headers(args: argparse.Namespace) -> dict[str, str]:
     from berth.webauth.client import cli_token
 
     return {"X-Auth-Token": cli_token(args.token)}
+
+
+def ask_server(args: argparse.Namespace, method: str, url: str, *, json: Any = None,
+               empty_ok: bool = False) -> tuple[Any, dict[str, Any]] | int:
+    """Send one request to a running server (``args.token``'s token) and read its
+    answer: the response and its JSON object, or the exit status once dealt with (7
+    when the server cannot be reached; see :func:`answer_of`). With ``empty_ok``, a
+    204 is an empty object."""
+    import httpx
+
+    try:
+        resp = httpx.request(method, url, json=json, timeout=60, headers=_auth_headers(args))
+    except httpx.HTTPError as exc:
+        print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 7
+    if empty_ok and resp.status_code == 204:
+        return resp, {}
+    data = answer_of(resp, args)
+    return data if isinstance(data, int) else (resp, data)
 
 
 def answer_of(resp: Any, args: argparse.Namespace) -> dict[str, Any] | int:

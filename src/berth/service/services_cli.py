@@ -58,41 +58,34 @@ def add_commands(subparsers: Any, default_url: str) -> None:
 
 def cmd_service(args: argparse.Namespace) -> int:
     """GET, PUT or DELETE ``/os-services`` and print the services as a table."""
-    import httpx
-
-    from berth.service.cli import _auth_headers, answer_of, refused
+    from berth.service.cli import ask_server, refused
 
     base = f"{args.url.rstrip('/')}/os-services"
-    try:
-        if args.action == "list":
-            resp = httpx.get(base, timeout=60, headers=_auth_headers(args))
-        elif args.action == "delete":
-            resp = httpx.delete(f"{base}/{args.host}", timeout=60, headers=_auth_headers(args))
-            if resp.status_code == 204:
-                print(f"deleted the compute service of {args.host}")
-                return 0
-        else:
-            if args.status is None and args.forced_down is None:
-                print("berth service set: give --disable/--enable, --down/--up or both",
-                      file=sys.stderr)
-                return 2
-            body: dict[str, Any] = {}
-            if args.status is not None:
-                body["status"] = args.status
-            if args.disable_reason is not None:
-                body["disabled_reason"] = args.disable_reason
-            if args.forced_down is not None:
-                body["forced_down"] = args.forced_down
-            resp = httpx.put(f"{base}/{args.host}", json=body, timeout=60,
-                             headers=_auth_headers(args))
-    except httpx.HTTPError as exc:
-        print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
-        return 7
-    data = answer_of(resp, args)
-    if isinstance(data, int):
-        return data
-    if resp.status_code != 200:
+    if args.action == "list":
+        sent = ask_server(args, "GET", base)
+    elif args.action == "delete":
+        sent = ask_server(args, "DELETE", f"{base}/{args.host}", empty_ok=True)
+    else:
+        if args.status is None and args.forced_down is None:
+            print("berth service set: give --disable/--enable, --down/--up or both",
+                  file=sys.stderr)
+            return 2
+        body: dict[str, Any] = {}
+        if args.status is not None:
+            body["status"] = args.status
+        if args.disable_reason is not None:
+            body["disabled_reason"] = args.disable_reason
+        if args.forced_down is not None:
+            body["forced_down"] = args.forced_down
+        sent = ask_server(args, "PUT", f"{base}/{args.host}", json=body)
+    if isinstance(sent, int):
+        return sent
+    resp, data = sent
+    if resp.status_code != 200 and resp.status_code != 204:
         return refused(resp, data)
+    if args.action == "delete":
+        print(f"deleted the compute service of {args.host}")
+        return 0
     services = data.get("services") or [data["service"]]
     print_services(services)
     return 0
