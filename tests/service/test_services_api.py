@@ -117,7 +117,6 @@ def test_unknown_hosts_unreachable_agents_and_non_admins_are_refused(stack: Stac
             raise ServiceUnreachable(f"the compute agent of host {host!r} did not answer")
 
     client = _client(stack, Unreachable(agents=stack.agents))
-    assert client.put("/os-services/nope", json={"forced_down": True}).status_code == 409
     answer = client.put("/os-services/h1", json={"forced_down": True})
     assert answer.status_code == 409
     assert answer.json()["error"]["code"] == "berth.compute.unreachable"
@@ -131,6 +130,23 @@ def test_unknown_hosts_unreachable_agents_and_non_admins_are_refused(stack: Stac
     assert client.put("/os-services/h1", json={"forced_down": True},
                       headers=member).status_code == 403
     assert client.delete("/os-services/h1").status_code == 405
+
+
+def test_a_switch_on_a_host_the_scheduler_has_no_report_of_yet_answers_the_agents_state(
+        stack: Stack) -> None:
+    stack.register_hosts([node("h1")])
+    service = stack.scheduler(seed=3)
+    app = SchedulerApp(service, stack.conductor(service, FakeDriver(agents=stack.agents)),
+                       stack.placement_app, hosts_view=lambda: {"hosts": []})
+    client = httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth",
+                          headers=ADMIN)
+    answer = client.put("/os-services/h1", json={"status": "disabled", "disabled_reason": "x"})
+    assert answer.status_code == 200, answer.text
+    assert {k: answer.json()["service"][k] for k in ("host", "status", "disabled_reason",
+                                                      "state", "nodes")} == {
+        "host": "h1", "status": "disabled", "disabled_reason": "x", "state": "down",
+        "nodes": ["h1"]}
+    assert stack.agents["h1"].disabled
 
 
 def test_the_switches_come_back_with_a_restarted_agent(stack: Stack) -> None:
@@ -273,3 +289,13 @@ def test_berth_service_delete_against_berth_serve(tmp_path: Path) -> None:
                               timeout=30).json()["resource_providers"]
         assert sorted(p["name"] for p in providers) == ["n1", "n3"]
         assert _cli(url, "delete", "n2").returncode == 4  # 404: gone
+
+
+def test_berth_service_list_of_a_server_without_hosts_prints_the_header(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from berth.cli import main
+
+    monkeypatch.setattr(httpx, "request",
+                        lambda *a, **k: httpx.Response(200, json={"services": []}))
+    assert main(["service", "list"]) == 0
+    assert capsys.readouterr().out.split()[:3] == ["Host", "Zone", "Status"]

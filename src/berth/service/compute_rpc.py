@@ -45,7 +45,7 @@ from berth.service.bus import Bus, BusClient, BusError
 from berth.service.compute import ComputeAgent
 from berth.service.conductor import (
     BuildFailed,
-    FakeDriver,
+    ComputeDriver,
     ServiceUnreachable,
     UnknownService,
     build_with_late_check,
@@ -121,7 +121,7 @@ class AgentDirectory:
 class ComputeEndpoint:
     """The RPC methods of one agent process (one host, or a fleet of them)."""
 
-    def __init__(self, agents: Mapping[str, ComputeAgent], driver: FakeDriver,
+    def __init__(self, agents: Mapping[str, ComputeAgent], driver: ComputeDriver,
                  group_check: GroupPolicyCheck, config: SchedulerConfig) -> None:
         self.agents = agents
         self.driver = driver
@@ -162,16 +162,16 @@ class ComputeEndpoint:
             self.counts["terminated"] += 1
         return {"host": host}
 
-
     def set_service(self, ctxt: Any, host: str, disabled: bool | None = None,
                     disabled_reason: str | None = None,
                     forced_down: bool | None = None) -> dict[str, Any]:
         """Set the switches on every node of ``host`` this process runs."""
-        mine = [a for a in list(self.agents.values()) if a.node.host == host]
-        if not mine:
+        try:
+            return {"nodes": self.driver.set_service(host, disabled=disabled,
+                                                     reason=disabled_reason,
+                                                     forced_down=forced_down)}
+        except UnknownService:
             return _unknown(host)
-        return {"nodes": [a.set_service(disabled=disabled, reason=disabled_reason,
-                                        forced_down=forced_down) for a in mine]}
 
     def retire_service(self, ctxt: Any, host: str) -> dict[str, Any]:
         """Stop and forget the agents of ``host`` (its service is being deleted)."""

@@ -279,8 +279,7 @@ def handle_services(
     except ServiceUnreachable as exc:
         return _unreachable(exc)
     switched = {str(n.get("nodename") or host): n for n in nodes}
-    found = [s for s in services_from_hosts(list(hosts()["hosts"]), switched)
-             if s["host"] == host]
-    if not found:  # set, but its nodes not in the scheduler's view yet
-        return _not_found(host)
-    return 200, {"service": found[0]}
+    rows = [r for r in hosts()["hosts"] if r["host"] == host]
+    if not rows:  # a host registered so lately that the scheduler has no report of it
+        rows = [{"host": host, "nodename": name} for name in switched]
+    return 200, {"service": services_from_hosts(rows, switched)[0]}

@@ -86,7 +86,7 @@ def cmd_service(args: argparse.Namespace) -> int:
     if args.action == "delete":
         print(f"deleted the compute service of {args.host}")
         return 0
-    services = data.get("services") or [data["service"]]
+    services = data["services"] if "services" in data else [data["service"]]
     print_services(services)
     return 0
 
