@@ -10,7 +10,7 @@ The paths here do the same writes on the store's raw DBAPI connections: one pipe
 read (the provider, what it has now, the names counter), then one pipelined write
 transaction (the rows, the provider's generation compare-and-swap, the change counter
 and the change log, COMMIT). On PostgreSQL, creating a root provider and replacing its
-traits are one statement each instead (a data-modifying WITH that reads, compares,
+inventories or traits are one statement each instead (a data-modifying WITH that reads, compares,
 writes and logs, atomic on its own): a pipeline of ten statements costs psycopg about
 four times the client CPU of one. They handle the common case only. Anything else — a
 missing provider, a generation that does not match, an unknown class or trait, an
@@ -154,6 +154,55 @@ _PG_SET_TRAITS = (
     "SELECT b.change_seq, cas.id, NULL, NULL FROM b, cas RETURNING seq) "
     "SELECT rp.generation, (SELECT count(*) FROM want), (SELECT changed FROM diff), "
     "(SELECT seq FROM l), ARRAY(SELECT name FROM want ORDER BY id), "
+    "1 / (CASE WHEN EXISTS (SELECT 1 FROM cas) AND NOT EXISTS (SELECT 1 FROM l) "
+    "THEN 0 ELSE 1 END) FROM rp"
+)
+#: PostgreSQL: replace a provider's inventories in one statement, the way
+#: :data:`_PG_SET_TRAITS` replaces traits. It writes when the provider is at the
+#: generation given, every class is known and none of the provider's is left out (a
+#: removal needs the in-use check of the general path): the changed rows are updated,
+#: the new ones inserted, the generation always bumped. It answers the generation
+#: read, whether it fits, the change number (NULL: nothing written), the provider's
+#: classes before with their stamps (in class id order) and the classes updated.
+#: Parameters: uuid; the classes and their totals, reserved, min and max units, step
+#: sizes and ratios as arrays; how many classes; the stamp; the generation; the stamp
+#: twice more.
+_PG_SET_INVENTORIES = (
+    "WITH rp AS (SELECT id, generation FROM resource_providers WHERE uuid = ?), "
+    "new AS (SELECT c.id AS rc_id, n.total, n.reserved, n.min_unit, n.max_unit, "
+    "n.step_size, n.ratio FROM unnest(CAST(? AS text[]), CAST(? AS bigint[]), "
+    "CAST(? AS bigint[]), CAST(? AS bigint[]), CAST(? AS bigint[]), CAST(? AS bigint[]), "
+    "CAST(? AS float8[])) AS n(rc, total, reserved, min_unit, max_unit, step_size, ratio) "
+    "JOIN resource_classes c ON c.name = n.rc), "
+    "old AS (SELECT i.resource_class_id AS rc_id, i.created_at, i.updated_at "
+    "FROM inventories i, rp WHERE i.resource_provider_id = rp.id), "
+    "names AS (SELECT names_seq FROM berth_state WHERE id = 1), "
+    "fit AS (SELECT (SELECT count(*) FROM new) = ? AND NOT EXISTS (SELECT 1 FROM old "
+    "WHERE rc_id NOT IN (SELECT rc_id FROM new)) AS ok), "
+    "cas AS (UPDATE resource_providers SET generation = generation + 1, updated_at = ? "
+    "WHERE id = (SELECT id FROM rp) AND generation = ? AND (SELECT ok FROM fit) "
+    "RETURNING id), "
+    "upd AS (UPDATE inventories i SET total = n.total, reserved = n.reserved, "
+    "min_unit = n.min_unit, max_unit = n.max_unit, step_size = n.step_size, "
+    "allocation_ratio = n.ratio, updated_at = ? FROM new n, cas "
+    "WHERE i.resource_provider_id = cas.id AND i.resource_class_id = n.rc_id "
+    "AND (i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio) "
+    "IS DISTINCT FROM (n.total, n.reserved, n.min_unit, n.max_unit, n.step_size, n.ratio) "
+    "RETURNING i.resource_class_id), "
+    "ins AS (INSERT INTO inventories (resource_provider_id, resource_class_id, total, "
+    "reserved, min_unit, max_unit, step_size, allocation_ratio, created_at, updated_at) "
+    "SELECT cas.id, n.rc_id, n.total, n.reserved, n.min_unit, n.max_unit, n.step_size, "
+    "n.ratio, ?, NULL FROM cas, new n WHERE n.rc_id NOT IN (SELECT rc_id FROM old)), "
+    "b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
+    "AND names_seq = (SELECT names_seq FROM names) AND EXISTS (SELECT 1 FROM cas) "
+    "RETURNING change_seq), "
+    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
+    "SELECT b.change_seq, cas.id, NULL, NULL FROM b, cas RETURNING seq) "
+    "SELECT rp.generation, (SELECT ok FROM fit), (SELECT seq FROM l), "
+    "ARRAY(SELECT c.name FROM old o JOIN resource_classes c ON c.id = o.rc_id "
+    "ORDER BY o.rc_id), ARRAY(SELECT created_at FROM old ORDER BY rc_id), "
+    "ARRAY(SELECT updated_at FROM old ORDER BY rc_id), "
+    "ARRAY(SELECT c.name FROM upd u JOIN resource_classes c ON c.id = u.resource_class_id), "
     "1 / (CASE WHEN EXISTS (SELECT 1 FROM cas) AND NOT EXISTS (SELECT 1 FROM l) "
     "THEN 0 ELSE 1 END) FROM rp"
 )
@@ -301,6 +350,8 @@ def set_inventories(
         return None
 
     def work(raw: RawConnection) -> tuple[int, dict[str, InventoryRecord]] | None:
+        if not store.is_sqlite:
+            return _pg_set_inventories(store, raw, uuid, generation, new)
         try:
             prov, rows, seq_rows = store._run(
                 raw, [(_PROVIDER_GEN, (uuid,)), (_INVENTORY_ROWS, (uuid,)), (_RAW_NAMES_SEQ, ())])
@@ -350,6 +401,37 @@ def set_inventories(
         return generation + 1, result
 
     return _with_raw(store, work)  # type: ignore[no-any-return]
+
+
+def _pg_set_inventories(store: StoreBase, raw: RawConnection, uuid: str, generation: int,
+                        new: Mapping[str, InventoryRecord],
+                        ) -> tuple[int, dict[str, InventoryRecord]] | None:
+    """:func:`set_inventories` on PostgreSQL: one statement (:data:`_PG_SET_INVENTORIES`)."""
+    now = utcnow()
+    invs = list(new.values())
+    rows = _one_statement(store, raw, _PG_SET_INVENTORIES, (
+        uuid, [i.resource_class for i in invs], [i.total for i in invs],
+        [i.reserved for i in invs], [i.min_unit for i in invs], [i.max_unit for i in invs],
+        [i.step_size for i in invs], [float(i.allocation_ratio) for i in invs], len(invs),
+        now, generation, now, now))
+    if not rows:
+        return None  # no such provider
+    read_generation, fits, seq, old_names, created, updated, changed, _ok = rows[0]
+    if int(read_generation) != generation or not fits:
+        return None  # a stale generation, an unknown class, or a removal
+    if seq is None:
+        return None  # the compare-and-swap lost to a concurrent write: nothing written
+    _prune_now_and_then(store, raw, int(seq))
+    before = {name: (c, u) for name, c, u in zip(old_names, created, updated, strict=True)}
+    result: dict[str, InventoryRecord] = {}
+    for rc, inv in new.items():
+        if rc not in before:
+            result[rc] = _replace_stamps(inv, now, None)
+        elif rc in changed:
+            result[rc] = _replace_stamps(inv, before[rc][0], now)
+        else:
+            result[rc] = _replace_stamps(inv, *before[rc])
+    return generation + 1, result
 
 
 # -- PUT /resource_providers/{uuid}/traits ---------------------------------------------
