@@ -365,3 +365,21 @@ def test_one_statement_inventories_answer_the_stored_stamps(engine: Any) -> None
     assert second["VCPU"].created_at == first["VCPU"].created_at
     assert second["VCPU"].updated_at == stored["VCPU"][1] is not None
     assert second["MEMORY_MB"] == first["MEMORY_MB"]
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_one_statement_aggregates_lose_a_race_to_a_committed_bump(engine: Any) -> None:
+    store = PlacementStore(engine)
+    aggs = [str(uuid.uuid4()) for _ in range(2)]
+    seed, *_ = _register(store, f"aggseed-{uuid.uuid4().hex[:6]}")
+    store.set_aggregates(seed, aggs, 2)  # the aggregates exist from here on
+    rp_uuid, *_ = _register(store, f"aggrace-{uuid.uuid4().hex[:6]}")
+    logged = _log_rows(engine, rp_uuid)
+    out = _blocked_write(
+        engine, "UPDATE resource_providers SET generation = 3 WHERE uuid = :u", {"u": rp_uuid},
+        lambda: store.set_aggregates(rp_uuid, aggs, 2))
+    assert isinstance(out.get("error"), errors.Conflict), out
+    assert store.get_aggregates(rp_uuid)[1] == []
+    assert _log_rows(engine, rp_uuid) == logged
+    gen, got = store.set_aggregates(rp_uuid, aggs, 3)
+    assert (gen, sorted(got)) == (4, sorted(aggs))

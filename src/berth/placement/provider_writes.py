@@ -1,24 +1,30 @@
-"""The provider writes a compute node makes when it registers, in two round trips.
+"""The provider writes a compute node makes when it registers: one statement each on
+PostgreSQL, two round trips on SQLite.
 
 A compute agent (``berth compute``, the agents of ``berth serve``, Nova's resource
 tracker) registers its node with three calls: create the provider, replace its
-inventories, replace its traits (and a fourth for a host in aggregates: replace them). Through the general path of :class:`PlacementStore`
-each is a SQLAlchemy transaction of 7-13 statements, each statement a round trip and a
-compiled construct; at 10,000 hosts that is most of the registration time.
+inventories, replace its traits (and a fourth for a host in aggregates: replace them).
+Through the general path of :class:`PlacementStore` each is a SQLAlchemy transaction of
+7-13 statements, each statement a round trip and a compiled construct; at 10,000 hosts
+that is most of the registration time.
 
-The paths here do the same writes on the store's raw DBAPI connections: one pipelined
-read (the provider, what it has now, the names counter), then one pipelined write
-transaction (the rows, the provider's generation compare-and-swap, the change counter
-and the change log, COMMIT). On PostgreSQL, creating a root provider and replacing its
-inventories or traits are one statement each instead (a data-modifying WITH that reads, compares,
-writes and logs, atomic on its own): a pipeline of ten statements costs psycopg about
-four times the client CPU of one. They handle the common case only. Anything else — a
-missing provider, a generation that does not match, an unknown class or trait, an
-inventory removed (which needs the in-use check), a capacity the microversion refuses,
-a constraint violated, a lost compare-and-swap or names that changed in between —
-returns ``None`` and the caller takes the general path, which gives Placement's exact
-answer. The compare-and-swap is what makes the read outside the write transaction
-sound: every change to a provider's inventories, traits or usage bumps its generation.
+The paths here do the same writes on the store's raw DBAPI connections:
+
+* On PostgreSQL, one statement each: a data-modifying WITH that reads what the
+  provider has, compares its generation, writes the rows, bumps the generation
+  (compare-and-swap) and the change counter and logs the change, atomic on its own. A
+  pipeline of ten statements costs psycopg about four times the client CPU of one.
+* On SQLite (in process, where a statement costs little), one read (the provider, what
+  it has now, the names counter), then one write transaction (the rows, the
+  generation's compare-and-swap, the change counter and the change log, COMMIT). The
+  compare-and-swap is what makes the read outside the write transaction sound: every
+  change to a provider's inventories, traits or usage bumps its generation.
+
+They handle the common case only. Anything else — a missing provider, a generation
+that does not match, an unknown class or trait, an inventory removed (which needs the
+in-use check), a capacity the microversion refuses, a constraint violated, a lost
+compare-and-swap or names that changed in between — writes nothing and returns
+``None``, and the caller takes the general path, which gives Placement's exact answer.
 
 They are the store's own (:class:`PlacementStore` calls them first and owns the raw
 connections, the class-name cache and the change log they use); nothing else calls them.
@@ -36,7 +42,6 @@ import sqlalchemy as sa
 
 from berth.placement.db import utcnow
 from berth.placement.store import (
-    _PG_BUMP_AND_LOG_CHANGES,
     _RAW_BUMP_SEQ,
     _RAW_CAS_RP,
     _RAW_CLASS_NAMES,
@@ -62,10 +67,6 @@ _INVENTORY_ROWS = (
     "JOIN resource_providers rp ON rp.id = i.resource_provider_id WHERE rp.uuid = ?"
 )
 _TRAIT_IDS = "SELECT id, name FROM traits WHERE name IN ({})"
-#: On PostgreSQL the names go as one array: the statement's text is the same for any
-#: number of names, so psycopg's query cache and prepared statements apply (a statement
-#: of more than 50 parameters is converted anew on every call).
-_PG_TRAIT_IDS = "SELECT id, name FROM traits WHERE name = ANY(?)"
 _PROVIDER_TRAIT_IDS = (
     "SELECT rpt.trait_id FROM resource_provider_traits rpt "
     "JOIN resource_providers rp ON rp.id = rpt.resource_provider_id WHERE rp.uuid = ?"
@@ -87,24 +88,14 @@ _UPDATE_INVENTORY = (
     "WHERE resource_provider_id = ? AND resource_class_id = ?"
 )
 _AGGREGATE_IDS = "SELECT id, uuid FROM placement_aggregates WHERE uuid IN ({})"
-_PG_AGGREGATE_IDS = "SELECT id, uuid FROM placement_aggregates WHERE uuid = ANY(?)"
 _CLEAR_AGGREGATES = "DELETE FROM resource_provider_aggregates WHERE resource_provider_id = ?"
 _INSERT_AGGREGATES = (
     "INSERT INTO resource_provider_aggregates (resource_provider_id, aggregate_id) VALUES {}"
 )
-_PG_INSERT_AGGREGATES = (
-    "INSERT INTO resource_provider_aggregates (resource_provider_id, aggregate_id) "
-    "SELECT ?, unnest(?::integer[])"
-)
 _CLEAR_TRAITS = "DELETE FROM resource_provider_traits WHERE resource_provider_id = ?"
 _INSERT_TRAITS = "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES {}"
-_PG_INSERT_TRAITS = (
-    "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) "
-    "SELECT ?, unnest(?::integer[])"
-)
 #: The change log row of a provider this transaction created, which the cached graph
-#: must load (by uuid: its id is not known before the transaction runs); on PostgreSQL
-#: with the counter's bump in the same statement, returning the change number.
+#: must load (by uuid: its id is not known before the transaction runs).
 _LOG_CREATED = (
     "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
     "SELECT b.change_seq, rp.id, NULL, NULL FROM berth_state b, resource_providers rp "
@@ -206,12 +197,33 @@ _PG_SET_INVENTORIES = (
     "1 / (CASE WHEN EXISTS (SELECT 1 FROM cas) AND NOT EXISTS (SELECT 1 FROM l) "
     "THEN 0 ELSE 1 END) FROM rp"
 )
-_PG_BUMP_AND_LOG_CREATED = (
-    "WITH b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
-    "RETURNING change_seq) "
-    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
-    "SELECT b.change_seq, rp.id, NULL, NULL FROM b, resource_providers rp "
-    "WHERE rp.uuid = ? RETURNING seq"
+#: PostgreSQL: replace a provider's aggregates (all known already) in one statement:
+#: written, with the generation's compare-and-swap, the counter's bump and the log
+#: row, when the provider is at the generation given and every aggregate exists (rows
+#: that are never deleted: no names counter to check). It answers the generation
+#: read, how many aggregates were found, the change number (NULL: nothing written)
+#: and their uuids in id order. Parameters: uuid, the aggregates' uuids, the stamp,
+#: the generation, how many aggregates.
+_PG_SET_AGGREGATES = (
+    "WITH rp AS (SELECT id, generation FROM resource_providers WHERE uuid = ?), "
+    "want AS (SELECT id, uuid FROM placement_aggregates "
+    "WHERE uuid = ANY(CAST(? AS text[]))), "
+    "cur AS (SELECT x.aggregate_id AS id FROM resource_provider_aggregates x, rp "
+    "WHERE x.resource_provider_id = rp.id), "
+    "cas AS (UPDATE resource_providers SET generation = generation + 1, updated_at = ? "
+    "WHERE id = (SELECT id FROM rp) AND generation = ? AND (SELECT count(*) FROM want) = ? "
+    "RETURNING id), "
+    "del AS (DELETE FROM resource_provider_aggregates "
+    "WHERE resource_provider_id = (SELECT id FROM cas) "
+    "AND aggregate_id NOT IN (SELECT id FROM want)), "
+    "ins AS (INSERT INTO resource_provider_aggregates (resource_provider_id, aggregate_id) "
+    "SELECT cas.id, want.id FROM cas, want WHERE want.id NOT IN (SELECT id FROM cur)), "
+    "b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
+    "AND EXISTS (SELECT 1 FROM cas) RETURNING change_seq), "
+    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
+    "SELECT b.change_seq, cas.id, NULL, NULL FROM b, cas RETURNING seq) "
+    "SELECT rp.generation, (SELECT count(*) FROM want), (SELECT seq FROM l), "
+    "ARRAY(SELECT uuid FROM want ORDER BY id) FROM rp"
 )
 
 
@@ -222,30 +234,22 @@ def _as_datetime(value: Any) -> dt.datetime | None:
     return dt.datetime.fromisoformat(str(value))
 
 
-def _stamp(store: StoreBase, now: dt.datetime) -> Any:
-    return now.strftime(_SQLITE_STAMP) if store.is_sqlite else now
-
-
-def _begin(store: StoreBase) -> tuple[str, tuple[()]]:
-    return ("BEGIN IMMEDIATE" if store.is_sqlite else "BEGIN", ())
+def _stamp(now: dt.datetime) -> str:
+    """A timestamp as SQLite's rows hold it."""
+    return now.strftime(_SQLITE_STAMP)
 
 
 def _commit_change(
     store: StoreBase,
     raw: RawConnection,
     stmts: list[tuple[Any, ...]],
-    log: tuple[str, str, Sequence[Any]],
+    log: tuple[str, Sequence[Any]],
 ) -> list[Any] | None:
-    """Run ``stmts`` (after BEGIN), bump the change counter, log and commit, in one
-    round trip; the results of ``stmts``. ``log`` is the log statement on SQLite, the
-    bump-and-log statement on PostgreSQL, and their parameters. None (nothing
-    committed) when a statement failed or an expectation did not hold."""
-    sqlite_log, pg_bump_and_log, params = log
-    if store.is_sqlite:
-        tail: list[tuple[Any, ...]] = [(_RAW_BUMP_SEQ, ()), (sqlite_log, params)]
-    else:
-        tail = [(pg_bump_and_log, params)]
-    batch = [_begin(store), *stmts, *tail, ("COMMIT", ())]
+    """SQLite: run ``stmts`` (after BEGIN), bump the change counter, log (``log``: the
+    statement and its parameters) and commit, in one call; the results of ``stmts``.
+    None (nothing committed) when a statement failed or an expectation did not hold."""
+    tail: list[tuple[Any, ...]] = [(_RAW_BUMP_SEQ, ()), log]
+    batch = [("BEGIN IMMEDIATE", ()), *stmts, *tail, ("COMMIT", ())]
     try:
         res = store._run(raw, batch)
     except (_Unexpected, sa.exc.DBAPIError):
@@ -272,12 +276,10 @@ def _one_statement(store: StoreBase, raw: RawConnection, sql: str,
     return rows  # type: ignore[no-any-return]
 
 
-def _log_reload(rp_id: int) -> tuple[str, str, Sequence[Any]]:
+def _log_reload(rp_id: int) -> tuple[str, Sequence[Any]]:
     """The change log of a provider the cached graph must reload: the store's own
-    log statements (generation and usage delta NULL: reload it)."""
-    values = _marks(1, "(?, ?, ?)")
-    return (_RAW_LOG_CHANGES.format(values), _PG_BUMP_AND_LOG_CHANGES.format(values),
-            (rp_id, None, None))
+    log statement (generation and usage delta NULL: reload it)."""
+    return (_RAW_LOG_CHANGES.format(_marks(1, "(?, ?, ?)")), (rp_id, None, None))
 
 
 def _with_raw(store: StoreBase, work: Any) -> Any:
@@ -322,10 +324,10 @@ def create_root(store: StoreBase, name: str, rp_uuid: str) -> ProviderRecord | N
                                   parent_uuid=None, root_uuid=rp_uuid, created_at=now,
                                   updated_at=None)
         stmts: list[tuple[Any, ...]] = [
-            (_INSERT_ROOT, (rp_uuid, name, _stamp(store, now))),
+            (_INSERT_ROOT, (rp_uuid, name, _stamp(now))),
             (_OWN_ROOT, (rp_uuid,), True),
         ]
-        res = _commit_change(store, raw, stmts, (_LOG_CREATED, _PG_BUMP_AND_LOG_CREATED, (rp_uuid,)))
+        res = _commit_change(store, raw, stmts, (_LOG_CREATED, (rp_uuid,)))
         if res is None:
             return None
         return ProviderRecord(id=int(res[0][0][0]), uuid=rp_uuid, name=name, generation=0,
@@ -375,7 +377,7 @@ def set_inventories(
         if any(rc not in new for rc in old):
             return None  # a removal: the general path checks whether it is in use
         now = utcnow()
-        stamp = _stamp(store, now)
+        stamp = _stamp(now)
         inserts: list[Any] = []
         stmts: list[tuple[Any, ...]] = [(_SAME_NAMES, (names_seq,), True)]
         result: dict[str, InventoryRecord] = {}
@@ -448,7 +450,7 @@ def set_traits(
         stmts: list[tuple[Any, ...]] = [(_PROVIDER_GEN, (uuid,)), (_PROVIDER_TRAIT_IDS, (uuid,)),
                                         (_RAW_NAMES_SEQ, ())]
         if wanted:
-            stmts.append(_names_query(store, _TRAIT_IDS, _PG_TRAIT_IDS, wanted))
+            stmts.append(_names_query(_TRAIT_IDS, wanted))
         try:
             prov, current_rows, seq_rows, *found_rows = store._run(raw, stmts)
         except sa.exc.DBAPIError:
@@ -459,11 +461,10 @@ def set_traits(
         rp_id, ids, by_id = known
         if {int(r[0]) for r in current_rows} == set(ids):
             return generation, [by_id[i] for i in ids]
-        stamp = _stamp(store, utcnow())
+        stamp = _stamp(utcnow())
         write: list[tuple[Any, ...]] = [
             (_SAME_NAMES, (int(seq_rows[0][0]),), True),
-            *_replace_links(store, _CLEAR_TRAITS, (_INSERT_TRAITS, _PG_INSERT_TRAITS), rp_id,
-                            ids),
+            *_replace_links(_CLEAR_TRAITS, _INSERT_TRAITS, rp_id, ids),
         ]
         write.append((_RAW_CAS_RP, (generation + 1, stamp, rp_id, generation), True))
         if _commit_change(store, raw, write, _log_reload(rp_id)) is None:
@@ -503,9 +504,11 @@ def set_aggregates(
     wanted = list(dict.fromkeys(aggregates))
 
     def work(raw: RawConnection) -> tuple[int, list[str]] | None:
+        if not store.is_sqlite:
+            return _pg_set_aggregates(store, raw, uuid, wanted, generation)
         stmts: list[tuple[Any, ...]] = [(_PROVIDER_GEN, (uuid,))]
         if wanted:
-            stmts.append(_names_query(store, _AGGREGATE_IDS, _PG_AGGREGATE_IDS, wanted))
+            stmts.append(_names_query(_AGGREGATE_IDS, wanted))
         try:
             prov, *found_rows = store._run(raw, stmts)
         except sa.exc.DBAPIError:
@@ -514,15 +517,30 @@ def set_aggregates(
         if known is None:
             return None  # a stale generation, or a new aggregate the general path creates
         rp_id, ids, by_id = known
-        write = _replace_links(store, _CLEAR_AGGREGATES,
-                               (_INSERT_AGGREGATES, _PG_INSERT_AGGREGATES), rp_id, ids)
-        write.append((_RAW_CAS_RP, (generation + 1, _stamp(store, utcnow()), rp_id, generation),
+        write = _replace_links(_CLEAR_AGGREGATES, _INSERT_AGGREGATES, rp_id, ids)
+        write.append((_RAW_CAS_RP, (generation + 1, _stamp(utcnow()), rp_id, generation),
                       True))
         if _commit_change(store, raw, write, _log_reload(rp_id)) is None:
             return None
         return generation + 1, [by_id[i] for i in ids]
 
     return _with_raw(store, work)  # type: ignore[no-any-return]
+
+
+def _pg_set_aggregates(store: StoreBase, raw: RawConnection, uuid: str, wanted: list[str],
+                       generation: int) -> tuple[int, list[str]] | None:
+    """:func:`set_aggregates` on PostgreSQL: one statement (:data:`_PG_SET_AGGREGATES`)."""
+    rows = _one_statement(store, raw, _PG_SET_AGGREGATES,
+                          (uuid, wanted, utcnow(), generation, len(wanted)))
+    if not rows:
+        return None  # no such provider
+    read_generation, found, seq, uuids = rows[0]
+    if int(read_generation) != generation or int(found) != len(wanted):
+        return None  # a stale generation, or a new aggregate the general path creates
+    if seq is None:
+        return None  # the compare-and-swap lost to a concurrent write: nothing written
+    _prune_now_and_then(store, raw, int(seq))
+    return generation + 1, list(uuids)
 
 
 def _known_names(prov: list[Any], found_rows: list[Any], wanted: list[str], generation: int
@@ -538,25 +556,20 @@ def _known_names(prov: list[Any], found_rows: list[Any], wanted: list[str], gene
     return int(prov[0][0]), sorted(found.values()), {v: k for k, v in found.items()}
 
 
-def _names_query(store: StoreBase, sqlite: str, pg: str, names: list[str]) -> tuple[Any, ...]:
-    """The statement reading the ids of ``names`` (``sqlite`` takes them as ``IN``
-    marks, ``pg`` as one array)."""
-    if store.is_sqlite:
-        return (sqlite.format(_marks(len(names), "?")), names)
-    return (pg, (names,))
+def _names_query(sql: str, names: list[str]) -> tuple[Any, ...]:
+    """The statement reading the ids of ``names`` (``sql`` takes them as ``IN`` marks)."""
+    return (sql.format(_marks(len(names), "?")), names)
 
 
-def _replace_links(store: StoreBase, clear: str, insert: tuple[str, str], rp_id: int,
-                   ids: list[int]) -> list[tuple[Any, ...]]:
+def _replace_links(clear: str, insert: str, rp_id: int, ids: list[int]
+                   ) -> list[tuple[Any, ...]]:
     """The statements that make ``ids`` a provider's only links of one kind (traits,
-    aggregates): delete them all, insert the new ones in one statement (``insert``:
-    its SQLite form with ``VALUES`` marks, its PostgreSQL form over one array)."""
+    aggregates): delete them all, insert the new ones in one statement (``insert``
+    with ``VALUES`` marks)."""
     stmts: list[tuple[Any, ...]] = [(clear, (rp_id,))]
-    if ids and store.is_sqlite:
-        stmts.append((insert[0].format(_marks(len(ids), "(?, ?)")),
+    if ids:
+        stmts.append((insert.format(_marks(len(ids), "(?, ?)")),
                       [v for i in ids for v in (rp_id, i)]))
-    elif ids:
-        stmts.append((insert[1], (rp_id, ids)))
     return stmts
 
 
