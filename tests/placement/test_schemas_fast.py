@@ -111,7 +111,7 @@ def test_every_schema_of_the_module_compiles() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.data_too_large])
 @given(data=st.data())
