@@ -47,10 +47,13 @@ $(PLACEMENT_STAMP): tests/peers/placement-requirements.txt
 placement-env: $(PLACEMENT_STAMP)
 
 # Placement 16's own gabbi suite against `berth placement serve` (and, with
-# GABBI_TARGET=--placement, against the real Placement as the control).
+# GABBI_TARGET=--placement, against the real Placement as the control). Berth runs on
+# SQLite; GABBI_DB="--postgresql postgresql://postgres@127.0.0.1:5432/test" puts each
+# target on a fresh PostgreSQL database.
 GABBI_TARGET ?= --berth $(BIN)/berth
+GABBI_DB ?=
 placement-gabbi: $(STAMP) $(PLACEMENT_STAMP)
-	$(PLACEMENT_VENV)/bin/python tests/peers/gabbi_run.py $(GABBI_TARGET) --failures gabbi-failures.json 2>/dev/null
+	$(PLACEMENT_VENV)/bin/python tests/peers/gabbi_run.py $(GABBI_TARGET) $(GABBI_DB) --failures gabbi-failures.json 2>/dev/null
 
 # Nova 34 in an environment of its own (Berth never imports Nova): the anchor of the
 # core bench (bench/nova_anchor.py) and the source of the option names below.

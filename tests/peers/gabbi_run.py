@@ -17,6 +17,12 @@ the writes can be split to reach them) and the environment variables the YAML us
 CORS settings. The real Placement run through this same replay (``--placement``) is
 the control. Then gabbi runs the YAML
 against the target. Prints the totals and writes the failures as JSON.
+
+With ``--postgresql ADMIN_URL`` (``postgresql://postgres@127.0.0.1:5432/test``), each
+Berth target runs on a fresh PostgreSQL database instead of SQLite (made and dropped
+with ``psql``), the database whose write paths differ::
+
+    make placement-gabbi GABBI_DB="--postgresql postgresql://postgres@127.0.0.1:5432/test"
 """
 
 from __future__ import annotations
@@ -45,6 +51,33 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 #: The real stdout: the suite's fixtures capture sys.stdout while they run.
 OUT = sys.__stdout__
+
+#: ``--postgresql``: the admin URL databases are made with, and the databases made.
+PG_ADMIN: str | None = None
+_PG_DATABASES: list[str] = []
+
+
+def _psql(sql: str) -> None:
+    assert PG_ADMIN is not None
+    subprocess.run(["psql", PG_ADMIN, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def _fresh_pg_database(tag: str) -> str:
+    """A new database for one target, as a SQLAlchemy URL (dropped at the end)."""
+    assert PG_ADMIN is not None
+    name = "berth_gabbi_" + tag.replace("-", "_")
+    _psql(f'CREATE DATABASE "{name}"')
+    _PG_DATABASES.append(name)
+    return "postgresql+psycopg://" + PG_ADMIN.split("://", 1)[1].rsplit("/", 1)[0] + "/" + name
+
+
+def _drop_pg_databases() -> None:
+    for name in _PG_DATABASES:
+        _psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+              f"WHERE datname = '{name}'")
+        _psql(f'DROP DATABASE IF EXISTS "{name}"')
+    _PG_DATABASES.clear()
 HEADERS = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39",
            "Accept": "application/json", "Content-Type": "application/json"}
 
@@ -180,9 +213,10 @@ def start_target(kind: str, berth: str | None, workdir: Path, flags: list[str]) 
     tag = f"{port}-{next(_SERVERS)}"
     if kind == "berth":
         assert berth is not None
+        db = (_fresh_pg_database(tag) if PG_ADMIN is not None
+              else f"sqlite:///{workdir}/berth-{tag}.sqlite")
         cmd = [berth, "placement", "serve", "--auth-strategy", "noauth2",
-               "--noauth2-trust-client-roles", "--port", str(port),
-               "--db", f"sqlite:///{workdir}/berth-{tag}.sqlite", *flags]
+               "--noauth2-trust-client-roles", "--port", str(port), "--db", db, *flags]
         proc = subprocess.Popen(cmd, stdout=log, stderr=log)
     else:
         confdir = workdir / f"placement-{tag}"
@@ -304,7 +338,12 @@ def main() -> int:
     which.add_argument("--placement", action="store_true", help="target: the real Placement")
     parser.add_argument("--only", action="append", default=[], help="run these YAML files")
     parser.add_argument("--failures", help="write the failures here (JSON)")
+    parser.add_argument("--postgresql", metavar="ADMIN_URL",
+                        help="Berth targets on fresh PostgreSQL databases made through "
+                             "this libpq URL (default: SQLite)")
     args = parser.parse_args()
+    global PG_ADMIN
+    PG_ADMIN = args.postgresql
     import placement.tests.functional as functional
 
     gabbits = Path(functional.__file__).parent / "gabbits"
@@ -315,13 +354,18 @@ def main() -> int:
     total = failed = 0
     all_failures: list = []
     with tempfile.TemporaryDirectory() as tmp:
-        for path in files:
-            ran, bad, failures = run_file(path, kind, args.berth, Path(tmp))
-            total += ran
-            failed += bad
-            all_failures += failures
-            print(f"{path.name}: {ran - bad}/{ran}", file=OUT, flush=True)
-    print(f"TOTAL {kind}: {total - failed}/{total} passed", file=OUT, flush=True)
+        try:
+            for path in files:
+                ran, bad, failures = run_file(path, kind, args.berth, Path(tmp))
+                total += ran
+                failed += bad
+                all_failures += failures
+                print(f"{path.name}: {ran - bad}/{ran}", file=OUT, flush=True)
+        finally:
+            if PG_ADMIN is not None:
+                _drop_pg_databases()
+    where = " on PostgreSQL" if PG_ADMIN is not None and kind == "berth" else ""
+    print(f"TOTAL {kind}{where}: {total - failed}/{total} passed", file=OUT, flush=True)
     if args.failures:
         Path(args.failures).write_text(json.dumps(all_failures, indent=1))
     return 0
