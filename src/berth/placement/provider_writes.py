@@ -121,7 +121,8 @@ _PG_CREATE_ROOT = (
 #: provider. A bump that loses that race fails the statement (a division by zero), so
 #: nothing of it stays. It answers the generation read, how many names were found,
 #: whether the set changes, the change number (NULL: nothing written) and the names
-#: found in id order. Parameters: uuid, names, the stamp, generation, distinct names.
+#: found in id order (:func:`_pg_replace_links`). Parameters: uuid, names, the stamp,
+#: generation, distinct names.
 _PG_SET_TRAITS = (
     "WITH rp AS (SELECT id, generation FROM resource_providers WHERE uuid = ?), "
     "want AS (SELECT id, name FROM traits WHERE name = ANY(CAST(? AS text[]))), "
@@ -144,9 +145,9 @@ _PG_SET_TRAITS = (
     "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
     "SELECT b.change_seq, cas.id, NULL, NULL FROM b, cas RETURNING seq) "
     "SELECT rp.generation, (SELECT count(*) FROM want), (SELECT changed FROM diff), "
-    "(SELECT seq FROM l), ARRAY(SELECT name FROM want ORDER BY id), "
-    "1 / (CASE WHEN EXISTS (SELECT 1 FROM cas) AND NOT EXISTS (SELECT 1 FROM l) "
-    "THEN 0 ELSE 1 END) FROM rp"
+    "(SELECT seq FROM l), ARRAY(SELECT name FROM want ORDER BY id) FROM rp "
+    "WHERE 1 / (CASE WHEN EXISTS (SELECT 1 FROM cas) AND NOT EXISTS (SELECT 1 FROM l) "
+    "THEN 0 ELSE 1 END) = 1"
 )
 #: PostgreSQL: replace a provider's inventories in one statement, the way
 #: :data:`_PG_SET_TRAITS` replaces traits. It writes when the provider is at the
@@ -193,17 +194,17 @@ _PG_SET_INVENTORIES = (
     "ARRAY(SELECT c.name FROM old o JOIN resource_classes c ON c.id = o.rc_id "
     "ORDER BY o.rc_id), ARRAY(SELECT created_at FROM old ORDER BY rc_id), "
     "ARRAY(SELECT updated_at FROM old ORDER BY rc_id), "
-    "ARRAY(SELECT c.name FROM upd u JOIN resource_classes c ON c.id = u.resource_class_id), "
-    "1 / (CASE WHEN EXISTS (SELECT 1 FROM cas) AND NOT EXISTS (SELECT 1 FROM l) "
-    "THEN 0 ELSE 1 END) FROM rp"
+    "ARRAY(SELECT c.name FROM upd u JOIN resource_classes c ON c.id = u.resource_class_id) "
+    "FROM rp WHERE 1 / (CASE WHEN EXISTS (SELECT 1 FROM cas) AND NOT EXISTS (SELECT 1 FROM l) "
+    "THEN 0 ELSE 1 END) = 1"
 )
 #: PostgreSQL: replace a provider's aggregates (all known already) in one statement:
 #: written, with the generation's compare-and-swap, the counter's bump and the log
 #: row, when the provider is at the generation given and every aggregate exists (rows
-#: that are never deleted: no names counter to check). It answers the generation
-#: read, how many aggregates were found, the change number (NULL: nothing written)
-#: and their uuids in id order. Parameters: uuid, the aggregates' uuids, the stamp,
-#: the generation, how many aggregates.
+#: that are never deleted: no names counter to check). It answers as
+#: :data:`_PG_SET_TRAITS` does (the set always counts as changed: Placement bumps the
+#: generation of a provider whose aggregates are set, even to the same). Parameters:
+#: uuid, the aggregates' uuids, the stamp, the generation, how many aggregates.
 _PG_SET_AGGREGATES = (
     "WITH rp AS (SELECT id, generation FROM resource_providers WHERE uuid = ?), "
     "want AS (SELECT id, uuid FROM placement_aggregates "
@@ -222,7 +223,7 @@ _PG_SET_AGGREGATES = (
     "AND EXISTS (SELECT 1 FROM cas) RETURNING change_seq), "
     "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
     "SELECT b.change_seq, cas.id, NULL, NULL FROM b, cas RETURNING seq) "
-    "SELECT rp.generation, (SELECT count(*) FROM want), (SELECT seq FROM l), "
+    "SELECT rp.generation, (SELECT count(*) FROM want), TRUE, (SELECT seq FROM l), "
     "ARRAY(SELECT uuid FROM want ORDER BY id) FROM rp"
 )
 
@@ -418,7 +419,7 @@ def _pg_set_inventories(store: StoreBase, raw: RawConnection, uuid: str, generat
         now, generation, now, now))
     if not rows:
         return None  # no such provider
-    read_generation, fits, seq, old_names, created, updated, changed, _ok = rows[0]
+    read_generation, fits, seq, old_names, created, updated, changed = rows[0]
     if int(read_generation) != generation or not fits:
         return None  # a stale generation, an unknown class, or a removal
     if seq is None:
@@ -446,7 +447,7 @@ def set_traits(
 
     def work(raw: RawConnection) -> tuple[int, list[str]] | None:
         if not store.is_sqlite:
-            return _pg_set_traits(store, raw, uuid, wanted, generation)
+            return _pg_replace_links(store, raw, _PG_SET_TRAITS, uuid, wanted, generation)
         stmts: list[tuple[Any, ...]] = [(_PROVIDER_GEN, (uuid,)), (_PROVIDER_TRAIT_IDS, (uuid,)),
                                         (_RAW_NAMES_SEQ, ())]
         if wanted:
@@ -474,16 +475,16 @@ def set_traits(
     return _with_raw(store, work)  # type: ignore[no-any-return]
 
 
-def _pg_set_traits(store: StoreBase, raw: RawConnection, uuid: str, wanted: list[str],
-                   generation: int) -> tuple[int, list[str]] | None:
-    """:func:`set_traits` on PostgreSQL: one statement (:data:`_PG_SET_TRAITS`)."""
-    rows = _one_statement(store, raw, _PG_SET_TRAITS,
-                          (uuid, wanted, utcnow(), generation, len(wanted)))
+def _pg_replace_links(store: StoreBase, raw: RawConnection, sql: str, uuid: str,
+                      wanted: list[str], generation: int) -> tuple[int, list[str]] | None:
+    """:func:`set_traits` and :func:`set_aggregates` on PostgreSQL: one statement
+    (:data:`_PG_SET_TRAITS`, :data:`_PG_SET_AGGREGATES`)."""
+    rows = _one_statement(store, raw, sql, (uuid, wanted, utcnow(), generation, len(wanted)))
     if not rows:
         return None  # no such provider
-    read_generation, found, changed, seq, names, _ok = rows[0]
+    read_generation, found, changed, seq, names = rows[0]
     if int(read_generation) != generation or int(found) != len(wanted):
-        return None  # a stale generation, or an unknown trait the general path names
+        return None  # a stale generation, or a name the general path refuses or creates
     if not changed:
         return generation, list(names)
     if seq is None:
@@ -505,7 +506,7 @@ def set_aggregates(
 
     def work(raw: RawConnection) -> tuple[int, list[str]] | None:
         if not store.is_sqlite:
-            return _pg_set_aggregates(store, raw, uuid, wanted, generation)
+            return _pg_replace_links(store, raw, _PG_SET_AGGREGATES, uuid, wanted, generation)
         stmts: list[tuple[Any, ...]] = [(_PROVIDER_GEN, (uuid,))]
         if wanted:
             stmts.append(_names_query(_AGGREGATE_IDS, wanted))
@@ -525,22 +526,6 @@ def set_aggregates(
         return generation + 1, [by_id[i] for i in ids]
 
     return _with_raw(store, work)  # type: ignore[no-any-return]
-
-
-def _pg_set_aggregates(store: StoreBase, raw: RawConnection, uuid: str, wanted: list[str],
-                       generation: int) -> tuple[int, list[str]] | None:
-    """:func:`set_aggregates` on PostgreSQL: one statement (:data:`_PG_SET_AGGREGATES`)."""
-    rows = _one_statement(store, raw, _PG_SET_AGGREGATES,
-                          (uuid, wanted, utcnow(), generation, len(wanted)))
-    if not rows:
-        return None  # no such provider
-    read_generation, found, seq, uuids = rows[0]
-    if int(read_generation) != generation or int(found) != len(wanted):
-        return None  # a stale generation, or a new aggregate the general path creates
-    if seq is None:
-        return None  # the compare-and-swap lost to a concurrent write: nothing written
-    _prune_now_and_then(store, raw, int(seq))
-    return generation + 1, list(uuids)
 
 
 def _known_names(prov: list[Any], found_rows: list[Any], wanted: list[str], generation: int
