@@ -413,7 +413,7 @@ def _pg_set_inventories(store: StoreBase, raw: RawConnection, uuid: str, generat
     now = utcnow()
     invs = list(new.values())
     rows = _one_statement(store, raw, _PG_SET_INVENTORIES, (
-        uuid, [i.resource_class for i in invs], [i.total for i in invs],
+        uuid, list(new), [i.total for i in invs],
         [i.reserved for i in invs], [i.min_unit for i in invs], [i.max_unit for i in invs],
         [i.step_size for i in invs], [float(i.allocation_ratio) for i in invs], len(invs),
         now, generation, now, now))
