@@ -240,13 +240,24 @@ def test_aggregates_the_general_path_knows_are_replaced_by_the_fast_path(engine:
         store.set_aggregates(str(uuid.uuid4()), aggs, 0)
 
 
-def _blocked_write(engine: Any, hold_sql: str, params: dict[str, Any], write: Any) -> Any:
+def _blocked_write(engine: Any, hold_sql: str, params: dict[str, Any], write: Any,
+                   monkeypatch: pytest.MonkeyPatch) -> Any:
     """Run ``write()`` in a thread while another transaction holds ``hold_sql``'s rows
     (uncommitted); commit that transaction once ``write`` waits on its locks; return
-    what ``write`` returned or raised."""
+    what ``write`` returned (``value``) or raised (``error``), and what the one-statement
+    fast path answered (``fast``: its rows, None when the statement failed). Fails
+    unless the write did wait on the holder."""
     import threading
     import time
 
+    fast: list[Any] = []
+    one_statement = provider_writes._one_statement
+
+    def recorded(*args: Any) -> Any:
+        fast.append(one_statement(*args))
+        return fast[-1]
+
+    monkeypatch.setattr(provider_writes, "_one_statement", recorded)
     holder = engine.connect()
     txn = holder.begin()
     holder.execute(sa.text(hold_sql), params)
@@ -261,13 +272,17 @@ def _blocked_write(engine: Any, hold_sql: str, params: dict[str, Any], write: An
     thread = threading.Thread(target=run)
     thread.start()
     deadline = time.monotonic() + 10
+    waited = False
     with engine.connect() as probe:  # wait until the write waits on the holder's lock
-        while time.monotonic() < deadline and probe.execute(sa.text(
-                "SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar_one() == 0:
+        while not waited and time.monotonic() < deadline:
+            waited = probe.execute(sa.text(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar_one() > 0
             time.sleep(0.01)
     txn.commit()
     holder.close()
     thread.join(10)
+    assert waited, "the write never waited on the holder's lock"
+    out["fast"] = fast[0]
     return out
 
 
@@ -279,7 +294,7 @@ def _log_rows(engine: Any, rp_uuid: str) -> int:
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_one_statement_traits_lose_a_race_to_a_committed_bump(engine: Any) -> None:
+def test_one_statement_traits_lose_a_race_to_a_committed_bump(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """PostgreSQL's one-statement path: another transaction bumps the provider's
     generation while the statement waits for the row; the compare-and-swap then finds
     no row, nothing of the statement stays, and the general path answers the conflict."""
@@ -288,15 +303,16 @@ def test_one_statement_traits_lose_a_race_to_a_committed_bump(engine: Any) -> No
     logged = _log_rows(engine, rp_uuid)
     out = _blocked_write(
         engine, "UPDATE resource_providers SET generation = 3 WHERE uuid = :u", {"u": rp_uuid},
-        lambda: store.set_provider_traits(rp_uuid, TRAITS[:1], 2))
+        lambda: store.set_provider_traits(rp_uuid, TRAITS[:1], 2), monkeypatch)
     assert isinstance(out.get("error"), errors.Conflict), out
+    assert out["fast"] and out["fast"][0][3] is None  # answered: nothing written
     rows = _rows(engine, rp_uuid)
     assert rows["generation"] == 3 and rows["traits"] == sorted(TRAITS)
     assert _log_rows(engine, rp_uuid) == logged
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_one_statement_traits_undone_when_the_names_change_meanwhile(engine: Any) -> None:
+def test_one_statement_traits_undone_when_the_names_change_meanwhile(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A rename or deletion of names committed while the statement waits to bump the
     change counter: the statement fails as a whole (no link, no generation, no log of
     it) and the general path writes the traits once, with its own log row."""
@@ -305,7 +321,8 @@ def test_one_statement_traits_undone_when_the_names_change_meanwhile(engine: Any
     logged = _log_rows(engine, rp_uuid)
     out = _blocked_write(
         engine, "UPDATE berth_state SET names_seq = names_seq + 1 WHERE id = :i", {"i": 1},
-        lambda: store.set_provider_traits(rp_uuid, TRAITS[:2], 2))
+        lambda: store.set_provider_traits(rp_uuid, TRAITS[:2], 2), monkeypatch)
+    assert out["fast"] is None  # the statement failed as a whole; the general path wrote
     assert out.get("value") == (3, sorted(TRAITS[:2], key=lambda n: _trait_id(engine, n))), out
     rows = _rows(engine, rp_uuid)
     assert rows["generation"] == 3 and rows["traits"] == sorted(TRAITS[:2])
@@ -313,15 +330,16 @@ def test_one_statement_traits_undone_when_the_names_change_meanwhile(engine: Any
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_one_statement_inventories_lose_a_race_to_a_committed_bump(engine: Any) -> None:
+def test_one_statement_inventories_lose_a_race_to_a_committed_bump(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     store = PlacementStore(engine)
     rp_uuid, *_ = _register(store, f"invrace-{uuid.uuid4().hex[:6]}")
     logged = _log_rows(engine, rp_uuid)
     smaller = {**INV, "DISK_GB": InventoryRecord("DISK_GB", 10, 0, 1, 10, 1, 1.0)}
     out = _blocked_write(
         engine, "UPDATE resource_providers SET generation = 3 WHERE uuid = :u", {"u": rp_uuid},
-        lambda: store.set_inventories(rp_uuid, 2, smaller, V))
+        lambda: store.set_inventories(rp_uuid, 2, smaller, V), monkeypatch)
     assert isinstance(out.get("error"), errors.Conflict), out
+    assert out["fast"] and out["fast"][0][2] is None  # answered: nothing written
     rows = _rows(engine, rp_uuid)
     assert rows["generation"] == 3
     assert ("DISK_GB", 2000, 0, 1, 2000, 1, 1.0) in rows["inventories"]
@@ -329,14 +347,15 @@ def test_one_statement_inventories_lose_a_race_to_a_committed_bump(engine: Any) 
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_one_statement_inventories_undone_when_the_names_change_meanwhile(engine: Any) -> None:
+def test_one_statement_inventories_undone_when_the_names_change_meanwhile(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     store = PlacementStore(engine)
     rp_uuid, *_ = _register(store, f"invnames-{uuid.uuid4().hex[:6]}")
     logged = _log_rows(engine, rp_uuid)
     bigger = {**INV, "VCPU": InventoryRecord("VCPU", 64, 0, 1, 64, 1, 4.0)}
     out = _blocked_write(
         engine, "UPDATE berth_state SET names_seq = names_seq + 1 WHERE id = :i", {"i": 1},
-        lambda: store.set_inventories(rp_uuid, 2, bigger, V))
+        lambda: store.set_inventories(rp_uuid, 2, bigger, V), monkeypatch)
+    assert out["fast"] is None  # the statement failed as a whole; the general path wrote
     gen, invs = out["value"]
     assert gen == 3 and invs["VCPU"].total == 64 and invs["VCPU"].updated_at is not None
     assert invs["DISK_GB"].updated_at is None
@@ -368,7 +387,7 @@ def test_one_statement_inventories_answer_the_stored_stamps(engine: Any) -> None
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_one_statement_aggregates_lose_a_race_to_a_committed_bump(engine: Any) -> None:
+def test_one_statement_aggregates_lose_a_race_to_a_committed_bump(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     store = PlacementStore(engine)
     aggs = [str(uuid.uuid4()) for _ in range(2)]
     seed, *_ = _register(store, f"aggseed-{uuid.uuid4().hex[:6]}")
@@ -377,8 +396,9 @@ def test_one_statement_aggregates_lose_a_race_to_a_committed_bump(engine: Any) -
     logged = _log_rows(engine, rp_uuid)
     out = _blocked_write(
         engine, "UPDATE resource_providers SET generation = 3 WHERE uuid = :u", {"u": rp_uuid},
-        lambda: store.set_aggregates(rp_uuid, aggs, 2))
+        lambda: store.set_aggregates(rp_uuid, aggs, 2), monkeypatch)
     assert isinstance(out.get("error"), errors.Conflict), out
+    assert out["fast"] and out["fast"][0][3] is None  # answered: nothing written
     assert store.get_aggregates(rp_uuid)[1] == []
     assert _log_rows(engine, rp_uuid) == logged
     gen, got = store.set_aggregates(rp_uuid, aggs, 3)
