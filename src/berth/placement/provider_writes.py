@@ -32,7 +32,6 @@ connections, the class-name cache and the change log they use); nothing else cal
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -47,9 +46,7 @@ from berth.placement.store import (
     _RAW_CLASS_NAMES,
     _RAW_LOG_CHANGES,
     _RAW_NAMES_SEQ,
-    _RAW_PRUNE,
     _SQLITE_STAMP,
-    CHANGE_LOG_KEEP,
     InventoryRecord,
     ProviderRecord,
     RawConnection,
@@ -256,15 +253,8 @@ def _commit_change(
     except (_Unexpected, sa.exc.DBAPIError):
         return None
     bumped = res[-1 - len(tail)]  # committed: never answer None from here on
-    _prune_now_and_then(store, raw, int(bumped[0][0]) if bumped else None)
+    store._prune_now_and_then(raw, int(bumped[0][0]) if bumped else None)
     return res[1:-1 - len(tail)]
-
-
-def _prune_now_and_then(store: StoreBase, raw: RawConnection, seq: int | None) -> None:
-    """Drop the change log's oldest rows at every 500th change (``seq``)."""
-    if seq is not None and seq % 500 == 0:
-        with contextlib.suppress(sa.exc.DBAPIError):  # the next prune catches up
-            store._run(raw, [(_RAW_PRUNE, (seq - CHANGE_LOG_KEEP,))])
 
 
 def _one_statement(store: StoreBase, raw: RawConnection, sql: str,
@@ -320,7 +310,7 @@ def create_root(store: StoreBase, name: str, rp_uuid: str) -> ProviderRecord | N
             rows = _one_statement(store, raw, _PG_CREATE_ROOT, (rp_uuid, name, now))
             if not rows:
                 return None
-            _prune_now_and_then(store, raw, int(rows[0][1]))
+            store._prune_now_and_then(raw, int(rows[0][1]))
             return ProviderRecord(id=int(rows[0][0]), uuid=rp_uuid, name=name, generation=0,
                                   parent_uuid=None, root_uuid=rp_uuid, created_at=now,
                                   updated_at=None)
@@ -424,7 +414,7 @@ def _pg_set_inventories(store: StoreBase, raw: RawConnection, uuid: str, generat
         return None  # a stale generation, an unknown class, or a removal
     if seq is None:
         return None  # the compare-and-swap lost to a concurrent write: nothing written
-    _prune_now_and_then(store, raw, int(seq))
+    store._prune_now_and_then(raw, int(seq))
     before = {name: (c, u) for name, c, u in zip(old_names, created, updated, strict=True)}
     result: dict[str, InventoryRecord] = {}
     for rc, inv in new.items():
@@ -489,7 +479,7 @@ def _pg_replace_links(store: StoreBase, raw: RawConnection, sql: str, uuid: str,
         return generation, list(names)
     if seq is None:
         return None  # the compare-and-swap lost to a concurrent write: nothing written
-    _prune_now_and_then(store, raw, int(seq))
+    store._prune_now_and_then(raw, int(seq))
     return generation + 1, list(names)
 
 

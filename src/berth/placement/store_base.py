@@ -7,6 +7,7 @@ prebuilt statements, the provider row helpers and the hot path's raw connections
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from berth.placement.db import (
 from berth.placement.store_raw import (
     _RAW_BUMP_SEQ,
     _RAW_LOG_CHANGE,
+    _RAW_PRUNE,
     RawConnection,
     encode_usage_delta,
     raw_pool,
@@ -336,6 +338,13 @@ class StoreBase:
     def _run(self, raw: RawConnection, stmts: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         self.raw_statements += len(stmts)
         return raw.run(stmts)
+
+    def _prune_now_and_then(self, raw: RawConnection, seq: int | None) -> None:
+        """Drop the change log's oldest rows at every 500th change (``seq``, the change a
+        raw write just committed); a failure is left to the next prune."""
+        if seq is not None and seq % 500 == 0:
+            with contextlib.suppress(sa.exc.DBAPIError):
+                self._run(raw, [(_RAW_PRUNE, (seq - CHANGE_LOG_KEEP,))])
 
     def _take_raw(self, *, fresh: bool = False) -> RawConnection:
         """A kept raw connection, or a new one (none is shared between two callers)."""
