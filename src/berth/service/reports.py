@@ -32,13 +32,13 @@ of it arrives within ``service_down_time`` of that. A host forced down stays dow
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
 from sqlalchemy.engine import Engine
 
 from berth.service.bus import Bus, BusError
@@ -61,14 +61,16 @@ CHUNK = 500
 _VOLATILE_SERVICE = ("last_seen_up", "updated_at")
 
 
-def _content_key(report: Mapping[str, Any]) -> str:
-    """The report without its heartbeat, as canonical text."""
+def _content_key(report: Mapping[str, Any]) -> bytes:
+    """The report without its heartbeat, as canonical JSON (orjson: a fifth of the
+    standard library's time, paid for every report an agent sends)."""
     data = dict(report)
     data.pop("updated", None)
     service = data.get("service")
     if isinstance(service, Mapping):
         data["service"] = {k: v for k, v in service.items() if k not in _VOLATILE_SERVICE}
-    return json.dumps(data, sort_keys=True, default=str)
+    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+                        default=str)
 
 
 class BusRecordStore(ComputeRecordStore):
@@ -84,12 +86,12 @@ class BusRecordStore(ComputeRecordStore):
         super().__init__(engine)
         self.bus = bus
         self._fanout = bus.client("scheduler", fanout=True)
-        self._stored: dict[str, str] = {}
+        self._stored: dict[str, bytes] = {}
         self._outbox: dict[str, dict[str, Any]] = {}
         #: Heartbeats of hosts whose last report sent is still their state.
         self._beats_out: dict[str, float] = {}
         #: The content of the last report sent on the bus, per host.
-        self._sent: dict[str, str] = {}
+        self._sent: dict[str, bytes] = {}
         self._out_lock = threading.Lock()
         self._batch_lock = threading.Lock()
         self._commit_lock = threading.Lock()
