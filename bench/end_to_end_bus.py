@@ -166,7 +166,9 @@ def run(args: argparse.Namespace, counts: list[int]) -> None:
         cluster = LocalCluster(Path(tmp) / "run", db, bus, cloud, schedulers=0, apis=args.apis,
                                options={"DEFAULT": {"report_interval": 10,
                                                     "service_down_time": 60}},
-                               ready_timeout=1800)
+                               ready_timeout=1800,
+                               api_args=("--threads", str(args.api_threads)),
+                               compute_args=("--threads", str(args.fleet_threads)))
         try:
             cluster.workdir.mkdir(parents=True)
             cluster.write_conf()
@@ -212,6 +214,10 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--apis", type=int, default=2)
+    parser.add_argument("--api-threads", type=int, default=16,
+                        help="server threads of each berth api (its --threads)")
+    parser.add_argument("--fleet-threads", type=int, default=16,
+                        help="registration threads of the fleet (berth compute --threads)")
     parser.add_argument("--schedulers", default="1,4",
                         help="comma-separated counts (0: registration only)")
     args = parser.parse_args()
