@@ -26,7 +26,6 @@ from berth.placement.store import (
     decode_usage_delta,
     encode_usage_delta,
 )
-from berth.placement.store_fast_writes import _PG_CLAIM_NEW
 
 INV = {
     "VCPU": InventoryRecord("VCPU", 8, 0, 1, 8, 1, 1.0),
@@ -97,10 +96,7 @@ def test_the_graph_after_an_own_claim_is_patched_with_one_query(engine: Any) -> 
     count = _Statements(store)
     _claim(store, rps[1], vcpu=2)
     assert count.orm == 0  # the raw fast path
-    if store.is_sqlite:  # one pipelined transaction
-        assert count.sql[0].startswith("BEGIN") and count.sql[-1] == "COMMIT"
-    else:  # one statement
-        assert count.sql == [_PG_CLAIM_NEW]
+    assert count.sql[0].startswith("BEGIN") and count.sql[-1] == "COMMIT"
     count.reset()
     graph = store.provider_graph()
     assert count.orm == 0 and len(count.sql) == 1  # the counters only
@@ -435,133 +431,9 @@ def test_a_raw_batch_answers_per_statement_and_a_failed_expectation_undoes_it(
     pool.close()
 
 
-def _blocked_claim(engine: Any, store: PlacementStore, hold_sql: str, params: dict[str, Any],
-                   rp: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """A new consumer's claim on ``rp`` in a thread while another transaction holds
-    ``hold_sql``'s rows (uncommitted), that transaction committed once the claim waits on
-    its locks. Returns the consumer (``consumer``), what the claim raised (``error``) and
-    what the one-statement claim answered (``fast``: its change number, or the exception
-    it raised). Fails unless the claim did wait on the holder."""
-    import threading
-    import time
-
-    from berth.placement.store_fast_writes import FastWritesMixin
-
-    fast: list[Any] = []
-    one_statement = FastWritesMixin._pg_claim_new
-
-    def recorded(self: Any, *args: Any) -> Any:
-        try:
-            fast.append(one_statement(self, *args))
-        except Exception as exc:
-            fast.append(exc)
-            raise
-        return fast[-1]
-
-    monkeypatch.setattr(FastWritesMixin, "_pg_claim_new", recorded)
-    holder = engine.connect()
-    txn = holder.begin()
-    holder.execute(sa.text(hold_sql), params)
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["consumer"] = _claim(store, rp, vcpu=2)
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            out["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 10
-    waited = False
-    with engine.connect() as probe:
-        while not waited and time.monotonic() < deadline:
-            waited = probe.execute(sa.text(
-                "SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar_one() > 0
-            time.sleep(0.01)
-    txn.commit()
-    holder.close()
-    thread.join(10)
-    assert waited, "the claim never waited on the holder's lock"
-    out["fast"] = fast[0]
-    return out
-
-
-def _claim_rows(engine: Any, rp: str, consumer: str) -> dict[str, Any]:
-    with engine.connect() as conn:
-        return {
-            "generation": conn.execute(sa.text(
-                "SELECT generation FROM resource_providers WHERE uuid = :u"), {"u": rp}
-            ).scalar_one(),
-            "consumers": conn.execute(sa.text(
-                "SELECT count(*) FROM consumers WHERE uuid = :c"), {"c": consumer}).scalar_one(),
-            "allocations": sorted(tuple(r) for r in conn.execute(sa.text(
-                "SELECT c.name, a.used FROM allocations a JOIN resource_classes c "
-                "ON c.id = a.resource_class_id WHERE a.consumer_id = :c"), {"c": consumer})),
-            "log": conn.execute(sa.text(
-                "SELECT count(*) FROM berth_provider_changes l JOIN resource_providers r "
-                "ON r.id = l.provider_id WHERE r.uuid = :u"), {"u": rp}).scalar_one(),
-        }
-
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_one_statement_claim_loses_a_race_to_a_committed_bump(
-        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """PostgreSQL's one-statement claim: another transaction bumps the provider's
-    generation while the claim waits for the provider's row. The compare-and-swap then
-    finds no row and nothing of the statement stays; the claim is written once after
-    reading the database, and the cache stays exact."""
-    from berth.placement.store_raw import _Unexpected
-
-    rp = _providers(engine, 1, "claimrace")[0]
-    store = PlacementStore(engine)
-    store.provider_graph()
-    _claim(store, rp)  # caches project and user: the next claim takes the fast path
-    store.provider_graph()
-    before = _claim_rows(engine, rp, "-")
-    out = _blocked_claim(engine, store,
-                         "UPDATE resource_providers SET generation = generation + 1 "
-                         "WHERE uuid = :u", {"u": rp}, rp, monkeypatch)
-    assert isinstance(out["fast"], _Unexpected) and "error" not in out, out
-    rows = _claim_rows(engine, rp, out["consumer"])
-    assert rows["generation"] == before["generation"] + 2  # the holder's, then the claim's
-    assert rows["consumers"] == 1
-    assert rows["allocations"] == [("MEMORY_MB", 64), ("VCPU", 2)]
-    assert rows["log"] == before["log"] + 1  # the claim's (the holder wrote none)
-    assert store.provider_graph().providers == _fresh(engine)
-    store.close()
-
-
-@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_one_statement_claim_undone_when_the_names_change_meanwhile(
-        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A names change committed while the claim waits to bump the change counter (after
-    its provider swap): the statement fails as a whole (no consumer, allocation,
-    generation or log row of it) and the claim is written once after reading the
-    database."""
-    from berth.placement.store_raw import _Unexpected
-
-    rp = _providers(engine, 1, "claimnames")[0]
-    store = PlacementStore(engine)
-    store.provider_graph()
-    _claim(store, rp)
-    store.provider_graph()
-    before = _claim_rows(engine, rp, "-")
-    out = _blocked_claim(engine, store,
-                         "UPDATE berth_state SET names_seq = names_seq + 1 WHERE id = :i",
-                         {"i": 1}, rp, monkeypatch)
-    assert isinstance(out["fast"], _Unexpected) and "error" not in out, out
-    rows = _claim_rows(engine, rp, out["consumer"])
-    assert rows["generation"] == before["generation"] + 1
-    assert rows["consumers"] == 1
-    assert rows["allocations"] == [("MEMORY_MB", 64), ("VCPU", 2)]
-    assert rows["log"] == before["log"] + 1
-    assert store.provider_graph().providers == _fresh(engine)
-    store.close()
-
-
-@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_one_statement_claims_on_shared_providers_take_them_in_id_order(engine: Any) -> None:
+def test_claims_on_shared_providers_from_many_threads_add_up(engine: Any) -> None:
     """Claims of two providers each, named in opposite orders, from many threads at
     once: the database sees no deadlock, every claim is written exactly once (a client
     retries Placement's "concurrently updated" conflict, as Nova does), and the usages

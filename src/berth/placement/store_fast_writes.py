@@ -37,45 +37,6 @@ from berth.placement.store_raw import (
 from berth.placement.store_records import ConsumerWrite
 
 _RAW_DELETE_CONSUMER = "DELETE FROM consumers WHERE uuid = ?"
-#: PostgreSQL: a new consumer's write planned from the cached graph, as one statement
-#: (what :meth:`FastWritesMixin._finish_write` sends as seven): lock the providers in id
-#: order (as every multi-provider write does: no deadlock between two claims), compare
-#: and swap their generations, insert the consumer and its allocations in the order
-#: given, and bump the change counter and log each provider with its new generation and
-#: usage delta, provided every swap held, the consumer holds no allocations yet and the
-#: names counter is the one the plan read. The counter's row is taken after the
-#: providers' (its update waits for the swaps' count), and it is re-checked there on the
-#: row's latest version, so names changed meanwhile undo the write. Anything short of
-#: that leaves no log row and the division by zero at the end undoes the whole statement
-#: (the caller reads the database instead); an existing consumer fails its unique key
-#: (the general path answers). Parameters: the providers' ids; the stamp; their ids and
-#: generations (id order); the consumer's uuid; its uuid, project, user, type and stamp
-#: twice; its uuid and the stamp for the allocations, whose providers, classes and
-#: amounts follow; the names counter; the number of providers; the log's providers, new
-#: generations and usage deltas. Answers the change number.
-_PG_CLAIM_NEW = (
-    "WITH lk AS (SELECT id FROM resource_providers WHERE id = ANY(CAST(? AS int[])) "
-    "ORDER BY id FOR UPDATE), "
-    "cas AS (UPDATE resource_providers r SET generation = e.g + 1, updated_at = ? "
-    "FROM unnest(CAST(? AS int[]), CAST(? AS int[])) AS e(id, g) "
-    "WHERE r.id = e.id AND r.generation = e.g AND r.id IN (SELECT id FROM lk) "
-    "RETURNING r.id), "
-    "fresh AS (SELECT NOT EXISTS (SELECT 1 FROM allocations WHERE consumer_id = ?) AS ok), "
-    "c AS (INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, "
-    "created_at, updated_at) VALUES (?, ?, ?, 1, CAST(? AS int), ?, ?)), "
-    "a AS (INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, "
-    "used, created_at, updated_at) SELECT x.rp, ?, x.rc, x.used, ?, NULL "
-    "FROM unnest(CAST(? AS int[]), CAST(? AS int[]), CAST(? AS int[])) WITH ORDINALITY "
-    "AS x(rp, rc, used, n) ORDER BY x.n), "
-    "b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
-    "AND names_seq = ? AND (SELECT count(*) FROM cas) = ? AND (SELECT ok FROM fresh) "
-    "RETURNING change_seq), "
-    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
-    "SELECT b.change_seq, v.rp, v.gen, v.delta FROM b, unnest(CAST(? AS int[]), "
-    "CAST(? AS bigint[]), CAST(? AS text[])) WITH ORDINALITY AS v(rp, gen, delta, n) "
-    "ORDER BY v.n RETURNING seq) "
-    "SELECT 1 / count(*), min(seq) FROM l"
-)
 _RAW_PROVIDER_UUIDS = "SELECT id, uuid FROM resource_providers WHERE id IN ({})"
 
 
@@ -285,64 +246,21 @@ class FastWritesMixin(StoreBase):
         (a lost compare-and-swap, names changed): read the database instead.
         """
         consumer = w.consumer_uuid
-        seq: int | None
+        prefix: list[tuple[Any, ...]] = [
+            ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
+            (_RAW_NEW_CONSUMER, (consumer, project, user, ctype, stamp, stamp)),
+            (_RAW_FRESH_CONSUMER, (consumer, names_seq), True),
+        ]
         try:
-            if self.is_sqlite:
-                prefix: list[tuple[Any, ...]] = [
-                    ("BEGIN IMMEDIATE", ()),
-                    (_RAW_NEW_CONSUMER, (consumer, project, user, ctype, stamp, stamp)),
-                    (_RAW_FRESH_CONSUMER, (consumer, names_seq), True),
-                ]
-                seq = self._finish_write(
-                    raw, prefix, consumer, added, {}, gens, None, sorted(gens), stamp
-                )
-            else:
-                seq = self._pg_claim_new(raw, w, project, user, ctype, stamp, names_seq,
-                                         added, gens)
+            seq = self._finish_write(
+                raw, prefix, consumer, added, {}, gens, None, sorted(gens), stamp
+            )
         except _Unexpected:
             return None
         if seq is None:
             return False  # e.g. the consumer exists
         self._write_through(seq, names_seq, sorted(gens), gens, {}, added, usages)
         return True
-
-    def _pg_claim_new(
-        self,
-        raw: RawConnection,
-        w: ConsumerWrite,
-        project: int,
-        user: int,
-        ctype: int | None,
-        stamp: Any,
-        names_seq: int,
-        added: dict[tuple[int, int], int],
-        gens: dict[int, int],
-    ) -> int | None:
-        """:meth:`_write_new_from_cache` on PostgreSQL: :data:`_PG_CLAIM_NEW`. Returns
-        the change number; None when the database refused it (the general path answers).
-
-        Raises _Unexpected when a compare-and-swap, the consumer's freshness or the
-        names counter failed (nothing is written then)."""
-        consumer = w.consumer_uuid
-        rps = sorted(gens)
-        deltas: dict[int, dict[int, int]] = {rp_id: {} for rp_id in rps}
-        for (rp_id, rc_id), used in added.items():
-            deltas[rp_id][rc_id] = used
-        try:
-            (rows,) = self._run(raw, [(_PG_CLAIM_NEW, (
-                rps, stamp, rps, [gens[rp_id] for rp_id in rps], consumer,
-                consumer, project, user, ctype, stamp, stamp,
-                consumer, stamp, [k[0] for k in added], [k[1] for k in added],
-                list(added.values()),
-                names_seq, len(rps),
-                rps, [gens[rp_id] + 1 for rp_id in rps],
-                [encode_usage_delta(deltas[rp_id]) for rp_id in rps],
-            ))])
-        except sa.exc.DBAPIError:
-            return None
-        seq = int(rows[0][1])
-        self._prune_now_and_then(raw, seq)
-        return seq
 
     def _write_from_reads(
         self,

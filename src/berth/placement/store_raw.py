@@ -219,13 +219,6 @@ class RawConnection:
             if self.pg:
                 dbapi.rollback()  # type: ignore[union-attr]
                 dbapi.autocommit = True  # type: ignore[union-attr]
-                # The hot paths' statements are prepared after a few runs (psycopg) and
-                # are index lookups whatever their values: a plan made once serves them
-                # all. Left to itself, PostgreSQL plans the one-statement writes afresh
-                # for each run's arrays (a claim: 1.0-1.1 ms of server CPU against 0.8).
-                # This connection is detached from the pool, so the setting goes nowhere
-                # else.
-                dbapi.execute("SET plan_cache_mode = force_generic_plan")  # type: ignore[union-attr]
         except BaseException:
             fairy.close()
             raise
