@@ -431,7 +431,6 @@ def test_a_raw_batch_answers_per_statement_and_a_failed_expectation_undoes_it(
     pool.close()
 
 
-
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
 def test_claims_on_shared_providers_from_many_threads_add_up(engine: Any) -> None:
     """Claims of two providers each, named in opposite orders, from many threads at

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -183,8 +183,12 @@ class Repairs:
                 "members_removed": self.members_removed}
 
 
-def _holdings(engine: Engine) -> dict[str, Holding]:
-    """Every consumer with allocations: resources per host, its build state."""
+def _holdings(engine: Engine, abandoned: Sequence[str]) -> dict[str, Holding]:
+    """The consumers with allocations a pass may act on or report, with their resources
+    per host and their build state: those without a build record (orphans, or the
+    consumers of migrations), those whose build failed, and the ``abandoned`` builds'
+    instances. The database picks them: a pass costs what it finds, not what the cloud
+    holds (every allocation of every instance, every ten seconds in the lease holder)."""
     root = resource_providers.alias("root")
     rp = resource_providers.alias("rp")
     query = (
@@ -195,7 +199,9 @@ def _holdings(engine: Engine) -> dict[str, Holding]:
             .join(root, root.c.id == sa.func.coalesce(rp.c.root_provider_id, rp.c.id))
             .join(resource_classes, resource_classes.c.id == allocations.c.resource_class_id)
             .outerjoin(compute_nodes, compute_nodes.c.uuid == root.c.uuid)
-            .outerjoin(builds, builds.c.instance_uuid == allocations.c.consumer_id)))
+            .outerjoin(builds, builds.c.instance_uuid == allocations.c.consumer_id))
+        .where(sa.or_(builds.c.instance_uuid.is_(None), builds.c.state == FAILED,
+                      allocations.c.consumer_id.in_(sorted(abandoned)))))
     held: dict[str, Holding] = {}
     with engine.connect() as conn:
         for consumer, host, rc, used, state, reason in conn.execute(query):
@@ -207,6 +213,16 @@ def _holdings(engine: Engine) -> dict[str, Holding]:
     for holding in held.values():
         holding.resources = {h: dict(r) for h, r in holding.resources.items()}
     return held
+
+
+def _active_without_allocations(engine: Engine) -> list[str]:
+    """The instances of ``active`` builds that hold no allocation, in uuid order."""
+    query = (sa.select(builds.c.instance_uuid)
+             .where(builds.c.state == ACTIVE,
+                    ~sa.exists().where(allocations.c.consumer_id == builds.c.instance_uuid))
+             .order_by(builds.c.instance_uuid))
+    with engine.connect() as conn:
+        return [str(u) for (u,) in conn.execute(query)]
 
 
 def _running(engine: Engine, instance_uuids: list[str]) -> dict[str, str]:
@@ -228,8 +244,8 @@ def scan(builds_: BuildRecords, groups: ServerGroupStore, *, timeout: float,
     """What needs releasing now (nothing is changed)."""
     now = time.time() if now is None else now
     findings = Findings()
-    held = _holdings(builds_.engine)
     quiet = builds_.abandoned(timeout, now)
+    held = _holdings(builds_.engine, [b.instance_uuid for b in quiet])
     running = _running(builds_.engine, [b.instance_uuid for b in quiet]) if quiet else {}
     for record in quiet:
         host = running.get(record.instance_uuid)
@@ -258,8 +274,7 @@ def scan(builds_: BuildRecords, groups: ServerGroupStore, *, timeout: float,
         stale = [m for m in ms if m in gone]
         if stale:
             findings.stale_members[group_uuid] = stale
-    findings.missing = sorted(b.instance_uuid for b in builds_.in_state(ACTIVE)
-                              if b.instance_uuid not in held)
+    findings.missing = _active_without_allocations(builds_.engine)
     return findings
 
 
