@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Engine
 
 from berth.errors import InstanceExists, ServiceUnavailable
@@ -316,6 +317,13 @@ class BuildRecords:
             if instance_uuids is None:
                 return [_record(r) for r in conn.execute(query)]
             wanted = list(dict.fromkeys(instance_uuids))
+            if not self.is_sqlite:
+                # One array parameter: the reconciler asks this for every member of every
+                # server group each pass, and 500 bound values per statement cost more
+                # to send than to look up.
+                uuids = sa.bindparam("uuids", wanted, type_=ARRAY(sa.String))
+                return [_record(r) for r in conn.execute(
+                    query.where(builds.c.instance_uuid == sa.any_(uuids)))]
             out: list[BuildRecord] = []
             for i in range(0, len(wanted), 500):
                 out += [_record(r) for r in conn.execute(
