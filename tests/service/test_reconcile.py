@@ -116,6 +116,23 @@ def _crashed_boot(stack: Stack, clock: Clock) -> BuildRecords:
     return dead
 
 
+def test_a_pass_after_a_crash_of_many_builds_finds_them_all(stack: Stack) -> None:
+    """40,000 builds left in flight by a dead process (more values than SQLite binds in
+    one statement unless built otherwise): one pass finds every one abandoned, and the
+    one with a claim leaked."""
+    clock = Clock()
+    stack.register_hosts([node("h0")])
+    dead = BuildRecords(stack.engine, clock=clock)
+    many = [f"00000000-0000-4000-8000-{i:012d}" for i in range(1000, 41000)]
+    for start in range(0, len(many), 5000):
+        dead.begin(many[start:start + 5000], f"req-{start}")
+    _claim(stack, many[-1])
+    findings = scan(stack.builds, stack.groups, timeout=60, now=clock.now + 61)
+    assert len(findings.abandoned) == len(many)
+    assert [h.consumer for h in findings.leaked] == [many[-1]]
+    assert findings.leaked[0].reason == "build abandoned"
+
+
 def test_abandoned_builds_and_failed_claims_are_released_and_orphans_only_listed(
         stack: Stack) -> None:
     clock = Clock()

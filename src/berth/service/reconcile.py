@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,7 +41,7 @@ from sqlalchemy.engine import Engine
 
 from berth.placement.client import NotFoundError
 from berth.placement.db import allocations, create_tables, resource_classes, resource_providers
-from berth.service.builds import ACTIVE, FAILED, BuildRecords, builds
+from berth.service.builds import ACTIVE, BUILDING, FAILED, BuildRecords, builds
 from berth.service.groups import ServerGroupStore
 from berth.service.instances import live_migration_consumers
 from berth.service.records import compute_nodes
@@ -183,12 +183,13 @@ class Repairs:
                 "members_removed": self.members_removed}
 
 
-def _holdings(engine: Engine, abandoned: Sequence[str]) -> dict[str, Holding]:
+def _holdings(engine: Engine, cutoff: float) -> dict[str, Holding]:
     """The consumers with allocations a pass may act on or report, with their resources
     per host and their build state: those without a build record (orphans, or the
-    consumers of migrations), those whose build failed, and the ``abandoned`` builds'
-    instances. The database picks them: a pass costs what it finds, not what the cloud
-    holds (every allocation of every instance, every ten seconds in the lease holder)."""
+    consumers of migrations), those whose build failed, and those of builds abandoned
+    (``building`` and not updated since ``cutoff``, as :meth:`BuildRecords.abandoned`
+    asks). The database picks them: a pass costs what it finds, not what the cloud holds
+    (every allocation of every instance, every ten seconds in the lease holder)."""
     root = resource_providers.alias("root")
     rp = resource_providers.alias("rp")
     query = (
@@ -201,7 +202,7 @@ def _holdings(engine: Engine, abandoned: Sequence[str]) -> dict[str, Holding]:
             .outerjoin(compute_nodes, compute_nodes.c.uuid == root.c.uuid)
             .outerjoin(builds, builds.c.instance_uuid == allocations.c.consumer_id))
         .where(sa.or_(builds.c.instance_uuid.is_(None), builds.c.state == FAILED,
-                      allocations.c.consumer_id.in_(sorted(abandoned)))))
+                      sa.and_(builds.c.state == BUILDING, builds.c.updated_at < cutoff))))
     held: dict[str, Holding] = {}
     with engine.connect() as conn:
         for consumer, host, rc, used, state, reason in conn.execute(query):
@@ -245,7 +246,7 @@ def scan(builds_: BuildRecords, groups: ServerGroupStore, *, timeout: float,
     now = time.time() if now is None else now
     findings = Findings()
     quiet = builds_.abandoned(timeout, now)
-    held = _holdings(builds_.engine, [b.instance_uuid for b in quiet])
+    held = _holdings(builds_.engine, now - timeout)
     running = _running(builds_.engine, [b.instance_uuid for b in quiet]) if quiet else {}
     for record in quiet:
         host = running.get(record.instance_uuid)
