@@ -505,3 +505,37 @@ def test_claims_on_shared_providers_from_many_threads_add_up(engine: Any) -> Non
     assert stores[0].provider_graph().providers == _fresh(engine)
     for s in stores:
         s.close()
+
+
+def test_the_change_log_is_pruned_by_the_write_that_reaches_a_500th_change(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim and a consumer's deletion each prune the log when their change number is
+    a multiple of 500, keeping the latest CHANGE_LOG_KEEP (here 100); the cache stays
+    exact."""
+    import berth.placement.store_base as store_base
+
+    monkeypatch.setattr(store_base, "CHANGE_LOG_KEEP", 100)
+    rp = _providers(engine, 1, "prune")[0]
+    store = PlacementStore(engine)
+    store.provider_graph()
+
+    def oldest() -> int:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text(
+                "SELECT min(seq) FROM berth_provider_changes")).scalar_one())
+
+    held: list[str] = []
+    for target in (500, 1000):
+        while store.change_seq() < target - 1:
+            if len(held) < 4:
+                held.append(_claim(store, rp))
+            else:
+                store.delete_consumer_allocations(held.pop())
+        if target == 500:  # reached by a claim
+            held.append(_claim(store, rp))
+        else:  # reached by a deletion
+            store.delete_consumer_allocations(held.pop())
+        assert store.change_seq() == target
+        assert oldest() == target - 100
+    assert store.provider_graph().providers == _fresh(engine)
+    store.close()

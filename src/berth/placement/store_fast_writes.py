@@ -5,14 +5,13 @@ round trips on a raw connection, patching the cached graph (see
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from berth.placement.db import utcnow
-from berth.placement.store_base import CHANGE_LOG_KEEP, StoreBase
+from berth.placement.store_base import StoreBase
 from berth.placement.store_raw import (
     _PG_BUMP_AND_LOG_CHANGES,
     _RAW_ALLOC_TARGETS,
@@ -26,7 +25,6 @@ from berth.placement.store_raw import (
     _RAW_LOG_CHANGES,
     _RAW_NAMES_SEQ,
     _RAW_NEW_CONSUMER,
-    _RAW_PRUNE,
     _RAW_TAKE_ALLOCS,
     _SQLITE_STAMP,
     RawConnection,
@@ -76,12 +74,10 @@ class FastWritesMixin(StoreBase):
                       (_RAW_CLASS_NAMES, ()), ("COMMIT", ())]
             res = self._run(raw, stmts)
             ok = True
+            # The counter's bump (on PostgreSQL, with the log).
+            self._prune_now_and_then(raw, int(res[1][0][0]))
         finally:
             self._give_raw(raw, ok)
-        seq = int(res[1][0][0])  # the counter's bump (on PostgreSQL, with the log)
-        if seq % 500 == 0:
-            with contextlib.suppress(sa.exc.DBAPIError):
-                self._raw_pool.run([(_RAW_PRUNE, (seq - CHANGE_LOG_KEEP,))])
         uuid_of = {int(i): str(u) for i, u in res[-3]}
         class_of = {int(i): str(n) for i, n in res[-2]}
         freed: dict[str, dict[str, int]] = {}

@@ -310,12 +310,10 @@ class BuildRecords:
         return done.rowcount == 1
 
     @retried(safe=True)
-    def in_state(self, state: str, instance_uuids: Iterable[str] | None = None) -> list[BuildRecord]:
-        """Records in ``state`` (of ``instance_uuids`` only, when given)."""
+    def in_state(self, state: str, instance_uuids: Iterable[str]) -> list[BuildRecord]:
+        """The records of ``instance_uuids`` that are in ``state``."""
         query = sa.select(builds).where(builds.c.state == state)
         with self.engine.connect() as conn:
-            if instance_uuids is None:
-                return [_record(r) for r in conn.execute(query)]
             wanted = list(dict.fromkeys(instance_uuids))
             if not self.is_sqlite:
                 # One array parameter: the reconciler asks this for every member of every
