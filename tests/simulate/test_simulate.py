@@ -13,6 +13,7 @@ import pytest
 from berth.cli import main
 from berth.config import SchedulerConfig
 from berth.service.offline import offline_cloud
+from berth.simulate.ledger import amounts_over_api
 from berth.simulate.run import Replay
 from berth.simulate.targets import LocalTarget, RemoteTarget
 from berth.simulate.trace import read_csv
@@ -207,3 +208,38 @@ def test_the_offline_scratch_store_commits_without_syncing(tmp_path: Path) -> No
         assert synchronous(stack.engine) == 1  # NORMAL
     finally:
         stack.close()
+
+
+NESTED = """
+host_defaults: {cpu_allocation_ratio: 4.0, ram_allocation_ratio: 1.5}
+aggregates:
+  - {name: az1, hosts: [n01, n02], metadata: {availability_zone: az1}}
+hosts:
+  - {host: "n{index:02d}", count: 2, vcpus: 16, memory_mb: 32768, local_gb: 0,
+     providers: [{name: NUMA0}, {name: pf0, parent: NUMA0,
+                  resources: {SRIOV_NET_VF: {total: 16, max_unit: 16}}}]}
+  - {host: "solo", vcpus: 8, memory_mb: 16384, local_gb: 100}
+sharing_providers:
+  - {name: nfs1, resources: {DISK_GB: {total: 2000}}, aggregates: [az1]}
+flavors:
+  - {name: small, vcpus: 2, memory_mb: 4096, root_gb: 20}
+"""
+
+
+def test_the_ledger_reads_in_process_what_the_placement_api_answers(tmp_path: Path) -> None:
+    """A replay in process reads its ledger from the store's provider graph in one go;
+    over HTTP it asks the Placement API for each provider. Both read the same amounts:
+    nested providers on their node, a sharing provider's disk, the reserved memory
+    (nova.conf's 512 MB by default) and allocation ratios, and the usage of what was
+    booted before."""
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(NESTED)
+    with offline_cloud(str(cloud), SchedulerConfig.default(), now=1.7e9) as offline:
+        target = LocalTarget(offline, seed=0)
+        assert target.boot({"flavor": "small", "num": 3}).refused == 0
+        local = target.provider_amounts()
+        over_api = amounts_over_api(offline.stack.client)
+    assert sorted(local, key=lambda p: p.uuid) == sorted(over_api, key=lambda p: p.uuid)
+    assert len(local) == 3 * 2 + 1 + 1  # two trees of three, solo, nfs1
+    assert sum(p.used.get("VCPU", 0) for p in local) == 6
+    assert {p.capacity.get("MEMORY_MB") for p in local} >= {int((32768 - 512) * 1.5)}

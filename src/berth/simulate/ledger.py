@@ -1,11 +1,13 @@
 """The resource ledger of a replay: capacity and usage per compute node, as placement
 counts them, kept current from the allocations each boot claimed.
 
-Built once from the Placement API (every provider's inventory and usages, each provider
-counted on its root: a NUMA cell's or a device's resources are its compute node's), then
-moved by the allocation requests the boots answer with and by the deletes — so a sample
-costs no request. Capacity per class is ``(total - reserved) * allocation_ratio``, as
-placement computes it.
+Built once from every provider's capacity and usages (each provider counted on its root:
+a NUMA cell's or a device's resources are its compute node's), then moved by the
+allocation requests the boots answer with and by the deletes — so a sample costs no
+request. Capacity per class is ``int((total - reserved) * allocation_ratio)``, as
+placement computes it. A running Berth is read through its Placement API
+(:func:`amounts_over_api`, a few requests in flight at once); a cloud in process from its
+store's provider graph, the snapshot its allocation candidates come from, in one read.
 
 Fragmentation is arithmetic on those free amounts: the largest flavor of the set that
 some node could still take (by its whole tree's free amounts, ignoring filters), and
@@ -14,12 +16,13 @@ the stranded capacity: what is free on nodes that can take no flavor of the set.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from berth.placement.client import PlacementClient
+from berth.placement.client import PlacementClient, ResourceProvider
 
 
 @dataclass
@@ -30,18 +33,51 @@ class Need:
     amounts: dict[str, int]
 
 
+@dataclass(frozen=True)
+class ProviderAmounts:
+    """One provider's capacity per class, what is used of it (classes in use only), and
+    the root of its tree."""
+
+    uuid: str
+    root_uuid: str
+    capacity: dict[str, int]
+    used: dict[str, int]
+
+
+#: Requests in flight at once while the ledger is read over the API.
+API_READERS = 8
+
+
+def amounts_over_api(client: PlacementClient) -> list[ProviderAmounts]:
+    """Every provider's amounts through the Placement API: ``GET /resource_providers``,
+    then each provider's inventories and usages (the API has no call for all of them),
+    :data:`API_READERS` providers at a time."""
+    providers = client.list_providers()
+
+    def read(p: ResourceProvider) -> ProviderAmounts:
+        _, inventory = client.get_inventories(p.uuid)
+        usages = client.provider_usages(p.uuid)
+        return ProviderAmounts(
+            p.uuid, p.root_provider_uuid or p.uuid,
+            {rc: int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
+             for rc, inv in inventory.items()},
+            {rc: int(amount) for rc, amount in usages.items() if amount})
+
+    with ThreadPoolExecutor(API_READERS) as pool:
+        return list(pool.map(read, providers))
+
+
 class Ledger:
     """Capacity and usage of every compute node (a provider tree's root)."""
 
-    def __init__(self, client: PlacementClient, nodes: Sequence[Mapping[str, object]],
+    def __init__(self, providers: Iterable[ProviderAmounts], nodes: Sequence[Mapping[str, object]],
                  needs: Sequence[Need] = ()) -> None:
+        providers = list(providers)
         node_uuids = {str(n["uuid"]) for n in nodes}
-        providers = client.list_providers()
-        root_of = {p.uuid: (p.root_provider_uuid or p.uuid) for p in providers}
         #: The compute nodes (roots named by the scheduler's hosts), in a fixed order.
-        self.roots = sorted({r for r in root_of.values() if r in node_uuids})
+        self.roots = sorted({p.root_uuid for p in providers if p.root_uuid in node_uuids})
         index = {r: i for i, r in enumerate(self.roots)}
-        self.row_of = {p: index[r] for p, r in root_of.items() if r in index}
+        self.row_of = {p.uuid: index[p.root_uuid] for p in providers if p.root_uuid in index}
         caps: dict[str, np.ndarray] = {}
         used: dict[str, np.ndarray] = {}
         n = len(self.roots)
@@ -49,12 +85,9 @@ class Ledger:
             row = self.row_of.get(p.uuid)
             if row is None:
                 continue  # a sharing provider or a tree without a compute node
-            _, inventory = client.get_inventories(p.uuid)
-            usages = client.provider_usages(p.uuid)
-            for rc, inv in inventory.items():
-                cap = int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
+            for rc, cap in p.capacity.items():
                 caps.setdefault(rc, np.zeros(n, dtype=np.int64))[row] += cap
-                used.setdefault(rc, np.zeros(n, dtype=np.int64))[row] += int(usages.get(rc, 0))
+                used.setdefault(rc, np.zeros(n, dtype=np.int64))[row] += int(p.used.get(rc, 0))
         self.classes = sorted(caps)
         self.col = {rc: i for i, rc in enumerate(self.classes)}
         self.capacity = np.stack([caps[rc] for rc in self.classes], axis=1) if caps else \

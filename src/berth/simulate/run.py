@@ -163,7 +163,7 @@ class Replay:
                                   root_gb=size["root_gb"])
                         for n, size in trace.flavors.items() if n in used})
         nodes = target.compute_nodes()
-        self.ledger = Ledger(target.placement, nodes, needs_of(flavors, config))
+        self.ledger = Ledger(target.provider_amounts(), nodes, needs_of(flavors, config))
         totals = self.ledger.capacity.sum(axis=0)
         self.result = RunResult(label, trace.source, len(self.ledger.roots),
                                 classes=list(self.ledger.classes),

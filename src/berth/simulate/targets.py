@@ -25,7 +25,9 @@ import httpx
 
 from berth.errors import BerthError, SchedulingError, error_dict
 from berth.model.request import Flavor
+from berth.placement.candidates_graph import capacity_of
 from berth.placement.client import PlacementClient
+from berth.simulate.ledger import ProviderAmounts, amounts_over_api
 
 
 @dataclass
@@ -55,6 +57,10 @@ class Target(Protocol):
     """What a replay needs of a cloud."""
 
     placement: PlacementClient
+
+    def provider_amounts(self) -> list[ProviderAmounts]:
+        """Every provider's capacity and usage, for the replay's ledger."""
+        ...
 
     def boot(self, body: dict[str, Any]) -> BootOutcome: ...
     def delete(self, uuid: str) -> None: ...
@@ -121,6 +127,17 @@ class LocalTarget:
             answer = {"error": error_dict(exc)}
         return outcome_of(answer, int(body.get("num", 1)), time.perf_counter() - start)
 
+    def provider_amounts(self) -> list[ProviderAmounts]:
+        """From the store's provider graph (current as of this call: the snapshot the
+        allocation candidates are computed from), without a request per provider."""
+        if self.stack.store is None:
+            return amounts_over_api(self.placement)
+        graph = self.stack.store.provider_graph()
+        return [ProviderAmounts(p.uuid, p.root_uuid,
+                                {rc: capacity_of(inv) for rc, inv in p.inventories.items()},
+                                {rc: int(n) for rc, n in p.usages.items() if n})
+                for p in graph.providers]
+
     def delete(self, uuid: str) -> None:
         self.moves.delete(uuid)
 
@@ -174,6 +191,10 @@ class RemoteTarget:
         start = time.perf_counter()
         _, answer = self._call("POST", "/boot", body, ok=(200, 409))
         return outcome_of(answer, int(body.get("num", 1)), time.perf_counter() - start)
+
+    def provider_amounts(self) -> list[ProviderAmounts]:
+        """Through the running Berth's Placement API."""
+        return amounts_over_api(self.placement)
 
     def delete(self, uuid: str) -> None:
         self._call("DELETE", f"/servers/{uuid}")
