@@ -100,6 +100,9 @@ def test_a_limit_caps_the_count_and_says_so(capsys: pytest.CaptureFixture[str],
                                              files: tuple[str, str]) -> None:
     out = capacity(capsys, files, "--flavor", "web", "--limit", "3")
     assert ">=3" in out and "unusable capacity: not computed" in out
+    # Nothing limited the hosts yet: the count stopped first (not "filters").
+    report = json.loads(capacity(capsys, files, "--flavor", "web", "--limit", "3", "--json"))
+    assert report["flavors"][0]["hosts_limited_by"] == {"not full when the count stopped": 4}
 
 
 def test_prometheus_text_parses(capsys: pytest.CaptureFixture[str],

@@ -12,8 +12,8 @@ import pytest
 
 from berth.cli import main
 from berth.config import SchedulerConfig
+from berth.placement.amounts import over_api
 from berth.service.offline import offline_cloud
-from berth.simulate.ledger import amounts_over_api
 from berth.simulate.run import Replay
 from berth.simulate.targets import LocalTarget, RemoteTarget
 from berth.simulate.trace import read_csv
@@ -238,8 +238,8 @@ def test_the_ledger_reads_in_process_what_the_placement_api_answers(tmp_path: Pa
         target = LocalTarget(offline, seed=0)
         assert target.boot({"flavor": "small", "num": 3}).refused == 0
         local = target.provider_amounts()
-        over_api = amounts_over_api(offline.stack.client)
-    assert sorted(local, key=lambda p: p.uuid) == sorted(over_api, key=lambda p: p.uuid)
+        through_api = over_api(offline.stack.client)
+    assert sorted(local, key=lambda p: p.uuid) == sorted(through_api, key=lambda p: p.uuid)
     assert len(local) == 3 * 2 + 1 + 1  # two trees of three, solo, nfs1
     assert sum(p.used.get("VCPU", 0) for p in local) == 6
     assert {p.capacity.get("MEMORY_MB") for p in local} >= {int((32768 - 512) * 1.5)}

@@ -18,8 +18,8 @@ one more instance afterwards, as the scheduler says it: one more instance is ask
 with an explanation, whose first refusal of each host is
 its limit (``placement: insufficient MEMORY_MB``, ``ComputeFilter: compute service
 disabled``, ``AvailabilityZoneFilter: ...``), after the fill's allocations are written
-back in one transaction. A capped count
-gets the arithmetic instead: the classes the fill used up, or ``filters``.
+back in one transaction. A capped count gets the arithmetic instead: the classes the
+fill used up, or ``not full when the count stopped`` for a host it did not fill.
 
 Unusable capacity: the free amount of every resource class on hosts that took no
 instance of any flavor asked about (each answered without a cap): capacity no flavor of
@@ -37,12 +37,15 @@ from typing import Any
 from berth.errors import InputError, NoValidHost
 from berth.hardware.numa import prepare_request
 from berth.model.request import RequestSpec
+from berth.placement import amounts
 from berth.resource_request import from_request_spec
-from berth.service.compute import child_uuid
 from berth.service.offline import OfflineCloud
 
 #: The limit of a host that every class would still admit: a filter or policy.
 BY_FILTERS = "filters"
+#: A host with room for one more when a capped count stopped: what would limit it was
+#: not reached.
+NOT_REACHED = "not full when the count stopped"
 
 
 @dataclass
@@ -103,24 +106,23 @@ class CapacityReport:
 def rooms(offline: OfflineCloud) -> list[HostRoom]:
     """Every registered compute node's free amounts, zone, cell and aggregates."""
     cloud, stack = offline.cloud, offline.stack
-    client = stack.agent_client or stack.client
     default_zone = stack.config.default_availability_zone
     aggs = cloud.snapshot.aggregates
+    # The node's whole tree: its nested providers (NUMA cells, devices) hold classes too.
+    free_of: dict[str, Counter[str]] = {}
+    for p in (amounts.from_store(stack.store) if stack.store is not None
+              else amounts.over_api(stack.client)):
+        free = free_of.setdefault(p.root_uuid, Counter())
+        for rc, cap in p.capacity.items():
+            free[rc] += cap - p.used.get(rc, 0)
     out = []
     for agent in stack.agents.values():
-        # The node's whole tree: its nested providers (NUMA cells, devices) hold classes too.
-        free: Counter[str] = Counter()
-        for uuid in [agent.uuid, *(child_uuid(agent.node, c.name) for c in agent.node.children)]:
-            _, inventory = client.get_inventories(uuid)
-            used = client.provider_usages(uuid)
-            for rc, inv in inventory.items():
-                free[rc] += (int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
-                             - int(used.get(rc, 0)))
         host = agent.node.host
         mine = [a for a in aggs if host in a.hosts]
         zones = [str(a.metadata["availability_zone"]).split(",")[0].strip()
                  for a in mine if "availability_zone" in a.metadata]
-        out.append(HostRoom(host, agent.node.nodename or host, dict(free),
+        out.append(HostRoom(host, agent.node.nodename or host,
+                            dict(free_of.get(agent.uuid, Counter())),
                             zones[0] if zones else default_zone,
                             agent.node.cell_uuid or "-", sorted(a.name for a in mine)))
     return out
@@ -222,7 +224,7 @@ def summarize(name: str, placed: Sequence[tuple[str, str]], capped: bool,
               why: dict[tuple[str, str], str] | None = None) -> FlavorCapacity:
     """Spread and limits of a fill that put instances on ``placed``: per host the step
     that refused one more (``why``), else the classes the fill used up, else
-    ``filters``."""
+    ``filters`` (or, for a capped fill, :data:`NOT_REACHED`)."""
     per_node = Counter(placed)
     result = FlavorCapacity(name, len(placed), capped, placed=dict(per_node))
     zones: Counter[str] = Counter()
@@ -238,8 +240,8 @@ def summarize(name: str, placed: Sequence[tuple[str, str]], capped: bool,
                 aggregates[agg] += took
         short = [rc for rc, amount in need.items()
                  if r.free.get(rc, 0) - took * amount < amount]
-        limit = (why or {}).get((r.host, r.nodename)) or ("+".join(short) if short
-                                                           else BY_FILTERS)
+        limit = (why or {}).get((r.host, r.nodename)) or (
+            "+".join(short) if short else NOT_REACHED if capped else BY_FILTERS)
         result.limits[(r.host, r.nodename)] = limit
         limits[limit] += 1
     result.by_zone, result.by_cell = dict(sorted(zones.items())), dict(sorted(cells.items()))

@@ -5,9 +5,8 @@ Built once from every provider's capacity and usages (each provider counted on i
 a NUMA cell's or a device's resources are its compute node's), then moved by the
 allocation requests the boots answer with and by the deletes — so a sample costs no
 request. Capacity per class is ``int((total - reserved) * allocation_ratio)``, as
-placement computes it. A running Berth is read through its Placement API
-(:func:`amounts_over_api`, a few requests in flight at once); a cloud in process from its
-store's provider graph, the snapshot its allocation candidates come from, in one read.
+placement computes it (:mod:`berth.placement.amounts`: a cloud in process is read from
+its store's provider graph in one go, a running Berth through its Placement API).
 
 Fragmentation is arithmetic on those free amounts: the largest flavor of the set that
 some node could still take (by its whole tree's free amounts, ignoring filters), and
@@ -17,12 +16,11 @@ the stranded capacity: what is free on nodes that can take no flavor of the set.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from berth.placement.client import PlacementClient, ResourceProvider
+from berth.placement.amounts import ProviderAmounts
 
 
 @dataclass
@@ -31,40 +29,6 @@ class Need:
 
     name: str
     amounts: dict[str, int]
-
-
-@dataclass(frozen=True)
-class ProviderAmounts:
-    """One provider's capacity per class, what is used of it (classes in use only), and
-    the root of its tree."""
-
-    uuid: str
-    root_uuid: str
-    capacity: dict[str, int]
-    used: dict[str, int]
-
-
-#: Requests in flight at once while the ledger is read over the API.
-API_READERS = 8
-
-
-def amounts_over_api(client: PlacementClient) -> list[ProviderAmounts]:
-    """Every provider's amounts through the Placement API: ``GET /resource_providers``,
-    then each provider's inventories and usages (the API has no call for all of them),
-    :data:`API_READERS` providers at a time."""
-    providers = client.list_providers()
-
-    def read(p: ResourceProvider) -> ProviderAmounts:
-        _, inventory = client.get_inventories(p.uuid)
-        usages = client.provider_usages(p.uuid)
-        return ProviderAmounts(
-            p.uuid, p.root_provider_uuid or p.uuid,
-            {rc: int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
-             for rc, inv in inventory.items()},
-            {rc: int(amount) for rc, amount in usages.items() if amount})
-
-    with ThreadPoolExecutor(API_READERS) as pool:
-        return list(pool.map(read, providers))
 
 
 class Ledger:

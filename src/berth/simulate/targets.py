@@ -25,9 +25,9 @@ import httpx
 
 from berth.errors import BerthError, SchedulingError, error_dict
 from berth.model.request import Flavor
-from berth.placement.candidates_graph import capacity_of
+from berth.placement import amounts
+from berth.placement.amounts import ProviderAmounts
 from berth.placement.client import PlacementClient
-from berth.simulate.ledger import ProviderAmounts, amounts_over_api
 
 
 @dataclass
@@ -131,12 +131,8 @@ class LocalTarget:
         """From the store's provider graph (current as of this call: the snapshot the
         allocation candidates are computed from), without a request per provider."""
         if self.stack.store is None:
-            return amounts_over_api(self.placement)
-        graph = self.stack.store.provider_graph()
-        return [ProviderAmounts(p.uuid, p.root_uuid,
-                                {rc: capacity_of(inv) for rc, inv in p.inventories.items()},
-                                {rc: int(n) for rc, n in p.usages.items() if n})
-                for p in graph.providers]
+            return amounts.over_api(self.placement)
+        return amounts.from_store(self.stack.store)
 
     def delete(self, uuid: str) -> None:
         self.moves.delete(uuid)
@@ -194,7 +190,7 @@ class RemoteTarget:
 
     def provider_amounts(self) -> list[ProviderAmounts]:
         """Through the running Berth's Placement API."""
-        return amounts_over_api(self.placement)
+        return amounts.over_api(self.placement)
 
     def delete(self, uuid: str) -> None:
         self._call("DELETE", f"/servers/{uuid}")
