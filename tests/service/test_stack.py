@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from berth.model.aggregate import Aggregate
 from berth.model.request import Flavor
 from berth.service.records import SnapshotFeed
@@ -12,10 +14,17 @@ from .builders import node, reopen
 SMALL = Flavor(name="small", vcpus=2, memory_mb=1024, root_gb=10, id=7)
 
 
-def test_stored_hosts_get_agents_that_report_what_they_reported_before(first: Stack) -> None:
+@pytest.mark.parametrize("remote", [False, True], ids=["store in process", "placement API"])
+def test_stored_hosts_get_agents_that_report_what_they_reported_before(
+        first: Stack, remote: bool) -> None:
+    """What placement holds of each provider (traits, PCPU, custom classes) is read from
+    the store's provider graph in one go, or through the API when placement is another
+    service; either way the agents come back as they were."""
     agg = Aggregate(1, "a", uuid="11111111-2222-3333-4444-555555555555", hosts=("h1",))
-    h1, h2 = first.register_hosts([node("h1", traits=["CUSTOM_FAST"], pcpus=2,
-                                        stats={"rack": "r7"}), node("h2")], [agg])
+    fast = node("h1", traits=["CUSTOM_FAST"], pcpus=2, stats={"rack": "r7"})
+    fast.resources = {"CUSTOM_GPU": {"total": 4, "reserved": 0, "min_unit": 1, "max_unit": 2,
+                                     "step_size": 1, "allocation_ratio": 1.0}}
+    h1, h2 = first.register_hosts([fast, node("h2")], [agg])
     first.client.put_allocations("00000000-0000-4000-8000-00000000000a",
                                  {h1.uuid: {"VCPU": 2, "MEMORY_MB": 1024, "DISK_GB": 10}},
                                  project_id="p", user_id="u", consumer_generation=None)
@@ -23,9 +32,11 @@ def test_stored_hosts_get_agents_that_report_what_they_reported_before(first: St
     h2.set_disabled(True, "maintenance")
     before = {r["host"]: r for r in first.records.reports()}
     again = reopen(first)
+    again.remote_placement = remote
     try:
         resumed = again.resume_agents()
         assert sorted(a.node.host for a in resumed) == ["h1", "h2"]
+        assert again.agents["h1"].node.resources == fast.resources
         after = {r["host"]: r for r in again.records.reports()}
         for host in ("h1", "h2"):
             for field in ("vcpus_used", "free_ram_mb", "free_disk_mb", "stats", "instances",

@@ -77,14 +77,20 @@ class InventoryRecord:
 
     def as_dict(self) -> dict[str, Any]:
         """The wire representation (without the generation)."""
-        return {
-            "total": self.total,
-            "reserved": self.reserved,
-            "min_unit": self.min_unit,
-            "max_unit": self.max_unit,
-            "step_size": self.step_size,
-            "allocation_ratio": float(self.allocation_ratio),
-        }
+        return inventory_dict(self)
+
+
+def inventory_dict(inv: Any) -> dict[str, Any]:
+    """An inventory's wire representation (without the generation), from any object
+    with its fields (a stored row, or the candidate engine's snapshot of it)."""
+    return {
+        "total": inv.total,
+        "reserved": inv.reserved,
+        "min_unit": inv.min_unit,
+        "max_unit": inv.max_unit,
+        "step_size": inv.step_size,
+        "allocation_ratio": float(inv.allocation_ratio),
+    }
 
 
 def inventory_from_row(resource_class: str, row: Any) -> InventoryRecord:

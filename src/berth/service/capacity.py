@@ -110,8 +110,8 @@ def rooms(offline: OfflineCloud) -> list[HostRoom]:
     aggs = cloud.snapshot.aggregates
     # The node's whole tree: its nested providers (NUMA cells, devices) hold classes too.
     free_of: dict[str, Counter[str]] = {}
-    for p in (amounts.from_store(stack.store) if stack.store is not None
-              else amounts.over_api(stack.client)):
+    store = stack.placement_store
+    for p in amounts.from_store(store) if store is not None else amounts.over_api(stack.client):
         free = free_of.setdefault(p.root_uuid, Counter())
         for rc, cap in p.capacity.items():
             free[rc] += cap - p.used.get(rc, 0)

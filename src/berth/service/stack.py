@@ -24,6 +24,7 @@ from berth.config import SchedulerConfig
 from berth.model.aggregate import Aggregate
 from berth.placement.client import NotFoundError, PlacementClient
 from berth.placement.local import LocalPlacement, LocalProviders
+from berth.placement.store_records import inventory_dict
 from berth.request_filters import NetworkLookup
 from berth.service.builds import BuildRecords, instance_uuid_rng
 from berth.service.compute import ComputeAgent, ComputeNodeSpec, agent_key, node_from_record
@@ -52,6 +53,8 @@ class Stack:
     claims_client: PlacementClient | LocalPlacement | None = None
     #: The store behind ``placement_app`` (its kept connections close with the stack).
     store: Any = None
+    #: Placement is another service (``placement_url``): ``store`` is not what it holds.
+    remote_placement: bool = False
     #: Compute agents by :func:`~berth.service.compute.agent_key` (host, or host/node).
     agents: dict[str, ComputeAgent] = field(default_factory=dict)
     #: Server groups (same database); opened over ``engine`` when not given.
@@ -153,14 +156,12 @@ class Stack:
                  if r.service is not None and r.service.last_seen_up is not None]
         newest = max(beats, default=0.0)
         aggregates = self.records.aggregates()
+        published = self._published([r.uuid for r in records if r.uuid is not None])
         agents = []
         for record in records:
             assert record.uuid is not None
-            try:
-                _, traits = self.client.get_provider_traits(record.uuid)
-                _, inventory = self.client.get_inventories(record.uuid)
-            except NotFoundError:  # registration creates the provider again
-                traits, inventory = [], {}
+            # A provider gone from placement: registration creates it again.
+            traits, inventory = published.get(record.uuid, ([], {}))
             pcpus = int(inventory.get("PCPU", {}).get("total", 0))
             node = node_from_record(record, traits, pcpus)
             # Classes beyond the node's size (custom ones, VGPU...) stay as published.
@@ -176,9 +177,44 @@ class Stack:
                     agent.created_at = service.created_at
             beat = service.last_seen_up if service is not None else None
             agent.silent = beat is None or newest - beat > down_time
-            agent.register(aggregates)
             agents.append(agent)
+        # One wave, as register_hosts: each agent takes over its stored record.
+        self.records.preload([a.uuid for a in agents])
+        try:
+            for agent in agents:
+                agent.register(aggregates)
+        finally:
+            self.records.drop_preload()
         return agents
+
+    @property
+    def placement_store(self) -> Any:
+        """The store placement's answers come from, when it is in this process (for
+        whole-cloud readings without a request per provider); None when remote."""
+        return None if self.remote_placement else self.store
+
+    def _published(self, uuids: list[str]) -> dict[str, tuple[list[str], dict[str, Any]]]:
+        """The traits and inventories (as the API shows them) placement holds for each
+        provider of ``uuids`` that exists: from the store's provider graph in one read
+        when the store is in process, else two requests a provider."""
+        out: dict[str, tuple[list[str], dict[str, Any]]] = {}
+        if self.placement_store is not None:
+            graph = self.placement_store.provider_graph()
+            for uuid in uuids:
+                i = graph.index.get(uuid)
+                if i is not None:
+                    p = graph.providers[i]
+                    out[uuid] = (sorted(p.traits), {rc: inventory_dict(inv)
+                                                    for rc, inv in p.inventories.items()})
+            return out
+        for uuid in uuids:
+            try:
+                _, traits = self.client.get_provider_traits(uuid)
+                _, inventory = self.client.get_inventories(uuid)
+            except NotFoundError:
+                continue
+            out[uuid] = (traits, inventory)
+        return out
 
     def conductor(self, scheduler: SchedulerService, driver: ComputeDriver | None = None) -> Conductor:
         """A conductor over ``scheduler``, recording builds in ``builds`` and group
@@ -266,4 +302,4 @@ def open_stack(
         client = PlacementClient(placement_url)
         cand = PlacementClient(placement_url, microversion=CANDIDATES_MICROVERSION)
     return Stack(config, engine, served, client, cand, ComputeRecordStore(engine), claims_client=claims,
-                 store=store, agent_client=agents)
+                 store=store, agent_client=agents, remote_placement=placement_url is not None)

@@ -130,9 +130,8 @@ class LocalTarget:
     def provider_amounts(self) -> list[ProviderAmounts]:
         """From the store's provider graph (current as of this call: the snapshot the
         allocation candidates are computed from), without a request per provider."""
-        if self.stack.store is None:
-            return amounts.over_api(self.placement)
-        return amounts.from_store(self.stack.store)
+        store = self.stack.placement_store
+        return amounts.over_api(self.placement) if store is None else amounts.from_store(store)
 
     def delete(self, uuid: str) -> None:
         self.moves.delete(uuid)
