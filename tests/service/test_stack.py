@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from berth.config import SchedulerConfig
 from berth.model.aggregate import Aggregate
 from berth.model.request import Flavor
 from berth.service.records import SnapshotFeed
@@ -97,5 +100,75 @@ def test_each_node_of_a_multi_node_host_keeps_its_own_agent_across_a_restart(
         snap = SnapshotFeed(again.records).refresh()
         assert [snap.num("num_instances")[snap.row_of("ironic1", n)] for n in
                 ("node-a", "node-b")] == [0, 1]
+    finally:
+        again.close()
+
+
+def test_a_restart_writes_to_placement_only_what_differs(first: Stack) -> None:
+    """Placement is read before the agents register again: an unchanged provider gets
+    no write (its generation stays), a changed setting rewrites the inventories it
+    changes, and an aggregate membership placement lost is written back."""
+    agg = Aggregate(1, "a", uuid="11111111-2222-3333-4444-555555555555", hosts=("h1",))
+    h1, h2 = first.register_hosts([node("h1", traits=["CUSTOM_FAST"]), node("h2")], [agg])
+    generations = {a.uuid: first.client.get_provider(a.uuid).generation for a in (h1, h2)}
+    again = reopen(first)
+    try:
+        again.resume_agents()
+        assert {u: again.client.get_provider(u).generation for u in generations} == generations
+    finally:
+        again.close()
+
+    gen = first.client.get_provider(h1.uuid).generation
+    first.client.set_aggregates(h1.uuid, gen, [])  # placement lost the membership
+    config = SchedulerConfig.from_dict({
+        "DEFAULT": {"reserved_host_memory_mb": 1024},
+        "filter_scheduler": {"available_filters": ["berth.filters.compute.ComputeFilter"],
+                             "enabled_filters": ["ComputeFilter"]}})
+    again = reopen(first, config)
+    try:
+        again.resume_agents()
+        for uuid in (h1.uuid, h2.uuid):
+            assert again.client.get_inventories(uuid)[1]["MEMORY_MB"]["reserved"] == 1024
+        assert again.client.get_aggregates(h1.uuid)[1] == [agg.uuid]
+        assert again.client.get_aggregates(h2.uuid)[1] == []
+        assert sorted(again.client.get_provider_traits(h1.uuid)[1]) == ["CUSTOM_FAST"]
+    finally:
+        again.close()
+
+
+class _RacedOnce:
+    """An agent's client whose first provider read races with another writer: the
+    provider's inventories change right after its generation was read."""
+
+    def __init__(self, client: Any, real: Any) -> None:
+        self.client, self.real, self.raced = client, real, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def get_provider(self, uuid: str) -> Any:
+        provider = self.client.get_provider(uuid)
+        if not self.raced:
+            self.raced = True
+            _, inventory = self.real.get_inventories(uuid)
+            inventory["MEMORY_MB"] = {**inventory["MEMORY_MB"], "reserved": 1}
+            self.real.set_inventories(uuid, provider.generation, inventory)
+        return provider
+
+
+def test_a_restart_that_races_with_another_writer_writes_everything(first: Stack) -> None:
+    """What a restart read is stale once a write conflicts: the retry writes the
+    node's whole state, not only what differed from the stale reading."""
+    agg = Aggregate(1, "a", uuid="11111111-2222-3333-4444-555555555555", hosts=("h1",))
+    (h1,) = first.register_hosts([node("h1")], [agg])
+    memory = first.client.get_inventories(h1.uuid)[1]["MEMORY_MB"]["reserved"]
+    first.client.set_aggregates(h1.uuid, first.client.get_provider(h1.uuid).generation, [])
+    again = reopen(first)
+    try:
+        again.agent_client = _RacedOnce(again.agent_client or again.client, again.client)
+        again.resume_agents()
+        assert again.agent_client.raced
+        assert again.client.get_inventories(h1.uuid)[1]["MEMORY_MB"]["reserved"] == memory != 1
+        assert again.client.get_aggregates(h1.uuid)[1] == [agg.uuid]
     finally:
         again.close()

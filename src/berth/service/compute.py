@@ -165,6 +165,18 @@ def inventories_for(node: ComputeNodeSpec, config: SchedulerConfig) -> dict[str,
     return inv
 
 
+@dataclass(frozen=True)
+class HeldProvider:
+    """What placement holds of a node's root provider, as a restart reads it for every
+    stored host at once (:meth:`~berth.service.stack.Stack.resume_agents`): the agent
+    then writes only what differs (:meth:`ComputeAgent.adopt`)."""
+
+    inventory: dict[str, dict[str, Any]]
+    traits: frozenset[str]
+    aggregates: frozenset[str]
+    usages: dict[str, int]
+
+
 def child_uuid(node: ComputeNodeSpec, name: str) -> str:
     """The uuid of the nested provider ``name`` of ``node`` (stable across runs)."""
     from berth.cloudfile import stable_uuid
@@ -285,6 +297,9 @@ class ComputeAgent:
         self.baseline_instances = 0
         self._published_inventory: dict[str, dict[str, Any]] | None = None
         self._published_traits: set[str] | None = None
+        #: What placement held when the agent was re-created (:meth:`adopt`), until
+        #: the first :meth:`sync_placement` and :meth:`restore_usage` have used it.
+        self._adopted: HeldProvider | None = None
         self._children_published = False
         #: The provider may differ from the node: nothing published yet, or the last
         #: :meth:`sync_placement` failed part-way (the periodic reports try again).
@@ -330,14 +345,27 @@ class ComputeAgent:
                 return self.client.get_provider(self.uuid).generation, False
 
     def sync_placement(self, aggregates: Sequence[Aggregate] | None = None) -> None:
-        """Publish inventories and traits when they differ from what this agent last
+        r"""Publish inventories and traits when they differ from what this agent last
         published (always on its first call, so a provider left from an earlier run
-        loses what the node no longer has), and, when ``aggregates`` is given, the
-        node's membership in them — an empty membership too. A provider this call
-        created has no traits or aggregates yet, so empty ones are not written to it."""
+        loses what the node no longer has; unless the agent :meth:`adopt`\ ed what
+        placement holds, when only what differs from that is written), and, when
+        ``aggregates`` is given, the node's membership in them — an empty membership
+        too. A provider this call created has no traits or aggregates yet, so empty ones
+        are not written to it."""
         with self._lock:
             inventory = inventories_for(self.node, self.config)
             traits = self.traits()
+            mine = (sorted(a.uuid for a in aggregates if self.node.host in a.hosts)
+                    if aggregates is not None else None)
+            adopted, self._adopted = self._adopted, None
+            if (adopted is not None and inventory == adopted.inventory
+                    and traits == adopted.traits
+                    and (mine is None or set(mine) == adopted.aggregates)):
+                # A restart: placement holds all this already (no write, as Nova's
+                # resource tracker writes only what differs from what it read).
+                self._sync_children()
+                self.placement_pending = False
+                return
             if (aggregates is None and not self.placement_pending
                     and inventory == self._published_inventory
                     and traits == self._published_traits):
@@ -361,15 +389,16 @@ class ComputeAgent:
                         generation = self.client.set_provider_traits(
                             self.uuid, generation, sorted(traits))
                         self._published_traits = traits
-                    if aggregates is not None:
-                        mine = sorted(a.uuid for a in aggregates if self.node.host in a.hosts)
-                        if mine or not created:
-                            self.client.set_aggregates(self.uuid, generation, mine)
+                    if mine is not None and (mine or not created) and (
+                            adopted is None or set(mine) != adopted.aggregates):
+                        self.client.set_aggregates(self.uuid, generation, mine)
                     break
                 except ConflictError as exc:
                     if not exc.is_generation_conflict or attempt == 4:
                         raise
                     LOG.debug("provider %s changed meanwhile; retrying", self.uuid)
+                    if adopted is not None:  # what was read is stale: write it all
+                        adopted = self._published_inventory = self._published_traits = None
             self._sync_children()
             self.placement_pending = False
 
@@ -550,6 +579,16 @@ class ComputeAgent:
             now = self.last_heartbeat = self.clock()
         return now
 
+    def adopt(self, held: HeldProvider) -> None:
+        """Start from what placement holds of this node's provider (read by the caller
+        before :meth:`register`): the first :meth:`sync_placement` writes only the
+        inventories, traits and aggregates that differ from it, and
+        :meth:`restore_usage` takes the provider's usages from it."""
+        with self._lock:
+            self._adopted = held
+            self._published_inventory = held.inventory
+            self._published_traits = set(held.traits)
+
     def register(self, aggregates: Sequence[Aggregate] | None = None) -> None:
         """Take over the stored record's usage (:meth:`restore_usage`), create the
         provider, publish inventories/traits/aggregates, then the record."""
@@ -583,10 +622,14 @@ class ComputeAgent:
                          "not restored", self.node.host, uuid)
                 continue
             placed[uuid] = _Placed(instance, _flavor_of(held, instance.instance_type_id))
-        try:
-            usages = self.client.provider_usages(self.uuid)
-        except NotFoundError:
-            usages = {}
+        adopted = self._adopted
+        if adopted is not None:
+            usages = adopted.usages
+        else:
+            try:
+                usages = self.client.provider_usages(self.uuid)
+            except NotFoundError:
+                usages = {}
         known = [p.flavor for p in placed.values()]
         rest = Flavor(
             name="preexisting",

@@ -27,7 +27,13 @@ from berth.placement.local import LocalPlacement, LocalProviders
 from berth.placement.store_records import inventory_dict
 from berth.request_filters import NetworkLookup
 from berth.service.builds import BuildRecords, instance_uuid_rng
-from berth.service.compute import ComputeAgent, ComputeNodeSpec, agent_key, node_from_record
+from berth.service.compute import (
+    ComputeAgent,
+    ComputeNodeSpec,
+    HeldProvider,
+    agent_key,
+    node_from_record,
+)
 from berth.service.conductor import ComputeDriver, Conductor, FakeDriver
 from berth.service.group_check import GroupPolicyCheck
 from berth.service.groups import ServerGroupStore
@@ -134,7 +140,9 @@ class Stack:
     def resume_agents(self) -> list[ComputeAgent]:
         """Agents for the stored compute nodes that have none in this stack yet, each
         rebuilt from its last record (plus its provider's traits and PCPU total) and
-        registered again, taking over its instances and usage.
+        registered again, taking over its instances and usage. What placement holds of
+        the providers is read first (all at once when the store is in process), so a
+        registration writes only what differs from it.
 
         A restarted ``berth serve`` keeps its hosts reporting this way. The service
         state comes back as stored (disabled and its reason, forced down). A node whose
@@ -161,13 +169,17 @@ class Stack:
         for record in records:
             assert record.uuid is not None
             # A provider gone from placement: registration creates it again.
-            traits, inventory = published.get(record.uuid, ([], {}))
+            held = published.get(record.uuid)
+            traits = sorted(held.traits) if held is not None else []
+            inventory = held.inventory if held is not None else {}
             pcpus = int(inventory.get("PCPU", {}).get("total", 0))
             node = node_from_record(record, traits, pcpus)
             # Classes beyond the node's size (custom ones, VGPU...) stay as published.
             node.resources = {rc: dict(inv) for rc, inv in inventory.items()
                               if rc not in ("VCPU", "PCPU", "MEMORY_MB", "DISK_GB")}
             agent = self.agent(node)
+            if held is not None:
+                agent.adopt(held)
             service = record.service
             if service is not None:
                 agent.disabled = service.disabled
@@ -193,27 +205,33 @@ class Stack:
         whole-cloud readings without a request per provider); None when remote."""
         return None if self.remote_placement else self.store
 
-    def _published(self, uuids: list[str]) -> dict[str, tuple[list[str], dict[str, Any]]]:
-        """The traits and inventories (as the API shows them) placement holds for each
-        provider of ``uuids`` that exists: from the store's provider graph in one read
-        when the store is in process, else two requests a provider."""
-        out: dict[str, tuple[list[str], dict[str, Any]]] = {}
-        if self.placement_store is not None:
-            graph = self.placement_store.provider_graph()
+    def _published(self, uuids: list[str]) -> dict[str, HeldProvider]:
+        """What placement holds of each provider of ``uuids`` that exists: from the
+        store's provider graph in one read when the store is in process, else four
+        requests a provider."""
+        out: dict[str, HeldProvider] = {}
+        store = self.placement_store
+        if store is not None:
+            graph = store.provider_graph()
             for uuid in uuids:
                 i = graph.index.get(uuid)
                 if i is not None:
                     p = graph.providers[i]
-                    out[uuid] = (sorted(p.traits), {rc: inventory_dict(inv)
-                                                    for rc, inv in p.inventories.items()})
+                    out[uuid] = HeldProvider(
+                        {rc: inventory_dict(inv) for rc, inv in p.inventories.items()},
+                        frozenset(p.traits), frozenset(p.aggregates),
+                        {rc: int(n) for rc, n in p.usages.items()})
             return out
         for uuid in uuids:
             try:
                 _, traits = self.client.get_provider_traits(uuid)
                 _, inventory = self.client.get_inventories(uuid)
+                _, aggregates = self.client.get_aggregates(uuid)
+                usages = self.client.provider_usages(uuid)
             except NotFoundError:
                 continue
-            out[uuid] = (traits, inventory)
+            out[uuid] = HeldProvider(inventory, frozenset(traits), frozenset(aggregates),
+                                     dict(usages))
         return out
 
     def conductor(self, scheduler: SchedulerService, driver: ComputeDriver | None = None) -> Conductor:
