@@ -341,6 +341,12 @@ def _services(url: str) -> dict[str, dict[str, Any]]:
     return {s["host"]: s for s in answer["services"]}
 
 
+def _generations(url: str) -> dict[str, int]:
+    providers = httpx.get(url + "/placement/resource_providers", headers=ADMIN,
+                          timeout=30).json()["resource_providers"]
+    return {p["name"]: p["generation"] for p in providers}
+
+
 def _service_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "berth.cli", "service", *args, "--url", url,
                            "--token", "admin"], capture_output=True, text=True, timeout=60)
@@ -369,12 +375,16 @@ def test_an_operator_disables_and_forces_down_services_through_an_api_process(
             refused = httpx.post(api + "/boot", headers=ADMIN, timeout=60, json={
                 "flavor": "tiny", "force_hosts": [host]})
             assert refused.status_code == 409, refused.text
-        # The fleet restarts: each agent takes its switches back from its record.
+        # The fleet restarts: each agent takes its switches back from its record, and
+        # reads what placement holds of its provider first: nothing has changed, so
+        # nothing is written (every provider keeps its generation).
+        generations = _generations(api)
         c.kill("compute")
         c.start_compute()
         time.sleep(2)  # the restarted fleet's first round of reports
         c.wait_hosts(api, 6, timeout=30)
         assert _up_count(api) == 6
+        assert _generations(api) == generations
         services = _services(api)
         assert services["h00002"]["disabled_reason"] == "new disks"
         assert services["h00003"]["forced_down"] is True

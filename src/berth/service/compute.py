@@ -177,6 +177,20 @@ class HeldProvider:
     usages: dict[str, int]
 
 
+def held_provider(client: Any, uuid: str) -> HeldProvider | None:
+    """What placement holds of provider ``uuid``, through the API (its traits,
+    inventories, aggregates and usages: what Nova's resource tracker reads of a provider
+    that exists before it writes); None when there is no such provider."""
+    try:
+        _, traits = client.get_provider_traits(uuid)
+        _, inventory = client.get_inventories(uuid)
+        _, aggregates = client.get_aggregates(uuid)
+        usages = client.provider_usages(uuid)
+    except NotFoundError:
+        return None
+    return HeldProvider(dict(inventory), frozenset(traits), frozenset(aggregates), dict(usages))
+
+
 def child_uuid(node: ComputeNodeSpec, name: str) -> str:
     """The uuid of the nested provider ``name`` of ``node`` (stable across runs)."""
     from berth.cloudfile import stable_uuid

@@ -9,7 +9,9 @@ agent does for itself, in bulk:
   API over HTTP as Nova's resource tracker does (provider, inventories with reserved
   amounts and ratios, traits, aggregates), from a pool of threads; the stored reports
   are read once up front and the new ones written in one batch at the end; which
-  process runs each host goes to the agent directory. Heartbeats start with the first
+  process runs each host goes to the agent directory. A host with a stored report (a
+  restart) first reads what placement holds of its provider and writes only what
+  differs, as Nova's resource tracker does. Heartbeats start with the first
   registered host, so no host waits for the others to be counted up;
 * **reports** (:meth:`Fleet.start`, a :class:`~berth.service.reporting.Reporter`):
   after every build or destroy a host reports its whole state at once; every
@@ -36,7 +38,7 @@ from berth.config import SchedulerConfig
 from berth.model.aggregate import Aggregate
 from berth.placement.client import PlacementClient
 from berth.provider_tree import cpu_traits
-from berth.service.compute import ComputeAgent, ComputeNodeSpec
+from berth.service.compute import ComputeAgent, ComputeNodeSpec, held_provider
 from berth.service.compute_rpc import AgentDirectory
 from berth.service.reporting import Reporter
 from berth.service.reports import BusRecordStore
@@ -79,6 +81,11 @@ class Fleet:
         self.records.begin_deferred()
         try:
             def one(agent: ComputeAgent) -> None:
+                if self.records.report_of(agent.uuid) is not None:
+                    # A restart: read what placement holds, write only what differs.
+                    held = held_provider(self.client, agent.uuid)
+                    if held is not None:
+                        agent.adopt(held)
                 agent.register(aggregates)
                 with self._reg_lock:
                     self._registered.append(agent)

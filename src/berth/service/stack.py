@@ -32,6 +32,7 @@ from berth.service.compute import (
     ComputeNodeSpec,
     HeldProvider,
     agent_key,
+    held_provider,
     node_from_record,
 )
 from berth.service.conductor import ComputeDriver, Conductor, FakeDriver
@@ -223,15 +224,9 @@ class Stack:
                         {rc: int(n) for rc, n in p.usages.items()})
             return out
         for uuid in uuids:
-            try:
-                _, traits = self.client.get_provider_traits(uuid)
-                _, inventory = self.client.get_inventories(uuid)
-                _, aggregates = self.client.get_aggregates(uuid)
-                usages = self.client.provider_usages(uuid)
-            except NotFoundError:
-                continue
-            out[uuid] = HeldProvider(inventory, frozenset(traits), frozenset(aggregates),
-                                     dict(usages))
+            held = held_provider(self.client, uuid)
+            if held is not None:
+                out[uuid] = held
         return out
 
     def conductor(self, scheduler: SchedulerService, driver: ComputeDriver | None = None) -> Conductor:
