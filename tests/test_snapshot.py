@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from berth.host_state import WorkingSet
+from berth.interning import freeze
 from berth.model import Aggregate, Instance, MetricItem, ServiceRecord
-from berth.snapshot import HostRecord, HostSnapshot, freeze
+from berth.snapshot import HostRecord, HostSnapshot
 from builders import NOW, cloud, host, spec
 
 

@@ -23,12 +23,13 @@ import json
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
 import numpy as np
 
+from berth.interning import DICT_ONLY, Interned, intern_batch, intern_each
 from berth.model.aggregate import Aggregate
 from berth.model.compute import Instance, MetricItem, ServiceRecord
 from berth.service_hosts import ServiceHosts
@@ -89,140 +90,6 @@ OBJECT_COLUMNS: tuple[str, ...] = (
     "service",
 )
 
-
-def freeze(value: Any) -> Hashable:
-    """A hashable, order-independent key for a JSON-like value (dicts, lists, scalars)."""
-    if isinstance(value, Mapping):
-        return ("__dict__", tuple(sorted((str(k), freeze(v)) for k, v in value.items())))
-    if isinstance(value, (list, tuple)):
-        return ("__list__", tuple(freeze(v) for v in value))
-    if isinstance(value, set | frozenset):
-        return ("__set__", tuple(sorted(freeze(v) for v in value)))  # type: ignore[type-var]
-    return value  # type: ignore[no-any-return]
-
-
-def _fast_key(value: Any) -> Hashable | None:
-    """A cheap exact key for common interned values, or None (then freeze() decides).
-
-    The type tag keeps ``"1"``, ``1`` and ``(1,)`` apart; a dict key is the frozenset of
-    its items, which needs hashable values (anything else falls back to freeze()).
-    """
-    kind = type(value)
-    if value is None or kind is str or kind is int:
-        return (kind, value)
-    if kind is tuple:
-        try:
-            hash(value)
-        except TypeError:
-            return None
-        return (tuple, value)
-    if kind is dict:
-        try:
-            return (dict, frozenset(value.items()))
-        except TypeError:
-            return None
-    if kind is list and all(type(v) is list for v in value):
-        key = (list, tuple(tuple(v) for v in value))
-        try:
-            hash(key)
-        except TypeError:
-            return None
-        return key
-    return None
-
-
-def _batch_keys(values: Sequence[Any]) -> Sequence[Hashable] | None:
-    """Exact keys of many values, computed in C-level passes, or None (no fast form).
-
-    Equal keys imply the per-value :meth:`Interned.intern` would give equal codes:
-    strings, None and tuples are their own keys; a dict's key is its items in order
-    (equal items mean equal fast keys); a list of lists/tuples of scalars is keyed by its
-    tuple of tuples (freeze() makes no difference between lists and tuples). Unhashable
-    parts surface as a TypeError when the keys are hashed.
-    """
-    kinds = set(map(type, values))
-    if kinds <= _SELF_KEYED:
-        return values
-    if kinds == _DICT:
-        return list(map(tuple, map(dict.items, values)))
-    if kinds <= _SEQUENCES and set(map(type, chain.from_iterable(values))) <= _SEQUENCES:
-        return list(map(tuple, map(map, repeat(tuple), values)))
-    return None
-
-
-def _intern_batch(
-    col: Interned, values: Sequence[Any], copy: Callable[[Any], Any] | None = None
-) -> np.ndarray:
-    """Codes of many values: each distinct key is interned once per batch, in the order
-    the values first appear (the codes a row-by-row build gives).
-
-    ``copy`` makes the stored value (only for values not seen in this batch).
-    """
-    n = len(values)
-    keys = _batch_keys(values) if n else None
-    if keys is not None:
-        # The first value of each distinct key, in first-seen order.
-        firsts: dict[Hashable, Any] = {}
-        try:
-            for _ in map(firsts.setdefault, keys, values):
-                pass
-        except TypeError:  # unhashable parts: the general path decides
-            pass
-        else:
-            intern = col.intern
-            lookup = {key: intern(copy(value) if copy else value)
-                      for key, value in firsts.items()}
-            return np.fromiter(map(lookup.__getitem__, keys), dtype=np.int32, count=n)
-    return _intern_each(col, values, copy)
-
-
-def _intern_each(
-    col: Interned, values: Sequence[Any], copy: Callable[[Any], Any] | None = None
-) -> np.ndarray:
-    """:func:`_intern_batch` one value at a time (any values).
-
-    A list equal to the previous row's (when that one had an exact key) takes its code
-    without building a key: lists of lists of scalars compare equal exactly when their
-    keys do, and neighbouring rows often report the same ``supported_instances``.
-    """
-    intern = col.intern
-    seen: dict[Hashable, int] = {}
-    codes = np.empty(len(values), dtype=np.int32)
-    last_list: list[Any] | None = None
-    last_code = 0
-    for i, value in enumerate(values):
-        kind = type(value)
-        key: Hashable
-        if kind is list and last_list is not None and value == last_list:
-            codes[i] = last_code
-            continue
-        try:
-            if kind is str or value is None:
-                key = value
-            elif kind is tuple:
-                key = (tuple, value)
-            elif kind is dict:
-                key = (dict, frozenset(value.items()))
-            elif kind is list:
-                key = (list, tuple(tuple(v) if type(v) is list else v for v in value))
-            else:
-                codes[i] = intern(copy(value) if copy else value)
-                continue
-            code = seen.get(key)
-        except TypeError:  # unhashable parts: the general path decides
-            codes[i] = intern(copy(value) if copy else value)
-            continue
-        if code is None:
-            code = seen[key] = intern(copy(value) if copy else value)
-        codes[i] = code
-        if kind is list:
-            last_list, last_code = value, code
-    return codes
-
-
-_SELF_KEYED = frozenset({str, tuple, type(None)})
-_DICT = frozenset({dict})
-_SEQUENCES = frozenset({list, tuple})
 
 #: Record fields the bulk build reads, and the plain numeric ones among them.
 _OBJECT_FIELDS = ("host", "nodename", "cell_uuid", "uuid", "hypervisor_type",
@@ -348,47 +215,6 @@ def _copies(values: Sequence[Any], kind: type) -> list[Any]:
     if set(map(type, values)) <= {kind}:
         return list(map(kind, values))
     return [kind(v or kind()) for v in values]
-
-
-class Interned:
-    """A column of interned values: ``codes[row]`` indexes ``values``.
-
-    Equal values (by :func:`freeze`) share one code, so per-signature evaluation visits
-    each distinct value once.
-    """
-
-    __slots__ = ("codes", "values", "_index", "_fast", "_size")
-
-    def __init__(self, capacity: int = 0) -> None:
-        self.codes = np.zeros(capacity, dtype=np.int32)
-        self.values: list[Any] = []
-        self._index: dict[Hashable, int] = {}
-        self._fast: dict[Hashable, int] = {}
-        self._size = 0
-
-    def intern(self, value: Any) -> int:
-        """The code for ``value``, adding it to the table if new."""
-        # Fast path: most values are strings, tuples of ints or flat dicts of scalars,
-        # which have a cheap exact key; freeze() (sorting, recursion) runs once per new
-        # fast key only. Equal fast keys imply equal values, so codes stay the same.
-        fast = _fast_key(value)
-        if fast is not None:
-            code = self._fast.get(fast)
-            if code is not None:
-                return code
-        key = freeze(value)
-        code = self._index.get(key)
-        if code is None:
-            code = len(self.values)
-            self.values.append(value)
-            self._index[key] = code
-        if fast is not None:
-            self._fast[fast] = code
-        return code
-
-    def value(self, row: int) -> Any:
-        """The value of ``row``."""
-        return self.values[int(self.codes[row])]
 
 
 @dataclass
@@ -527,7 +353,7 @@ class HostSnapshot:
         if membership is None:  # a host listed twice in an aggregate: keep its repeats
             self._index_aggregates()
             by_host = self._aggs_by_host
-            return _intern_batch(col, [by_host.get(host, ()) for host in hosts])
+            return intern_batch(col, [by_host.get(host, ()) for host in hosts])
         distinct, keys, host_keys, outside = membership
         members = {key: _bits(key) for key in dict.fromkeys(keys)}
         by_host = dict(zip(distinct, map(members.__getitem__, host_keys)))
@@ -610,12 +436,12 @@ class HostSnapshot:
         # explicit record values win where given.
         raw_stats = f["stats"]
         stats_list: Sequence[Any] = (
-            raw_stats if set(map(type, raw_stats)) <= _DICT
+            raw_stats if set(map(type, raw_stats)) <= DICT_ONLY
             else [dict(stats or {}) for stats in raw_stats])
         stats_col = self._interned["stats"]
         # One Python pass with frozenset keys (their hash is cached) beats C-level passes
         # over tuple keys here.
-        stats_codes = _intern_each(stats_col, stats_list, copy=dict)
+        stats_codes = intern_each(stats_col, stats_list, copy=dict)
         stats_col.codes[start:end] = stats_codes
         for name, stat in (("num_instances", "num_instances"), ("num_io_ops", "io_workload"),
                            ("failed_builds", "failed_builds")):
@@ -660,13 +486,13 @@ class HostSnapshot:
              else [c if c is not None else "{}" for c in cpu_info]),
         ):
             col = interned[name]
-            col.codes[start:end] = _intern_batch(col, values)
+            col.codes[start:end] = intern_batch(col, values)
         interned["aggregates"].codes[start:end] = (
             self._index_membership(hosts) if index_aggregates
-            else _intern_batch(interned["aggregates"],
+            else intern_batch(interned["aggregates"],
                                [self._aggs_by_host.get(host, ()) for host in hosts]))
         col = interned["supported_instances"]
-        col.codes[start:end] = _intern_each(
+        col.codes[start:end] = intern_each(
             col, [si or [] for si in f["supported_instances"]],
             copy=lambda triples: [list(t) for t in triples])
 

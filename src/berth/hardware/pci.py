@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from berth.errors import ConfigError, ExtraSpecError, SchedulingError
-from berth.snapshot import freeze
+from berth.interning import freeze
 
 if TYPE_CHECKING:
     from berth.hardware.numa import NUMATopology
