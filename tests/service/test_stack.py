@@ -172,3 +172,23 @@ def test_a_restart_that_races_with_another_writer_writes_everything(first: Stack
         assert again.client.get_aggregates(h1.uuid)[1] == [agg.uuid]
     finally:
         again.close()
+
+
+def test_registering_the_same_hosts_again_writes_only_what_the_cloud_changed(
+        first: Stack) -> None:
+    """A restart with the cloud file (``berth serve --cloud`` again): the stored hosts
+    start from what placement holds; an unchanged host gets no write, a host whose
+    traits the file changed gets them."""
+    agg = Aggregate(1, "a", uuid="11111111-2222-3333-4444-555555555555", hosts=("h1",))
+    h1, h2 = first.register_hosts([node("h1", traits=["CUSTOM_FAST"]), node("h2")], [agg])
+    generations = {a.node.host: first.client.get_provider(a.uuid).generation for a in (h1, h2)}
+    again = reopen(first)
+    try:
+        again.register_hosts([node("h1", traits=["CUSTOM_FAST"]),
+                              node("h2", traits=["CUSTOM_NEW"])], [agg])
+        assert again.client.get_provider(h1.uuid).generation == generations["h1"]
+        assert again.client.get_provider(h2.uuid).generation > generations["h2"]
+        assert again.client.get_provider_traits(h2.uuid)[1] == ["CUSTOM_NEW"]
+        assert again.client.get_aggregates(h1.uuid)[1] == [agg.uuid]
+    finally:
+        again.close()

@@ -126,13 +126,19 @@ class Stack:
     def register_hosts(
         self, nodes: Iterable[ComputeNodeSpec], aggregates: Iterable[Aggregate] = ()
     ) -> list[ComputeAgent]:
-        """Store the aggregates, then register every node through its agent."""
+        """Store the aggregates, then register every node through its agent. A node
+        stored before (a restart with the same cloud) starts from what placement holds
+        of its provider, read for all of them at once, and writes only what differs."""
         aggs = list(aggregates)
         self.records.set_aggregates(aggs)
         agents = [self.agent(n) for n in nodes]
         self.records.preload([a.uuid for a in agents])  # each takes over its stored record
         try:
+            held = self._published([a.uuid for a in agents
+                                    if self.records.report_of(a.uuid) is not None])
             for agent in agents:
+                if agent.uuid in held:
+                    agent.adopt(held[agent.uuid])
                 agent.register(aggs)
         finally:
             self.records.drop_preload()
