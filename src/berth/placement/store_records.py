@@ -181,12 +181,4 @@ def _capacity_ok(inv: InventoryRecord, version: tuple[int, int]) -> bool:
 
 
 def _fields(inv: InventoryRecord) -> dict[str, Any]:
-    return {
-        "resource_class": inv.resource_class,
-        "total": inv.total,
-        "reserved": inv.reserved,
-        "min_unit": inv.min_unit,
-        "max_unit": inv.max_unit,
-        "step_size": inv.step_size,
-        "allocation_ratio": float(inv.allocation_ratio),
-    }
+    return {"resource_class": inv.resource_class, **inventory_dict(inv)}
