@@ -342,8 +342,10 @@ def _aggregates_body(req: Request, generation: int, aggs: list[str]) -> dict[str
 
 def list_aggregates(req: Request, store: PlacementStore, params: Mapping[str, str]) -> Response:
     """GET .../aggregates (>= 1.1): 200; 404."""
-    _require_rp(store, params["uuid"])
-    prov, aggs = store.get_aggregates(params["uuid"])
+    found = store.find_aggregates(params["uuid"])
+    if found is None:
+        raise _not_found_rp(params["uuid"])
+    prov, aggs = found
     resp = json_response(_aggregates_body(req, prov.generation, aggs))
     add_cache_headers(req, resp, utcnow())
     return resp

@@ -225,7 +225,7 @@ _PG_SET_AGGREGATES = (
 )
 
 
-def _as_datetime(value: Any) -> dt.datetime | None:
+def as_datetime(value: Any) -> dt.datetime | None:
     """A timestamp column as read on a raw connection (text on SQLite)."""
     if value is None or isinstance(value, dt.datetime):
         return value
@@ -364,7 +364,7 @@ def set_inventories(
             if rc is None:
                 return None
             old[rc] = InventoryRecord(rc, total, reserved, min_unit, max_unit, step, ratio,
-                                      _as_datetime(created), _as_datetime(updated))
+                                      as_datetime(created), as_datetime(updated))
         if any(rc not in new for rc in old):
             return None  # a removal: the general path checks whether it is in use
         now = utcnow()

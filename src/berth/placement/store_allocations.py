@@ -90,6 +90,12 @@ class AllocationsMixin(FastWritesMixin):
 
     def provider_usages(self, uuid: str) -> tuple[ProviderRecord, dict[str, int]] | None:
         """Per-class usage of a provider, one entry per inventoried class."""
+        from berth.placement import provider_reads  # built on this module
+
+        try:
+            return provider_reads.usages(self, uuid)
+        except provider_reads.Fallback:
+            pass
         with self._read() as conn:
             prov = self._get_provider(conn, uuid)
             if prov is None:

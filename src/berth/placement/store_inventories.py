@@ -42,6 +42,12 @@ class InventoriesMixin(StoreBase):
         self, uuid: str
     ) -> tuple[ProviderRecord, dict[str, InventoryRecord]] | None:
         """A provider and its inventories, or None when the provider does not exist."""
+        from berth.placement import provider_reads  # built on this module
+
+        try:
+            return provider_reads.inventories(self, uuid)
+        except provider_reads.Fallback:
+            pass
         with self._read() as conn:
             prov = self._get_provider(conn, uuid)
             if prov is None:

@@ -43,11 +43,25 @@ class TraitsMixin(StoreBase):
         ).all()
         return [r[0] for r in rows]
 
+    def find_aggregates(self, uuid: str) -> tuple[ProviderRecord, list[str]] | None:
+        """A provider and its aggregate uuids, or None if the provider is missing."""
+        from berth.placement import provider_reads  # built on this module
+
+        try:
+            return provider_reads.aggregates(self, uuid)
+        except provider_reads.Fallback:
+            pass
+        with self._read() as conn:
+            prov = self._get_provider(conn, uuid)
+            return None if prov is None else (prov, self._aggregates(conn, prov.id))
+
     def get_aggregates(self, uuid: str) -> tuple[ProviderRecord, list[str]]:
         """A provider and its aggregate uuids (404 if the provider is missing)."""
-        with self._read() as conn:
-            prov = self._require_provider(conn, uuid)
-            return prov, self._aggregates(conn, prov.id)
+        found = self.find_aggregates(uuid)
+        if found is None:
+            raise errors.NotFound(
+                f"No resource provider with uuid {uuid} found", outside_handler=True)
+        return found
 
     def set_aggregates(
         self, uuid: str, aggs: Sequence[str], generation: int | None
@@ -125,6 +139,12 @@ class TraitsMixin(StoreBase):
 
     def get_provider_traits(self, uuid: str) -> tuple[ProviderRecord, list[str]] | None:
         """A provider and its trait names, or None if missing."""
+        from berth.placement import provider_reads  # built on this module
+
+        try:
+            return provider_reads.traits(self, uuid)
+        except provider_reads.Fallback:
+            pass
         with self._read() as conn:
             prov = self._get_provider(conn, uuid)
             if prov is None:
