@@ -218,6 +218,8 @@ class Stack:
         requests a provider."""
         out: dict[str, HeldProvider] = {}
         store = self.placement_store
+        if not uuids:
+            return out  # a new cloud: nothing to read (nor a graph to build)
         if store is not None:
             graph = store.provider_graph()
             for uuid in uuids:
