@@ -37,7 +37,6 @@ from typing import Any
 from berth.errors import InputError, NoValidHost
 from berth.hardware.numa import prepare_request
 from berth.model.request import RequestSpec
-from berth.placement import amounts
 from berth.resource_request import from_request_spec
 from berth.service.offline import OfflineCloud
 
@@ -110,8 +109,7 @@ def rooms(offline: OfflineCloud) -> list[HostRoom]:
     aggs = cloud.snapshot.aggregates
     # The node's whole tree: its nested providers (NUMA cells, devices) hold classes too.
     free_of: dict[str, Counter[str]] = {}
-    store = stack.placement_store
-    for p in amounts.from_store(store) if store is not None else amounts.over_api(stack.client):
+    for p in stack.provider_amounts():
         free = free_of.setdefault(p.root_uuid, Counter())
         for rc, cap in p.capacity.items():
             free[rc] += cap - p.used.get(rc, 0)

@@ -22,6 +22,8 @@ import httpx
 from berth.claims import CANDIDATES_MICROVERSION
 from berth.config import SchedulerConfig
 from berth.model.aggregate import Aggregate
+from berth.placement import amounts
+from berth.placement.amounts import ProviderAmounts
 from berth.placement.client import NotFoundError, PlacementClient
 from berth.placement.local import LocalPlacement, LocalProviders
 from berth.placement.store_records import inventory_dict
@@ -211,6 +213,13 @@ class Stack:
         """The store placement's answers come from, when it is in this process (for
         whole-cloud readings without a request per provider); None when remote."""
         return None if self.remote_placement else self.store
+
+    def provider_amounts(self) -> list[ProviderAmounts]:
+        """Every provider's capacity and usage (a replay's ledger, ``berth capacity``):
+        from the store's provider graph at once when placement is in process, else
+        through its API."""
+        store = self.placement_store
+        return amounts.over_api(self.client) if store is None else amounts.from_store(store)
 
     def _published(self, uuids: list[str]) -> dict[str, HeldProvider]:
         """What placement holds of each provider of ``uuids`` that exists: from the

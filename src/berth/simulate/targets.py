@@ -130,8 +130,7 @@ class LocalTarget:
     def provider_amounts(self) -> list[ProviderAmounts]:
         """From the store's provider graph (current as of this call: the snapshot the
         allocation candidates are computed from), without a request per provider."""
-        store = self.stack.placement_store
-        return amounts.over_api(self.placement) if store is None else amounts.from_store(store)
+        return self.stack.provider_amounts()  # type: ignore[no-any-return]
 
     def delete(self, uuid: str) -> None:
         self.moves.delete(uuid)
