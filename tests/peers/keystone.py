@@ -70,6 +70,12 @@ class Keystone:
         _write_conf(self.workdir)
         self._serve()
         self._ids = json.loads((template / "ids.json").read_text())
+        # Keystone writes a user's last_active_at on its first authentication of the day,
+        # and on SQLite two such writes at once deadlock: one answers 500 "database is
+        # locked" (Nova's services, started side by side, all authenticate as ``berth``
+        # at once). One token per user here, one after the other, makes those writes.
+        for user in USERS:
+            self.token(user)
         admin = {"X-Auth-Token": self.token("admin")}
         with httpx.Client(base_url=self.url, headers=admin, timeout=30) as http:
             for endpoint in http.get("/endpoints").json()["endpoints"]:
