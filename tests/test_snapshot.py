@@ -78,6 +78,26 @@ def test_derived_indexes_are_rebuilt_after_a_change():
     assert snap.instance_rows() == {"i1": 0, "i2": 1}
 
 
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from("abcd"),
+                          st.lists(st.sampled_from([f"i{n}" for n in range(8)]), max_size=4)),
+                max_size=25))
+def test_the_instance_index_follows_reports_as_a_rebuild_would(reports):
+    """instance_rows is kept up to date report by report (an instance moving between
+    hosts, hosts emptied, new hosts appended): always what a fresh build gives, and an
+    index handed out earlier does not change under its reader."""
+    snap = cloud(host("a", instances=["i0"]), host("b"))
+    for name, uuids in reports:
+        before = snap.instance_rows()
+        frozen = dict(before)
+        snap.upsert(HostRecord(name, instances={u: Instance(u) for u in uuids}))
+        assert before == frozen
+        fresh = HostSnapshot.from_records(
+            [HostRecord(h, instances=dict(snap.obj("instances")[row]))
+             for row, h in enumerate(snap.obj("host")[:len(snap)])])
+        assert snap.instance_rows() == fresh.instance_rows()
+
 def test_numeric_updates_keep_derived_indexes_and_reports_drop_them():
     snap = cloud(host("a"), host("b"))
     built = []
