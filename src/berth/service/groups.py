@@ -32,15 +32,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
 from berth.errors import InputError
 from berth.model.request import InstanceGroup
-from berth.placement.db import allocations, create_tables, resource_providers
+from berth.placement.db import create_tables
 from berth.placement.dbfaults import retried
-from berth.placement.store_raw import raw_pool
+from berth.placement.store_raw import RawConnection, _marks, raw_pool
 from berth.service.builds import BUILDING, builds, builds_metadata
-from berth.service.records import compute_nodes, records_metadata
+from berth.service.records import records_metadata
 
 groups_metadata = sa.MetaData()
 
@@ -64,6 +64,31 @@ server_groups = sa.Table(
 _RAW_WITH_MEMBER = (
     "SELECT uuid, name, policy, rules, members, project_id, user_id FROM berth_server_groups "
     "WHERE members LIKE ? ESCAPE '/'"
+)
+#: Where instances are claimed (:class:`ClaimedHosts`): the host of the compute node
+#: (root provider) each one's allocations are against, from the node's compute record,
+#: else the provider's name.
+_RAW_CLAIMED = (
+    "SELECT DISTINCT a.consumer_id, COALESCE(cn.host, root.name) FROM allocations a "
+    "JOIN resource_providers rp ON rp.id = a.resource_provider_id "
+    "JOIN resource_providers root ON root.id = COALESCE(rp.root_provider_id, rp.id) "
+    "LEFT OUTER JOIN berth_compute_nodes cn ON cn.uuid = root.uuid"
+)
+_RAW_CLAIMED_HOSTS = _RAW_CLAIMED + " WHERE a.consumer_id IN ({})"
+#: Members checked in by the late group check: not a build of Berth's (no record), or
+#: past ``building``, or admitted to a host while building (the first mark: BUILDING).
+_RAW_ADMITTED_HOSTS = (
+    _RAW_CLAIMED + " LEFT OUTER JOIN berth_builds b ON b.instance_uuid = a.consumer_id "
+    "WHERE (b.state IS NULL OR b.state != ? OR b.host IS NOT NULL) AND a.consumer_id IN ({})"
+)
+_RAW_GROUP = (
+    "SELECT uuid, name, policy, rules, members, project_id, user_id FROM berth_server_groups "
+    "WHERE uuid = ?"
+)
+#: A group by uuid or by name, in one read (:meth:`ServerGroupStore.find` sorts it out).
+_RAW_FIND_GROUP = _RAW_GROUP + " OR name = ?"
+_RAW_ADMIT_BUILD = (
+    "UPDATE berth_builds SET host = ? WHERE instance_uuid = ? AND state = ?"
 )
 _MEMBERS_FOR_UPDATE = (sa.select(server_groups.c.members)
                        .where(server_groups.c.uuid == sa.bindparam("b_uuid")).with_for_update())
@@ -100,43 +125,32 @@ class ClaimedHosts:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        root = resource_providers.alias("root")
-        rp = resource_providers.alias("rp")
-        self._query = (
-            sa.select(allocations.c.consumer_id,
-                      sa.func.coalesce(compute_nodes.c.host, root.c.name))
-            .select_from(
-                allocations.join(rp, rp.c.id == allocations.c.resource_provider_id)
-                .join(root, root.c.id == sa.func.coalesce(rp.c.root_provider_id, rp.c.id))
-                .outerjoin(compute_nodes, compute_nodes.c.uuid == root.c.uuid))
-            .distinct())
-
-        # Members checked in by the late group check: not a build of Berth's (no
-        # record), or past ``building``, or admitted to a host while building.
-        self._admitted = (
-            self._query.outerjoin(builds, builds.c.instance_uuid == allocations.c.consumer_id)
-            .where(sa.or_(builds.c.state.is_(None), builds.c.state != BUILDING,
-                          builds.c.host.is_not(None))))
+        self._raw = raw_pool(engine)
 
     @retried(safe=True)
     def hosts_of(self, instance_uuids: Iterable[str]) -> dict[str, str]:
         """The host each instance is claimed on; those without a claim are left out."""
-        with self.engine.connect() as conn:
-            return self._run(conn, self._query, instance_uuids)
+        raw = self._raw.take()
+        ok = False
+        try:
+            where = self.on(raw, instance_uuids, admitted=False)
+            ok = True
+            return where
+        finally:
+            self._raw.give(raw, ok)
 
-    def admitted_hosts_of(self, conn: Connection, instance_uuids: Iterable[str]) -> dict[str, str]:
-        """Like :meth:`hosts_of`, on ``conn``, for the instances that passed the late
-        group check (or that Berth did not build)."""
-        return self._run(conn, self._admitted, instance_uuids)
-
-    def _run(self, conn: Connection, query: sa.Select[Any],
-             instance_uuids: Iterable[str]) -> dict[str, str]:
+    def on(self, raw: RawConnection, instance_uuids: Iterable[str], *,
+           admitted: bool) -> dict[str, str]:
+        """:meth:`hosts_of` on ``raw`` (inside its transaction, if one is open); with
+        ``admitted``, only the instances that passed the late group check (or that
+        Berth did not build)."""
         wanted = list(dict.fromkeys(instance_uuids))
         where: dict[str, str] = {}
+        query = _RAW_ADMITTED_HOSTS if admitted else _RAW_CLAIMED_HOSTS
         for i in range(0, len(wanted), self.CHUNK):
             chunk = wanted[i:i + self.CHUNK]
-            for consumer, host in conn.execute(
-                    query.where(allocations.c.consumer_id.in_(chunk))):
+            params = [BUILDING, *chunk] if admitted else chunk
+            for consumer, host in raw.run([(query.format(_marks(len(chunk))), params)])[0]:
                 where.setdefault(str(consumer), str(host))
         return where
 
@@ -197,13 +211,10 @@ class ServerGroupStore:
 
     @retried(safe=True)
     def find(self, ref: str) -> list[InstanceGroup]:
-        """The group whose uuid is ``ref``, else every group named ``ref``."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(server_groups).where(server_groups.c.uuid == ref)).all()
-            if not rows:
-                rows = conn.execute(sa.select(server_groups).where(server_groups.c.name == ref)
-                                    .order_by(server_groups.c.uuid)).all()
-        return [_group(r) for r in rows]
+        """The group whose uuid is ``ref``, else every group named ``ref`` (by uuid)."""
+        rows = self._raw.run([(_RAW_FIND_GROUP, (ref, ref))])[0]
+        by_uuid = [r for r in rows if r[0] == ref]
+        return [_group(r) for r in (by_uuid or sorted(rows, key=lambda r: str(r[0])))]
 
     def resolve(self, ref: str, *, field: str = "hints.group") -> InstanceGroup:
         """The group ``ref`` (a uuid or a unique name) with ``hosts``: where its members
@@ -248,18 +259,23 @@ class ServerGroupStore:
         process's checks of this group take turns), read the group and the hosts its
         other checked-in members are claimed on, let ``decide`` raise to refuse, then
         record ``instance_uuid`` as checked in on ``host`` (its build record). A group
-        that is gone has nothing to check."""
-        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            row = conn.execute(sa.select(server_groups).where(server_groups.c.uuid == uuid)
-                               .with_for_update()).first()
-            if row is None:
-                return
-            group = _group(row)
-            others = [m for m in group.members if m != instance_uuid]
-            decide(group, self.placements.admitted_hosts_of(conn, others) if others else {})
-            conn.execute(sa.update(builds).where(builds.c.instance_uuid == instance_uuid,
-                                                 builds.c.state == BUILDING)
-                         .values(host=host))
+        that is gone has nothing to check. Raw statements on a kept connection: through
+        SQLAlchemy, building them cost more than running them."""
+        raw = self._raw.take()
+        ok = False
+        try:
+            lock = ((_RAW_GROUP + " FOR UPDATE", "BEGIN") if raw.pg else
+                    (_RAW_GROUP, "BEGIN IMMEDIATE"))  # SQLite: the write lock, at once
+            row = raw.run([(lock[1], ()), (lock[0], (uuid,))])[1]
+            if row:
+                group = _group(row[0])
+                others = [m for m in group.members if m != instance_uuid]
+                decide(group, self.placements.on(raw, others, admitted=True) if others else {})
+                raw.run([(_RAW_ADMIT_BUILD, (host, instance_uuid, BUILDING))])
+            raw.run([("COMMIT", ())])
+            ok = True
+        finally:
+            self._raw.give(raw, ok)  # an open transaction (a refusal) is rolled back
 
     @retried(safe=True)
     def withdraw(self, instance_uuid: str) -> None:
