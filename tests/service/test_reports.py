@@ -166,3 +166,25 @@ def test_reports_written_from_many_threads_share_commits_and_all_arrive(engine: 
     finally:
         records.close()
         bus.close()
+
+
+def test_stored_report_text_round_trips_and_older_text_still_reads(engine: Any) -> None:
+    """Reports are stored through orjson: what ``json.dumps(report, default=str)`` made
+    reads back the same, and text the standard encoder wrote before (``NaN`` included,
+    which orjson alone refuses) still reads."""
+    import json
+    import math
+    from datetime import UTC, datetime
+
+    from berth.service.records import decode_report, encode_report
+
+    report = {**_report("h1", 5.0, instances=3), "odd": {1: datetime(2026, 1, 2, tzinfo=UTC)}}
+    assert decode_report(encode_report(report)) == json.loads(json.dumps(report, default=str)) | {
+        "odd": {"1": "2026-01-02T00:00:00+00:00"}}
+    old = json.dumps({**_report("h2", 5.0), "metrics": [{"name": "cpu", "value": math.nan}]})
+    assert math.isnan(decode_report(old)["metrics"][0]["value"])
+    store = ComputeRecordStore(engine)
+    store.publish("u1", _report("h1", 5.0, instances=2), 5.0)
+    got = store.report_of("u1")
+    assert got is not None and [i["uuid"] for i in got["instances"]] == [
+        i["uuid"] for i in _report("h1", 5.0, instances=2)["instances"]]

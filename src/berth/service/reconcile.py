@@ -44,7 +44,7 @@ from berth.placement.db import allocations, create_tables, resource_classes, res
 from berth.service.builds import ACTIVE, BUILDING, FAILED, BuildRecords, builds
 from berth.service.groups import ServerGroupStore
 from berth.service.instances import live_migration_consumers
-from berth.service.records import compute_nodes
+from berth.service.records import compute_nodes, decode_report
 
 LOG = logging.getLogger(__name__)
 
@@ -228,13 +228,11 @@ def _active_without_allocations(engine: Engine) -> list[str]:
 
 def _running(engine: Engine, instance_uuids: list[str]) -> dict[str, str]:
     """The host each of ``instance_uuids`` runs on, as the compute reports list them."""
-    import json
-
     wanted = set(instance_uuids)
     where: dict[str, str] = {}
     with engine.connect() as conn:
         for host, report in conn.execute(sa.select(compute_nodes.c.host, compute_nodes.c.report)):
-            for instance in json.loads(report).get("instances") or ():
+            for instance in decode_report(report).get("instances") or ():
                 if instance.get("uuid") in wanted:
                     where[instance["uuid"]] = host
     return where
