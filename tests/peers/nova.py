@@ -212,6 +212,10 @@ class NovaStack:
                         "state_path": str(self.workdir / "state"),
                         "instances_path": str(self.workdir / "instances"),
                         "report_interval": "2", "service_down_time": "30",
+                        # The resource trackers' periodic update every 5 s, not every
+                        # 60: a compute's running_vms counts a deleted server until it
+                        # runs, and scenarios wait for empty hosts (35 s a wait).
+                        "update_resources_interval": "5",
                         "rpc_response_timeout": "60", "debug": "false"},
             "api": {"auth_strategy": "keystone"},
             "api_database": {"connection": self.db("api")},
