@@ -525,22 +525,27 @@ class ComputeAgent:
         """The node's state as the scheduler sees it (Nova's ComputeNode + Service)."""
         config, node = self.config, self.node
         with self._lock:
-            placed = list(self._placed.values())
-            held = [p.flavor for p in self._held.values()]
+            # Keyed by instance uuid; a report is built after every change, so at a busy
+            # host's 100 instances these loops are a good part of it.
+            instances = {uuid: p.instance for uuid, p in self._placed.items()}
+            flavors = [p.flavor for p in self._placed.values()]
+            flavors += [p.flavor for p in self._held.values()]
             baseline = [self.baseline] if self.baseline is not None else []
             baseline_instances = self.baseline_instances
             failed = self.failed_builds
             disabled, reason, forced = self.disabled, self.disabled_reason, self.forced_down
-        flavors = [p.flavor for p in placed] + held + baseline
-        vcpus_used = config.reserved_host_cpus + sum(f.vcpus for f in flavors)
-        ram_used = config.reserved_host_memory_mb + sum(f.memory_mb for f in flavors)
-        disk_used = math.ceil(config.reserved_host_disk_mb / 1024) + sum(
-            f.root_gb + f.ephemeral_gb for f in flavors)
+        vcpus_used = config.reserved_host_cpus
+        ram_used = config.reserved_host_memory_mb
+        disk_used = math.ceil(config.reserved_host_disk_mb / 1024)
+        for f in flavors + baseline:
+            vcpus_used += f.vcpus
+            ram_used += f.memory_mb
+            disk_used += f.root_gb + f.ephemeral_gb
         cpu_info = node.cpu_info if isinstance(node.cpu_info, str) else json.dumps(
             dict(node.cpu_info), sort_keys=True)
         stats = dict(node.stats)
         stats.setdefault("io_workload", str(node.io_workload))
-        stats["num_instances"] = str(len(placed) + baseline_instances)
+        stats["num_instances"] = str(len(instances) + baseline_instances)
         # Nova's computes report failed_builds only while the threshold is non-zero.
         stats.pop("failed_builds", None)
         if config.compute.consecutive_build_service_disable_threshold:
@@ -563,7 +568,7 @@ class ComputeAgent:
             cpu_allocation_ratio=resolved_ratio(node.cpu_allocation_ratio, "cpu", config),
             ram_allocation_ratio=resolved_ratio(node.ram_allocation_ratio, "ram", config),
             disk_allocation_ratio=resolved_ratio(node.disk_allocation_ratio, "disk", config),
-            service=service, instances={p.instance.uuid: p.instance for p in placed},
+            service=service, instances=instances,
             updated=now,
         )
 
