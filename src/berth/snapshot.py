@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from berth.instance_index import InstanceIndex
 from berth.interning import DICT_ONLY, Interned, intern_batch, intern_each
 from berth.model.aggregate import Aggregate
 from berth.model.compute import Instance, MetricItem, ServiceRecord
@@ -760,66 +761,21 @@ class HostSnapshot:
             value = self._cache[key] = build()
             return value
 
-    def instance_rows(self) -> dict[str, int]:
+    def instance_rows(self) -> InstanceIndex:
         """Map of every known instance uuid to the row of the node that reports it (its
-        service host is that row's; :meth:`service_hosts` maps rows to hosts)."""
-
-        # Kept like a row_cached column: built once, then after a report of an existing
-        # host only that row's instances are taken out and put back (a rebuild walked
-        # every instance of the cloud: ~1 ms at 20,000 instances, for each request of a
-        # server group after any report). ``held`` is what each row last put in. An
-        # instance two nodes report (a migration's moment) goes to the later row, as a
-        # build gives; while one exists, every change builds the index again.
+        service host is that row's; :meth:`service_hosts` maps rows to hosts). Kept like
+        a :meth:`row_cached` column: after a report of an existing host only that row's
+        instances change in it (see :mod:`berth.instance_index`)."""
         instances = self.obj("instances")
         entry = self._row_cache.get("instance_rows")
         reported = self._rows_reported
-        if entry is not None and entry[1] < len(reported) and not entry[0][2]:
-            index, held, _ = entry[0]
-            # Copies: a reader holding the old index keeps it as it was.
-            index, held = dict(index), list(held)
-            rows = set(reported[entry[1]:])
-            for row in rows:
-                for uuid in held[row]:
-                    if index.get(uuid) == row:
-                        del index[uuid]
-            for row in rows:
-                uuids = held[row] = tuple(instances[row])
-                for uuid in uuids:
-                    if index.setdefault(uuid, row) != row:
-                        entry = None  # a second node reports it
-                        break
-                if entry is None:
-                    break
-            if entry is not None:
-                entry[0], entry[1] = (index, held, False), len(reported)
-                return index
-        elif entry is not None and entry[1] == len(reported):
-            return entry[0][0]  # type: ignore[no-any-return]
-        index = {}
-        held = []
-        dups = False
-        for row, on_row in enumerate(instances):
-            uuids = tuple(on_row)
-            held.append(uuids)
-            for uuid in uuids:
-                dups = dups or uuid in index
-                index[uuid] = row
-        self._row_cache["instance_rows"] = [(index, held, dups), len(reported)]
-        return index
-        (index, held), seen = entry
-        reported = self._rows_reported
-        if seen < len(reported):
-            # Copies: a reader holding the old index keeps it as it was.
-            index, held = dict(index), list(held)
-            for row in set(reported[seen:]):
-                for uuid in held[row]:
-                    if index.get(uuid) == row:
-                        del index[uuid]
-            for row in set(reported[seen:]):
-                uuids = held[row] = tuple(instances[row])
-                for uuid in uuids:
-                    index[uuid] = row
-            entry[0], entry[1] = (index, held), len(reported)
+        if entry is None:
+            index = InstanceIndex.build(instances)
+        elif entry[1] < len(reported):
+            index = entry[0].updated(instances, reported[entry[1]:])
+        else:
+            return entry[0]  # type: ignore[no-any-return]
+        self._row_cache["instance_rows"] = [index, len(reported)]
         return index
 
     def service_hosts(self) -> ServiceHosts:
