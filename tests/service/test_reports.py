@@ -176,11 +176,15 @@ def test_stored_report_text_round_trips_and_older_text_still_reads(engine: Any) 
     import math
     from datetime import UTC, datetime
 
+    import numpy as np
+
     from berth.service.records import decode_report, encode_report
 
-    report = {**_report("h1", 5.0, instances=3), "odd": {1: datetime(2026, 1, 2, tzinfo=UTC)}}
+    report = {**_report("h1", 5.0, instances=3), "odd": {1: datetime(2026, 1, 2, tzinfo=UTC)},
+              "updated": np.float64(1.7e9)}
     assert decode_report(encode_report(report)) == json.loads(json.dumps(report, default=str)) | {
         "odd": {"1": "2026-01-02T00:00:00+00:00"}}
+    assert type(decode_report(encode_report(report))["updated"]) is float
     old = json.dumps({**_report("h2", 5.0), "metrics": [{"name": "cpu", "value": math.nan}]})
     assert math.isnan(decode_report(old)["metrics"][0]["value"])
     store = ComputeRecordStore(engine)
