@@ -52,8 +52,8 @@ from berth.placement.store import (
     RawConnection,
     _capacity_ok,
     _fields,
-    _marks,
     _Unexpected,
+    marks,
 )
 from berth.placement.store_base import StoreBase
 
@@ -270,7 +270,7 @@ def _one_statement(store: StoreBase, raw: RawConnection, sql: str,
 def _log_reload(rp_id: int) -> tuple[str, Sequence[Any]]:
     """The change log of a provider the cached graph must reload: the store's own
     log statement (generation and usage delta NULL: reload it)."""
-    return (_RAW_LOG_CHANGES.format(_marks(1, "(?, ?, ?)")), (rp_id, None, None))
+    return (_RAW_LOG_CHANGES.format(marks(1, "(?, ?, ?)")), (rp_id, None, None))
 
 
 def _with_raw(store: StoreBase, work: Any) -> Any:
@@ -387,7 +387,7 @@ def set_inventories(
         if inserts:
             count = len(inserts) // 10
             stmts.append((_INSERT_INVENTORIES.format(
-                _marks(count, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")), inserts))
+                marks(count, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")), inserts))
         stmts.append((_RAW_CAS_RP, (generation + 1, stamp, rp_id, generation), True))
         if _commit_change(store, raw, stmts, _log_reload(rp_id)) is None:
             return None
@@ -533,7 +533,7 @@ def _known_names(prov: list[Any], found_rows: list[Any], wanted: list[str], gene
 
 def _names_query(sql: str, names: list[str]) -> tuple[Any, ...]:
     """The statement reading the ids of ``names`` (``sql`` takes them as ``IN`` marks)."""
-    return (sql.format(_marks(len(names), "?")), names)
+    return (sql.format(marks(len(names), "?")), names)
 
 
 def _replace_links(clear: str, insert: str, rp_id: int, ids: list[int]
@@ -543,7 +543,7 @@ def _replace_links(clear: str, insert: str, rp_id: int, ids: list[int]
     with ``VALUES`` marks)."""
     stmts: list[tuple[Any, ...]] = [(clear, (rp_id,))]
     if ids:
-        stmts.append((insert.format(_marks(len(ids), "(?, ?)")),
+        stmts.append((insert.format(marks(len(ids), "(?, ?)")),
                       [v for i in ids for v in (rp_id, i)]))
     return stmts
 

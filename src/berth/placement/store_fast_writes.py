@@ -28,9 +28,9 @@ from berth.placement.store_raw import (
     _RAW_TAKE_ALLOCS,
     _SQLITE_STAMP,
     RawConnection,
-    _marks,
     _Unexpected,
     encode_usage_delta,
+    marks,
 )
 from berth.placement.store_records import ConsumerWrite
 
@@ -64,13 +64,13 @@ class FastWritesMixin(StoreBase):
                 per[rc_id] = per.get(rc_id, 0) - used
             touched = sorted(deltas)
             log = [v for rp_id in touched for v in (rp_id, None, encode_usage_delta(deltas[rp_id]))]
-            values = _marks(len(touched), "(?, ?, ?)")
+            values = marks(len(touched), "(?, ?, ?)")
             stmts: list[tuple[Any, ...]] = [(_RAW_DELETE_CONSUMER, (consumer,))]
             if self.is_sqlite:
                 stmts += [(_RAW_BUMP_SEQ, ()), (_RAW_LOG_CHANGES.format(values), log)]
             else:  # the bump and the log in one statement
                 stmts.append((_PG_BUMP_AND_LOG_CHANGES.format(values), log))
-            stmts += [(_RAW_PROVIDER_UUIDS.format(_marks(len(touched))), touched),
+            stmts += [(_RAW_PROVIDER_UUIDS.format(marks(len(touched))), touched),
                       (_RAW_CLASS_NAMES, ()), ("COMMIT", ())]
             res = self._run(raw, stmts)
             ok = True
@@ -289,7 +289,7 @@ class FastWritesMixin(StoreBase):
                     first,
                     (_RAW_TAKE_ALLOCS, (consumer,)),
                     (
-                        _RAW_ALLOC_TARGETS.format(_marks(len(rc_ids)), _marks(len(uuids))),
+                        _RAW_ALLOC_TARGETS.format(marks(len(rc_ids)), marks(len(uuids))),
                         (*rc_ids, *uuids),
                     ),
                 ],
@@ -385,7 +385,7 @@ class FastWritesMixin(StoreBase):
         stmts: list[tuple[Any, ...]] = list(prefix)
         stmts.append(
             (
-                _RAW_INSERT_ALLOCS + _marks(len(added), "(?, ?, ?, ?, ?, NULL)"),
+                _RAW_INSERT_ALLOCS + marks(len(added), "(?, ?, ?, ?, ?, NULL)"),
                 [
                     v
                     for (rp_id, rc_id), used in added.items()
@@ -406,7 +406,7 @@ class FastWritesMixin(StoreBase):
         for rp_id in touched:
             gen = gens.get(rp_id)
             log += (rp_id, None if gen is None else gen + 1, encode_usage_delta(deltas[rp_id]))
-        values = _marks(len(touched), "(?, ?, ?)")
+        values = marks(len(touched), "(?, ?, ?)")
         if self.is_sqlite:
             stmts += [(_RAW_BUMP_SEQ, ()), (_RAW_LOG_CHANGES.format(values), log)]
         else:  # the bump and the log in one statement

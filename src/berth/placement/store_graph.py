@@ -24,8 +24,8 @@ from berth.placement.store_raw import (
     _RAW_TRAITS,
     _RAW_USAGES,
     RawConnection,
-    _marks,
     decode_usage_delta,
+    marks,
 )
 
 
@@ -223,7 +223,7 @@ class GraphMixin(StoreBase):
         """``sql`` (``{}`` marks where a WHERE goes, else at the end) for rows of ``ids``."""
         params: list[Any]
         if self.is_sqlite:
-            where, params = f" WHERE {column} IN ({_marks(len(ids))})", list(ids)
+            where, params = f" WHERE {column} IN ({marks(len(ids))})", list(ids)
         else:
             where, params = f" WHERE {column} = ANY(?)", [list(ids)]
         return (sql.format(where) if "{}" in sql else sql + where), params

@@ -151,7 +151,8 @@ def decode_usage_delta(text: str) -> dict[int, int]:
     return out
 
 
-def _marks(n: int, mark: str = "?") -> str:
+def marks(n: int, mark: str = "?") -> str:
+    """``n`` placeholders (or row templates) for a raw statement, comma-separated."""
     return ", ".join([mark] * n)
 
 

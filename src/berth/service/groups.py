@@ -38,7 +38,7 @@ from berth.errors import InputError
 from berth.model.request import InstanceGroup
 from berth.placement.db import create_tables
 from berth.placement.dbfaults import retried
-from berth.placement.store_raw import RawConnection, _marks, raw_pool
+from berth.placement.store_raw import RawConnection, marks, raw_pool
 from berth.service.builds import BUILDING, builds, builds_metadata
 from berth.service.records import records_metadata
 
@@ -150,7 +150,7 @@ class ClaimedHosts:
         for i in range(0, len(wanted), self.CHUNK):
             chunk = wanted[i:i + self.CHUNK]
             params = [BUILDING, *chunk] if admitted else chunk
-            for consumer, host in raw.run([(query.format(_marks(len(chunk))), params)])[0]:
+            for consumer, host in raw.run([(query.format(marks(len(chunk))), params)])[0]:
                 where.setdefault(str(consumer), str(host))
         return where
 
