@@ -391,9 +391,10 @@ class ComputeRecordStore:
         self._raw.close()
 
     def changes(self, since: int) -> Changes:
-        """What changed after the change number ``since`` (see :class:`Changes`)."""
-        if since and self.latest() == since:
-            return Changes([], since, False, {})
+        """What changed after the change number ``since`` (see :class:`Changes`). One
+        batch of reads whether or not anything changed: a look at the counter first
+        saved four empty range reads when nothing had, and cost a round trip more on
+        every request of a busy cloud, where something nearly always has."""
         # Change numbers are taken under the counter's row lock by each writer, so
         # everything up to ``top`` has committed once ``top`` is visible; a report with
         # a larger number, committed after ``top`` was read, waits for the next call.
