@@ -155,7 +155,8 @@ def encode_report(report: Mapping[str, Any]) -> str:
     strings and NumPy numbers numbers (a simulated clock's time can be one); datetimes,
     UUIDs and dataclasses are written as orjson writes them (ISO 8601, the uuid's text,
     an object) and anything else JSON has no type for as ``str(value)`` (reports are
-    plain data: :func:`record_to_report` makes them so)."""
+    plain data: :func:`record_to_report` makes them so). A NaN or an infinity is written
+    as null, where the standard encoder wrote text that is not JSON."""
     return orjson.dumps(report, default=str, option=_REPORT_OPTIONS).decode()
 
 
