@@ -38,7 +38,7 @@ from berth.errors import InputError
 from berth.model.request import InstanceGroup
 from berth.placement.db import create_tables
 from berth.placement.dbfaults import retried
-from berth.placement.store_raw import RawConnection, marks, raw_pool
+from berth.placement.store_raw import RawConnection, RawPool, marks, raw_pool
 from berth.service.builds import BUILDING, builds, builds_metadata
 from berth.service.records import records_metadata
 
@@ -130,20 +130,13 @@ class ClaimedHosts:
     @retried(safe=True)
     def hosts_of(self, instance_uuids: Iterable[str]) -> dict[str, str]:
         """The host each instance is claimed on; those without a claim are left out."""
-        raw = self._raw.take()
-        ok = False
-        try:
-            where = self.on(raw, instance_uuids, admitted=False)
-            ok = True
-            return where
-        finally:
-            self._raw.give(raw, ok)
+        return self.on(self._raw, instance_uuids, admitted=False)
 
-    def on(self, raw: RawConnection, instance_uuids: Iterable[str], *,
+    def on(self, raw: RawConnection | RawPool, instance_uuids: Iterable[str], *,
            admitted: bool) -> dict[str, str]:
-        """:meth:`hosts_of` on ``raw`` (inside its transaction, if one is open); with
-        ``admitted``, only the instances that passed the late group check (or that
-        Berth did not build)."""
+        """:meth:`hosts_of` on ``raw`` (a connection: inside its transaction, if one is
+        open; the pool: each read on a kept connection); with ``admitted``, only the
+        instances that passed the late group check (or that Berth did not build)."""
         wanted = list(dict.fromkeys(instance_uuids))
         where: dict[str, str] = {}
         query = _RAW_ADMITTED_HOSTS if admitted else _RAW_CLAIMED_HOSTS
