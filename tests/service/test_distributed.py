@@ -231,8 +231,13 @@ def test_distributed_boots_hold_under_kills_and_a_broker_restart(cluster: LocalC
             allocs = conn.execute(sa.text(
                 "SELECT a.consumer_id, rp.uuid FROM allocations a "
                 "JOIN resource_providers rp ON rp.id = a.resource_provider_id")).all()
-            groups = conn.execute(sa.text(
-                "SELECT name, policy, members FROM berth_server_groups")).all()
+            members: dict[str, list[str]] = {}
+            for group_uuid, instance_uuid in conn.execute(sa.text(
+                    "SELECT group_uuid, instance_uuid FROM berth_server_group_members "
+                    "ORDER BY id")):
+                members.setdefault(group_uuid, []).append(instance_uuid)
+            groups = [(name, policy, members.get(uuid, [])) for uuid, name, policy in conn.execute(
+                sa.text("SELECT uuid, name, policy FROM berth_server_groups"))]
     finally:
         engine.dispose()
     assert over == [], f"over-committed (provider, class, used, total, reserved, ratio): {over}"
@@ -258,7 +263,7 @@ def test_distributed_boots_hold_under_kills_and_a_broker_restart(cluster: LocalC
     violations = []
     host_of = {u: h for u, h in where.items()}
     for name, policy, members in groups:
-        hosts = [host_of[m] for m in json.loads(members) if m in host_of]
+        hosts = [host_of[m] for m in members if m in host_of]
         if policy == "anti-affinity" and len(hosts) != len(set(hosts)):
             violations.append((name, collections.Counter(hosts).most_common(2)))
         if policy == "affinity" and len(set(hosts)) > 1:

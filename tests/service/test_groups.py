@@ -4,11 +4,17 @@ grow by the instances booted into them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import sqlalchemy as sa
 
 from berth.errors import InputError
 from berth.model.request import Flavor, InstanceGroup
+from berth.placement.db import create_db_engine, run_migrations
+from berth.service.groups import ServerGroupStore
 from berth.service.stack import Stack
+from pgdb import fresh_pg_database
 
 from .builders import node
 
@@ -77,3 +83,74 @@ def test_the_groups_of_a_member_are_found_without_reading_them_all(stack: Stack)
     assert sorted(g.uuid for g in stack.groups.of_member("i-1")) == ["g1", "g2"]
     assert [g.uuid for g in stack.groups.of_member("x%_")] == ["g3"]
     assert stack.groups.of_member("%") == []
+
+
+def test_a_deleted_instance_leaves_every_group_it_was_in_and_only_those(stack: Stack) -> None:
+    stack.groups.put(InstanceGroup("anti-affinity", uuid="g1", name="a", members=["i-1", "i-2"]))
+    stack.groups.put(InstanceGroup("affinity", uuid="g2", name="b", members=["i-1"]))
+    assert stack.groups.leave("i-1") == 2
+    assert stack.groups.of_member("i-1") == []
+    assert [g.members for g in stack.groups.all()] == [["i-2"], []]
+    assert stack.groups.leave("i-1") == 0
+
+
+def test_members_keep_the_order_they_joined_in_through_edits(stack: Stack) -> None:
+    stack.groups.put(InstanceGroup("affinity", uuid=GROUP_UUID, name="db", members=["c", "a"]))
+    stack.groups.add_members(GROUP_UUID, ["b", "a", "d"])
+    stack.groups.remove_members(GROUP_UUID, ["a"])
+    stack.groups.add_members(GROUP_UUID, ["a"])
+    group = stack.groups.get(GROUP_UUID)
+    assert group is not None and group.members == ["c", "b", "d", "a"]
+    with pytest.raises(InputError, match="server group nope: no such group"):
+        stack.groups.add_members("nope", ["x"])
+
+
+def test_a_group_of_many_members_is_read_and_emptied_whole(stack: Stack) -> None:
+    members = [f"i-{n:05d}" for n in range(1_234)]
+    stack.groups.put(InstanceGroup("soft-affinity", uuid=GROUP_UUID, name="big",
+                                   members=members))
+    assert stack.groups.resolve("big").members == members
+    stack.groups.remove_members(GROUP_UUID, members[::-1])
+    assert stack.groups.all()[0].members == []
+
+
+def _old_schema(engine: sa.Engine) -> None:
+    """The table as earlier Berth wrote it: members as a JSON list in a column."""
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "CREATE TABLE berth_server_groups (uuid VARCHAR(36) PRIMARY KEY, "
+            "name VARCHAR(255) NOT NULL, policy VARCHAR(32) NOT NULL, rules TEXT NOT NULL, "
+            "members TEXT NOT NULL, project_id VARCHAR(255), user_id VARCHAR(255))"))
+        conn.execute(sa.text("CREATE INDEX ix_berth_server_groups_name ON berth_server_groups "
+                             "(name)"))
+        conn.execute(sa.text(
+            "INSERT INTO berth_server_groups VALUES "
+            "('g1', 'web', 'anti-affinity', '{}', '[\"i-3\", \"i-1\", \"i-3\"]', 'p', 'u'), "
+            "('g2', 'db', 'affinity', '{}', '[]', NULL, NULL)"))
+
+
+def _moved(url: str) -> None:
+    engine = create_db_engine(url)
+    try:
+        run_migrations(engine)
+        _old_schema(engine)
+        stores = [ServerGroupStore(engine), ServerGroupStore(engine)]  # the second: nothing left
+        assert "members" not in {c["name"] for c in sa.inspect(engine).get_columns(
+            "berth_server_groups")}
+        groups = {g.name: g for g in stores[1].all()}
+        assert groups["web"].members == ["i-3", "i-1"] and groups["db"].members == []
+        assert groups["web"].project_id == "p" and groups["web"].policy == "anti-affinity"
+        assert [g.uuid for g in stores[0].of_member("i-1")] == ["g1"]
+        stores[0].add_members("g2", ["i-9"])
+        assert stores[1].resolve("db").members == ["i-9"]
+    finally:
+        engine.dispose()
+
+
+def test_members_stored_by_an_earlier_berth_move_to_their_table_once(tmp_path: Path) -> None:
+    _moved(f"sqlite:///{tmp_path / 'old.db'}")
+
+
+def test_members_stored_by_an_earlier_berth_move_on_postgresql() -> None:
+    with fresh_pg_database("berth_groups") as url:
+        _moved(url)

@@ -134,9 +134,10 @@ def _placements(engine: sa.Engine) -> dict[str, set[str]]:
 
 def _members(engine: sa.Engine, name: str) -> list[str]:
     with engine.connect() as conn:
-        raw = conn.execute(sa.text("SELECT members FROM berth_server_groups WHERE name = :n"),
-                           {"n": name}).scalar_one()
-    return list(json.loads(raw))
+        return list(conn.execute(sa.text(
+            "SELECT m.instance_uuid FROM berth_server_group_members m "
+            "JOIN berth_server_groups g ON g.uuid = m.group_uuid WHERE g.name = :n "
+            "ORDER BY m.id"), {"n": name}).scalars())
 
 
 def _cloud(tmp_path: Path) -> str:

@@ -296,9 +296,16 @@ def create_tables(engine: Engine, metadata: sa.MetaData) -> None:
     service's), safe when several processes start together on one database: on
     PostgreSQL they take turns on the migration lock, on SQLite on the write lock."""
     with engine.connect().execution_options(immediate=True) as conn, conn.begin():
-        if conn.dialect.name == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+        lock_schema(conn)
         metadata.create_all(conn)
+
+
+def lock_schema(conn: Connection) -> None:
+    """Take the schema lock for the rest of ``conn``'s transaction: on PostgreSQL the
+    migration lock (an advisory lock); on SQLite the write lock a transaction begun
+    with the ``immediate`` execution option holds already."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
 
 
 def sync_standards(engine: Engine) -> None:

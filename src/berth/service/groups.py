@@ -3,9 +3,12 @@
 Nova keeps server groups in its API database: the API resolves the ``group`` scheduler
 hint to the group and adds the new instances to its members, and the conductor fills in
 the hosts the members run on (``setup_instance_group``) before the scheduler's
-affinity filters read them. Berth stores a group's uuid, name, policy, rules and
-members in table ``berth_server_groups`` (created with ``create_all``, beside the
-compute records) and derives ``hosts`` at every request from where the members are
+affinity filters read them. Berth stores a group's uuid, name, policy and rules in
+table ``berth_server_groups`` and its members one row each in
+``berth_server_group_members``, as Nova's ``instance_group_member`` (both created with
+``create_all``, beside the compute records; a member is found by its instance uuid
+through an index, and joining or leaving writes only its own row), and derives
+``hosts`` at every request from where the members are
 *claimed*: the Placement allocations of the member consumers, mapped from their root
 provider (the compute node) to its host (:class:`ClaimedHosts`). Claims live in the
 shared database and are written before a build starts, so every scheduler and API
@@ -36,7 +39,7 @@ from sqlalchemy.engine import Engine
 
 from berth.errors import InputError
 from berth.model.request import InstanceGroup
-from berth.placement.db import create_tables
+from berth.placement.db import create_tables, lock_schema
 from berth.placement.dbfaults import retried
 from berth.placement.store_raw import RawConnection, RawPool, marks, raw_pool
 from berth.service.builds import BUILDING, builds, builds_metadata
@@ -51,20 +54,52 @@ server_groups = sa.Table(
     sa.Column("name", sa.String(255), nullable=False, index=True),
     sa.Column("policy", sa.String(32), nullable=False),
     sa.Column("rules", sa.Text, nullable=False),
-    sa.Column("members", sa.Text, nullable=False),
     sa.Column("project_id", sa.String(255), nullable=True),
     sa.Column("user_id", sa.String(255), nullable=True),
 )
 
-
-#: The statements a delete and a group's member edits run, built once (building a
-#: statement and its cache key per call cost more than running it).
-#: :meth:`ServerGroupStore.of_member` (every delete asks) as a raw DBAPI statement on
-#: the engine's kept connections (:class:`~berth.placement.store_raw.RawPool`).
-_RAW_WITH_MEMBER = (
-    "SELECT uuid, name, policy, rules, members, project_id, user_id FROM berth_server_groups "
-    "WHERE members LIKE ? ESCAPE '/'"
+#: One row per member; ``id`` keeps the order members joined in.
+group_members = sa.Table(
+    "berth_server_group_members",
+    groups_metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("group_uuid", sa.String(36), nullable=False),
+    sa.Column("instance_uuid", sa.String(36), nullable=False),
+    sa.UniqueConstraint("group_uuid", "instance_uuid",
+                        name="uniq_berth_server_group_members0group0instance"),
+    sa.Index("berth_server_group_members_instance_idx", "instance_uuid"),
 )
+
+
+#: The statements of the hot paths (a boot into a group, a delete, the late check), as
+#: raw DBAPI statements on the engine's kept connections
+#: (:class:`~berth.placement.store_raw.RawPool`): building SQLAlchemy statements and
+#: their cache keys per call cost more than running them.
+_GROUP_COLUMNS = "uuid, name, policy, rules, project_id, user_id"
+_RAW_GROUP = f"SELECT {_GROUP_COLUMNS} FROM berth_server_groups WHERE uuid = ?"
+#: A group by uuid or by name, in one read (:meth:`ServerGroupStore.find` sorts it out).
+_RAW_FIND_GROUP = _RAW_GROUP + " OR name = ?"
+_RAW_ALL_GROUPS = f"SELECT {_GROUP_COLUMNS} FROM berth_server_groups ORDER BY name, uuid"
+#: The groups an instance is a member of (the members' instance index).
+_RAW_GROUPS_OF = (
+    "SELECT g.uuid, g.name, g.policy, g.rules, g.project_id, g.user_id "
+    "FROM berth_server_group_members m JOIN berth_server_groups g ON g.uuid = m.group_uuid "
+    "WHERE m.instance_uuid = ? ORDER BY g.uuid"
+)
+#: The members of the given groups, each group's in the order they joined.
+_RAW_MEMBERS_OF = ("SELECT group_uuid, instance_uuid FROM berth_server_group_members "
+                   "WHERE group_uuid IN ({}) ORDER BY id")
+_RAW_ALL_MEMBERS = "SELECT group_uuid, instance_uuid FROM berth_server_group_members ORDER BY id"
+_RAW_JOIN = ("INSERT INTO berth_server_group_members (group_uuid, instance_uuid) VALUES (?, ?) "
+             "ON CONFLICT (group_uuid, instance_uuid) DO NOTHING")
+_RAW_LEAVE = ("DELETE FROM berth_server_group_members WHERE group_uuid = ? "
+              "AND instance_uuid IN ({})")
+_RAW_LEAVE_ALL = "DELETE FROM berth_server_group_members WHERE instance_uuid = ?"
+_RAW_GROUP_EXISTS = "SELECT 1 FROM berth_server_groups WHERE uuid = ?"
+_RAW_INSERT_GROUP = ("INSERT INTO berth_server_groups (uuid, name, policy, rules, project_id, "
+                     "user_id) VALUES (?, ?, ?, ?, ?, ?)")
+_RAW_UPDATE_GROUP = ("UPDATE berth_server_groups SET name = ?, policy = ?, rules = ?, "
+                     "project_id = ?, user_id = ? WHERE uuid = ?")
 #: Where instances are claimed (:class:`ClaimedHosts`): the host of the compute node
 #: (root provider) each one's allocations are against, from the node's compute record,
 #: else the provider's name.
@@ -81,33 +116,55 @@ _RAW_ADMITTED_HOSTS = (
     _RAW_CLAIMED + " LEFT OUTER JOIN berth_builds b ON b.instance_uuid = a.consumer_id "
     "WHERE (b.state IS NULL OR b.state != ? OR b.host IS NOT NULL) AND a.consumer_id IN ({})"
 )
-_RAW_GROUP = (
-    "SELECT uuid, name, policy, rules, members, project_id, user_id FROM berth_server_groups "
-    "WHERE uuid = ?"
-)
-#: A group by uuid or by name, in one read (:meth:`ServerGroupStore.find` sorts it out).
-_RAW_FIND_GROUP = _RAW_GROUP + " OR name = ?"
 _RAW_ADMIT_BUILD = (
     "UPDATE berth_builds SET host = ? WHERE instance_uuid = ? AND state = ?"
 )
-_MEMBERS_FOR_UPDATE = (sa.select(server_groups.c.members)
-                       .where(server_groups.c.uuid == sa.bindparam("b_uuid")).with_for_update())
-_SET_MEMBERS = (sa.update(server_groups).where(server_groups.c.uuid == sa.bindparam("b_uuid"))
-                .values(members=sa.bindparam("members")))
+#: Group uuids per query when reading members.
+_CHUNK = 500
 
 
-def _containing(text: str) -> str:
-    """A LIKE pattern matching any value that contains ``text`` (escaped with ``/``)."""
-    escaped = text.replace("/", "//").replace("%", "/%").replace("_", "/_")
-    return f"%{escaped}%"
+def _groups(raw: RawConnection | RawPool, rows: Sequence[Sequence[Any]]) -> list[InstanceGroup]:
+    """Rows of ``berth_server_groups`` (:data:`_GROUP_COLUMNS`) as groups, in their
+    order, each with its members read on ``raw``."""
+    groups = [InstanceGroup(policy=policy, uuid=uuid, name=name, rules=json.loads(rules),
+                            members=[], project_id=project_id, user_id=user_id)
+              for uuid, name, policy, rules, project_id, user_id in rows]
+    by_uuid = {g.uuid: g for g in groups}
+    uuids = list(by_uuid)
+    for i in range(0, len(uuids), _CHUNK):
+        chunk = uuids[i:i + _CHUNK]
+        for group_uuid, instance_uuid in raw.run(
+                [(_RAW_MEMBERS_OF.format(marks(len(chunk))), chunk)])[0]:
+            by_uuid[group_uuid].members.append(instance_uuid)
+    return groups
 
 
-def _group(row: Sequence[Any]) -> InstanceGroup:
-    """A row of ``berth_server_groups`` (its columns in the table's order)."""
-    uuid, name, policy, rules, members, project_id, user_id = row
-    return InstanceGroup(policy=policy, uuid=uuid, name=name, rules=json.loads(rules),
-                         members=list(json.loads(members)), project_id=project_id,
-                         user_id=user_id)
+def _begin(raw: RawConnection) -> str:
+    """The statement that opens a writing transaction on ``raw`` (SQLite: the write
+    lock at once, so that two writers do not both read first and then deadlock)."""
+    return "BEGIN" if raw.pg else "BEGIN IMMEDIATE"
+
+
+def move_member_lists(engine: Engine) -> None:
+    """Move the members of a database written by an earlier Berth, which kept each
+    group's members as a JSON list in a ``members`` column of ``berth_server_groups``,
+    to ``berth_server_group_members`` (in their order), and drop that column. Runs under
+    the lock of :func:`~berth.placement.db.create_tables`, so processes starting
+    together move them once."""
+    if "members" not in {c["name"] for c in sa.inspect(engine).get_columns(server_groups.name)}:
+        return
+    with engine.connect().execution_options(immediate=True) as conn, conn.begin():
+        lock_schema(conn)
+        columns = {c["name"] for c in sa.inspect(conn).get_columns(server_groups.name)}
+        if "members" not in columns:
+            return  # another process moved them meanwhile
+        rows = conn.execute(sa.text("SELECT uuid, members FROM berth_server_groups")).all()
+        joined = [{"group_uuid": uuid, "instance_uuid": str(member)}
+                  for uuid, members in rows
+                  for member in dict.fromkeys(json.loads(members or "[]"))]
+        if joined:
+            conn.execute(sa.insert(group_members), joined)
+        conn.execute(sa.text("ALTER TABLE berth_server_groups DROP COLUMN members"))
 
 
 class ClaimedHosts:
@@ -156,6 +213,7 @@ class ServerGroupStore:
         self.engine = engine
         self._raw = raw_pool(engine)
         create_tables(engine, groups_metadata)
+        move_member_lists(engine)
         # ClaimedHosts reads host names and build states there.
         create_tables(engine, records_metadata)
         create_tables(engine, builds_metadata)
@@ -164,50 +222,59 @@ class ServerGroupStore:
     @retried(safe=True)
     def put(self, group: InstanceGroup) -> None:
         """Store ``group`` (by uuid): name, policy and rules as given; the members stored
-        already stay members (instances booted into it before a restart)."""
-        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            stored = conn.execute(sa.select(server_groups.c.members)
-                                  .where(server_groups.c.uuid == group.uuid)).scalar()
-            members = list(json.loads(stored)) if stored is not None else []
-            members += [m for m in group.members if m not in members]
-            values = {"name": group.name, "policy": group.policy,
-                      "rules": json.dumps(group.rules, sort_keys=True),
-                      "members": json.dumps(members), "project_id": group.project_id,
-                      "user_id": group.user_id}
-            if stored is None:
-                conn.execute(sa.insert(server_groups).values(uuid=group.uuid, **values))
-            else:
-                conn.execute(sa.update(server_groups).where(server_groups.c.uuid == group.uuid)
-                             .values(**values))
+        already stay members (instances booted into it before a restart), and those of
+        ``group`` join after them."""
+        values = (group.name, group.policy, json.dumps(group.rules, sort_keys=True),
+                  group.project_id, group.user_id)
+        self._write(lambda raw: [
+            (_RAW_INSERT_GROUP, (group.uuid, *values))
+            if not raw.run([(_RAW_GROUP_EXISTS, (group.uuid,))])[0]
+            else (_RAW_UPDATE_GROUP, (*values, group.uuid)),
+            *[(_RAW_JOIN, (group.uuid, m)) for m in dict.fromkeys(group.members)]])
 
     @retried(safe=True)
     def all(self) -> list[InstanceGroup]:
         """Every group, by name then uuid."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(server_groups)
-                                .order_by(server_groups.c.name, server_groups.c.uuid)).all()
-        return [_group(r) for r in rows]
+        raw = self._raw.take()
+        ok = False
+        try:
+            groups = [InstanceGroup(policy=policy, uuid=uuid, name=name, rules=json.loads(rules),
+                                    members=[], project_id=project_id, user_id=user_id)
+                      for uuid, name, policy, rules, project_id, user_id
+                      in raw.run([(_RAW_ALL_GROUPS, ())])[0]]
+            by_uuid = {g.uuid: g for g in groups}
+            for group_uuid, instance_uuid in raw.run([(_RAW_ALL_MEMBERS, ())])[0]:
+                group = by_uuid.get(group_uuid)
+                if group is not None:  # a group created after the first read
+                    group.members.append(instance_uuid)
+            ok = True
+            return groups
+        finally:
+            self._raw.give(raw, ok)
 
     @retried(safe=True)
     def of_member(self, instance_uuid: str) -> list[InstanceGroup]:
-        """The groups ``instance_uuid`` is a member of (the database narrows the rows by
-        the text of their member lists; each is then read exactly)."""
-        rows = self._raw.run([(_RAW_WITH_MEMBER, (_containing(instance_uuid),))])[0]
-        return [g for g in map(_group, rows) if instance_uuid in g.members]
+        """The groups ``instance_uuid`` is a member of, by uuid."""
+        return _groups(self._raw, self._raw.run([(_RAW_GROUPS_OF, (instance_uuid,))])[0])
+
+    @retried(safe=True)
+    def leave(self, instance_uuid: str) -> int:
+        """``instance_uuid`` leaves every group it is a member of (a deleted instance);
+        the number of groups it left."""
+        return int(self._raw.run([(_RAW_LEAVE_ALL, (instance_uuid,))])[0])
 
     @retried(safe=True)
     def get(self, uuid: str) -> InstanceGroup | None:
         """The group ``uuid`` as stored now, or None."""
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(server_groups).where(server_groups.c.uuid == uuid)).first()
-        return None if row is None else _group(row)
+        found = _groups(self._raw, self._raw.run([(_RAW_GROUP, (uuid,))])[0])
+        return found[0] if found else None
 
     @retried(safe=True)
     def find(self, ref: str) -> list[InstanceGroup]:
         """The group whose uuid is ``ref``, else every group named ``ref`` (by uuid)."""
         rows = self._raw.run([(_RAW_FIND_GROUP, (ref, ref))])[0]
         by_uuid = [r for r in rows if r[0] == ref]
-        return [_group(r) for r in (by_uuid or sorted(rows, key=lambda r: str(r[0])))]
+        return _groups(self._raw, by_uuid or sorted(rows, key=lambda r: str(r[0])))
 
     def resolve(self, ref: str, *, field: str = "hints.group") -> InstanceGroup:
         """The group ``ref`` (a uuid or a unique name) with ``hosts``: where its members
@@ -226,24 +293,30 @@ class ServerGroupStore:
         group.hosts = sorted(set(self.placements.hosts_of(group.members).values()))
         return group
 
+    @retried(safe=True)
     def add_members(self, uuid: str, members: Iterable[str]) -> None:
-        """Add instances to a group's members (each once), atomically."""
+        """Add instances to a group's members (each once, after those there already),
+        atomically; an InputError when there is no such group."""
         new = list(dict.fromkeys(members))
+        if not new:
+            return
 
-        def add(current: list[str]) -> list[str]:
-            have = set(current)
-            return current + [m for m in new if m not in have]
+        def joins(raw: RawConnection) -> list[tuple[Any, ...]]:
+            if not raw.run([(_RAW_GROUP_EXISTS, (uuid,))])[0]:
+                raise InputError(f"server group {uuid}: no such group")
+            return [(_RAW_JOIN, (uuid, m)) for m in new]
 
-        if new:
-            self._edit_members(uuid, add)
+        self._write(joins)
 
+    @retried(safe=True)
     def remove_members(self, uuid: str, members: Iterable[str]) -> None:
         """Remove instances from a group's members, atomically; a group that is gone
         meanwhile has nothing left to remove."""
-        gone = set(members)
+        gone = list(dict.fromkeys(members))
         if gone:
-            self._edit_members(uuid, lambda current: [m for m in current if m not in gone],
-                               missing_ok=True)
+            self._write(lambda raw: [
+                (_RAW_LEAVE.format(marks(len(chunk))), (uuid, *chunk))
+                for chunk in (gone[i:i + _CHUNK] for i in range(0, len(gone), _CHUNK))])
 
     @retried(safe=False)
     def admit(self, uuid: str, instance_uuid: str, host: str,
@@ -252,16 +325,14 @@ class ServerGroupStore:
         process's checks of this group take turns), read the group and the hosts its
         other checked-in members are claimed on, let ``decide`` raise to refuse, then
         record ``instance_uuid`` as checked in on ``host`` (its build record). A group
-        that is gone has nothing to check. Raw statements on a kept connection: through
-        SQLAlchemy, building them cost more than running them."""
+        that is gone has nothing to check."""
         raw = self._raw.take()
         ok = False
         try:
-            lock = ((_RAW_GROUP + " FOR UPDATE", "BEGIN") if raw.pg else
-                    (_RAW_GROUP, "BEGIN IMMEDIATE"))  # SQLite: the write lock, at once
-            row = raw.run([(lock[1], ()), (lock[0], (uuid,))])[1]
+            lock = _RAW_GROUP + " FOR UPDATE" if raw.pg else _RAW_GROUP
+            row = raw.run([(_begin(raw), ()), (lock, (uuid,))])[1]
             if row:
-                group = _group(row[0])
+                group = _groups(raw, row)[0]
                 others = [m for m in group.members if m != instance_uuid]
                 decide(group, self.placements.on(raw, others, admitted=True) if others else {})
                 raw.run([(_RAW_ADMIT_BUILD, (host, instance_uuid, BUILDING))])
@@ -279,16 +350,14 @@ class ServerGroupStore:
                                                  builds.c.state == BUILDING)
                          .values(host=None))
 
-    @retried(safe=True)
-    def _edit_members(self, uuid: str, edit: Callable[[list[str]], list[str]],
-                      missing_ok: bool = False) -> None:
-        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
-            stored = conn.execute(_MEMBERS_FOR_UPDATE, {"b_uuid": uuid}).scalar()
-            if stored is None:
-                if missing_ok:
-                    return
-                raise InputError(f"server group {uuid}: no such group")
-            current = list(json.loads(stored))
-            edited = edit(current)
-            if edited != current:
-                conn.execute(_SET_MEMBERS, {"b_uuid": uuid, "members": json.dumps(edited)})
+    def _write(self, plan: Callable[[RawConnection], list[tuple[Any, ...]]]) -> None:
+        """One transaction on a kept connection: ``plan`` reads what it needs inside it
+        and returns the statements to write."""
+        raw = self._raw.take()
+        ok = False
+        try:
+            raw.run([(_begin(raw), ())])
+            raw.run([*plan(raw), ("COMMIT", ())])
+            ok = True
+        finally:
+            self._raw.give(raw, ok)  # an open transaction (an error) is rolled back

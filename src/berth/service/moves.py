@@ -366,8 +366,7 @@ class MoveService:
         if callable(terminate):
             terminate(instance_uuid, record.host, record.nodename)
         if self.groups is not None:
-            for group in self.groups.of_member(instance_uuid):
-                self.groups.remove_members(group.uuid, [instance_uuid])
+            self.groups.leave(instance_uuid)
         self.instances.remove(instance_uuid)
         return {"instance_uuid": instance_uuid, "status": "DELETED", "host": record.host,
                 "nodename": record.nodename, "freed": freed,
