@@ -398,7 +398,7 @@ def test_a_raw_batch_answers_per_statement_and_a_failed_expectation_undoes_it(
     each answers its own rows or row count, values travel intact whatever their quotes,
     ``%`` or type, and a failed expectation stops the batch and undoes its transaction,
     leaving the kept connection usable."""
-    from berth.placement.store_raw import RawPool, _Unexpected
+    from berth.placement.store_raw import RawPool, Unexpected
 
     rp = _providers(engine, 1, "batch%'q")[0]
     pool = RawPool(engine)
@@ -419,7 +419,7 @@ def test_a_raw_batch_answers_per_statement_and_a_failed_expectation_undoes_it(
     assert got[1] in (1, [(1,)])  # PostgreSQL checks the expectation in a SELECT
     assert got[2] == [(name, 1)]
     assert got[3][0][0] >= 1
-    with pytest.raises(_Unexpected):
+    with pytest.raises(Unexpected):
         pool.run([
             (begin, ()),
             ("UPDATE resource_providers SET name = ? WHERE uuid = ?", ("gone", rp), True),

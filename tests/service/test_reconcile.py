@@ -65,6 +65,17 @@ def test_a_build_settles_once_and_only_by_its_owner(stack: Stack) -> None:
     assert record is not None and (record.state, record.host) == (ACTIVE, "h0")
 
 
+def test_an_instance_row_written_with_its_settle_lands_only_if_the_build_settles(
+        stack: Stack) -> None:
+    stack.builds.begin([U1], "req-1")
+    row = stack.instances.upserts([(U1, "h0", "h0", {"flavor": "tiny"})])
+    assert not BuildRecords(stack.engine).settle(U1, ACTIVE, host="h0", also=row)
+    assert stack.instances.get(U1) is None and stack.builds.get(U1).state == BUILDING
+    assert stack.builds.settle(U1, ACTIVE, host="h0", also=row)
+    instance = stack.instances.get(U1)
+    assert instance is not None and instance.host == "h0"
+
+
 def test_the_heartbeat_keeps_builds_in_flight_from_looking_abandoned(stack: Stack) -> None:
     clock = Clock()
     live, dead = BuildRecords(stack.engine, clock=clock), BuildRecords(stack.engine, clock=clock)
@@ -196,6 +207,8 @@ def test_a_boot_records_its_builds_and_settles_them(stack: Stack) -> None:
     (built,) = conductor.build_instances(RequestSpec(flavor=TINY, project_id="p", user_id="u"))
     record = stack.builds.get(built.instance_uuid)
     assert record is not None and (record.state, record.host) == (ACTIVE, "h0")
+    instance = stack.instances.get(built.instance_uuid)
+    assert instance is not None and (instance.host, instance.status) == ("h0", "ACTIVE")
     huge = Flavor(name="huge", vcpus=512, memory_mb=512, root_gb=1, id=2)
     uuids = conductor.scheduler.new_instance_uuids(1)
     with pytest.raises(Exception, match="No valid host"):

@@ -52,7 +52,7 @@ from berth.placement.store import (
     RawConnection,
     _capacity_ok,
     _fields,
-    _Unexpected,
+    Unexpected,
     marks,
 )
 from berth.placement.store_base import StoreBase
@@ -250,7 +250,7 @@ def _commit_change(
     batch = [("BEGIN IMMEDIATE", ()), *stmts, *tail, ("COMMIT", ())]
     try:
         res = store._run(raw, batch)
-    except (_Unexpected, sa.exc.DBAPIError):
+    except (Unexpected, sa.exc.DBAPIError):
         return None
     bumped = res[-1 - len(tail)]  # committed: never answer None from here on
     store._prune_now_and_then(raw, int(bumped[0][0]) if bumped else None)
@@ -262,7 +262,7 @@ def _one_statement(store: StoreBase, raw: RawConnection, sql: str,
     """The rows of one statement (atomic on its own), or None when it failed."""
     try:
         (rows,) = store._run(raw, [(sql, params)])
-    except (_Unexpected, sa.exc.DBAPIError):
+    except (Unexpected, sa.exc.DBAPIError):
         return None
     return rows  # type: ignore[no-any-return]
 

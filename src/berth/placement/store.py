@@ -60,7 +60,7 @@ from berth.placement.store_raw import _RAW_PRUNE as _RAW_PRUNE
 from berth.placement.store_raw import _RAW_TRAIT_NAMES as _RAW_TRAIT_NAMES
 from berth.placement.store_raw import _SQLITE_STAMP as _SQLITE_STAMP
 from berth.placement.store_raw import RawConnection, decode_usage_delta, encode_usage_delta
-from berth.placement.store_raw import _Unexpected as _Unexpected
+from berth.placement.store_raw import Unexpected as Unexpected
 from berth.placement.store_raw import marks as marks
 from berth.placement.store_records import (
     CONCURRENT_MSG,

@@ -28,7 +28,7 @@ from berth.placement.store_raw import (
     _RAW_TAKE_ALLOCS,
     _SQLITE_STAMP,
     RawConnection,
-    _Unexpected,
+    Unexpected,
     encode_usage_delta,
     marks,
 )
@@ -251,7 +251,7 @@ class FastWritesMixin(StoreBase):
             seq = self._finish_write(
                 raw, prefix, consumer, added, {}, gens, None, sorted(gens), stamp
             )
-        except _Unexpected:
+        except Unexpected:
             return None
         if seq is None:
             return False  # e.g. the consumer exists
@@ -354,7 +354,7 @@ class FastWritesMixin(StoreBase):
             seq = self._finish_write(
                 raw, [], consumer, added, mine, gens, consumer_cas, touched, stamp
             )
-        except _Unexpected:
+        except Unexpected:
             return False  # another writer won a compare-and-swap
         if seq is None:
             return False
@@ -379,7 +379,7 @@ class FastWritesMixin(StoreBase):
         round trip after ``prefix``. Returns the change number; None when it failed (a
         database error: the general path answers).
 
-        Raises _Unexpected when a compare-and-swap or an assertion of ``prefix`` failed
+        Raises Unexpected when a compare-and-swap or an assertion of ``prefix`` failed
         (nothing is committed then: the database aborts the transaction).
         """
         stmts: list[tuple[Any, ...]] = list(prefix)

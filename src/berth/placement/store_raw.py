@@ -159,7 +159,7 @@ def marks(n: int, mark: str = "?") -> str:
 _PG_SQL: dict[str, str] = {}
 
 
-class _Unexpected(Exception):
+class Unexpected(Exception):
     """A statement run with ``expect`` did not change exactly one row / return 1."""
 
 
@@ -234,7 +234,7 @@ class RawConnection:
         (IntegrityError, ...).
 
         A statement with ``expect`` true must update exactly one row, or (a SELECT) return
-        1; otherwise :class:`_Unexpected` is raised and nothing after it takes effect: on
+        1; otherwise :class:`Unexpected` is raised and nothing after it takes effect: on
         PostgreSQL the check runs in the database (a division by zero aborts the
         transaction, so a pipelined COMMIT rolls back), on SQLite before the next statement.
         """
@@ -251,7 +251,7 @@ class RawConnection:
                     got = cur.fetchall() if cur.description is not None else cur.rowcount
                     if len(stmt) > 2 and stmt[2] and got != 1 and got != [(1,)]:
                         cur.close()
-                        raise _Unexpected(sql)
+                        raise Unexpected(sql)
                     out.append(got)
                 cur.close()
                 return out
@@ -291,7 +291,7 @@ class RawConnection:
                 # the server answers; when the pipeline aborts first, that is not so.
                 self.stale_prepared = True
                 if getattr(exc, "sqlstate", None) == "22012":
-                    raise _Unexpected(sql) from exc
+                    raise Unexpected(sql) from exc
             # A connection the server dropped can fail with a message that does not say
             # so ("cannot exit pipeline mode while busy", raised while leaving a pipeline
             # whose connection is gone): the connection's state does, and marks the error

@@ -44,6 +44,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -52,7 +53,7 @@ from sqlalchemy.engine import Engine
 from berth.errors import InstanceExists, ServiceUnavailable
 from berth.placement.db import create_tables
 from berth.placement.dbfaults import call_with_retry, retried
-from berth.placement.store_raw import raw_pool
+from berth.placement.store_raw import Unexpected, raw_pool
 
 builds_metadata = sa.MetaData()
 
@@ -203,11 +204,16 @@ class BuildRecords:
             self._in_flight.update(instance_uuids)
 
     def settle(self, instance_uuid: str, state: str, *, host: str | None = None,
-               reason: str | None = None) -> bool:
+               reason: str | None = None,
+               also: Sequence[tuple[str, Sequence[Any]]] = ()) -> bool:
         """Move this process's ``building`` record to ``active`` (on ``host``) or
         ``failed`` (for ``reason``); False when it is no longer building here (the
         reconciler took it over: the build must be undone).
-        :class:`~berth.errors.ServiceUnavailable` when the database cannot tell."""
+        :class:`~berth.errors.ServiceUnavailable` when the database cannot tell.
+
+        ``also``: raw statements on this store's database written in the same
+        transaction, only if the record settles (the instance's own row: an active build
+        and its instance are stored together or not at all)."""
         if state not in (ACTIVE, FAILED):
             raise ValueError(f"a build settles as active or failed, not {state!r}")
         with self._lock:
@@ -215,7 +221,7 @@ class BuildRecords:
             # it turns stale and the reconciler settles it.
             self._in_flight.discard(instance_uuid)
         try:
-            return call_with_retry(lambda: self._settle(instance_uuid, state, host, reason),
+            return call_with_retry(lambda: self._settle(instance_uuid, state, host, reason, also),
                                    safe=False, what=f"settling build {instance_uuid}")
         except ServiceUnavailable:
             # The connection went during the commit: read what happened, if we can.
@@ -225,14 +231,20 @@ class BuildRecords:
             raise
 
     def _settle(self, instance_uuid: str, state: str, host: str | None,
-                reason: str | None) -> bool:
+                reason: str | None, also: Sequence[tuple[str, Sequence[Any]]]) -> bool:
         # In a transaction of its own: a connection lost before the COMMIT changed
         # nothing and is retried; one lost during it is not (see call_with_retry).
-        done = self._raw.run([
-            ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
-            (_RAW_SETTLE, (state, host, reason, self._now(), instance_uuid, self.owner)),
-            ("COMMIT", ())])[1]
-        return bool(done == 1)
+        # The settle must change the one record, or nothing after it takes effect.
+        try:
+            self._raw.run([
+                ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
+                (_RAW_SETTLE, (state, host, reason, self._now(), instance_uuid, self.owner),
+                 True),
+                *also,
+                ("COMMIT", ())])
+        except Unexpected:
+            return False
+        return True
 
     @retried(safe=False)
     def adopt(self, hosts: Mapping[str, str | None], request_id: str) -> None:

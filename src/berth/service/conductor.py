@@ -413,9 +413,9 @@ class Conductor:
                 self.groups.add_members(group_uuid, instance_uuids)
             decision = self.select_destinations(spec, instance_uuids, explain=explain)
             outcome = self.build_all(decision, spec)
-            self._settle(outcome, settled)
+            recorded = self._settle(outcome, settled, spec)
             built.update(b.instance_uuid for b in outcome.built)
-            if self.instances is not None:
+            if self.instances is not None and not recorded:
                 self.instances.record_many((b.instance_uuid, b.host, b.nodename, spec)
                                            for b in outcome.built)
             return decision, outcome
@@ -430,17 +430,26 @@ class Conductor:
                 self.groups.remove_members(group_uuid,
                                            [u for u in instance_uuids if u not in built])
 
-    def _settle(self, outcome: BuildOutcome, settled: set[str]) -> None:
+    def _settle(self, outcome: BuildOutcome, settled: set[str],
+                spec: RequestSpec | None = None) -> bool:
         """Settle the build records of ``outcome``. A build whose record is no longer
         ours (the reconciler took it as abandoned: this process was silent past the
         build timeout) does not count as built: its claim goes and it moves to
-        ``outcome.failed``."""
+        ``outcome.failed``. True when each built instance's row (of ``spec``) was
+        recorded in its build's settling transaction (the instance store is on the
+        build records' database): the caller has none left to record."""
         if self.builds is None:
-            return
+            return False
+        together = (spec is not None and self.instances is not None
+                    and self.instances.engine is self.builds.engine)
         kept: list[BuildResult] = []
         for result in outcome.built:
+            also = (self.instances.upserts([(result.instance_uuid, result.host,
+                                             result.nodename, spec)])
+                    if together and self.instances is not None and spec is not None else ())
             try:
-                ours = self.builds.settle(result.instance_uuid, ACTIVE, host=result.host)
+                ours = self.builds.settle(result.instance_uuid, ACTIVE, host=result.host,
+                                          also=also)
                 error: BerthError = BerthError(
                     f"build of instance {result.instance_uuid} was abandoned (its process "
                     f"was silent past the build timeout)")
@@ -459,6 +468,7 @@ class Conductor:
             if failure.instance_uuid not in settled:
                 self._settle_one(failure.instance_uuid, FAILED, reason=failure.error.message)
                 settled.add(failure.instance_uuid)
+        return together
 
     def _settle_one(self, instance_uuid: str, state: str, *, host: str | None = None,
                     reason: str | None = None) -> bool:

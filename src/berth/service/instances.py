@@ -176,15 +176,23 @@ class InstanceStore:
     def record_many(self, rows: Iterable[tuple[str, str, str, RequestSpec | dict[str, Any]]],
                     status: str = ACTIVE) -> None:
         """:meth:`record` for several instances, in one transaction."""
-        upserts = [(_RAW_UPSERT_INSTANCE, (
-            uuid, host, node, status,
-            json.dumps(spec if isinstance(spec, dict) else spec_to_dict(spec), sort_keys=True)))
-            for uuid, host, node, spec in rows]
+        upserts = self.upserts(rows, status)
         if not upserts:
             return
         batch = [("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()), *upserts, ("COMMIT", ())]
         # Upserts: safe to run twice.
         call_with_retry(lambda: self._raw.run(batch), safe=True, what="recording instances")
+
+    @staticmethod
+    def upserts(rows: Iterable[tuple[str, str, str, RequestSpec | dict[str, Any]]],
+                status: str = ACTIVE) -> list[tuple[str, tuple[Any, ...]]]:
+        """The raw statements that insert or replace these instances' rows, for a
+        transaction of the caller's on this store's database (a build that settles
+        records its instance in the same transaction)."""
+        return [(_RAW_UPSERT_INSTANCE, (
+            uuid, host, node, status,
+            json.dumps(spec if isinstance(spec, dict) else spec_to_dict(spec), sort_keys=True)))
+            for uuid, host, node, spec in rows]
 
     def get(self, uuid: str) -> InstanceRecord | None:
         """The instance, or None."""
