@@ -50,9 +50,9 @@ from berth.placement.store import (
     InventoryRecord,
     ProviderRecord,
     RawConnection,
+    Unexpected,
     _capacity_ok,
     _fields,
-    Unexpected,
     marks,
 )
 from berth.placement.store_base import StoreBase

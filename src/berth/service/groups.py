@@ -261,7 +261,13 @@ class ServerGroupStore:
     def leave(self, instance_uuid: str) -> int:
         """``instance_uuid`` leaves every group it is a member of (a deleted instance);
         the number of groups it left."""
-        return int(self._raw.run([(_RAW_LEAVE_ALL, (instance_uuid,))])[0])
+        return int(self._raw.run(self.leaving(instance_uuid))[0])
+
+    @staticmethod
+    def leaving(instance_uuid: str) -> list[tuple[str, tuple[str]]]:
+        """The raw statements of :meth:`leave`, for a transaction of the caller's on this
+        store's database (a deleted instance's row goes in the same one)."""
+        return [(_RAW_LEAVE_ALL, (instance_uuid,))]
 
     @retried(safe=True)
     def get(self, uuid: str) -> InstanceGroup | None:

@@ -221,10 +221,16 @@ class InstanceStore:
         return bool(call_with_retry(lambda: self._raw.run(batch), safe=False,
                                     what=f"changing the status of instance {uuid}")[1])
 
-    def remove(self, uuid: str) -> None:
-        """Forget a deleted instance (its migrations stay, as history)."""
-        call_with_retry(lambda: self._raw.run([(_RAW_REMOVE_INSTANCE, (uuid,))]), safe=True,
-                        what=f"removing instance {uuid}")
+    def remove(self, uuid: str, *, also: Sequence[tuple[str, Sequence[Any]]] = ()) -> None:
+        """Forget a deleted instance (its migrations stay, as history). ``also``: raw
+        statements on this store's database written in the same transaction (the
+        instance leaving its server groups)."""
+        batch: list[tuple[str, Sequence[Any]]] = [(_RAW_REMOVE_INSTANCE, (uuid,))]
+        if also:
+            batch = [("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()), *also, *batch,
+                     ("COMMIT", ())]
+        # Deletes: safe to run twice.
+        call_with_retry(lambda: self._raw.run(batch), safe=True, what=f"removing instance {uuid}")
 
     def update(self, uuid: str, *, status: str, host: str | None = None,
                nodename: str | None = None, spec: dict[str, Any] | None = None) -> None:

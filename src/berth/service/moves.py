@@ -365,9 +365,12 @@ class MoveService:
         terminate = getattr(self.conductor.driver, "terminate", None)
         if callable(terminate):
             terminate(instance_uuid, record.host, record.nodename)
-        if self.groups is not None:
+        if self.groups is not None and self.groups.engine is not self.instances.engine:
             self.groups.leave(instance_uuid)
-        self.instances.remove(instance_uuid)
+            self.instances.remove(instance_uuid)
+        else:  # one transaction: the row goes with its memberships
+            self.instances.remove(instance_uuid, also=self.groups.leaving(instance_uuid)
+                                  if self.groups is not None else ())
         return {"instance_uuid": instance_uuid, "status": "DELETED", "host": record.host,
                 "nodename": record.nodename, "freed": freed,
                 "providers": self._provider_names(freed)}
