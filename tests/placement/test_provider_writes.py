@@ -403,3 +403,18 @@ def test_one_statement_aggregates_lose_a_race_to_a_committed_bump(engine: Any, m
     assert _log_rows(engine, rp_uuid) == logged
     gen, got = store.set_aggregates(rp_uuid, aggs, 3)
     assert (gen, sorted(got)) == (4, sorted(aggs))
+
+
+def test_array_literals_read_back_as_the_values_they_were_made_of(pg_database: str) -> None:
+    engine = sa.create_engine(pg_database)
+    names = ["CUSTOM_A", 'quo"te', "back\\slash", "com,ma", "{brace}", "sp ace", "", "NULL"]
+    numbers = [0, -1, 2**62, 10**15]
+    ratios = [1.0, 0.1, 16.5, 1e-05, 3.3333333333333335]
+    with engine.connect() as conn:
+        row = conn.exec_driver_sql(
+            "SELECT CAST(%s AS text[]), CAST(%s AS bigint[]), CAST(%s AS float8[]), "
+            "CAST(%s AS text[])",
+            (provider_writes._pg_array(names), provider_writes._pg_array(numbers),
+             provider_writes._pg_array(ratios), provider_writes._pg_array([]))).one()
+    engine.dispose()
+    assert list(row) == [names, numbers, ratios, []]

@@ -33,7 +33,7 @@ connections, the class-name cache and the change log they use); nothing else cal
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -396,6 +396,17 @@ def set_inventories(
     return _with_raw(store, work)  # type: ignore[no-any-return]
 
 
+def _pg_array(values: Iterable[str | int | float]) -> str:
+    """``values`` as a PostgreSQL array literal, for a ``CAST(? AS type[])`` parameter.
+    psycopg dumps a Python list element by element in Python: the lists of an
+    inventories statement cost the API process ~190 µs of CPU a call, the literals
+    ~10 µs. Strings are double-quoted (backslash and quote escaped); numbers are
+    written as Python prints them, which PostgreSQL reads back exactly."""
+    return "{" + ",".join(
+        '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' if isinstance(v, str)
+        else repr(v) for v in values) + "}"
+
+
 def _pg_set_inventories(store: StoreBase, raw: RawConnection, uuid: str, generation: int,
                         new: Mapping[str, InventoryRecord],
                         ) -> tuple[int, dict[str, InventoryRecord]] | None:
@@ -403,9 +414,10 @@ def _pg_set_inventories(store: StoreBase, raw: RawConnection, uuid: str, generat
     now = utcnow()
     invs = list(new.values())
     rows = _one_statement(store, raw, _PG_SET_INVENTORIES, (
-        uuid, list(new), [i.total for i in invs],
-        [i.reserved for i in invs], [i.min_unit for i in invs], [i.max_unit for i in invs],
-        [i.step_size for i in invs], [float(i.allocation_ratio) for i in invs], len(invs),
+        uuid, _pg_array(new), _pg_array(i.total for i in invs),
+        _pg_array(i.reserved for i in invs), _pg_array(i.min_unit for i in invs),
+        _pg_array(i.max_unit for i in invs), _pg_array(i.step_size for i in invs),
+        _pg_array(float(i.allocation_ratio) for i in invs), len(invs),
         now, generation, now, now))
     if not rows:
         return None  # no such provider
@@ -469,7 +481,8 @@ def _pg_replace_links(store: StoreBase, raw: RawConnection, sql: str, uuid: str,
                       wanted: list[str], generation: int) -> tuple[int, list[str]] | None:
     """:func:`set_traits` and :func:`set_aggregates` on PostgreSQL: one statement
     (:data:`_PG_SET_TRAITS`, :data:`_PG_SET_AGGREGATES`)."""
-    rows = _one_statement(store, raw, sql, (uuid, wanted, utcnow(), generation, len(wanted)))
+    rows = _one_statement(store, raw, sql,
+                          (uuid, _pg_array(wanted), utcnow(), generation, len(wanted)))
     if not rows:
         return None  # no such provider
     read_generation, found, changed, seq, names = rows[0]
