@@ -1,6 +1,6 @@
-"""Kept standard-library connections (``berth.placement.transport``) against real
-sockets: reuse, a connection the server closed, refused connections, tokens, and a
-request the server dropped half-way."""
+"""Kept connections (``berth.placement.transport``, on libcurl) against real sockets:
+reuse, a connection the server closed, refused connections, tokens, and a request the
+server dropped half-way."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def _app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     data = json.dumps({"path": environ["PATH_INFO"], "query": environ["QUERY_STRING"],
                        "method": environ["REQUEST_METHOD"], "body": body.decode(),
                        "port": environ["REMOTE_PORT"],
-                       "version": environ.get("HTTP_OPENSTACK_API_VERSION")}).encode()
+                       "version": environ.get("HTTP_OPENSTACK_API_VERSION"),
+                       "type": environ.get("CONTENT_TYPE", "")}).encode()
     start_response("200 OK", [("Content-Type", "application/json"),
                               ("Content-Length", str(len(data)))])
     return [data]
@@ -147,9 +148,10 @@ def test_a_refused_token_is_fetched_again_once(server: str) -> None:
     assert tokens.invalidated == 1
 
 
-def _half_server(answered: list[int]) -> tuple[socket.socket, int]:
+def _half_server(answered: list[int], posts: list[int]) -> tuple[socket.socket, int]:
     """A server that answers the first request of every connection (kept alive) and
-    closes the connection on the second without answering."""
+    closes the connection on the second without answering; and closes it on any POST
+    without answering (``posts`` counts them)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -168,6 +170,9 @@ def _half_server(answered: list[int]) -> tuple[socket.socket, int]:
                              if line.lower().startswith(b"content-length:")), 0)
                 while len(rest) < size:
                     rest += conn.recv(65536)
+                if data.startswith(b"POST "):
+                    posts.append(1)
+                    return  # read, then dropped unanswered
                 if n == 1:
                     return  # read, then dropped unanswered
                 answered.append(1)
@@ -188,7 +193,8 @@ def _half_server(answered: list[int]) -> tuple[socket.socket, int]:
 
 def test_a_dropped_request_is_sent_again_only_when_idempotent() -> None:
     answered: list[int] = []
-    listener, port = _half_server(answered)
+    posts: list[int] = []
+    listener, port = _half_server(answered, posts)
     try:
         http = KeptConnections(f"http://127.0.0.1:{port}", headers={}, timeout=5)
         http.request("GET", "/a")
@@ -196,7 +202,8 @@ def test_a_dropped_request_is_sent_again_only_when_idempotent() -> None:
         assert len(answered) == 2
         with pytest.raises(httpx.RemoteProtocolError, match="POST /c: the connection broke"):
             http.request("POST", "/c", json={})  # may have been applied: not repeated
-        assert len(answered) == 2
+        assert len(answered) == 2 and len(posts) == 1
+        assert http.request("DELETE", "/d").status_code == 200  # the client goes on
     finally:
         listener.close()
 
@@ -232,3 +239,35 @@ def test_threads_share_several_urls_and_pass_over_one_that_refuses() -> None:
     finally:
         for srv, thread in servers:
             _stop(srv, thread)
+
+
+def test_each_method_sends_its_body_and_only_a_body_says_json(server: str) -> None:
+    http = KeptConnections(server, headers={"OpenStack-API-Version": "placement 1.39"},
+                           timeout=5)
+    for method in ("PUT", "POST", "DELETE", "GET", "PUT"):
+        seen = http.request(method, "/m", json={"n": 1} if method == "POST" else None).json()
+        assert seen["method"] == method and seen["version"] == "placement 1.39"
+        assert (seen["body"], seen["type"]) == (
+            ('{"n":1}', "application/json") if method == "POST" else ("", ""))
+    seen = http.request("PUT", "/m", json=[1]).json()
+    assert (seen["body"], seen["type"]) == ("[1]", "application/json")
+    http.close()
+
+
+def test_a_server_that_never_answers_is_a_read_timeout() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
+    try:
+        http = KeptConnections(f"http://127.0.0.1:{listener.getsockname()[1]}", headers={},
+                               timeout=1)
+        started = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout, match="GET /slow: no answer within 1 s"):
+            http.request("GET", "/slow")
+        assert time.monotonic() - started < 5
+    finally:
+        for conn in held:
+            conn.close()
+        listener.close()
