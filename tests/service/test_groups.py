@@ -4,6 +4,7 @@ grow by the instances booted into them."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,31 @@ def test_members_stored_by_an_earlier_berth_move_to_their_table_once(tmp_path: P
 def test_members_stored_by_an_earlier_berth_move_on_postgresql() -> None:
     with fresh_pg_database("berth_groups") as url:
         _moved(url)
+
+
+def test_processes_loading_one_cloud_file_together_store_each_group_once() -> None:
+    with fresh_pg_database("berth_groups") as url:
+        engines = [create_db_engine(url) for _ in range(2)]
+        try:
+            run_migrations(engines[0])
+            stores = [ServerGroupStore(e) for e in engines]
+            errors: list[BaseException] = []
+
+            def put(n: int) -> None:
+                try:
+                    stores[n % 2].put(InstanceGroup("anti-affinity", uuid=GROUP_UUID, name="web",
+                                                    members=[f"i-{n % 3}"]))
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=put, args=(n,)) for n in range(12)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert errors == []
+            (group,) = stores[1].all()
+            assert sorted(group.members) == ["i-0", "i-1", "i-2"]
+        finally:
+            for e in engines:
+                e.dispose()

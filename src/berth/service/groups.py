@@ -96,10 +96,14 @@ _RAW_LEAVE = ("DELETE FROM berth_server_group_members WHERE group_uuid = ? "
               "AND instance_uuid IN ({})")
 _RAW_LEAVE_ALL = "DELETE FROM berth_server_group_members WHERE instance_uuid = ?"
 _RAW_GROUP_EXISTS = "SELECT 1 FROM berth_server_groups WHERE uuid = ?"
-_RAW_INSERT_GROUP = ("INSERT INTO berth_server_groups (uuid, name, policy, rules, project_id, "
-                     "user_id) VALUES (?, ?, ?, ?, ?, ?)")
-_RAW_UPDATE_GROUP = ("UPDATE berth_server_groups SET name = ?, policy = ?, rules = ?, "
-                     "project_id = ?, user_id = ? WHERE uuid = ?")
+#: A group's definition, new or replacing the stored one (processes that load one cloud
+#: file together write the same group at once).
+_RAW_PUT_GROUP = (
+    "INSERT INTO berth_server_groups (uuid, name, policy, rules, project_id, user_id) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uuid) DO UPDATE SET name = excluded.name, "
+    "policy = excluded.policy, rules = excluded.rules, project_id = excluded.project_id, "
+    "user_id = excluded.user_id"
+)
 #: Where instances are claimed (:class:`ClaimedHosts`): the host of the compute node
 #: (root provider) each one's allocations are against, from the node's compute record,
 #: else the provider's name.
@@ -123,12 +127,18 @@ _RAW_ADMIT_BUILD = (
 _CHUNK = 500
 
 
+def _bare(row: Sequence[Any]) -> InstanceGroup:
+    """A row of ``berth_server_groups`` (:data:`_GROUP_COLUMNS`) as a group, its
+    members not read yet."""
+    uuid, name, policy, rules, project_id, user_id = row
+    return InstanceGroup(policy=policy, uuid=uuid, name=name, rules=json.loads(rules),
+                         members=[], project_id=project_id, user_id=user_id)
+
+
 def _groups(raw: RawConnection | RawPool, rows: Sequence[Sequence[Any]]) -> list[InstanceGroup]:
     """Rows of ``berth_server_groups`` (:data:`_GROUP_COLUMNS`) as groups, in their
     order, each with its members read on ``raw``."""
-    groups = [InstanceGroup(policy=policy, uuid=uuid, name=name, rules=json.loads(rules),
-                            members=[], project_id=project_id, user_id=user_id)
-              for uuid, name, policy, rules, project_id, user_id in rows]
+    groups = [_bare(row) for row in rows]
     by_uuid = {g.uuid: g for g in groups}
     uuids = list(by_uuid)
     for i in range(0, len(uuids), _CHUNK):
@@ -224,12 +234,10 @@ class ServerGroupStore:
         """Store ``group`` (by uuid): name, policy and rules as given; the members stored
         already stay members (instances booted into it before a restart), and those of
         ``group`` join after them."""
-        values = (group.name, group.policy, json.dumps(group.rules, sort_keys=True),
-                  group.project_id, group.user_id)
         self._write(lambda raw: [
-            (_RAW_INSERT_GROUP, (group.uuid, *values))
-            if not raw.run([(_RAW_GROUP_EXISTS, (group.uuid,))])[0]
-            else (_RAW_UPDATE_GROUP, (*values, group.uuid)),
+            (_RAW_PUT_GROUP, (group.uuid, group.name, group.policy,
+                              json.dumps(group.rules, sort_keys=True), group.project_id,
+                              group.user_id)),
             *[(_RAW_JOIN, (group.uuid, m)) for m in dict.fromkeys(group.members)]])
 
     @retried(safe=True)
@@ -238,10 +246,7 @@ class ServerGroupStore:
         raw = self._raw.take()
         ok = False
         try:
-            groups = [InstanceGroup(policy=policy, uuid=uuid, name=name, rules=json.loads(rules),
-                                    members=[], project_id=project_id, user_id=user_id)
-                      for uuid, name, policy, rules, project_id, user_id
-                      in raw.run([(_RAW_ALL_GROUPS, ())])[0]]
+            groups = [_bare(row) for row in raw.run([(_RAW_ALL_GROUPS, ())])[0]]
             by_uuid = {g.uuid: g for g in groups}
             for group_uuid, instance_uuid in raw.run([(_RAW_ALL_MEMBERS, ())])[0]:
                 group = by_uuid.get(group_uuid)
