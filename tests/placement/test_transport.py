@@ -33,7 +33,7 @@ def _app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         return [data]
     data = json.dumps({"path": environ["PATH_INFO"], "query": environ["QUERY_STRING"],
                        "method": environ["REQUEST_METHOD"], "body": body.decode(),
-                       "port": environ["REMOTE_PORT"],
+                       "port": environ.get("REMOTE_PORT"),
                        "version": environ.get("HTTP_OPENSTACK_API_VERSION"),
                        "type": environ.get("CONTENT_TYPE", "")}).encode()
     start_response("200 OK", [("Content-Type", "application/json"),
@@ -271,3 +271,44 @@ def test_a_server_that_never_answers_is_a_read_timeout() -> None:
         for conn in held:
             conn.close()
         listener.close()
+
+
+def _tls_server(tmp_path: Any) -> tuple[Any, threading.Thread, str]:
+    """An HTTPS server of ``_app`` (a self-signed certificate for 127.0.0.1) in a
+    thread, and the certificate's file."""
+    import ssl
+    import subprocess
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = make_server("127.0.0.1", 0, _app, handler_class=Quiet)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    srv.socket = context.wrap_socket(srv.socket, server_side=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    return srv, thread, str(cert)
+
+
+def test_https_verifies_the_server_with_the_authorities_python_trusts(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    srv, thread, cert = _tls_server(tmp_path)
+    url = f"https://127.0.0.1:{srv.server_address[1]}/placement"
+    try:
+        with pytest.raises(httpx.ConnectError, match="127.0.0.1"):
+            KeptConnections(url, headers={}, timeout=5).request("GET", "/x")  # unknown CA
+        monkeypatch.setenv("SSL_CERT_FILE", cert)
+        http = KeptConnections(url, headers={}, timeout=5)
+        assert http.request("GET", "/x").json()["path"] == "/placement/x"
+        http.close()
+    finally:
+        srv.shutdown()
+        thread.join(timeout=5)

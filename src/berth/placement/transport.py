@@ -38,7 +38,7 @@ import pycurl
 
 #: libcurl's errors for a connection that was never made (nothing was sent).
 _NOT_CONNECTED = frozenset({pycurl.E_COULDNT_CONNECT, pycurl.E_COULDNT_RESOLVE_HOST,
-                            pycurl.E_SSL_CONNECT_ERROR})
+                            pycurl.E_SSL_CONNECT_ERROR, pycurl.E_PEER_FAILED_VERIFICATION})
 #: ... for a connection that broke before the whole answer came.
 _BROKE = frozenset({pycurl.E_GOT_NOTHING, pycurl.E_SEND_ERROR, pycurl.E_RECV_ERROR,
                     pycurl.E_PARTIAL_FILE})
@@ -109,9 +109,12 @@ class _Handle:
         curl.setopt(pycurl.LOW_SPEED_TIME, max(1, math.ceil(timeout)))
         curl.setopt(pycurl.HEADERFUNCTION, self.head.append)
         curl.setopt(pycurl.WRITEFUNCTION, self.body.append)
-        cafile = ssl.get_default_verify_paths().cafile
-        if cafile:  # the system's authorities, as Python's own TLS verifies with
-            curl.setopt(pycurl.CAINFO, cafile)
+        # The authorities Python's own TLS verifies with (SSL_CERT_FILE/DIR included).
+        paths = ssl.get_default_verify_paths()
+        if paths.cafile:
+            curl.setopt(pycurl.CAINFO, paths.cafile)
+        elif paths.capath:
+            curl.setopt(pycurl.CAPATH, paths.capath)
 
     def close(self) -> None:
         self.curl.close()
