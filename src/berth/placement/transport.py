@@ -180,8 +180,8 @@ class KeptConnections:
                 handle.endpoint = (handle.endpoint + 1) % len(self._endpoints)
             try:
                 return self._perform(handle, method, target, body, headers)
-            except httpx.ConnectError as exc:  # nothing was sent: try the next one
-                failure = failure or exc
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                failure = failure or exc  # nothing was sent: try the next one
         assert failure is not None
         raise failure
 
