@@ -3,6 +3,7 @@ and the start-up grace."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -192,3 +193,30 @@ def test_stored_report_text_round_trips_and_older_text_still_reads(engine: Any) 
     got = store.report_of("u1")
     assert got is not None and [i["uuid"] for i in got["instances"]] == [
         i["uuid"] for i in _report("h1", 5.0, instances=2)["instances"]]
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_each_write_takes_the_next_change_number_and_the_feed_reads_it(
+        database: str, tmp_path: Path) -> None:
+    """One report (on PostgreSQL one statement), a wave larger than one statement (a
+    pipeline), heartbeats: each under the next number, read back after the one before."""
+    from pgdb import fresh_pg_database
+
+    with contextlib.ExitStack() as stack:
+        url = (f"sqlite:///{tmp_path}/r.sqlite" if database == "sqlite"
+               else stack.enter_context(fresh_pg_database("berth_reports")))
+        eng = prepare(url)
+        stack.callback(eng.dispose)
+        store = ComputeRecordStore(eng)
+        one = _report("h0", 100.0)
+        first = store.publish(one["uuid"], one, 100.0)
+        wave = [_report(f"h{i}", 101.0) for i in range(1, 251)]
+        second = store.publish_many([(r["uuid"], r, 101.0) for r in wave])
+        third = store.heartbeats({one["uuid"]: 102.0, wave[0]["uuid"]: 102.0})
+        again = store.publish(one["uuid"], _report("h0", 103.0, instances=1), 103.0)
+        assert [second, third, again] == [first + 1, first + 2, first + 3]
+        changes = store.changes(first)
+        assert sorted(r["host"] for r in changes.reports) == sorted(
+            ["h0"] + [r["host"] for r in wave])
+        assert changes.top == again
+        assert store.changes(third).reports[0]["host"] == "h0"

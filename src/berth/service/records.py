@@ -258,7 +258,9 @@ _RAW_UPSERT_NODES = (
     "ON CONFLICT (uuid) DO UPDATE SET host = excluded.host, nodename = excluded.nodename, "
     "report = excluded.report, heartbeat = excluded.heartbeat, seq = excluded.seq"
 )
-_NODE_ROW = "(?, ?, ?, ?, ?, (SELECT seq FROM berth_compute_counter WHERE id = 1))"
+#: The change number a row of a write takes: the counter, as this transaction left it.
+_SEQ_NOW = "(SELECT seq FROM berth_compute_counter WHERE id = 1)"
+_NODE_ROW = f"(?, ?, ?, ?, ?, {_SEQ_NOW})"
 #: Report rows per statement (a registration wave writes thousands at once).
 _NODES_PER_STATEMENT = 100
 _RAW_CHANGED_SINCE = "SELECT seq, report FROM berth_compute_nodes WHERE seq > ? ORDER BY seq"
@@ -267,7 +269,7 @@ _RAW_UPSERT_BEATS = (
     "INSERT INTO berth_compute_heartbeats (uuid, heartbeat, seq) VALUES {} "
     "ON CONFLICT (uuid) DO UPDATE SET heartbeat = excluded.heartbeat, seq = excluded.seq"
 )
-_BEAT_ROW = "(?, ?, (SELECT seq FROM berth_compute_counter WHERE id = 1))"
+_BEAT_ROW = f"(?, ?, {_SEQ_NOW})"
 #: Heartbeat rows per statement (two parameters each, under SQLite's old 999 limit).
 _BEATS_PER_STATEMENT = 400
 _RAW_AGGREGATES_SEQ = "SELECT seq FROM berth_host_aggregates_changed WHERE id = 1"
@@ -346,6 +348,17 @@ class ComputeRecordStore:
         (BEGIN IMMEDIATE on SQLite) orders the writers: a change number is visible only
         once every smaller one has committed. Safe to run twice (the same rows again,
         under one more change number), so a lost connection is retried."""
+        if not self.is_sqlite and len(rows) <= per_statement:
+            # One statement, its own transaction: the counter's update in a WITH, whose
+            # number every row takes (one round trip and no pipeline; a pipeline of four
+            # cost the fleet ~0.3 ms of CPU a report).
+            one = (f"WITH next AS ({_RAW_NEXT_SEQ}) "
+                   + upsert.format(", ".join([row.replace(_SEQ_NOW, "(SELECT seq FROM next)")]
+                                             * len(rows)))
+                   + " RETURNING (SELECT seq FROM next)")
+            params = [value for values in rows for value in values]
+            found = call_with_retry(lambda: self._raw.run([(one, params)]), safe=True, what=what)
+            return int(found[0][0][0])
         batch: list[tuple[Any, ...]] = [("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
                                         (_RAW_NEXT_SEQ, ())]
         for start in range(0, len(rows), per_statement):
