@@ -348,7 +348,7 @@ class ComputeRecordStore:
         (BEGIN IMMEDIATE on SQLite) orders the writers: a change number is visible only
         once every smaller one has committed. Safe to run twice (the same rows again,
         under one more change number), so a lost connection is retried."""
-        if not self.is_sqlite and len(rows) <= per_statement:
+        if not self.is_sqlite and 0 < len(rows) <= per_statement:
             # One statement, its own transaction: the counter's update in a WITH, whose
             # number every row takes (one round trip and no pipeline; a pipeline of four
             # cost the fleet ~0.3 ms of CPU a report).
