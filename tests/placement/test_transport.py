@@ -38,7 +38,7 @@ def _app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
                        "type": environ.get("CONTENT_TYPE", "")}).encode()
     start_response("200 OK", [("Content-Type", "application/json"),
                               ("Content-Length", str(len(data)))])
-    return [data]
+    return [] if environ["REQUEST_METHOD"] == "HEAD" else [data]  # HEAD: the headers alone
 
 
 def _serve(**options: Any) -> tuple[Any, threading.Thread]:
@@ -251,6 +251,10 @@ def test_each_method_sends_its_body_and_only_a_body_says_json(server: str) -> No
             ('{"n":1}', "application/json") if method == "POST" else ("", ""))
     seen = http.request("PUT", "/m", json=[1]).json()
     assert (seen["body"], seen["type"]) == ("[1]", "application/json")
+    head = http.request("HEAD", "/m")  # headers only, and the connection goes on
+    assert head.status_code == 200 and head.content == b""
+    assert int(head.headers["content-length"]) > 0
+    assert http.request("GET", "/m").json()["method"] == "GET"
     http.close()
 
 

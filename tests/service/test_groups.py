@@ -144,6 +144,9 @@ def _moved(url: str) -> None:
         assert [g.uuid for g in stores[0].of_member("i-1")] == ["g1"]
         stores[0].add_members("g2", ["i-9"])
         assert stores[1].resolve("db").members == ["i-9"]
+        with pytest.raises(InputError, match="server group nope: no such group"):
+            stores[0].add_members("nope", ["i-9", "i-10"])
+        assert stores[1].of_member("i-10") == [] and len(stores[1].of_member("i-9")) == 1
     finally:
         engine.dispose()
 

@@ -82,9 +82,8 @@ class _Endpoint:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{base_url}: not an http:// or https:// URL")
-        self.https = parts.scheme == "https"
         self.host = parts.hostname
-        self.port = parts.port or (443 if self.https else 80)
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.base = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
 
 

@@ -323,7 +323,9 @@ class Conductor:
     records, and nothing for the reconciler to recover after a crash). ``groups`` is
     where boots record their instances as group members (none: the members live only
     in the request); ``instances`` is where built instances are recorded with their
-    request spec, for moves (none: not recorded). ``group_check`` is the late group
+    request spec, for moves (none: not recorded); with ``builds`` it must be on the
+    same database (a build settles and records its instance in one transaction).
+    ``group_check`` is the late group
     check; the conductors of one process should share one (its lock and its builds in flight), as
     :meth:`~berth.service.stack.Stack.conductor` does; without it the conductor makes
     its own over the scheduler's record store. ``late_check_on_compute`` leaves the
@@ -430,23 +432,21 @@ class Conductor:
                 self.groups.remove_members(group_uuid,
                                            [u for u in instance_uuids if u not in built])
 
-    def _settle(self, outcome: BuildOutcome, settled: set[str],
-                spec: RequestSpec | None = None) -> bool:
+    def _settle(self, outcome: BuildOutcome, settled: set[str], spec: RequestSpec) -> bool:
         """Settle the build records of ``outcome``. A build whose record is no longer
         ours (the reconciler took it as abandoned: this process was silent past the
         build timeout) does not count as built: its claim goes and it moves to
         ``outcome.failed``. True when each built instance's row (of ``spec``) was
-        recorded in its build's settling transaction (the instance store is on the
-        build records' database): the caller has none left to record."""
+        recorded in its build's settling transaction: the caller has none left to
+        record."""
         if self.builds is None:
             return False
-        together = (spec is not None and self.instances is not None
-                    and self.instances.engine is self.builds.engine)
+        instances = self.instances
         kept: list[BuildResult] = []
         for result in outcome.built:
-            also = (self.instances.upserts([(result.instance_uuid, result.host,
-                                             result.nodename, spec)])
-                    if together and self.instances is not None and spec is not None else ())
+            also = (instances.upserts([(result.instance_uuid, result.host, result.nodename,
+                                        spec)])
+                    if instances is not None else ())
             try:
                 ours = self.builds.settle(result.instance_uuid, ACTIVE, host=result.host,
                                           also=also)
@@ -468,7 +468,7 @@ class Conductor:
             if failure.instance_uuid not in settled:
                 self._settle_one(failure.instance_uuid, FAILED, reason=failure.error.message)
                 settled.add(failure.instance_uuid)
-        return together
+        return instances is not None
 
     def _settle_one(self, instance_uuid: str, state: str, *, host: str | None = None,
                     reason: str | None = None) -> bool:

@@ -41,7 +41,7 @@ from berth.errors import InputError
 from berth.model.request import InstanceGroup
 from berth.placement.db import create_tables, lock_schema
 from berth.placement.dbfaults import retried
-from berth.placement.store_raw import RawConnection, RawPool, marks, raw_pool
+from berth.placement.store_raw import RawConnection, RawPool, Unexpected, marks, raw_pool
 from berth.service.builds import BUILDING, builds, builds_metadata
 from berth.service.records import records_metadata
 
@@ -95,7 +95,8 @@ _RAW_JOIN = ("INSERT INTO berth_server_group_members (group_uuid, instance_uuid)
 _RAW_LEAVE = ("DELETE FROM berth_server_group_members WHERE group_uuid = ? "
               "AND instance_uuid IN ({})")
 _RAW_LEAVE_ALL = "DELETE FROM berth_server_group_members WHERE instance_uuid = ?"
-_RAW_GROUP_EXISTS = "SELECT 1 FROM berth_server_groups WHERE uuid = ?"
+#: 1 when the group exists (0 otherwise: run with ``expect``, nothing after it is written).
+_RAW_GROUP_EXISTS = "SELECT COUNT(*) FROM berth_server_groups WHERE uuid = ?"
 #: A group's definition, new or replacing the stored one (processes that load one cloud
 #: file together write the same group at once).
 _RAW_PUT_GROUP = (
@@ -234,7 +235,7 @@ class ServerGroupStore:
         """Store ``group`` (by uuid): name, policy and rules as given; the members stored
         already stay members (instances booted into it before a restart), and those of
         ``group`` join after them."""
-        self._write(lambda raw: [
+        self._write([
             (_RAW_PUT_GROUP, (group.uuid, group.name, group.policy,
                               json.dumps(group.rules, sort_keys=True), group.project_id,
                               group.user_id)),
@@ -311,13 +312,11 @@ class ServerGroupStore:
         new = list(dict.fromkeys(members))
         if not new:
             return
-
-        def joins(raw: RawConnection) -> list[tuple[Any, ...]]:
-            if not raw.run([(_RAW_GROUP_EXISTS, (uuid,))])[0]:
-                raise InputError(f"server group {uuid}: no such group")
-            return [(_RAW_JOIN, (uuid, m)) for m in new]
-
-        self._write(joins)
+        try:
+            self._write([(_RAW_GROUP_EXISTS, (uuid,), True),
+                         *[(_RAW_JOIN, (uuid, m)) for m in new]])
+        except Unexpected:
+            raise InputError(f"server group {uuid}: no such group") from None
 
     @retried(safe=True)
     def remove_members(self, uuid: str, members: Iterable[str]) -> None:
@@ -325,9 +324,8 @@ class ServerGroupStore:
         meanwhile has nothing left to remove."""
         gone = list(dict.fromkeys(members))
         if gone:
-            self._write(lambda raw: [
-                (_RAW_LEAVE.format(marks(len(chunk))), (uuid, *chunk))
-                for chunk in (gone[i:i + _CHUNK] for i in range(0, len(gone), _CHUNK))])
+            self._write([(_RAW_LEAVE.format(marks(len(chunk))), (uuid, *chunk))
+                         for chunk in (gone[i:i + _CHUNK] for i in range(0, len(gone), _CHUNK))])
 
     @retried(safe=False)
     def admit(self, uuid: str, instance_uuid: str, host: str,
@@ -361,14 +359,13 @@ class ServerGroupStore:
                                                  builds.c.state == BUILDING)
                          .values(host=None))
 
-    def _write(self, plan: Callable[[RawConnection], list[tuple[Any, ...]]]) -> None:
-        """One transaction on a kept connection: ``plan`` reads what it needs inside it
-        and returns the statements to write."""
+    def _write(self, stmts: Sequence[tuple[Any, ...]]) -> None:
+        """``stmts`` in one transaction on a kept connection, in one round trip (a
+        statement with ``expect`` that fails leaves nothing written)."""
         raw = self._raw.take()
         ok = False
         try:
-            raw.run([(_begin(raw), ())])
-            raw.run([*plan(raw), ("COMMIT", ())])
+            raw.run([(_begin(raw), ()), *stmts, ("COMMIT", ())])
             ok = True
         finally:
             self._raw.give(raw, ok)  # an open transaction (an error) is rolled back

@@ -263,6 +263,8 @@ class MoveService:
 
     ``traits_of(provider_uuid)`` reads a source node's provider traits (a cold migration
     stays on its host only when the node has ``COMPUTE_SAME_HOST_COLD_MIGRATE``).
+    ``groups``, when given, is on ``instances``' database (a deleted instance's row and
+    its memberships go in one transaction).
     """
 
     def __init__(
@@ -365,12 +367,9 @@ class MoveService:
         terminate = getattr(self.conductor.driver, "terminate", None)
         if callable(terminate):
             terminate(instance_uuid, record.host, record.nodename)
-        if self.groups is not None and self.groups.engine is not self.instances.engine:
-            self.groups.leave(instance_uuid)
-            self.instances.remove(instance_uuid)
-        else:  # one transaction: the row goes with its memberships
-            self.instances.remove(instance_uuid, also=self.groups.leaving(instance_uuid)
-                                  if self.groups is not None else ())
+        # One transaction: the row goes with its memberships.
+        self.instances.remove(instance_uuid, also=self.groups.leaving(instance_uuid)
+                              if self.groups is not None else ())
         return {"instance_uuid": instance_uuid, "status": "DELETED", "host": record.host,
                 "nodename": record.nodename, "freed": freed,
                 "providers": self._provider_names(freed)}
