@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             cloud = Path(tmp) / "cloud.yaml"
             cloud_file(cloud, hosts)
             t0 = time.perf_counter()
-            with offline_cloud(str(cloud), config, now=1.7e9) as offline:
+            with offline_cloud(str(cloud), config, now=1.7e9, events=len(trace.events)) as offline:
                 load_s = time.perf_counter() - t0
                 replay = Replay(LocalTarget(offline, seed=args.seed), trace, config=config,
                                 label="bench", samples=100,

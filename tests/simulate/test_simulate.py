@@ -13,7 +13,8 @@ import pytest
 from berth.cli import main
 from berth.config import SchedulerConfig
 from berth.placement.amounts import over_api
-from berth.service.offline import offline_cloud
+from berth.service import offline
+from berth.service.offline import offline_cloud, scratch
 from berth.simulate.run import Replay
 from berth.simulate.targets import LocalTarget, RemoteTarget
 from berth.simulate.trace import read_csv
@@ -243,3 +244,28 @@ def test_the_ledger_reads_in_process_what_the_placement_api_answers(tmp_path: Pa
     assert len(local) == 3 * 2 + 1 + 1  # two trees of three, solo, nfs1
     assert sum(p.used.get("VCPU", 0) for p in local) == 6
     assert {p.capacity.get("MEMORY_MB") for p in local} >= {int((32768 - 512) * 1.5)}
+
+
+def test_a_scratch_store_is_in_memory_unless_it_could_outgrow_it(tmp_path: Path) -> None:
+    with scratch(1000, 100_000) as url:
+        assert "vfs=memdb" in url
+    # SQLite's memdb stops at 1 GiB: a store estimated past half of it is a file,
+    # removed on exit.
+    with scratch(1000, 10_000_000) as url:
+        path = Path(url.removeprefix("sqlite:///"))
+        assert path.parent.is_dir() and "memdb" not in url
+    assert not path.parent.exists()
+    with scratch(100_000) as url:
+        assert "memdb" not in url
+
+
+def test_a_replay_answers_the_same_from_memory_and_from_a_file(
+        files: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    cloud, trace, _ = files
+    config = SchedulerConfig.default()
+    in_memory = replay_offline(cloud, trace, config)
+    monkeypatch.setattr(offline, "MEMORY_BUDGET", 0)
+    on_disk = replay_offline(cloud, trace, config)
+    assert in_memory[1] == on_disk[1]  # every instance on the same host
+    assert in_memory[0].causes == on_disk[0].causes
+    assert in_memory[0].instances_accepted == on_disk[0].instances_accepted

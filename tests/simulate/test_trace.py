@@ -14,6 +14,7 @@ from berth.simulate.trace import (
     CREATE,
     DELETE,
     AzureMachine,
+    events_at_most,
     load_trace,
     read_csv,
     write_csv,
@@ -208,3 +209,21 @@ def test_a_hint_naming_no_earlier_id_is_refused_before_the_replay(tmp_path: Path
 def test_an_azure_trace_needs_its_machine(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--azure-machine: the trace's sizes are fractions"):
         load_trace(azure_db(tmp_path / "azure.sqlite"))
+
+
+def test_a_trace_is_counted_before_it_is_loaded(tmp_path: Path) -> None:
+    # An upper bound, read without parsing: it sizes the scratch store before the
+    # trace is loaded (an Azure trace's sizes need the cloud that store holds).
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(HEADER + "0,create,a,small,,1,,,,\n1,delete,a,,,,,,,\n")
+    assert events_at_most(str(csv_path)) >= 2
+    assert events_at_most(str(csv_path), limit=1) == 1
+    azure = azure_db(tmp_path / "azure.sqlite")
+    assert events_at_most(azure) == 6  # three VMs: a create and a delete each, at most
+    assert events_at_most(azure, limit=2) == 4
+    assert len(load_trace(azure, machine=AzureMachine(32, 131072, 1000)).events) <= 6
+    # What cannot be read counts nothing (loading it says why).
+    assert events_at_most(str(tmp_path / "missing.csv")) == 0
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    assert events_at_most(str(broken)) == 0

@@ -45,6 +45,10 @@ BY_FILTERS = "filters"
 #: A host with room for one more when a capped count stopped: what would limit it was
 #: not reached.
 NOT_REACHED = "not full when the count stopped"
+#: Instances a fill may claim per compute node at once, for the choice of the scratch
+#: store's medium (:func:`berth.service.offline.scratch`): one flavor's claims are all
+#: held until its count is done.
+FILL_PER_HOST = 128
 
 
 @dataclass
@@ -287,7 +291,7 @@ def cloud_of(path: str | None, url: str | None, token: str, config: Any, *,
 
     if url is None:
         assert path is not None
-        with offline_cloud(path, config, now=now) as offline:
+        with offline_cloud(path, config, now=now, events_per_host=FILL_PER_HOST) as offline:
             yield offline
         return
     from berth.cloudio.berth_source import BerthAPI, read_berth
@@ -301,7 +305,7 @@ def cloud_of(path: str | None, url: str | None, token: str, config: Any, *,
     with tempfile.TemporaryDirectory(prefix="berth-capacity-") as tmp:
         exported = str(Path(tmp) / "cloud.json")
         dump(to_document(state, config), exported, "json", header="")
-        with offline_cloud(exported, config, now=now) as offline:
+        with offline_cloud(exported, config, now=now, events_per_host=FILL_PER_HOST) as offline:
             yield offline
 
 

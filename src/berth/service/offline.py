@@ -14,6 +14,7 @@ a what-if at a given time answers the same whenever it runs.
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,25 +34,54 @@ class OfflineCloud:
     stack: Stack
 
 
+#: SQLite's ``memdb`` VFS refuses to grow a database past 1 GiB (its compile-time
+#: default; Python cannot raise it). A scratch store whose estimate passes half of
+#: that goes to a temporary file instead.
+MEMORY_BUDGET = 512 * 1024 * 1024
+#: Bytes a registered compute node takes (provider, inventories, traits, its report
+#: with a few dozen instances), and bytes an event of a replay leaves behind (its build
+#: record, which is never removed: instance uuids are never re-issued): measured at
+#: 3.3 KB and 0.41 KB, with room to spare.
+BYTES_PER_HOST = 8 * 1024
+BYTES_PER_EVENT = 512
+
+
 @contextmanager
-def offline_cloud(path: str, config: SchedulerConfig, *, now: float) -> Iterator[OfflineCloud]:
+def offline_cloud(path: str, config: SchedulerConfig, *, now: float, events: int = 0,
+                  events_per_host: int = 0) -> Iterator[OfflineCloud]:
     """Load the cloud file at ``path`` and register it into a scratch store at the
-    instant ``now``; the store is removed on exit."""
+    instant ``now``; the store is removed on exit. ``events`` (and ``events_per_host``
+    times the cloud's compute nodes): at most how many instances will be claimed in it
+    (a replay's trace, a capacity report's fill), for the choice of the store's medium
+    (:func:`scratch`)."""
     cloud = load_cloud(path, config, now=now)
-    stack = open_stack(scratch_url(), config, durable=False)
-    stack.clock = lambda: now
-    try:
-        seed_cloud(stack, cloud, path, now=now, fresh=True)
-        yield OfflineCloud(cloud, stack)
-    finally:
-        stack.close()
+    hosts = len(cloud.snapshot)
+    with scratch(hosts, events + events_per_host * hosts) as url:
+        # Thrown away on exit: its commits need not reach the disk.
+        stack = open_stack(url, config, durable=False)
+        stack.clock = lambda: now
+        try:
+            seed_cloud(stack, cloud, path, now=now, fresh=True)
+            yield OfflineCloud(cloud, stack)
+        finally:
+            stack.close()
 
 
-def scratch_url() -> str:
-    """A new SQLite database in this process's memory (SQLite's ``memdb`` VFS): every
-    connection of the stack's engine opens the same one by its name, with the locking
-    of a database file (a writer's ``BEGIN IMMEDIATE``, a reader's shared lock), and it
-    is freed when the engine's last connection closes. A commit costs a third of one
-    to a file (no journal or WAL pages to write), and a replay commits four times an
-    event."""
-    return f"sqlite:///file:/berth-offline-{uuid.uuid4().hex}?vfs=memdb&uri=true"
+@contextmanager
+def scratch(hosts: int, events: int = 0) -> Iterator[str]:
+    """The URL of a new, empty SQLite database for a scratch store of ``hosts`` compute
+    nodes and ``events`` requests.
+
+    In this process's memory (SQLite's ``memdb`` VFS) when its estimate fits
+    :data:`MEMORY_BUDGET`: every connection of the stack's engine opens the same
+    database by its name, with the locking of a database file (a writer's ``BEGIN
+    IMMEDIATE``, a reader's shared lock), and it is freed when the engine's last
+    connection closes. A commit there costs about a third of one to a file (no journal
+    or WAL pages to write), and a replay commits four times an event. Larger stores go
+    to a file in a temporary directory, removed on exit. Either way the same SQL runs.
+    """
+    if hosts * BYTES_PER_HOST + events * BYTES_PER_EVENT <= MEMORY_BUDGET:
+        yield f"sqlite:///file:/berth-offline-{uuid.uuid4().hex}?vfs=memdb&uri=true"
+        return
+    with tempfile.TemporaryDirectory(prefix="berth-offline-") as directory:
+        yield f"sqlite:///{directory}/cloud.sqlite"

@@ -208,8 +208,10 @@ class _target:
             self._target = RemoteTarget(self.args.url, token=self.args.token)
             return self._target, None
         from berth.service.offline import offline_cloud
+        from berth.simulate.trace import events_at_most
 
-        self._ctx = offline_cloud(self.args.cloud, self.config, now=self.now)
+        self._ctx = offline_cloud(self.args.cloud, self.config, now=self.now,
+                                  events=events_at_most(self.args.trace, limit=self.args.limit))
         offline = self._ctx.__enter__()
         try:
             self._target = LocalTarget(offline, seed=self.args.seed)

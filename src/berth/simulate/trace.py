@@ -106,6 +106,27 @@ def load_trace(path: str, *, machine: AzureMachine | None = None,
     return read_csv(path, limit=limit)
 
 
+def events_at_most(path: str, *, limit: int | None = None) -> int:
+    """At most how many events :func:`load_trace` gives for ``path`` (a CSV row is one,
+    an Azure VM two), read without parsing them; 0 when the file cannot be read (the
+    load says why). It sizes the scratch store before the trace itself is loaded (an
+    Azure trace's sizes need the cloud)."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(16).startswith(b"SQLite format 3"):
+                db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+                try:
+                    vms = int(db.execute("SELECT COUNT(*) FROM vm").fetchone()[0])
+                finally:
+                    db.close()
+                return 2 * (vms if limit is None else min(vms, limit))
+            fh.seek(0)
+            rows = sum(1 for _ in fh)
+    except (OSError, sqlite3.Error):
+        return 0
+    return rows if limit is None else min(rows, limit)
+
+
 # ----------------------------------------------------------------------------- CSV
 def read_csv(path: str, *, limit: int | None = None) -> Trace:
     """Read a CSV trace (see the module's docstring); events sorted by time, those at
