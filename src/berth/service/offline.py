@@ -56,7 +56,9 @@ def offline_cloud(path: str, config: SchedulerConfig, *, now: float, events: int
     (:func:`scratch`)."""
     cloud = load_cloud(path, config, now=now)
     hosts = len(cloud.snapshot)
-    with scratch(hosts, events + events_per_host * hosts) as url:
+    # Nested and sharing providers are budgeted as compute nodes (rows of their own).
+    providers = hosts + len(cloud.sharing) + sum(len(p.children) for p in cloud.providers.values())
+    with scratch(providers, events + events_per_host * hosts) as url:
         # Thrown away on exit: its commits need not reach the disk.
         stack = open_stack(url, config, durable=False)
         stack.clock = lambda: now
@@ -70,7 +72,7 @@ def offline_cloud(path: str, config: SchedulerConfig, *, now: float, events: int
 @contextmanager
 def scratch(hosts: int, events: int = 0) -> Iterator[str]:
     """The URL of a new, empty SQLite database for a scratch store of ``hosts`` compute
-    nodes and ``events`` requests.
+    nodes (or resource providers) and ``events`` requests.
 
     In this process's memory (SQLite's ``memdb`` VFS) when its estimate fits
     :data:`MEMORY_BUDGET`: every connection of the stack's engine opens the same
