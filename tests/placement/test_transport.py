@@ -208,6 +208,28 @@ def test_a_dropped_request_is_sent_again_only_when_idempotent() -> None:
         listener.close()
 
 
+def test_a_repeatable_post_keeps_the_connection_and_may_go_twice(server: str) -> None:
+    http = KeptConnections(server, headers={}, timeout=5)
+    kept = http.request("GET", "/a").json()["port"]
+    # A POST goes on a new connection (never repeated), unless its caller can tell a
+    # repeat's answer from a failure.
+    assert http.request("POST", "/b", json={}).json()["port"] != kept
+    kept = http.request("GET", "/c").json()["port"]
+    assert http.request("POST", "/d", json={}, repeatable=True).json()["port"] == kept
+    http.close()
+    answered: list[int] = []
+    posts: list[int] = []
+    listener, port = _half_server(answered, posts)
+    try:
+        http = KeptConnections(f"http://127.0.0.1:{port}", headers={}, timeout=5)
+        http.request("GET", "/a")
+        with pytest.raises(httpx.RemoteProtocolError):
+            http.request("POST", "/b", json={}, repeatable=True)
+        assert len(posts) == 2  # dropped on the kept connection, then on a new one
+    finally:
+        listener.close()
+
+
 def test_threads_share_several_urls_and_pass_over_one_that_refuses() -> None:
     servers = [_serve() for _ in range(2)]
     with socket.socket() as s:

@@ -194,8 +194,13 @@ class PlacementClient:
         json: Any = None,
         params: Any = None,
         headers: Mapping[str, str] | None = None,
+        repeatable: bool = False,
     ) -> httpx.Response | Response:
-        resp = self._http.request(method, path, json=json, params=params, headers=headers)
+        if repeatable and isinstance(self._http, KeptConnections):
+            resp: httpx.Response | Response = self._http.request(
+                method, path, json=json, params=params, headers=headers, repeatable=True)
+        else:
+            resp = self._http.request(method, path, json=json, params=params, headers=headers)
         if resp.status_code >= 400:
             raise _error(resp)
         return resp
@@ -203,16 +208,20 @@ class PlacementClient:
     # -- providers ---------------------------------------------------------------------
 
     def create_provider(
-        self, name: str, *, uuid: str | None = None, parent_provider_uuid: str | None = None
+        self, name: str, *, uuid: str | None = None, parent_provider_uuid: str | None = None,
+        repeatable: bool = False,
     ) -> ResourceProvider:
-        """POST /resource_providers."""
+        """POST /resource_providers. ``repeatable`` (with ``uuid``): the POST may be sent
+        twice (:mod:`berth.placement.transport`), so a 409 may mean that this call's
+        first send created the provider; the caller reads it back on a 409."""
         body: dict[str, Any] = {"name": name}
         if uuid is not None:
             body["uuid"] = uuid
         if parent_provider_uuid is not None:
             body["parent_provider_uuid"] = parent_provider_uuid
         return ResourceProvider.from_json(
-            self._call("POST", "/resource_providers", json=body).json()
+            self._call("POST", "/resource_providers", json=body,
+                       repeatable=repeatable and uuid is not None).json()
         )
 
     def get_provider(self, uuid: str) -> ResourceProvider:

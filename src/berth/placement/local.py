@@ -208,8 +208,10 @@ class LocalProviders(LocalPlacement):
     """
 
     def create_provider(self, name: str, *, uuid: str | None = None,
-                        parent_provider_uuid: str | None = None) -> Any:
-        """POST /resource_providers: the provider (``.uuid``, ``.generation``)."""
+                        parent_provider_uuid: str | None = None,
+                        repeatable: bool = False) -> Any:
+        """POST /resource_providers: the provider (``.uuid``, ``.generation``).
+        ``repeatable`` is the HTTP client's (nothing is sent twice here)."""
         with _as_client_errors():
             return call_with_retry(
                 lambda: self.store.create_provider(name, uuid, parent_provider_uuid),

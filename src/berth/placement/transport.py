@@ -16,7 +16,10 @@ process keep httpx and its transports.
 A request that fails on a kept connection the server dropped meanwhile is sent once
 more on a new one (libcurl does so when nothing of an answer came back); a POST is
 never sent on a kept connection, so it is never repeated (it may have been applied):
-it goes on a new connection, which the requests after it keep.
+it goes on a new connection, which the requests after it keep. A caller that can tell
+a repeated POST's answer from a failure (``repeatable``: a compute agent creating its
+provider under its own uuid reads the provider back after a 409) sends it on the kept
+connection: a new connection a host costs the server an accept and a channel.
 
 Several base URLs (the Placement API of several processes, with no load balancer in
 front) share the work: each thread's handle goes to the next URL in turn, and one that
@@ -148,9 +151,11 @@ class KeptConnections:
 
     def request(self, method: str, path: str, *, json: Any = None,
                 params: Sequence[tuple[str, Any]] | Mapping[str, Any] | None = None,
-                headers: Mapping[str, str] | None = None) -> Response:
+                headers: Mapping[str, str] | None = None,
+                repeatable: bool = False) -> Response:
         """Send one request and read its answer. With a token source, a 401 fetches a
-        new token and sends the request once more."""
+        new token and sends the request once more. ``repeatable``: a POST may go on a
+        kept connection, and so be sent twice (see the module's docstring)."""
         target = path
         if params:
             target += "?" + urlencode(params, doseq=True)
@@ -160,38 +165,40 @@ class KeptConnections:
             sent.append("Content-Type: application/json")
         if headers:
             sent += [f"{k}: {v}" for k, v in headers.items()]
+        fresh = method == "POST" and not repeatable
         if self._auth is None:
-            return self._send(method, target, body, sent)
-        resp = self._send(method, target, body, [*sent, f"X-Auth-Token: {self._auth.token()}"])
+            return self._send(method, target, body, sent, fresh)
+        resp = self._send(method, target, body,
+                          [*sent, f"X-Auth-Token: {self._auth.token()}"], fresh)
         if resp.status_code == 401:
             self._auth.invalidate()
             resp = self._send(method, target, body,
-                              [*sent, f"X-Auth-Token: {self._auth.token()}"])
+                              [*sent, f"X-Auth-Token: {self._auth.token()}"], fresh)
         return resp
 
     # ------------------------------------------------------------------ connections
     def _send(self, method: str, target: str, body: bytes | None,
-              headers: list[str]) -> Response:
+              headers: list[str], fresh: bool) -> Response:
         handle = self._handle()
         failure: httpx.TransportError | None = None
         for step in range(len(self._endpoints)):
             if step:  # the last endpoint refused: the next one in turn, for good
                 handle.endpoint = (handle.endpoint + 1) % len(self._endpoints)
             try:
-                return self._perform(handle, method, target, body, headers)
+                return self._perform(handle, method, target, body, headers, fresh)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 failure = failure or exc  # nothing was sent: try the next one
         assert failure is not None
         raise failure
 
     def _perform(self, handle: _Handle, method: str, target: str, body: bytes | None,
-                 headers: list[str]) -> Response:
+                 headers: list[str], fresh: bool) -> Response:
         endpoint = self._endpoints[handle.endpoint]
         curl = handle.curl
         del handle.head[:], handle.body[:]
         curl.setopt(pycurl.URL, endpoint.base + target)
         curl.setopt(pycurl.HTTPHEADER, headers)
-        curl.setopt(pycurl.FRESH_CONNECT, 1 if method == "POST" else 0)
+        curl.setopt(pycurl.FRESH_CONNECT, 1 if fresh else 0)
         if method == "GET":
             curl.setopt(pycurl.HTTPGET, 1)
         elif method == "HEAD":

@@ -345,16 +345,20 @@ class ComputeAgent:
         """The provider's generation, and whether this call created it. An agent that
         has published nothing yet tries to create it first (a new host: one call)."""
         name = self.node.nodename or self.node.host
+        # A 409 is read back by uuid, whatever created the provider: a restart, a
+        # concurrent call, or this call sent twice (so it may go on a kept connection).
         if self._published_inventory is None:
             try:
-                return self.client.create_provider(name, uuid=self.uuid).generation, True
-            except ConflictError:  # it exists (a restart), or its name is taken
+                return self.client.create_provider(name, uuid=self.uuid,
+                                                   repeatable=True).generation, True
+            except ConflictError:  # it exists, or its name is taken
                 pass
         try:
             return self.client.get_provider(self.uuid).generation, False
         except NotFoundError:
             try:
-                return self.client.create_provider(name, uuid=self.uuid).generation, True
+                return self.client.create_provider(name, uuid=self.uuid,
+                                                   repeatable=True).generation, True
             except ConflictError:  # created concurrently
                 return self.client.get_provider(self.uuid).generation, False
 
