@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from berth.cli import main
 from berth.config import SchedulerConfig
@@ -249,6 +250,19 @@ def test_the_ledger_reads_in_process_what_the_placement_api_answers(tmp_path: Pa
 def test_a_scratch_store_is_in_memory_unless_it_could_outgrow_it(tmp_path: Path) -> None:
     with scratch(1000, 100_000) as url:
         assert "vfs=memdb" in url
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE t (x)")
+            conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+        engine.dispose()  # every connection of the engine closed: the data stays
+        engine = sa.create_engine(url)
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT x FROM t").scalar() == 1
+        engine.dispose()
+    engine = sa.create_engine(url)  # gone on exit
+    with engine.connect() as conn, pytest.raises(sa.exc.OperationalError, match="no such table"):
+        conn.exec_driver_sql("SELECT x FROM t")
+    engine.dispose()
     # SQLite's memdb stops at 1 GiB: a store estimated past half of it is a file,
     # removed on exit.
     with scratch(1000, 10_000_000) as url:

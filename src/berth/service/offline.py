@@ -6,7 +6,8 @@ in a scratch SQLite database (:func:`~berth.service.seeding.seed_cloud`, the sam
 registration ``berth serve --cloud`` does), and requests go through a
 :class:`~berth.service.scheduler.SchedulerService`: request filters, the placement query
 built from the request, the allocation-candidate engine, the core and the claims. The
-database lives in the process's memory and is gone when the context closes.
+database lives in the process's memory (a temporary file when it could outgrow that)
+and is gone when the context closes.
 
 The instant is fixed (``now``): agents report at it and the scheduler decides at it, so
 a what-if at a given time answers the same whenever it runs.
@@ -14,6 +15,7 @@ a what-if at a given time answers the same whenever it runs.
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -51,8 +53,8 @@ def offline_cloud(path: str, config: SchedulerConfig, *, now: float, events: int
                   events_per_host: int = 0) -> Iterator[OfflineCloud]:
     """Load the cloud file at ``path`` and register it into a scratch store at the
     instant ``now``; the store is removed on exit. ``events`` (and ``events_per_host``
-    times the cloud's compute nodes): at most how many instances will be claimed in it
-    (a replay's trace, a capacity report's fill), for the choice of the store's medium
+    times the cloud's compute nodes): at most how many requests will run in it (a
+    replay's trace, a capacity report's fill), for the choice of the store's medium
     (:func:`scratch`)."""
     cloud = load_cloud(path, config, now=now)
     hosts = len(cloud.snapshot)
@@ -77,13 +79,19 @@ def scratch(hosts: int, events: int = 0) -> Iterator[str]:
     In this process's memory (SQLite's ``memdb`` VFS) when its estimate fits
     :data:`MEMORY_BUDGET`: every connection of the stack's engine opens the same
     database by its name, with the locking of a database file (a writer's ``BEGIN
-    IMMEDIATE``, a reader's shared lock), and it is freed when the engine's last
-    connection closes. A commit there costs about a third of one to a file (no journal
-    or WAL pages to write), and a replay commits four times an event. Larger stores go
-    to a file in a temporary directory, removed on exit. Either way the same SQL runs.
+    IMMEDIATE``, a reader's shared lock). A connection of its own holds it until exit
+    (SQLite frees such a database when its last connection closes, and a pool may close
+    all of its own). A commit there costs about a third of one to a file (no journal or
+    WAL pages to write), and a replay commits four times an event. Larger stores go to
+    a file in a temporary directory, removed on exit. Either way the same SQL runs.
     """
     if hosts * BYTES_PER_HOST + events * BYTES_PER_EVENT <= MEMORY_BUDGET:
-        yield f"sqlite:///file:/berth-offline-{uuid.uuid4().hex}?vfs=memdb&uri=true"
+        name = f"file:/berth-offline-{uuid.uuid4().hex}?vfs=memdb"
+        anchor = sqlite3.connect(name, uri=True)
+        try:
+            yield f"sqlite:///{name}&uri=true"
+        finally:
+            anchor.close()
         return
     with tempfile.TemporaryDirectory(prefix="berth-offline-") as directory:
         yield f"sqlite:///{directory}/cloud.sqlite"
