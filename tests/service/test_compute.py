@@ -270,3 +270,35 @@ def test_a_warmed_scheduler_reads_no_providers_on_its_first_request(stack: Stack
         assert warmed == 0  # through the API: the server reads its providers itself
     else:
         assert warmed == 1 and len(loads) == 1  # the first request found them read
+
+
+def test_a_create_sent_twice_is_read_back_by_uuid(stack: Stack) -> None:
+    # The agent's provider POST may go on a kept connection, so libcurl may send it
+    # again when that connection breaks: the first send created the provider and the
+    # second is answered 409. The agent reads the provider back by its uuid and goes on.
+    from berth.placement.client import ConflictError
+    from berth.service.compute import ComputeAgent
+
+    sends: list[bool] = []
+
+    class Twice:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+        def create_provider(self, name: str, **kwargs: object) -> object:
+            sends.append(bool(kwargs.get("repeatable")))
+            self.inner.create_provider(name, **kwargs)  # type: ignore[attr-defined]
+            raise ConflictError(409, "placement.duplicate_name", "already exists", None)
+
+    node = ComputeNodeSpec(host="h1", vcpus=8, memory_mb=4096, local_gb=40,
+                           traits=["HW_CPU_X86_AVX2"])
+    agent = ComputeAgent(node, Twice(stack.client), stack.records,  # type: ignore[arg-type]
+                         stack.config)
+    agent.register([])
+    assert sends == [True]  # one create, allowed to go twice
+    _, inventories = stack.client.get_inventories(agent.uuid)
+    assert inventories["VCPU"]["total"] == 8
+    assert stack.client.get_provider_traits(agent.uuid)[1] == ["HW_CPU_X86_AVX2"]
