@@ -107,24 +107,33 @@ def load_trace(path: str, *, machine: AzureMachine | None = None,
 
 
 def events_at_most(path: str, *, limit: int | None = None) -> int:
-    """At most how many events :func:`load_trace` gives for ``path`` (a CSV row is one,
-    an Azure VM two), read without parsing them; 0 when the file cannot be read (the
-    load says why). It sizes the scratch store before the trace itself is loaded (an
-    Azure trace's sizes need the cloud)."""
+    """At most how many requests and instances :func:`load_trace` gives for ``path`` (a
+    CSV row is one, or its ``num`` instances; an Azure VM two), without building the
+    events; 0 when the file cannot be read (the load says why). It sizes the scratch
+    store before the trace itself is loaded (an Azure trace's sizes need the cloud)."""
     try:
         with open(path, "rb") as fh:
-            if fh.read(16).startswith(b"SQLite format 3"):
-                db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-                try:
-                    vms = int(db.execute("SELECT COUNT(*) FROM vm").fetchone()[0])
-                finally:
-                    db.close()
-                return 2 * (vms if limit is None else min(vms, limit))
-            fh.seek(0)
-            rows = sum(1 for _ in fh)
-    except (OSError, sqlite3.Error):
+            azure = fh.read(16).startswith(b"SQLite format 3")
+        if azure:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                vms = int(db.execute("SELECT COUNT(*) FROM vm").fetchone()[0])
+            finally:
+                db.close()
+            return 2 * (vms if limit is None else min(vms, limit))
+        total = 0
+        with open(path, newline="", encoding="utf-8", errors="replace") as text:
+            rows = csv.reader(_without_comments(text))
+            header = next(rows, [])
+            at = header.index("num") if "num" in header else None
+            for n, row in enumerate(rows):
+                if limit is not None and n >= limit:
+                    break
+                num = row[at].strip() if at is not None and at < len(row) else ""
+                total += max(1, int(num)) if num.isdigit() else 1
+    except (OSError, sqlite3.Error, csv.Error):
         return 0
-    return rows if limit is None else min(rows, limit)
+    return total
 
 
 # ----------------------------------------------------------------------------- CSV
