@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from berth.errors import InputError
-from berth.simulate.trace import AzureMachine, Trace, load_trace
+from berth.simulate.trace import AzureMachine, Trace, events_at_most, load_trace
 
 
 def add_commands(sub: Any) -> None:
@@ -161,8 +161,10 @@ def cmd_simulate(args: Any) -> int:
     now = time.time() if args.now is None else args.now
     results: list[RunResult] = []
     trace: Trace | None = None
+    # Counted once, before the cloud loads: it sizes each configuration's scratch store.
+    events = 0 if args.url else events_at_most(args.trace, limit=args.limit)
     for (files, config), label in zip(configs, labels):
-        with _target(args, config, now) as (target, cloud):
+        with _target(args, config, now, events) as (target, cloud):
             if trace is None:
                 machine = args.azure_machine or (most_common_machine(cloud) if cloud else None)
                 trace = load_trace(args.trace, machine=machine, machine_id=args.azure_machine_id,
@@ -196,8 +198,8 @@ class _target:
     """The replay target for one configuration: the cloud file in a scratch store, or
     the running Berth; ``(target, cloud or None)``."""
 
-    def __init__(self, args: Any, config: Any, now: float) -> None:
-        self.args, self.config, self.now = args, config, now
+    def __init__(self, args: Any, config: Any, now: float, events: int) -> None:
+        self.args, self.config, self.now, self.events = args, config, now, events
         self._ctx: Any = None
         self._target: Any = None
 
@@ -208,10 +210,9 @@ class _target:
             self._target = RemoteTarget(self.args.url, token=self.args.token)
             return self._target, None
         from berth.service.offline import offline_cloud
-        from berth.simulate.trace import events_at_most
 
         self._ctx = offline_cloud(self.args.cloud, self.config, now=self.now,
-                                  events=events_at_most(self.args.trace, limit=self.args.limit))
+                                  events=self.events)
         offline = self._ctx.__enter__()
         try:
             self._target = LocalTarget(offline, seed=self.args.seed)
