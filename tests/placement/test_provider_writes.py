@@ -240,13 +240,14 @@ def test_aggregates_the_general_path_knows_are_replaced_by_the_fast_path(engine:
         store.set_aggregates(str(uuid.uuid4()), aggs, 0)
 
 
-def _blocked_write(engine: Any, hold_sql: str, params: dict[str, Any], write: Any,
+def _blocked_write(engine: Any, hold_sql: str | list[str], params: dict[str, Any], write: Any,
                    monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Run ``write()`` in a thread while another transaction holds ``hold_sql``'s rows
-    (uncommitted); commit that transaction once ``write`` waits on its locks; return
-    what ``write`` returned (``value``) or raised (``error``), and what the one-statement
-    fast path answered (``fast``: its rows, None when the statement failed). Fails
-    unless the write did wait on the holder."""
+    """Run ``write()`` in a thread while another transaction holds the locks of
+    ``hold_sql`` (one statement or several, uncommitted); commit that transaction once
+    ``write`` waits on its locks; return what ``write`` returned (``value``) or raised
+    (``error``), and what the one-statement fast path answered (``fast``: its rows, None
+    when the statement failed or was not tried). Fails unless the write did wait on the
+    holder."""
     import threading
     import time
 
@@ -260,7 +261,8 @@ def _blocked_write(engine: Any, hold_sql: str, params: dict[str, Any], write: An
     monkeypatch.setattr(provider_writes, "_one_statement", recorded)
     holder = engine.connect()
     txn = holder.begin()
-    holder.execute(sa.text(hold_sql), params)
+    for sql in [hold_sql] if isinstance(hold_sql, str) else hold_sql:
+        holder.execute(sa.text(sql), {k: v for k, v in params.items() if f":{k}" in sql})
     out: dict[str, Any] = {}
 
     def run() -> None:
@@ -282,7 +284,7 @@ def _blocked_write(engine: Any, hold_sql: str, params: dict[str, Any], write: An
     holder.close()
     thread.join(10)
     assert waited, "the write never waited on the holder's lock"
-    out["fast"] = fast[0]
+    out["fast"] = fast[0] if fast else None
     return out
 
 
@@ -312,21 +314,43 @@ def test_one_statement_traits_lose_a_race_to_a_committed_bump(engine: Any, monke
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_one_statement_traits_undone_when_the_names_change_meanwhile(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rename or deletion of names committed while the statement waits to bump the
-    change counter: the statement fails as a whole (no link, no generation, no log of
-    it) and the general path writes the traits once, with its own log row."""
+def test_a_trait_deleted_while_the_one_statement_write_waits_is_unknown_to_it(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trait's deletion locks the link table first: a one-statement traits write
+    waits for it, then reads after it, finds the trait gone and writes nothing; the
+    general path answers that the trait does not exist."""
     store = PlacementStore(engine)
-    rp_uuid, *_ = _register(store, f"names-{uuid.uuid4().hex[:6]}")
+    rp_uuid, *_ = _register(store, f"tgone-{uuid.uuid4().hex[:6]}")
+    gone = f"CUSTOM_GONE_{uuid.uuid4().hex[:6].upper()}"
+    store.ensure_trait(gone)
     logged = _log_rows(engine, rp_uuid)
     out = _blocked_write(
-        engine, "UPDATE berth_state SET names_seq = names_seq + 1 WHERE id = :i", {"i": 1},
-        lambda: store.set_provider_traits(rp_uuid, TRAITS[:2], 2), monkeypatch)
-    assert out["fast"] is None  # the statement failed as a whole; the general path wrote
-    assert out.get("value") == (3, sorted(TRAITS[:2], key=lambda n: _trait_id(engine, n))), out
+        engine, ["LOCK TABLE resource_provider_traits IN SHARE MODE",
+                 "DELETE FROM traits WHERE name = :n"], {"n": gone},
+        lambda: store.set_provider_traits(rp_uuid, [TRAITS[0], gone], 2), monkeypatch)
+    assert isinstance(out.get("error"), errors.BadRequest) and gone in str(out["error"]), out
+    assert out["fast"] and out["fast"][0][1] == 1  # it found one trait of two: no write
     rows = _rows(engine, rp_uuid)
-    assert rows["generation"] == 3 and rows["traits"] == sorted(TRAITS[:2])
-    assert _log_rows(engine, rp_uuid) == logged + 1
+    assert rows["generation"] == 2 and rows["traits"] == sorted(TRAITS)
+    assert _log_rows(engine, rp_uuid) == logged
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_a_trait_a_write_in_flight_links_is_not_deleted(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other order: a link written by a transaction still in flight. The deletion
+    waits for it, sees the link and refuses, so no link is left to a deleted trait."""
+    store = PlacementStore(engine)
+    rp_uuid, *_ = _register(store, f"tkeep-{uuid.uuid4().hex[:6]}")
+    kept = f"CUSTOM_KEPT_{uuid.uuid4().hex[:6].upper()}"
+    store.ensure_trait(kept)
+    out = _blocked_write(
+        engine, "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) "
+        "SELECT rp.id, t.id FROM resource_providers rp, traits t "
+        "WHERE rp.uuid = :u AND t.name = :n", {"u": rp_uuid, "n": kept},
+        lambda: store.delete_trait(kept), monkeypatch)
+    assert isinstance(out.get("error"), errors.Conflict), out
+    assert kept in _rows(engine, rp_uuid)["traits"]
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
@@ -347,21 +371,44 @@ def test_one_statement_inventories_lose_a_race_to_a_committed_bump(engine: Any, 
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_one_statement_inventories_undone_when_the_names_change_meanwhile(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_class_deleted_while_the_one_statement_write_waits_is_unknown_to_it(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resource class's deletion (or rename) locks the inventory table first: a
+    one-statement inventories write waits for it, then reads after it, finds the class
+    gone and writes nothing; the general path answers that the class is unknown."""
     store = PlacementStore(engine)
-    rp_uuid, *_ = _register(store, f"invnames-{uuid.uuid4().hex[:6]}")
+    rp_uuid, *_ = _register(store, f"cgone-{uuid.uuid4().hex[:6]}")
+    gone = f"CUSTOM_GONE_{uuid.uuid4().hex[:6].upper()}"
+    store.create_resource_class(gone)
     logged = _log_rows(engine, rp_uuid)
-    bigger = {**INV, "VCPU": InventoryRecord("VCPU", 64, 0, 1, 64, 1, 4.0)}
+    more = {**INV, gone: InventoryRecord(gone, 4, 0, 1, 4, 1, 1.0)}
     out = _blocked_write(
-        engine, "UPDATE berth_state SET names_seq = names_seq + 1 WHERE id = :i", {"i": 1},
-        lambda: store.set_inventories(rp_uuid, 2, bigger, V), monkeypatch)
-    assert out["fast"] is None  # the statement failed as a whole; the general path wrote
-    gen, invs = out["value"]
-    assert gen == 3 and invs["VCPU"].total == 64 and invs["VCPU"].updated_at is not None
-    assert invs["DISK_GB"].updated_at is None
+        engine, ["LOCK TABLE inventories IN SHARE MODE",
+                 "DELETE FROM resource_classes WHERE name = :n"], {"n": gone},
+        lambda: store.set_inventories(rp_uuid, 2, more, V), monkeypatch)
+    assert isinstance(out.get("error"), errors.BadRequest), out
+    assert out["fast"] and out["fast"][0][1] is False  # three classes of four: no write
     rows = _rows(engine, rp_uuid)
-    assert rows["generation"] == 3 and ("VCPU", 64, 0, 1, 64, 1, 4.0) in rows["inventories"]
-    assert _log_rows(engine, rp_uuid) == logged + 1
+    assert rows["generation"] == 2 and len(rows["inventories"]) == 3
+    assert _log_rows(engine, rp_uuid) == logged
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_a_class_a_write_in_flight_inventories_is_not_deleted(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = PlacementStore(engine)
+    rp_uuid, *_ = _register(store, f"ckeep-{uuid.uuid4().hex[:6]}")
+    kept = f"CUSTOM_KEPT_{uuid.uuid4().hex[:6].upper()}"
+    store.create_resource_class(kept)
+    out = _blocked_write(
+        engine, "INSERT INTO inventories (resource_provider_id, resource_class_id, total, "
+        "reserved, min_unit, max_unit, step_size, allocation_ratio, created_at) "
+        "SELECT rp.id, c.id, 4, 0, 1, 4, 1, 1.0, now() "
+        "FROM resource_providers rp, resource_classes c "
+        "WHERE rp.uuid = :u AND c.name = :n", {"u": rp_uuid, "n": kept},
+        lambda: store.delete_resource_class(kept), monkeypatch)
+    assert isinstance(out.get("error"), errors.Conflict), out
+    assert any(row[0] == kept for row in _rows(engine, rp_uuid)["inventories"])
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)

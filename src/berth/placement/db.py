@@ -1,9 +1,13 @@
 """Database schema, engine set-up and start-up migration of the Placement store.
 
-The tables mirror Placement's data model (reference section 3). ``berth_state`` holds a
-single change counter that every graph-affecting write bumps as its *last* statement, so a
-reader can tell with one cheap query whether its cached provider graph is still current
-(bumping last keeps the hot row's lock short and avoids lock-order cycles on PostgreSQL).
+The tables mirror Placement's data model (reference section 3). Every graph-affecting
+write logs the providers it changed (``berth_provider_changes``), so a reader can tell with
+one cheap query whether its cached provider graph is still current and what to patch. On
+SQLite, whose writers take turns, ``berth_state`` holds a change counter each write bumps
+as its last statement. On PostgreSQL a counter row would make every write of every
+process wait for the one before to commit; there a write numbers its log rows from a
+sequence and records its transaction id, and a reader remembers the snapshot it read in
+(``store_graph``).
 
 SQLite runs in WAL mode; write transactions open with ``BEGIN IMMEDIATE`` so that two
 writers never both read a generation and then both try to bump it.
@@ -155,6 +159,10 @@ berth_state = sa.Table(
     # Bumped whenever a trait or resource class name is created, deleted or renamed, so a
     # cached graph re-reads the (thousands of) names only when they may have changed.
     sa.Column("names_seq", sa.BigInteger, nullable=False, server_default="0"),
+    # PostgreSQL: the transaction id of the last change that needs a full graph rebuild,
+    # and the highest transaction id whose log rows were pruned (0: none).
+    sa.Column("full_xid", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("pruned_xid", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 #: Which providers each change (``seq``) touched; pruned to the recent past. A row with
@@ -169,6 +177,8 @@ berth_provider_changes = sa.Table(
     sa.Column("provider_id", sa.Integer, nullable=False),
     sa.Column("generation", sa.BigInteger, nullable=True),
     sa.Column("usage_delta", sa.Text, nullable=True),
+    # PostgreSQL: the writing transaction's id (pg_current_xact_id()); NULL on SQLite.
+    sa.Column("xid", sa.BigInteger, nullable=True, index=True),
 )
 
 
@@ -259,7 +269,7 @@ _PG_LOCK_KEY = 0x6265727468
 
 #: The newest revision in ``migrations/versions`` (a test keeps the two in step). A database
 #: already there skips loading Alembic, which keeps server start-up fast.
-HEAD_REVISION = "0004_usage_deltas"
+HEAD_REVISION = "0005_xid_changes"
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -12,8 +12,12 @@ The paths here do the same writes on the store's raw DBAPI connections:
 
 * On PostgreSQL, one statement each: a data-modifying WITH that reads what the
   provider has, compares its generation, writes the rows, bumps the generation
-  (compare-and-swap) and the change counter and logs the change, atomic on its own. A
-  pipeline of ten statements costs psycopg about four times the client CPU of one.
+  (compare-and-swap) and logs the change with its transaction id, atomic on its own. No
+  row but the provider's is locked, so writes of different providers commit side by
+  side. A pipeline of ten statements costs psycopg about four times the client CPU of
+  one. A trait or class deleted or renamed meanwhile cannot slip in between: those
+  writes lock the link or inventory table first (``store_traits``), which waits for
+  these statements and makes the next ones read after them.
 * On SQLite (in process, where a statement costs little), one read (the provider, what
   it has now, the names counter), then one write transaction (the rows, the
   generation's compare-and-swap, the change counter and the change log, COMMIT). The
@@ -56,6 +60,7 @@ from berth.placement.store import (
     marks,
 )
 from berth.placement.store_base import StoreBase
+from berth.placement.store_raw import PG_XID
 
 _PROVIDER_GEN = "SELECT id, generation FROM resource_providers WHERE uuid = ?"
 _INVENTORY_ROWS = (
@@ -99,24 +104,21 @@ _LOG_CREATED = (
     "WHERE b.id = 1 AND rp.uuid = ?"
 )
 #: PostgreSQL: a new root provider in one statement (its id taken from the sequence
-#: first, so that it is its own root), with the counter's bump and its log row.
+#: first, so that it is its own root), with its log row.
 _PG_CREATE_ROOT = (
     "WITH nid AS (SELECT nextval(pg_get_serial_sequence('resource_providers', 'id')) AS id), "
     "ins AS (INSERT INTO resource_providers "
     "(id, uuid, name, generation, created_at, root_provider_id) "
     "SELECT id, ?, ?, 0, ?, id FROM nid RETURNING id), "
-    "b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
-    "RETURNING change_seq), "
-    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
-    "SELECT b.change_seq, ins.id, NULL, NULL FROM b, ins RETURNING seq) "
+    "b AS MATERIALIZED (SELECT nextval('berth_change_seq') AS seq, " + PG_XID + " AS xid), "
+    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta, xid) "
+    "SELECT b.seq, ins.id, NULL, NULL, b.xid FROM b, ins RETURNING seq) "
     "SELECT ins.id, l.seq FROM ins, l"
 )
 #: PostgreSQL: replace a provider's traits in one statement. It writes only when the
 #: provider is at the generation given, every name is a known trait and the set
-#: changes; then it bumps the generation (compare-and-swap), the change counter (while
-#: the names counter is the one read: no trait deleted meanwhile) and logs the
-#: provider. A bump that loses that race fails the statement (a division by zero), so
-#: nothing of it stays. It answers the generation read, how many names were found,
+#: changes; then it bumps the generation (compare-and-swap) and logs the provider. It
+#: answers the generation read, how many names were found,
 #: whether the set changes, the change number (NULL: nothing written) and the names
 #: found in id order (:func:`_pg_replace_links`). Parameters: uuid, names, the stamp,
 #: generation, distinct names.
@@ -127,7 +129,6 @@ _PG_SET_TRAITS = (
     "WHERE x.resource_provider_id = rp.id), "
     "diff AS (SELECT EXISTS (SELECT id FROM want EXCEPT SELECT id FROM cur) "
     "OR EXISTS (SELECT id FROM cur EXCEPT SELECT id FROM want) AS changed), "
-    "names AS (SELECT names_seq FROM berth_state WHERE id = 1), "
     "cas AS (UPDATE resource_providers SET generation = generation + 1, updated_at = ? "
     "WHERE id = (SELECT id FROM rp) AND generation = ? "
     "AND (SELECT count(*) FROM want) = ? AND (SELECT changed FROM diff) RETURNING id), "
@@ -136,15 +137,12 @@ _PG_SET_TRAITS = (
     "AND trait_id NOT IN (SELECT id FROM want)), "
     "ins AS (INSERT INTO resource_provider_traits (resource_provider_id, trait_id) "
     "SELECT cas.id, want.id FROM cas, want WHERE want.id NOT IN (SELECT id FROM cur)), "
-    "b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
-    "AND names_seq = (SELECT names_seq FROM names) AND EXISTS (SELECT 1 FROM cas) "
-    "RETURNING change_seq), "
-    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
-    "SELECT b.change_seq, cas.id, NULL, NULL FROM b, cas RETURNING seq) "
+    "b AS MATERIALIZED (SELECT nextval('berth_change_seq') AS seq, " + PG_XID + " AS xid "
+    "WHERE EXISTS (SELECT 1 FROM cas)), "
+    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta, xid) "
+    "SELECT b.seq, cas.id, NULL, NULL, b.xid FROM b, cas RETURNING seq) "
     "SELECT rp.generation, (SELECT count(*) FROM want), (SELECT changed FROM diff), "
-    "(SELECT seq FROM l), ARRAY(SELECT name FROM want ORDER BY id) FROM rp "
-    "WHERE 1 / (CASE WHEN EXISTS (SELECT 1 FROM cas) AND NOT EXISTS (SELECT 1 FROM l) "
-    "THEN 0 ELSE 1 END) = 1"
+    "(SELECT seq FROM l), ARRAY(SELECT name FROM want ORDER BY id) FROM rp"
 )
 #: PostgreSQL: replace a provider's inventories in one statement, the way
 #: :data:`_PG_SET_TRAITS` replaces traits. It writes when the provider is at the
@@ -165,7 +163,6 @@ _PG_SET_INVENTORIES = (
     "JOIN resource_classes c ON c.name = n.rc), "
     "old AS (SELECT i.resource_class_id AS rc_id, i.created_at, i.updated_at "
     "FROM inventories i, rp WHERE i.resource_provider_id = rp.id), "
-    "names AS (SELECT names_seq FROM berth_state WHERE id = 1), "
     "fit AS (SELECT (SELECT count(*) FROM new) = ? AND NOT EXISTS (SELECT 1 FROM old "
     "WHERE rc_id NOT IN (SELECT rc_id FROM new)) AS ok), "
     "cas AS (UPDATE resource_providers SET generation = generation + 1, updated_at = ? "
@@ -182,23 +179,20 @@ _PG_SET_INVENTORIES = (
     "reserved, min_unit, max_unit, step_size, allocation_ratio, created_at, updated_at) "
     "SELECT cas.id, n.rc_id, n.total, n.reserved, n.min_unit, n.max_unit, n.step_size, "
     "n.ratio, ?, NULL FROM cas, new n WHERE n.rc_id NOT IN (SELECT rc_id FROM old)), "
-    "b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
-    "AND names_seq = (SELECT names_seq FROM names) AND EXISTS (SELECT 1 FROM cas) "
-    "RETURNING change_seq), "
-    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
-    "SELECT b.change_seq, cas.id, NULL, NULL FROM b, cas RETURNING seq) "
+    "b AS MATERIALIZED (SELECT nextval('berth_change_seq') AS seq, " + PG_XID + " AS xid "
+    "WHERE EXISTS (SELECT 1 FROM cas)), "
+    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta, xid) "
+    "SELECT b.seq, cas.id, NULL, NULL, b.xid FROM b, cas RETURNING seq) "
     "SELECT rp.generation, (SELECT ok FROM fit), (SELECT seq FROM l), "
     "ARRAY(SELECT c.name FROM old o JOIN resource_classes c ON c.id = o.rc_id "
     "ORDER BY o.rc_id), ARRAY(SELECT created_at FROM old ORDER BY rc_id), "
     "ARRAY(SELECT updated_at FROM old ORDER BY rc_id), "
     "ARRAY(SELECT c.name FROM upd u JOIN resource_classes c ON c.id = u.resource_class_id) "
-    "FROM rp WHERE 1 / (CASE WHEN EXISTS (SELECT 1 FROM cas) AND NOT EXISTS (SELECT 1 FROM l) "
-    "THEN 0 ELSE 1 END) = 1"
+    "FROM rp"
 )
 #: PostgreSQL: replace a provider's aggregates (all known already) in one statement:
-#: written, with the generation's compare-and-swap, the counter's bump and the log
-#: row, when the provider is at the generation given and every aggregate exists (rows
-#: that are never deleted: no names counter to check). It answers as
+#: written, with the generation's compare-and-swap and the log row, when the provider
+#: is at the generation given and every aggregate exists. It answers as
 #: :data:`_PG_SET_TRAITS` does (the set always counts as changed: Placement bumps the
 #: generation of a provider whose aggregates are set, even to the same). Parameters:
 #: uuid, the aggregates' uuids, the stamp, the generation, how many aggregates.
@@ -216,10 +210,10 @@ _PG_SET_AGGREGATES = (
     "AND aggregate_id NOT IN (SELECT id FROM want)), "
     "ins AS (INSERT INTO resource_provider_aggregates (resource_provider_id, aggregate_id) "
     "SELECT cas.id, want.id FROM cas, want WHERE want.id NOT IN (SELECT id FROM cur)), "
-    "b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
-    "AND EXISTS (SELECT 1 FROM cas) RETURNING change_seq), "
-    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
-    "SELECT b.change_seq, cas.id, NULL, NULL FROM b, cas RETURNING seq) "
+    "b AS MATERIALIZED (SELECT nextval('berth_change_seq') AS seq, " + PG_XID + " AS xid "
+    "WHERE EXISTS (SELECT 1 FROM cas)), "
+    "l AS (INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta, xid) "
+    "SELECT b.seq, cas.id, NULL, NULL, b.xid FROM b, cas RETURNING seq) "
     "SELECT rp.generation, (SELECT count(*) FROM want), TRUE, (SELECT seq FROM l), "
     "ARRAY(SELECT uuid FROM want ORDER BY id) FROM rp"
 )

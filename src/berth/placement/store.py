@@ -10,9 +10,11 @@ with the reference's verbatim messages. Concurrency contract:
   and inventory, check capacity, insert, then CAS every touched provider. A lost CAS
   retries the whole transaction (``allocation_conflict_retry_count``, 10);
 * on SQLite write transactions start with ``BEGIN IMMEDIATE`` so writers serialize;
-* every graph-affecting write bumps ``berth_state.change_seq`` as its last statement,
-  which is how ``provider_graph()`` knows its cache is stale; trait and class name
-  changes also bump ``names_seq``.
+* every graph-affecting write logs the providers it changed (``berth_provider_changes``),
+  which is how ``provider_graph()`` knows its cache is stale and what to patch: on SQLite
+  numbered by ``berth_state.change_seq``, which the write bumps as its last statement; on
+  PostgreSQL by transaction id, without a row every write locks (``change_log``); trait
+  and class name changes also bump ``names_seq``.
 
 Hot paths (``provider_graph()`` and the common ``write_allocations()``) run raw SQL on
 DBAPI connections the store keeps; on PostgreSQL one call's statements travel as one

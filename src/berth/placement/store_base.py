@@ -26,9 +26,13 @@ from berth.placement.db import (
     utcnow,
 )
 from berth.placement.store_raw import (
+    _PG_LOG_CHANGE,
+    _PG_NEXT_CHANGE,
+    _PG_PRUNE,
     _RAW_BUMP_SEQ,
     _RAW_LOG_CHANGE,
     _RAW_PRUNE,
+    PG_XID,
     RawConnection,
     encode_usage_delta,
     raw_pool,
@@ -38,7 +42,10 @@ from berth.placement.store_records import ProviderRecord
 # Prebuilt statements for the hottest paths: building Core constructs per call costs more
 # than executing them on SQLite, and text() statements have trivial cache keys.
 _READ_SEQ = sa.text("SELECT change_seq FROM berth_state WHERE id = 1")
+_PG_READ_SEQ = sa.text(
+    "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM berth_change_seq")
 _MARK_FULL = sa.text("UPDATE berth_state SET full_seq = :seq WHERE id = 1")
+_PG_MARK_FULL = sa.text(f"UPDATE berth_state SET full_seq = :seq, full_xid = {PG_XID} WHERE id = 1")
 _PRUNE_CHANGES = sa.text("DELETE FROM berth_provider_changes WHERE seq < :seq")
 #: A cached graph further behind than this is rebuilt in full; the change log keeps
 #: CHANGE_LOG_KEEP sequence numbers, comfortably more.
@@ -137,8 +144,12 @@ class StoreBase:
         # ``_graph`` was built from it, minus ``_dirty`` (providers patched since) or a
         # ``_structural`` change that needs a full rebuild.
         self._graph: Any = None
-        self._graph_seq: int | None = None
+        # Where the cache is current to: a change number on SQLite; on PostgreSQL a
+        # snapshot, and the transactions of this store's own writes patched in since
+        # (their log rows are skipped). See ``change_log``.
         self._seq = -1
+        self._snap = ""
+        self._own_xids: set[int] = set()
         self._names_seq = -1
         self._providers: dict[int, Any] = {}
         self._ids_by_uuid: dict[str, int] = {}
@@ -167,26 +178,42 @@ class StoreBase:
             conn.info[_NAMES] = False
             conn.info[_NEW_IDS] = {}
             yield conn
-            cursor = self._raw(conn, _RAW_BUMP_SEQ, ())
-            seq = int(cursor.fetchone()[0])
-            cursor.close()
             touched = conn.info.pop(_TOUCHED, set())
             usage, gens = conn.info.pop(_USAGE, {}), conn.info.pop(_GENS, {})
-            log: list[tuple[int, int, int | None, str | None]] = [
-                (seq, rp_id, None, None) for rp_id in touched
-            ]
-            log += [
-                (seq, rp_id, gens.get(rp_id), encode_usage_delta(usage.get(rp_id, {})))
-                for rp_id in sorted((usage.keys() | gens.keys()) - touched)
-            ]
-            if log:
-                self._raw_many(conn, _RAW_LOG_CHANGE, log)
-            if conn.info.pop(_FULL, False):
-                conn.execute(_MARK_FULL, {"seq": seq})
+            full = conn.info.pop(_FULL, False)
+            changed = sorted((usage.keys() | gens.keys()) - touched)
+            seq: int | None
+            xid: int | None
+            if self.is_sqlite:
+                cursor = self._raw(conn, _RAW_BUMP_SEQ, ())
+                seq, xid = int(cursor.fetchone()[0]), None
+                cursor.close()
+            elif touched or changed or full:
+                # No counter row to lock: a number, and this transaction's id for readers.
+                cursor = self._raw(conn, _PG_NEXT_CHANGE, ())
+                seq, xid = (int(v) for v in cursor.fetchone())
+                cursor.close()
+            else:
+                seq = xid = None  # PostgreSQL, nothing for a cached graph to follow
+            if seq is not None:
+                log: list[tuple[Any, ...]] = [(seq, rp_id, None, None) for rp_id in touched]
+                log += [
+                    (seq, rp_id, gens.get(rp_id), encode_usage_delta(usage.get(rp_id, {})))
+                    for rp_id in changed
+                ]
+                if log and xid is None:
+                    self._raw_many(conn, _RAW_LOG_CHANGE, log)
+                elif log:
+                    self._raw_many(conn, _PG_LOG_CHANGE, [(*row, xid) for row in log])
+                if full:
+                    conn.execute(_MARK_FULL if xid is None else _PG_MARK_FULL, {"seq": seq})
             if conn.info.pop(_NAMES, False):
                 conn.execute(_BUMP_NAMES)
-            if seq % 500 == 0:
-                conn.execute(_PRUNE_CHANGES, {"seq": seq - CHANGE_LOG_KEEP})
+            if seq is not None and seq % 500 == 0:
+                if self.is_sqlite:
+                    conn.execute(_PRUNE_CHANGES, {"seq": seq - CHANGE_LOG_KEEP})
+                else:
+                    self._raw(conn, _PG_PRUNE, (seq - CHANGE_LOG_KEEP,)).close()
 
     def _raw(self, conn: Connection, sql: str, params: Sequence[Any]) -> Any:
         """Execute on the transaction's DBAPI connection; returns the cursor."""
@@ -238,6 +265,17 @@ class StoreBase:
         """Record that a trait or resource class name was created, deleted or renamed."""
         conn.info[_NAMES] = True
 
+    def _lock_links(self, conn: Connection, table: sa.Table) -> None:
+        """PostgreSQL: before a trait or class is deleted or renamed, wait for every
+        write of ``table`` (provider-trait links, inventories) in flight and hold off new
+        ones until this transaction ends. The registration writes resolve names to ids
+        in one statement without locking the names (``provider_writes``); a write that
+        waited here takes its snapshot after this transaction, so it sees the name gone,
+        and this transaction's in-use check sees every link written before it. SQLite's
+        writers take turns already."""
+        if not self.is_sqlite:
+            conn.execute(sa.text(f"LOCK TABLE {table.name} IN SHARE MODE"))
+
     @contextmanager
     def _read(self) -> Iterator[Connection]:
         """A read-only transaction."""
@@ -245,9 +283,11 @@ class StoreBase:
             yield conn
 
     def change_seq(self) -> int:
-        """The current change counter (one cheap query)."""
+        """The number of the latest change (one cheap query): the change counter on
+        SQLite, the log's number sequence on PostgreSQL (numbers of transactions that
+        rolled back are skipped)."""
         with self._read() as conn:
-            return int(conn.execute(_READ_SEQ).scalar_one())
+            return int(conn.execute(_READ_SEQ if self.is_sqlite else _PG_READ_SEQ).scalar_one())
 
     @staticmethod
     def _rc_maps(conn: Connection) -> tuple[dict[str, int], dict[int, str]]:
@@ -344,7 +384,8 @@ class StoreBase:
         raw write just committed); a failure is left to the next prune."""
         if seq is not None and seq % 500 == 0:
             with contextlib.suppress(sa.exc.DBAPIError):
-                self._run(raw, [(_RAW_PRUNE, (seq - CHANGE_LOG_KEEP,))])
+                self._run(raw, [(_RAW_PRUNE if self.is_sqlite else _PG_PRUNE,
+                                 (seq - CHANGE_LOG_KEEP,))])
 
     def _take_raw(self, *, fresh: bool = False) -> RawConnection:
         """A kept raw connection, or a new one (none is shared between two callers)."""

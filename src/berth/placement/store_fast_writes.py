@@ -10,6 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from berth.placement.change_log import snapshot_sees
 from berth.placement.db import utcnow
 from berth.placement.store_base import StoreBase
 from berth.placement.store_raw import (
@@ -248,14 +249,14 @@ class FastWritesMixin(StoreBase):
             (_RAW_FRESH_CONSUMER, (consumer, names_seq), True),
         ]
         try:
-            seq = self._finish_write(
+            change = self._finish_write(
                 raw, prefix, consumer, added, {}, gens, None, sorted(gens), stamp
             )
         except Unexpected:
             return None
-        if seq is None:
+        if change is None:
             return False  # e.g. the consumer exists
-        self._write_through(seq, names_seq, sorted(gens), gens, {}, added, usages)
+        self._write_through(change, names_seq, sorted(gens), gens, {}, added, usages)
         return True
 
     def _write_from_reads(
@@ -351,14 +352,14 @@ class FastWritesMixin(StoreBase):
         touched = sorted(set(gens) | {k[0] for k in mine})
         consumer_cas = None if gen is None else (cid, gen)
         try:
-            seq = self._finish_write(
+            change = self._finish_write(
                 raw, [], consumer, added, mine, gens, consumer_cas, touched, stamp
             )
         except Unexpected:
             return False  # another writer won a compare-and-swap
-        if seq is None:
+        if change is None:
             return False
-        self._write_through(seq, names_seq, touched, gens, mine, added, others)
+        self._write_through(change, names_seq, touched, gens, mine, added, others)
         return True
 
     def _finish_write(
@@ -372,12 +373,13 @@ class FastWritesMixin(StoreBase):
         consumer_cas: tuple[int, int] | None,
         touched: Sequence[int],
         stamp: Any,
-    ) -> int | None:
+    ) -> tuple[int, int | None] | None:
         """Insert the rows, compare-and-swap the providers (in id order) and the consumer,
-        bump the change counter, log the touched providers with their new generations and
-        usage deltas (``added`` less the consumer's old rows ``mine``) and commit, in one
-        round trip after ``prefix``. Returns the change number; None when it failed (a
-        database error: the general path answers).
+        log the touched providers with their new generations and usage deltas (``added``
+        less the consumer's old rows ``mine``; on SQLite with the change counter's bump)
+        and commit, in one round trip after ``prefix``. Returns the change number and, on
+        PostgreSQL, the transaction's id; None when it failed (a database error: the
+        general path answers).
 
         Raises Unexpected when a compare-and-swap or an assertion of ``prefix`` failed
         (nothing is committed then: the database aborts the transaction).
@@ -419,13 +421,16 @@ class FastWritesMixin(StoreBase):
             # and whether it committed is unknown: the general path is safe then too, as
             # a committed write left its consumer at a generation this one does not send.
             return None
-        seq = int(res[-3 if self.is_sqlite else -2][0][0])
+        if self.is_sqlite:
+            seq, xid = int(res[-3][0][0]), None
+        else:
+            seq, xid = int(res[-2][0][0]), int(res[-2][0][1])
         self._prune_now_and_then(raw, seq)
-        return seq
+        return seq, xid
 
     def _write_through(
         self,
-        seq: int,
+        change: tuple[int, int | None],
         names_seq: int,
         touched: Sequence[int],
         gens: Mapping[int, int],
@@ -435,15 +440,24 @@ class FastWritesMixin(StoreBase):
     ) -> None:
         """Patch the cached providers with a just committed allocation write.
 
-        Only when the write's change number directly follows the cache's (nobody else
-        committed a change in between) and the cache agrees with what the write read;
-        otherwise the next provider_graph() reloads the touched providers from the log.
+        Only when the cache agrees with what the write read, and on SQLite when the
+        write's change number directly follows the cache's (nobody else committed a
+        change in between); otherwise the next provider_graph() reloads the touched
+        providers from the log. On PostgreSQL the cache follows the log by transaction:
+        the write is patched in unless the cached snapshot has it already, and its log
+        rows are skipped when read (usage deltas add up in any order; a provider's
+        generation only grows).
         """
+        seq, xid = change
         if not self._graph_lock.acquire(blocking=False):
             return  # a reload is running; it or the next one reads the change log
         try:
-            if self._graph is None or seq != self._seq + 1 or names_seq != self._names_seq:
+            if self._graph is None or names_seq != self._names_seq:
                 return
+            if xid is None and seq != self._seq + 1:
+                return
+            if xid is not None and snapshot_sees(self._snap, xid):
+                return  # a refresh in between read it from the log
             providers, rc_by_id = self._providers, self._rc_by_id
             new_usages: dict[int, dict[str, int]] = {}
             for key in {*mine, *added}:
@@ -487,6 +501,9 @@ class FastWritesMixin(StoreBase):
                 )
             providers.update(patched)
             self._dirty.update(patched)
-            self._seq = seq
+            if xid is None:
+                self._seq = seq
+            else:
+                self._own_xids.add(xid)
         finally:
             self._graph_lock.release()

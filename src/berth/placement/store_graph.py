@@ -10,6 +10,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from berth.placement.change_log import (
+    PG_CHANGED_IDS,
+    PG_SNAPSHOT,
+    PG_STATE,
+    PG_STATE_AND_LOG,
+    snapshot_sees,
+)
 from berth.placement.store_base import INCREMENTAL_LIMIT, StoreBase
 from berth.placement.store_raw import (
     _CHANGED_LIMIT,
@@ -67,41 +74,63 @@ class GraphMixin(StoreBase):
         if self._graph is None:
             self._load_all(raw)
             return self._current_graph()
-        old = self._seq
-        rows = self._run(raw, [(_RAW_STATE_AND_LOG, (old, old + INCREMENTAL_LIMIT))])[0]
-        seq, full_seq, names_seq = rows[0][:3]
-        if seq == old and names_seq == self._names_seq:
-            return self._current_graph()
-        if full_seq <= old <= seq and seq - old <= INCREMENTAL_LIMIT:
-            if names_seq == self._names_seq and self._apply_log(rows, seq):
+        if self.is_sqlite:
+            old = self._seq
+            rows = self._run(raw, [(_RAW_STATE_AND_LOG, (old, old + INCREMENTAL_LIMIT))])[0]
+            position, full_seq, names_seq = rows[0][:3]
+            if position == old and names_seq == self._names_seq:
+                return self._current_graph()
+            incremental = full_seq <= old <= position and position - old <= INCREMENTAL_LIMIT
+        else:  # the log rows of transactions the cached snapshot did not see
+            rows = self._run(raw, [(PG_STATE_AND_LOG, (self._snap, INCREMENTAL_LIMIT + 1))])[0]
+            position, reload_all, names_seq = rows[0][:3]
+            if not reload_all and rows[0][3] is None and names_seq == self._names_seq:
+                self._moved_to(position)
+                return self._current_graph()
+            incremental = not reload_all and len(rows) <= INCREMENTAL_LIMIT
+        if incremental:
+            if names_seq == self._names_seq and self._apply_log(rows, position):
                 return self._current_graph()
             if self._load_changes(raw):
                 return self._current_graph()
         self._load_all(raw)
         return self._current_graph()
 
-    def _apply_log(self, rows: Sequence[Any], seq: int) -> bool:
-        """Bring the cached providers to change ``seq`` from the change log rows read with
-        it (:data:`_RAW_STATE_AND_LOG`), when every change since the cached state was an
-        allocation write that logged its usage deltas: no provider is re-read. False
-        (nothing changed) when a change needs a provider reloaded, or the log does not fit
-        the cache; :meth:`_load_changes` then reads those providers.
+    def _moved_to(self, position: int | str) -> None:
+        """The cached providers are current as of ``position``: a change number
+        (SQLite), or a snapshot (PostgreSQL), which shows this store's own writes patched
+        in before (they are no longer skipped in the log)."""
+        if isinstance(position, int):
+            self._seq = position
+            return
+        self._snap = position
+        if self._own_xids:
+            self._own_xids = {x for x in self._own_xids if not snapshot_sees(position, x)}
+
+    def _apply_log(self, rows: Sequence[Any], position: int | str) -> bool:
+        """Bring the cached providers to ``position`` from the change log rows read with
+        it (:data:`_RAW_STATE_AND_LOG`, :data:`PG_STATE_AND_LOG`), when every change
+        since the cached state was an allocation write that logged its usage deltas: no
+        provider is re-read. False (nothing changed) when a change needs a provider
+        reloaded, or the log does not fit the cache; :meth:`_load_changes` then reads
+        those providers. Rows of this store's own writes that were patched in as they
+        committed (PostgreSQL: by transaction id) are skipped.
         """
-        providers, rc_by_id = self._providers, self._rc_by_id
+        providers, rc_by_id, own = self._providers, self._rc_by_id, self._own_xids
         sums: dict[int, dict[int, int]] = {}
-        latest: dict[int, tuple[int, int]] = {}  # provider -> (change, generation)
-        # The rows come in no particular order: sum the deltas, and keep the generation
-        # of each provider's latest change.
-        for _seq, _full, _names, change, rp_id, generation, delta in rows:
-            if change is None:
+        latest: dict[int, int] = {}  # provider -> its highest logged generation
+        # The rows come in no particular order: sum the deltas, and keep each provider's
+        # highest generation (a provider's generation only grows).
+        for _pos, _full, _names, change, rp_id, generation, delta in rows:
+            if change is None or change in own:
                 continue
             if delta is None or rp_id not in providers:
                 return False
             per = sums.setdefault(rp_id, {})
             for rc_id, amount in decode_usage_delta(delta).items():
                 per[rc_id] = per.get(rc_id, 0) + amount
-            if generation is not None and (rp_id not in latest or change > latest[rp_id][0]):
-                latest[rp_id] = (change, int(generation))
+            if generation is not None and int(generation) > latest.get(rp_id, -1):
+                latest[rp_id] = int(generation)
         patched = {}
         for rp_id, per in sums.items():
             cur = providers[rp_id]
@@ -120,7 +149,7 @@ class GraphMixin(StoreBase):
             patched[rp_id] = type(cur)(
                 cur.uuid,
                 cur.name,
-                latest[rp_id][1] if rp_id in latest else cur.generation,
+                max(latest.get(rp_id, -1), cur.generation),
                 cur.parent_uuid,
                 cur.root_uuid,
                 cur.inventories,
@@ -130,7 +159,7 @@ class GraphMixin(StoreBase):
             )
         providers.update(patched)
         self._dirty.update(patched)
-        self._seq = seq
+        self._moved_to(position)
         return True
 
     def _current_graph(self) -> Any:
@@ -149,7 +178,6 @@ class GraphMixin(StoreBase):
             self._graph = self._graph.with_updates(list(self._dirty.values()))
         self._structural = False
         self._dirty.clear()
-        self._graph_seq = self._seq
         return self._graph
 
     def _begin_snapshot(self) -> tuple[str, tuple[()]]:
@@ -162,16 +190,19 @@ class GraphMixin(StoreBase):
         counters and the change log, then those providers (and the names if they
         changed): two round trips on PostgreSQL. False when a full reload is needed."""
         old = self._seq
-        _begin, ((seq, full_seq, names_seq),), changed_rows = self._run(
-            raw, [self._begin_snapshot(), (_RAW_STATE, ()), (_RAW_CHANGED_IDS, (old,))]
-        )
+        if self.is_sqlite:
+            _begin, ((position, full_seq, names_seq),), changed_rows = self._run(
+                raw, [self._begin_snapshot(), (_RAW_STATE, ()), (_RAW_CHANGED_IDS, (old,))]
+            )
+            reload_all = (full_seq > old or position < old
+                          or position - old > INCREMENTAL_LIMIT)
+        else:
+            _begin, ((position, reload_all, names_seq),), changed_rows = self._run(
+                raw, [self._begin_snapshot(), (PG_STATE, (self._snap,)),
+                      (PG_CHANGED_IDS, (self._snap,))]
+            )
         changed = sorted(int(r[0]) for r in changed_rows)
-        if (
-            full_seq > old
-            or seq < old
-            or seq - old > INCREMENTAL_LIMIT
-            or len(changed) > _CHANGED_LIMIT
-        ):
+        if reload_all or len(changed) > _CHANGED_LIMIT:
             self._run(raw, [("ROLLBACK", ())])
             return False
         names = names_seq != self._names_seq
@@ -216,7 +247,7 @@ class GraphMixin(StoreBase):
                 dirty[rp_id] = new
         if names:
             self._set_names([r[0] for r in res[5]], res[6], names_seq)
-        self._seq = seq
+        self._moved_to(position)
         return True
 
     def _by_ids(self, sql: str, column: str, ids: Sequence[int]) -> tuple[str, Sequence[Any]]:
@@ -234,7 +265,7 @@ class GraphMixin(StoreBase):
             raw,
             [
                 self._begin_snapshot(),
-                (_RAW_STATE, ()),
+                (_RAW_STATE, ()) if self.is_sqlite else (PG_SNAPSHOT, ()),
                 (_RAW_PROVIDERS, ()),
                 (_RAW_INVENTORIES, ()),
                 (_RAW_USAGES.format(""), ()),
@@ -245,14 +276,14 @@ class GraphMixin(StoreBase):
                 ("COMMIT", ()),
             ],
         )
-        ((seq, _full_seq, names_seq),) = res[1]
+        ((position, _full, names_seq),) = res[1]
         providers = self._decode(dict(res[8]), *res[2:7])
         self._providers = providers
         self._ids_by_uuid = {p.uuid: rp_id for rp_id, p in providers.items()}
         self._dirty = {}
         self._structural = True
         self._set_names([r[0] for r in res[7]], res[8], names_seq)
-        self._seq = seq
+        self._moved_to(position)
 
     def _set_names(
         self, trait_names: list[str], class_rows: Sequence[Any], names_seq: int

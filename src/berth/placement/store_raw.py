@@ -109,14 +109,22 @@ _RAW_LOG_CHANGES = (
     "SELECT b.change_seq, v.column1, CAST(v.column2 AS BIGINT), CAST(v.column3 AS TEXT) "
     "FROM berth_state b, (VALUES {}) AS v WHERE b.id = 1"
 )
-#: PostgreSQL: the counter's bump and the log rows of :data:`_RAW_LOG_CHANGES` in one
-#: statement (a data-modifying WITH), returning the change number.
+#: PostgreSQL: the writing transaction's id, as the log's ``xid`` column holds it.
+PG_XID = "CAST(CAST(pg_current_xact_id() AS text) AS bigint)"
+#: PostgreSQL: a change's number and the writing transaction's id. No row is locked: a
+#: reader finds the change by its transaction id (``store_graph``), not by its number.
+_PG_NEXT_CHANGE = "SELECT nextval('berth_change_seq'), " + PG_XID
+_PG_LOG_CHANGE = (
+    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta, xid) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
+#: PostgreSQL: the log rows of :data:`_RAW_LOG_CHANGES` with their change number and
+#: transaction id in one statement, returning both (one row per logged provider).
 _PG_BUMP_AND_LOG_CHANGES = (
-    "WITH b AS (UPDATE berth_state SET change_seq = change_seq + 1 WHERE id = 1 "
-    "RETURNING change_seq) "
-    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta) "
-    "SELECT b.change_seq, v.column1, CAST(v.column2 AS BIGINT), CAST(v.column3 AS TEXT) "
-    "FROM b, (VALUES {}) AS v RETURNING seq"
+    "WITH b AS MATERIALIZED (SELECT nextval('berth_change_seq') AS seq, " + PG_XID + " AS xid) "
+    "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta, xid) "
+    "SELECT b.seq, v.column1, CAST(v.column2 AS BIGINT), CAST(v.column3 AS TEXT), b.xid "
+    "FROM b, (VALUES {}) AS v RETURNING seq, xid"
 )
 #: The counters and, in the same snapshot, the change log after the cached state (at
 #: most ``INCREMENTAL_LIMIT`` changes: a cache further behind is rebuilt anyway). With no
@@ -132,6 +140,16 @@ _RAW_FRESH_CONSUMER = (
     "WHEN (SELECT names_seq FROM berth_state WHERE id = 1) = ? THEN 1 ELSE 0 END"
 )
 _RAW_PRUNE = "DELETE FROM berth_provider_changes WHERE seq < ?"
+#: PostgreSQL: the same prune, which keeps the rows of transactions some snapshot may
+#: still not see (at or above the oldest running transaction) and records the highest
+#: transaction id it removed, so that a reader whose snapshot might not have seen those
+#: rows loads the graph whole instead.
+_PG_PRUNE = (
+    "WITH d AS (DELETE FROM berth_provider_changes WHERE seq < ? AND (xid IS NULL OR xid < "
+    "CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint)) RETURNING xid) "
+    "UPDATE berth_state SET pruned_xid = GREATEST(pruned_xid, (SELECT max(xid) FROM d)) "
+    "WHERE id = 1 AND EXISTS (SELECT 1 FROM d)"
+)
 _SQLITE_STAMP = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DateTime storage format on SQLite
 
 

@@ -258,6 +258,7 @@ class TraitsMixin(StoreBase):
     def delete_trait(self, name: str) -> None:
         """Delete a custom trait that no provider uses."""
         with self._write() as conn:
+            self._lock_links(conn, resource_provider_traits)
             row = conn.execute(sa.select(traits.c.id).where(traits.c.name == name)).first()
             if row is None:
                 raise errors.NotFound(f"No such trait(s): {name}.")
@@ -331,6 +332,7 @@ class TraitsMixin(StoreBase):
     def rename_resource_class(self, old: str, new: str) -> dt.datetime:
         """Rename a custom class (1.2-1.6)."""
         with self._write() as conn:
+            self._lock_links(conn, inventories)
             row = conn.execute(
                 sa.select(resource_classes.c.id).where(resource_classes.c.name == old)
             ).first()
@@ -356,6 +358,7 @@ class TraitsMixin(StoreBase):
     def delete_resource_class(self, name: str) -> None:
         """Delete a custom class no inventory uses."""
         with self._write() as conn:
+            self._lock_links(conn, inventories)
             row = conn.execute(
                 sa.select(resource_classes.c.id).where(resource_classes.c.name == name)
             ).first()

@@ -1,0 +1,73 @@
+"""Reading the change log on PostgreSQL by transaction, not by a counter.
+
+Every graph-affecting write logs the providers it changed in ``berth_provider_changes``.
+On SQLite, whose writers take turns, each write also bumps a counter
+(``berth_state.change_seq``) and a cached graph remembers the counter it is current to.
+On PostgreSQL that counter row would be locked by every write until its commit, WAL
+flush included, so every registration and every claim of every process would wait for
+the one before. There a write instead records its transaction id (``xid``) in its log
+rows, and a reader remembers the snapshot it read the log in (``pg_current_snapshot()``
+as text, ``xmin:xmax:running,...``): the next read takes the rows of transactions that
+snapshot did not see (``pg_visible_in_snapshot``), which are exactly those that
+committed since, whatever order their numbers came in.
+
+Two more facts come with every read, in the same snapshot: whether a change that needs
+the graph loaded whole (``berth_state.full_xid``) or a prune of log rows the reader may
+not have seen (``berth_state.pruned_xid``, at or above the old snapshot's oldest running
+transaction) happened since. A prune only removes rows of transactions older than every
+running one, so a reader that keeps up never has to reload for it.
+"""
+
+from __future__ import annotations
+
+#: The previous snapshot as a ``pg_snapshot`` (first parameter of each statement).
+_PREV = "WITH s AS (SELECT CAST(? AS pg_snapshot) AS prev) "
+#: True when the reader must load the graph whole: a change that needs it, or a prune
+#: of rows its snapshot might not have seen, committed since that snapshot.
+_RELOAD_ALL = (
+    "(b.full_xid <> 0 AND NOT pg_visible_in_snapshot(CAST(CAST(b.full_xid AS text) AS xid8), "
+    "s.prev)) OR b.pruned_xid >= CAST(CAST(pg_snapshot_xmin(s.prev) AS text) AS bigint)"
+)
+#: Log rows of transactions the previous snapshot did not see (those with a transaction
+#: id below its oldest running one it saw all of, so the index narrows the search).
+_UNSEEN = (
+    "x.xid >= CAST(CAST(pg_snapshot_xmin(s.prev) AS text) AS bigint) "
+    "AND NOT pg_visible_in_snapshot(CAST(CAST(x.xid AS text) AS xid8), s.prev)"
+)
+#: The current snapshot, whether to reload whole, the names counter and the log rows
+#: the previous snapshot did not see (their transaction id, provider, generation and
+#: usage delta; at most the second parameter of them). With no such row, one row with
+#: NULLs in those columns.
+PG_STATE_AND_LOG = (
+    _PREV + "SELECT CAST(pg_current_snapshot() AS text), " + _RELOAD_ALL + ", b.names_seq, "
+    "c.xid, c.provider_id, c.generation, c.usage_delta FROM s CROSS JOIN berth_state b "
+    "LEFT JOIN LATERAL (SELECT x.xid, x.provider_id, x.generation, x.usage_delta "
+    "FROM berth_provider_changes x WHERE " + _UNSEEN + " LIMIT ?) c ON TRUE WHERE b.id = 1"
+)
+#: The current snapshot, whether to reload whole and the names counter.
+PG_STATE = (
+    _PREV + "SELECT CAST(pg_current_snapshot() AS text), " + _RELOAD_ALL + ", b.names_seq "
+    "FROM s CROSS JOIN berth_state b WHERE b.id = 1"
+)
+#: The providers changed by transactions the previous snapshot did not see.
+PG_CHANGED_IDS = (
+    _PREV + "SELECT DISTINCT x.provider_id FROM s CROSS JOIN berth_provider_changes x "
+    "WHERE " + _UNSEEN
+)
+#: The current snapshot (in the shape of the state statements: nothing to reload) and
+#: the names counter, read first in a full load's snapshot.
+PG_SNAPSHOT = (
+    "SELECT CAST(pg_current_snapshot() AS text), FALSE, names_seq FROM berth_state WHERE id = 1"
+)
+
+
+def snapshot_sees(snapshot: str, xid: int) -> bool:
+    """Whether a transaction's changes are visible in ``snapshot`` (the text of a
+    ``pg_snapshot``, ``xmin:xmax:running,...``), as ``pg_visible_in_snapshot`` says:
+    below ``xmin``, or below ``xmax`` and not running. False for no snapshot (``""``)."""
+    if not snapshot:
+        return False
+    xmin, xmax, running = snapshot.split(":")
+    if xid < int(xmin):
+        return True
+    return xid < int(xmax) and str(xid) not in running.split(",")
