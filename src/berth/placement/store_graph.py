@@ -14,7 +14,7 @@ from berth.placement.change_log import (
     PG_CHANGED_IDS,
     PG_SNAPSHOT,
     PG_STATE,
-    PG_STATE_AND_LOG,
+    pg_state_and_log,
     snapshot_sees,
 )
 from berth.placement.store_base import INCREMENTAL_LIMIT, StoreBase
@@ -34,6 +34,9 @@ from berth.placement.store_raw import (
     decode_usage_delta,
     marks,
 )
+
+#: PostgreSQL's catch-up statement; one more row than a patch from the log may take.
+_PG_STATE_AND_LOG = pg_state_and_log(INCREMENTAL_LIMIT + 1)
 
 
 class GraphMixin(StoreBase):
@@ -82,7 +85,7 @@ class GraphMixin(StoreBase):
                 return self._current_graph()
             incremental = full_seq <= old <= position and position - old <= INCREMENTAL_LIMIT
         else:  # the log rows of transactions the cached snapshot did not see
-            rows = self._run(raw, [(PG_STATE_AND_LOG, (self._snap, INCREMENTAL_LIMIT + 1))])[0]
+            rows = self._run(raw, [(_PG_STATE_AND_LOG, (self._snap,))])[0]
             position, reload_all, names_seq = rows[0][:3]
             if not reload_all and rows[0][3] is None and names_seq == self._names_seq:
                 self._moved_to(position)
@@ -109,7 +112,7 @@ class GraphMixin(StoreBase):
 
     def _apply_log(self, rows: Sequence[Any], position: int | str) -> bool:
         """Bring the cached providers to ``position`` from the change log rows read with
-        it (:data:`_RAW_STATE_AND_LOG`, :data:`PG_STATE_AND_LOG`), when every change
+        it (:data:`_RAW_STATE_AND_LOG`, :func:`pg_state_and_log`), when every change
         since the cached state was an allocation write that logged its usage deltas: no
         provider is re-read. False (nothing changed) when a change needs a provider
         reloaded, or the log does not fit the cache; :meth:`_load_changes` then reads
