@@ -8,13 +8,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from berth.placement.db import prepare
 from berth.service.bus import Bus
 from berth.service.compute import ComputeAgent, ComputeNodeSpec
 from berth.service.records import ComputeRecordStore, record_to_report
-from berth.service.reports import BusFeed, BusRecordStore
+from berth.service.reports import BusFeed, BusRecordStore, received_reports
 
 
 def _report(host: str, beat: float, instances: int = 0) -> dict[str, Any]:
@@ -39,8 +40,8 @@ def test_a_report_reaches_the_database_only_when_more_than_its_heartbeat_changed
     got: list[dict[str, Any]] = []
 
     class Scheduler:
-        def update_host_states(self, ctxt: Any, reports: list[dict[str, Any]]) -> None:
-            got.extend(reports)
+        def update_host_states(self, ctxt: Any, reports_json: str) -> None:
+            got.extend(received_reports(reports_json=reports_json))
 
     bus.serve("scheduler", "s1", [Scheduler()])
     records = BusRecordStore(engine, bus, flush_interval=0.01)
@@ -116,9 +117,9 @@ def test_an_unchanged_host_reports_its_heartbeat_alone_and_the_scheduler_applies
     calls: list[str] = []
 
     class Scheduler:
-        def update_host_states(self, ctxt: Any, reports: list[dict[str, Any]]) -> None:
+        def update_host_states(self, ctxt: Any, reports_json: str) -> None:
             calls.append("reports")
-            feed.receive(reports)
+            feed.receive(received_reports(reports_json=reports_json))
 
         def host_heartbeats(self, ctxt: Any, beats: dict[str, float]) -> None:
             calls.append("beats")
@@ -220,3 +221,16 @@ def test_each_write_takes_the_next_change_number_and_the_feed_reads_it(
             ["h0"] + [r["host"] for r in wave])
         assert changes.top == again
         assert store.changes(third).reports[0]["host"] == "h0"
+
+
+def test_a_reports_cast_is_read_as_one_json_string_or_as_a_list() -> None:
+    """Agents send a chunk of reports as one JSON string; a list (an agent of an earlier
+    version) is still read; a string that is not a JSON list is refused by name."""
+    report = _report("h1", 100.0)
+    assert received_reports(reports_json=orjson.dumps([report]).decode()) == [report]
+    assert received_reports(reports=[report]) == [report]
+    assert received_reports() == []
+    with pytest.raises(ValueError, match="reports_json is not a JSON list"):
+        received_reports(reports_json="{}")
+    with pytest.raises(ValueError):
+        received_reports(reports_json="[")

@@ -4,6 +4,7 @@ A compute agent's report (the :class:`~berth.snapshot.HostRecord` as JSON, see
 :func:`~berth.service.records.record_to_report`) goes two ways:
 
 * to every scheduler, as the ``update_host_states`` fanout cast on topic ``scheduler``
+  (the reports as one JSON string, :func:`received_reports`)
   (seed 003: "every compute node periodically publishes its status, available
   resources and capabilities to the scheduler through the queue"). Reports are
   coalesced: an agent process sends what changed every ``flush_interval`` (50 ms) in
@@ -59,6 +60,18 @@ CHUNK = 500
 #: Report fields that change with every heartbeat; a report differing from the stored
 #: one only in these is not written to the database.
 _VOLATILE_SERVICE = ("last_seen_up", "updated_at")
+
+
+def received_reports(reports: list[dict[str, Any]] | None = None,
+                     reports_json: str | None = None) -> list[dict[str, Any]]:
+    """The reports of an ``update_host_states`` cast: sent as one JSON string
+    (``reports_json``), or by an agent of an earlier version as a list (``reports``)."""
+    if reports_json is not None:
+        decoded = orjson.loads(reports_json)
+        if not isinstance(decoded, list):
+            raise ValueError("update_host_states: reports_json is not a JSON list")
+        return decoded
+    return list(reports or [])
 
 
 def _content_key(report: Mapping[str, Any]) -> bytes:
@@ -224,7 +237,9 @@ class BusRecordStore(ComputeRecordStore):
         for start in range(0, len(reports), CHUNK):
             chunk = reports[start:start + CHUNK]
             try:
-                self._fanout.cast("update_host_states", reports=chunk)
+                # As one JSON string: the transport's JSON then copies a string instead
+                # of walking 500 reports' dicts with the standard library's encoder.
+                self._fanout.cast("update_host_states", reports_json=orjson.dumps(chunk).decode())
             except BusError as exc:
                 self.failed_sends += 1
                 LOG.warning("host reports not sent (%s); retrying", exc)

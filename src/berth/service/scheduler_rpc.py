@@ -8,7 +8,8 @@ Every ``berth scheduler`` process serves topic ``scheduler`` (reference
   the answer is the decision (per instance the chosen host and its alternates, each
   with its allocation request; the chosen hosts already claimed), or an
   ``{"error": ...}`` answer (NoValidHost with its diagnosis, a bad request);
-* ``update_host_states(reports)`` — fanout cast from the compute agents
+* ``update_host_states(reports_json)`` — fanout cast from the compute agents (the
+  reports as one JSON string; ``reports``, a list, from agents of earlier versions)
   (:mod:`berth.service.reports`);
 * ``host_heartbeats(beats)`` — fanout cast: node uuid -> heartbeat, for hosts whose
   state is the one they last reported;
@@ -42,7 +43,7 @@ from berth.model.request import RequestSpec, new_instance_uuids
 from berth.pipeline import Decision
 from berth.service.bus import Bus, BusTimeout
 from berth.service.placement import PlacementClaimer
-from berth.service.reports import BusFeed
+from berth.service.reports import BusFeed, received_reports
 from berth.service.scheduler import SchedulerService
 from berth.service.wire import (
     decision_from_wire,
@@ -92,9 +93,13 @@ class SchedulerEndpoint:
             return error_to_wire(BerthError(f"malformed select_destinations call: {exc}"))
         return decision_to_wire(decision)
 
-    def update_host_states(self, ctxt: Any, reports: list[dict[str, Any]]) -> None:
+    def update_host_states(self, ctxt: Any, reports: list[dict[str, Any]] | None = None,
+                           reports_json: str | None = None) -> None:
         """Queue host reports for the snapshot."""
-        self.feed.receive(reports)
+        try:
+            self.feed.receive(received_reports(reports, reports_json))
+        except ValueError as exc:  # orjson's errors are ValueErrors too
+            LOG.error("malformed update_host_states cast dropped: %s", exc)
 
     def host_heartbeats(self, ctxt: Any, beats: dict[str, float]) -> None:
         """Queue heartbeats of hosts whose state did not change."""
