@@ -583,3 +583,25 @@ def test_a_cache_whose_unseen_changes_were_pruned_is_loaded_whole(
     assert any("FROM resource_providers rp" in sql for sql in count.sql)  # loaded again
     behind.close()
     writer.close()
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_own_claims_patched_in_are_bounded_and_caught_up_from_the_log(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL: a store that keeps claiming without reading its graph again patches
+    in at most INCREMENTAL_LIMIT of its own writes; the log carries the rest, and the
+    next read is exact and forgets them."""
+    import berth.placement.store_fast_writes as fast_writes
+
+    monkeypatch.setattr(fast_writes, "INCREMENTAL_LIMIT", 3)
+    rps = _providers(engine, 2, "bounded")
+    store = PlacementStore(engine)
+    store.provider_graph()
+    _claim(store, rps[0])  # creates project/user: the general path, which caches the ids
+    store.provider_graph()
+    for _ in range(5):
+        _claim(store, rps[1])
+    assert len(store._own_xids) == 3
+    assert store.provider_graph().providers == _fresh(engine)
+    assert store._own_xids == set()
+    store.close()

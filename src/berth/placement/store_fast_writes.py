@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from berth.placement.change_log import snapshot_sees
 from berth.placement.db import utcnow
-from berth.placement.store_base import StoreBase
+from berth.placement.store_base import INCREMENTAL_LIMIT, StoreBase
 from berth.placement.store_raw import (
     _PG_BUMP_AND_LOG_CHANGES,
     _RAW_ALLOC_TARGETS,
@@ -456,8 +456,11 @@ class FastWritesMixin(StoreBase):
                 return
             if xid is None and seq != self._seq + 1:
                 return
-            if xid is not None and snapshot_sees(self._snap, xid):
-                return  # a refresh in between read it from the log
+            if xid is not None and (snapshot_sees(self._snap, xid)
+                                    or len(self._own_xids) >= INCREMENTAL_LIMIT):
+                # A refresh in between read it from the log; or this store writes
+                # without reading the graph again: the log keeps the rest.
+                return
             providers, rc_by_id = self._providers, self._rc_by_id
             new_usages: dict[int, dict[str, int]] = {}
             for key in {*mine, *added}:
