@@ -605,3 +605,26 @@ def test_own_claims_patched_in_are_bounded_and_caught_up_from_the_log(
     assert store.provider_graph().providers == _fresh(engine)
     assert store._own_xids == set()
     store.close()
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_a_transaction_left_open_does_not_stop_a_cache_following_the_log(engine: Any) -> None:
+    """PostgreSQL: with a transaction holding an id and left open (an idle session),
+    every snapshot has it running; the cache still follows every claim from the log,
+    exactly."""
+    rps = _providers(engine, 2, "open")
+    mine, theirs = PlacementStore(engine), PlacementStore(engine)
+    mine.provider_graph()
+    _claim(theirs, rps[0])  # creates project/user: the general path, which caches the ids
+    with engine.connect() as idle:
+        idle.execute(sa.text("SELECT pg_current_xact_id()"))  # an id, and left open
+        for step in range(6):
+            _claim(theirs, rps[step % 2], vcpu=1 + step % 2)
+            graph = mine.provider_graph()
+            assert graph.providers == _fresh(engine), step
+            assert not mine._own_xids
+        idle.rollback()
+    _claim(theirs, rps[1])
+    assert mine.provider_graph().providers == _fresh(engine)
+    mine.close()
+    theirs.close()

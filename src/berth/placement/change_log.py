@@ -28,13 +28,17 @@ _RELOAD_ALL = (
     "(b.full_xid <> 0 AND NOT pg_visible_in_snapshot(CAST(CAST(b.full_xid AS text) AS xid8), "
     "s.prev)) OR b.pruned_xid >= CAST(CAST(pg_snapshot_xmin(s.prev) AS text) AS bigint)"
 )
-#: Log rows of transactions the previous snapshot did not see. It saw every one below
-#: its oldest running one, and this snapshot sees none from its own ``xmax`` on: the
-#: range (redundant otherwise) is what makes PostgreSQL's generic plan take the index.
+#: Log rows of transactions the previous snapshot did not see: those it found running
+#: (its ``xip`` list: looked up by id) and those from its ``xmax`` on (a range that ends
+#: at this snapshot's ``xmax``; the bound, redundant otherwise, is what makes PostgreSQL's
+#: generic plan take the index). Rows of the transactions in between were seen, so a
+#: transaction left open for long (an idle session) does not make every read scan the
+#: rows written since it began.
 _UNSEEN = (
-    "x.xid >= CAST(CAST(pg_snapshot_xmin(s.prev) AS text) AS bigint) "
-    "AND x.xid < CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint) "
-    "AND NOT pg_visible_in_snapshot(CAST(CAST(x.xid AS text) AS xid8), s.prev)"
+    "((x.xid >= CAST(CAST(pg_snapshot_xmax(s.prev) AS text) AS bigint) "
+    "AND x.xid < CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint)) "
+    "OR x.xid = ANY(ARRAY(SELECT CAST(CAST(r AS text) AS bigint) "
+    "FROM pg_snapshot_xip(s.prev) AS r)))"
 )
 #: The current snapshot, whether to reload whole, the names counter and the log rows
 #: the previous snapshot did not see (their transaction id, provider, generation and
