@@ -8,8 +8,8 @@ flush included, so every registration and every claim of every process would wai
 the one before. There a write instead records its transaction id (``xid``) in its log
 rows, and a reader remembers the snapshot it read the log in (``pg_current_snapshot()``
 as text, ``xmin:xmax:running,...``): the next read takes the rows of transactions that
-snapshot did not see (``pg_visible_in_snapshot``), which are exactly those that
-committed since, whatever order their numbers came in.
+snapshot did not see (those it found running, and those from its ``xmax`` on), which
+are exactly those that committed since, whatever order their numbers came in.
 
 Two more facts come with every read, in the same snapshot: whether a change that needs
 the graph loaded whole (``berth_state.full_xid``) or a prune of log rows the reader may
