@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from berth.cloudfile import load_cloud
+from berth.service.localcluster import free_port
 
 from .views import cloud_views, differences, node_views
 
@@ -78,18 +78,12 @@ SOURCE: dict[str, Any] = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """``berth serve --cloud SOURCE`` in its own process; yields (url, cloud file)."""
     cloud = tmp_path / "source.yaml"
     cloud.write_text(yaml.safe_dump(SOURCE, sort_keys=False))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp_path}/b.sqlite",
          "--port", str(port), "--cloud", str(cloud), "--seed", "1"],
@@ -164,7 +158,7 @@ def test_an_instance_booted_online_is_exported_with_its_flavor_and_image(
 
 
 def test_an_unreachable_server_is_one_line_and_exit_7(tmp_path: Path) -> None:
-    result = _export(f"http://127.0.0.1:{_free_port()}", tmp_path / "x.yaml")
+    result = _export(f"http://127.0.0.1:{free_port()}", tmp_path / "x.yaml")
     assert result.returncode == 7
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: http://127.0.0.1:"), result.stderr

@@ -33,18 +33,13 @@ from typing import Any
 
 import httpx
 
+from berth.service.localcluster import free_port
 from peers import ROOT, serve, stop, wait_up
 
 VENV = ROOT / ".venv-nova"
 TESTS = ROOT / "tests"
 MARIADB = "mysql+pymysql://root@127.0.0.1:3306/{}"
 RABBIT = "rabbit://guest:guest@127.0.0.1:5672/{}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _up(port: int) -> bool:

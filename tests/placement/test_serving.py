@@ -19,13 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from berth.service.localcluster import free_port
+
 HEADERS = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(argv: list[str], url: str, ready: str) -> subprocess.Popen[bytes]:
@@ -47,7 +43,7 @@ def _start(argv: list[str], url: str, ready: str) -> subprocess.Popen[bytes]:
 @pytest.fixture(params=["placement", "serve"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """(base URL, a path that takes a POST body) of a server with 2 worker threads."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     db = f"sqlite:///{tmp_path}/db.sqlite"
     if request.param == "placement":

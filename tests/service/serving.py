@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,12 +12,7 @@ from pathlib import Path
 
 import httpx
 
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from berth.service.localcluster import free_port
 
 
 @contextmanager

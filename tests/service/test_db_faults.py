@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from berth.service.api import SchedulerApp
+from berth.service.localcluster import free_port
 from berth.service.stack import Stack, open_stack
 
 from .builders import node
@@ -92,7 +93,6 @@ def test_a_sqlite_lock_past_its_timeout_is_a_503_and_reads_still_work(
 @pytest.mark.postgres
 def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Path) -> None:
     import os
-    import socket
     import subprocess
     import sys
 
@@ -103,10 +103,8 @@ def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Pat
     # would be a 409), however fast the boots go (~900 in the 5 s here).
     cloud.write_text('hosts:\n  - {host: "n{index}", count: 4, vcpus: 640, '
                      'memory_mb: 5242880, local_gb: 20000}\n')
-    with fresh_pg_database("berth_faults") as db, socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+    with fresh_pg_database("berth_faults") as db:
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen(
             [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", db, "--port", str(port),

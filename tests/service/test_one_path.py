@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import yaml
 from berth.cli import main
 from berth.config import SchedulerConfig
 from berth.service.api import SchedulerApp
+from berth.service.localcluster import free_port
 from berth.service.seeding import seed_from_cloud
 from berth.service.stack import open_stack
 
@@ -45,17 +45,11 @@ flavors:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Served:
     """A ``berth serve --cloud`` process on a fresh SQLite database."""
 
     def __init__(self, tmp: Path, cloud: str, *args: str) -> None:
-        self.url = f"http://127.0.0.1:{_free_port()}"
+        self.url = f"http://127.0.0.1:{free_port()}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", f"sqlite:///{tmp}/serve.sqlite",
              "--port", self.url.rsplit(":", 1)[1], "--cloud", cloud, *args],

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from berth.service.localcluster import free_port
 from pgdb import fresh_pg_database
 
 #: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
@@ -70,15 +70,9 @@ def servers() -> Iterator[list[subprocess.Popen[str]]]:
             proc.communicate()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(procs: list[subprocess.Popen[str]], db: str, *args: str) -> str:
     """Start ``berth serve`` on ``db``; its URL once it answers."""
-    port = _free_port()
+    port = free_port()
     # Output to a file, not a pipe nobody reads: the access log of many boots would fill
     # a pipe and block the server.
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (lives as long as the server)

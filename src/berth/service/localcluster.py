@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -66,9 +68,39 @@ def restart_broker() -> None:
     subprocess.run(["rabbitmqctl", "start_app"], check=True, capture_output=True, timeout=120)
 
 
+#: Linux's range of ports for the local end of outgoing connections.
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_GIVEN: set[int] = set()
+_GIVEN_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port free right now on 127.0.0.1."""
-    with socket.socket() as s:
+    """A TCP port nothing listens on now on 127.0.0.1, for a server started next.
+
+    Not one the kernel hands out for ``bind(("127.0.0.1", 0))``: that comes from the
+    ephemeral range, from which every outgoing connection's local port comes too, so
+    between this check and the server's bind a connection to PostgreSQL or RabbitMQ
+    may take it ("Address already in use", seen in a whole test run). A port from the
+    10,000 below that range is taken only by listeners; none is given out twice by one
+    process."""
+    try:
+        low = int(_EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 30000
+    first, last = max(1024, low - 10000), low - 1
+    with _GIVEN_LOCK:
+        for _ in range(500):
+            port = random.randint(first, last)
+            if port in _GIVEN:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _GIVEN.add(port)
+            return port
+    with socket.socket() as s:  # every one tried is taken: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
