@@ -278,7 +278,8 @@ def _blocked_write(engine: Any, hold_sql: str | list[str], params: dict[str, Any
     with engine.connect() as probe:  # wait until the write waits on the holder's lock
         while not waited and time.monotonic() < deadline:
             waited = probe.execute(sa.text(
-                "SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar_one() > 0
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'")).scalar_one() > 0
             time.sleep(0.01)
     txn.commit()
     holder.close()
@@ -351,6 +352,54 @@ def test_a_trait_a_write_in_flight_links_is_not_deleted(
         lambda: store.delete_trait(kept), monkeypatch)
     assert isinstance(out.get("error"), errors.Conflict), out
     assert kept in _rows(engine, rp_uuid)["traits"]
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_the_general_paths_look_names_up_after_a_deletion_they_waited_for(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The general traits and inventories writes take their table's lock before they
+    look names up: one that waits for a deletion reads after it, and refuses the name,
+    instead of linking a trait or class that no longer exists."""
+    store = PlacementStore(engine)
+    rp_uuid, *_ = _register(store, f"ggone-{uuid.uuid4().hex[:6]}")
+    trait = f"CUSTOM_GONE_{uuid.uuid4().hex[:6].upper()}"
+    store.ensure_trait(trait)
+    rc = f"CUSTOM_GONE_{uuid.uuid4().hex[:6].upper()}"
+    store.create_resource_class(rc)
+    with _general_path():
+        out = _blocked_write(
+            engine, ["LOCK TABLE resource_provider_traits IN SHARE MODE",
+                     "DELETE FROM traits WHERE name = :n"], {"n": trait},
+            lambda: store.set_provider_traits(rp_uuid, [TRAITS[0], trait], 2), monkeypatch)
+        assert isinstance(out.get("error"), errors.BadRequest) and trait in str(out["error"]), out
+        more = {**INV, rc: InventoryRecord(rc, 4, 0, 1, 4, 1, 1.0)}
+        out = _blocked_write(
+            engine, ["LOCK TABLE inventories IN SHARE MODE",
+                     "DELETE FROM resource_classes WHERE name = :n"], {"n": rc},
+            lambda: store.set_inventories(rp_uuid, 2, more, V), monkeypatch)
+        assert isinstance(out.get("error"), errors.BadRequest) and rc in str(out["error"]), out
+    rows = _rows(engine, rp_uuid)
+    assert rows["generation"] == 2 and rows["traits"] == sorted(TRAITS)
+    assert len(rows["inventories"]) == 3
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_a_class_rename_waits_for_an_inventory_write_in_flight(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = PlacementStore(engine)
+    rp_uuid, *_ = _register(store, f"cren-{uuid.uuid4().hex[:6]}")
+    old = f"CUSTOM_OLD_{uuid.uuid4().hex[:6].upper()}"
+    new = f"CUSTOM_NEW_{uuid.uuid4().hex[:6].upper()}"
+    store.create_resource_class(old)
+    out = _blocked_write(
+        engine, "INSERT INTO inventories (resource_provider_id, resource_class_id, total, "
+        "reserved, min_unit, max_unit, step_size, allocation_ratio, created_at) "
+        "SELECT rp.id, c.id, 4, 0, 1, 4, 1, 1.0, now() "
+        "FROM resource_providers rp, resource_classes c "
+        "WHERE rp.uuid = :u AND c.name = :n", {"u": rp_uuid, "n": old},
+        lambda: store.rename_resource_class(old, new), monkeypatch)
+    assert "error" not in out, out
+    assert any(row[0] == new for row in _rows(engine, rp_uuid)["inventories"])
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)

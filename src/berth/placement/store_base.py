@@ -269,12 +269,24 @@ class StoreBase:
         """PostgreSQL: before a trait or class is deleted or renamed, wait for every
         write of ``table`` (provider-trait links, inventories) in flight and hold off new
         ones until this transaction ends. The registration writes resolve names to ids
-        in one statement without locking the names (``provider_writes``); a write that
-        waited here takes its snapshot after this transaction, so it sees the name gone,
-        and this transaction's in-use check sees every link written before it. SQLite's
-        writers take turns already."""
+        in one statement without locking the names (``provider_writes``): a statement
+        that waited here takes its snapshot after this transaction, so it sees the name
+        gone; the general path takes its lock on ``table`` before it looks names up
+        (:meth:`_lock_for_links`); and this transaction's in-use check sees every link
+        written before it. The wait is bounded (``lock_timeout``, 10 s: a writer left
+        open elsewhere must not stall every registration queued behind this lock); past
+        it the request is answered 503, as any lock timeout. SQLite's writers take turns
+        already."""
         if not self.is_sqlite:
+            conn.execute(sa.text("SET LOCAL lock_timeout = '10s'"))
             conn.execute(sa.text(f"LOCK TABLE {table.name} IN SHARE MODE"))
+
+    def _lock_for_links(self, conn: Connection, table: sa.Table) -> None:
+        """PostgreSQL: take the lock a write of ``table`` takes anyway (ROW EXCLUSIVE)
+        before looking names up, so that a deletion or rename of a name holding
+        :meth:`_lock_links` is waited for and its effect read by the lookups after it."""
+        if not self.is_sqlite:
+            conn.execute(sa.text(f"LOCK TABLE {table.name} IN ROW EXCLUSIVE MODE"))
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:

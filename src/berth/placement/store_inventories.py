@@ -114,6 +114,7 @@ class InventoriesMixin(StoreBase):
     ) -> tuple[InventoryRecord, int]:
         """Add one inventory class; returns the stored record and the new generation."""
         with self._write() as conn:
+            self._lock_for_links(conn, inventories)
             prov = self._require_provider(conn, uuid)
             by_name, _ = self._rc_maps(conn)
             rc_id = by_name.get(inv.resource_class)
@@ -157,6 +158,7 @@ class InventoriesMixin(StoreBase):
         if fast is not None:
             return fast
         with self._write() as conn:
+            self._lock_for_links(conn, inventories)
             prov = self._require_provider(conn, uuid)
             if prov.generation != generation:
                 raise errors.Conflict(
@@ -237,6 +239,7 @@ class InventoriesMixin(StoreBase):
                     f"Unable to update inventory for resource provider {uuid}: "
                     + _capacity_message(version, inv.resource_class, uuid)
                 )
+            self._lock_for_links(conn, inventories)
             by_name, _ = self._rc_maps(conn)
             rc_id = by_name.get(inv.resource_class)
             if rc_id is None:

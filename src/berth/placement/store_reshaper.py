@@ -12,6 +12,7 @@ from berth.placement import errors
 from berth.placement.db import (
     consumer_types,
     consumers,
+    inventories,
     projects,
     resource_providers,
     users,
@@ -99,6 +100,7 @@ class ReshaperMixin(InventoriesMixin, AllocationsMixin):
                     f"consumer generation conflict - expected null but got {w.generation}",
                     code=errors.CONCURRENT_UPDATE,
                 )
+        self._lock_for_links(conn, inventories)
         by_name, by_id = self._rc_maps(conn)
         for _gen, invs in new_inventories.values():
             for rc in invs:

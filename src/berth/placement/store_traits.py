@@ -165,6 +165,7 @@ class TraitsMixin(StoreBase):
         if fast is not None:
             return fast
         with self._write() as conn:
+            self._lock_for_links(conn, resource_provider_traits)
             prov = self._get_provider(conn, uuid)
             if prov is None:
                 return None
