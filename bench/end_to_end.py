@@ -82,8 +82,7 @@ def seed(url: str, hosts: int) -> None:
                 rows.append({"resource_provider_id": ids[n.uuid], "resource_class_id": rc_ids[rc],
                              "created_at": now, **inv})
         conn.execute(sa.insert(pdb.inventories), rows)
-        conn.execute(sa.update(pdb.berth_state).values(change_seq=pdb.berth_state.c.change_seq + 1,
-                                                       full_seq=pdb.berth_state.c.change_seq + 1))
+        pdb.mark_reload_all(conn)
         seq = int(conn.execute(sa.update(record_counter).values(seq=record_counter.c.seq + 1)
                                .returning(record_counter.c.seq)).scalar_one())
         reports = []

@@ -66,8 +66,7 @@ def seed(url: str, hosts: int) -> None:
         conn.execute(sa.insert(pdb.inventories), [
             {"resource_provider_id": rp_id, "resource_class_id": rc_ids[rc], "created_at": now,
              **inv} for rp_id in ids for rc, inv in INVENTORY.items()])
-        conn.execute(sa.update(pdb.berth_state).values(change_seq=pdb.berth_state.c.change_seq + 1,
-                                                       full_seq=pdb.berth_state.c.change_seq + 1))
+        pdb.mark_reload_all(conn)
     engine.dispose()
 
 

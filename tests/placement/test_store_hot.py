@@ -631,3 +631,51 @@ def test_a_transaction_left_open_does_not_stop_a_cache_following_the_log(engine:
     assert mine.provider_graph().providers == _fresh(engine)
     mine.close()
     theirs.close()
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_log_rows_of_another_clusters_history_are_forgotten_at_start(engine: Any) -> None:
+    """A database restored from a logical dump starts its transaction ids over: log
+    rows and markers with ids this cluster has not reached would be read as new once
+    its ids pass theirs. Start-up forgets them; the caches then follow as before."""
+    rp = _providers(engine, 1, "restored")[0]
+    with engine.begin() as conn:
+        future = int(conn.execute(sa.text(
+            "SELECT CAST(CAST(pg_current_xact_id() AS text) AS bigint)")).scalar_one()) + 10**6
+        rp_id = conn.execute(sa.text("SELECT id FROM resource_providers WHERE uuid = :u"),
+                             {"u": rp}).scalar_one()
+        conn.execute(sa.text(
+            "INSERT INTO berth_provider_changes (seq, provider_id, generation, usage_delta, xid) "
+            "VALUES (nextval('berth_change_seq'), :p, NULL, '0:7', :x)"), {"p": rp_id, "x": future})
+        conn.execute(sa.text("UPDATE berth_state SET full_xid = :x, pruned_xid = :x"),
+                     {"x": future})
+    db.prepare(engine.url.render_as_string(hide_password=False)).dispose()
+    with engine.connect() as conn:
+        assert conn.execute(sa.text(
+            "SELECT count(*) FROM berth_provider_changes WHERE xid = :x"), {"x": future}
+        ).scalar_one() == 0
+        assert tuple(conn.execute(sa.text(
+            "SELECT full_xid, pruned_xid FROM berth_state")).one()) == (0, 0)
+    store = PlacementStore(engine)
+    store.provider_graph()
+    _claim(PlacementStore(engine), rp)
+    assert store.provider_graph().providers == _fresh(engine)
+    store.close()
+
+
+def test_a_bulk_load_marked_for_a_full_reload_is_read_whole(engine: Any) -> None:
+    """Providers written with plain SQL log nothing; ``db.mark_reload_all`` in the same
+    transaction makes a running store load its graph whole at its next read."""
+    store = PlacementStore(engine)
+    store.provider_graph()
+    now = db.utcnow()
+    with engine.begin() as conn:
+        conn.execute(sa.insert(db.resource_providers),
+                     [{"uuid": str(uuid.uuid4()), "name": f"bulk-{uuid.uuid4().hex[:8]}",
+                       "generation": 0, "created_at": now}])
+        conn.execute(sa.update(db.resource_providers).where(
+            db.resource_providers.c.root_provider_id.is_(None)).values(
+            root_provider_id=db.resource_providers.c.id))
+        db.mark_reload_all(conn)
+    assert store.provider_graph().providers == _fresh(engine)
+    store.close()

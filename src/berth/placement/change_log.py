@@ -86,3 +86,21 @@ def snapshot_sees(snapshot: str, xid: int) -> bool:
     if xid < int(xmin):
         return True
     return xid < int(xmax) and str(xid) not in running.split(",")
+
+
+#: At start-up: forget log rows and markers whose transaction id this cluster has not
+#: reached. They come from another cluster's history (a database restored from a
+#: logical dump starts its transaction ids over): left, they would be read as new once
+#: this cluster's ids pass theirs, and their usage deltas applied a second time. A
+#: committed row of this cluster never has an id at or past the current ``xmax``.
+PG_FORGET_FOREIGN = (
+    "WITH cur AS (SELECT CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) "
+    "AS bigint) AS xmax), "
+    "d AS (DELETE FROM berth_provider_changes WHERE xid >= (SELECT xmax FROM cur) "
+    "RETURNING 1) "
+    "UPDATE berth_state SET "
+    "full_xid = CASE WHEN full_xid >= (SELECT xmax FROM cur) THEN 0 ELSE full_xid END, "
+    "pruned_xid = CASE WHEN pruned_xid >= (SELECT xmax FROM cur) THEN 0 ELSE pruned_xid END "
+    "WHERE id = 1 AND (full_xid >= (SELECT xmax FROM cur) "
+    "OR pruned_xid >= (SELECT xmax FROM cur) OR EXISTS (SELECT 1 FROM d))"
+)

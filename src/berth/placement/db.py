@@ -27,6 +27,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from berth.placement.change_log import PG_FORGET_FOREIGN
+
 metadata = sa.MetaData()
 
 #: Custom resource classes get ids from here on; standard ones use 0..20.
@@ -349,11 +351,27 @@ def sync_standards(engine: Engine) -> None:
             )
 
 
+def mark_reload_all(conn: Connection) -> None:
+    """Tell every running store to load its provider graph whole at its next read, from
+    a transaction that wrote providers with plain SQL (a bulk load that logged nothing):
+    a change that needs a full reload, numbered on SQLite, by this transaction's id on
+    PostgreSQL (``change_log``)."""
+    bump: dict[str, Any] = {"change_seq": berth_state.c.change_seq + 1,
+                            "full_seq": berth_state.c.change_seq + 1}
+    if conn.dialect.name == "postgresql":
+        bump["full_xid"] = sa.text("CAST(CAST(pg_current_xact_id() AS text) AS bigint)")
+    conn.execute(sa.update(berth_state).where(berth_state.c.id == 1).values(**bump))
+
+
 def prepare(url: str, *, durable: bool = True) -> Engine:
-    """Create the engine, migrate to head and sync the standard names (start-up path);
-    ``durable`` as :func:`create_db_engine`'s."""
+    """Create the engine, migrate to head, forget change log rows of another cluster's
+    history (:data:`~berth.placement.change_log.PG_FORGET_FOREIGN`) and sync the
+    standard names (start-up path); ``durable`` as :func:`create_db_engine`'s."""
     engine = create_db_engine(url, durable=durable)
     run_migrations(engine)
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(sa.text(PG_FORGET_FOREIGN))
     try:
         sync_standards(engine)
     except sa.exc.IntegrityError:

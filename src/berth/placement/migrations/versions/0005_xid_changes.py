@@ -10,6 +10,10 @@ reads the rows of transactions that snapshot did not see. ``full_xid`` and
 ``pruned_xid`` say the same of a change that needs a full reload and of the log's
 pruned rows. SQLite, whose writers take turns anyway, keeps the counter.
 
+Upgrading: stop every process of a PostgreSQL store before any starts on this version.
+A process of an earlier version bumps the counter and logs without transaction ids,
+which processes of this version do not read, and it does not read theirs.
+
 Revision ID: 0005_xid_changes
 Revises: 0004_usage_deltas
 Create Date: 2026-11-29
