@@ -75,7 +75,7 @@ class FastWritesMixin(StoreBase):
                       (_RAW_CLASS_NAMES, ()), ("COMMIT", ())]
             res = self._run(raw, stmts)
             ok = True
-            # The counter's bump (on PostgreSQL, with the log).
+            # The change's number: the counter's bump (SQLite), the log's rows (PostgreSQL).
             self._prune_now_and_then(raw, int(res[1][0][0]))
         finally:
             self._give_raw(raw, ok)

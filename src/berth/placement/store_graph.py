@@ -48,14 +48,15 @@ class GraphMixin(StoreBase):
         """The allocation-candidate engine's ProviderGraph, current as of this call.
 
         One cheap query reads the DB counters and, in the same snapshot, the change log
-        since the cached state. Allocation writes log their usage deltas and new
+        since the cached state (on PostgreSQL: the rows of transactions the cached
+        snapshot did not see, ``change_log``). Allocation writes log their usage deltas and new
         generations, so when every change since then is one (other schedulers' claims)
         the cache is patched from the log alone (:meth:`_apply_log`). Otherwise only the
         providers the log names are reloaded (a resource class rename, or a cache too far
         behind, forces a full reload) and the graph is patched for them; trait and class
         names are re-read only when the names counter moved. This store's own allocation
-        writes patch the cache as they commit (when nobody else wrote in between), so after
-        them the query is all it costs.
+        writes patch the cache as they commit (on SQLite when nobody else wrote in
+        between), so after them the query is all it costs.
         """
         with self._graph_lock:
             for attempt in range(2):

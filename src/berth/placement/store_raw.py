@@ -126,9 +126,9 @@ _PG_BUMP_AND_LOG_CHANGES = (
     "SELECT b.seq, v.column1, CAST(v.column2 AS BIGINT), CAST(v.column3 AS TEXT), b.xid "
     "FROM b, (VALUES {}) AS v RETURNING seq, xid"
 )
-#: The counters and, in the same snapshot, the change log after the cached state (at
-#: most ``INCREMENTAL_LIMIT`` changes: a cache further behind is rebuilt anyway). With no
-#: change, one row of counters and NULLs.
+#: SQLite: the counters and, in the same snapshot, the change log after the cached state
+#: (at most ``INCREMENTAL_LIMIT`` changes: a cache further behind is rebuilt anyway). With
+#: no change, one row of counters and NULLs. PostgreSQL's is ``change_log``'s.
 _RAW_STATE_AND_LOG = (
     "SELECT b.change_seq, b.full_seq, b.names_seq, c.seq, c.provider_id, c.generation, "
     "c.usage_delta FROM berth_state b LEFT JOIN berth_provider_changes c "
