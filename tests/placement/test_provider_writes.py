@@ -289,6 +289,16 @@ def _blocked_write(engine: Any, hold_sql: str | list[str], params: dict[str, Any
     return out
 
 
+#: A holder's uncommitted inventory row of class ``:n`` on provider ``:u``: a write in
+#: flight that a class's deletion or rename must wait for.
+_INVENTORY_IN_FLIGHT = (
+    "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, "
+    "min_unit, max_unit, step_size, allocation_ratio, created_at) "
+    "SELECT rp.id, c.id, 4, 0, 1, 4, 1, 1.0, now() FROM resource_providers rp, "
+    "resource_classes c WHERE rp.uuid = :u AND c.name = :n"
+)
+
+
 def _log_rows(engine: Any, rp_uuid: str) -> int:
     with engine.connect() as conn:
         return int(conn.execute(sa.text(
@@ -392,11 +402,7 @@ def test_a_class_rename_waits_for_an_inventory_write_in_flight(
     new = f"CUSTOM_NEW_{uuid.uuid4().hex[:6].upper()}"
     store.create_resource_class(old)
     out = _blocked_write(
-        engine, "INSERT INTO inventories (resource_provider_id, resource_class_id, total, "
-        "reserved, min_unit, max_unit, step_size, allocation_ratio, created_at) "
-        "SELECT rp.id, c.id, 4, 0, 1, 4, 1, 1.0, now() "
-        "FROM resource_providers rp, resource_classes c "
-        "WHERE rp.uuid = :u AND c.name = :n", {"u": rp_uuid, "n": old},
+        engine, _INVENTORY_IN_FLIGHT, {"u": rp_uuid, "n": old},
         lambda: store.rename_resource_class(old, new), monkeypatch)
     assert "error" not in out, out
     assert any(row[0] == new for row in _rows(engine, rp_uuid)["inventories"])
@@ -450,11 +456,7 @@ def test_a_class_a_write_in_flight_inventories_is_not_deleted(
     kept = f"CUSTOM_KEPT_{uuid.uuid4().hex[:6].upper()}"
     store.create_resource_class(kept)
     out = _blocked_write(
-        engine, "INSERT INTO inventories (resource_provider_id, resource_class_id, total, "
-        "reserved, min_unit, max_unit, step_size, allocation_ratio, created_at) "
-        "SELECT rp.id, c.id, 4, 0, 1, 4, 1, 1.0, now() "
-        "FROM resource_providers rp, resource_classes c "
-        "WHERE rp.uuid = :u AND c.name = :n", {"u": rp_uuid, "n": kept},
+        engine, _INVENTORY_IN_FLIGHT, {"u": rp_uuid, "n": kept},
         lambda: store.delete_resource_class(kept), monkeypatch)
     assert isinstance(out.get("error"), errors.Conflict), out
     assert any(row[0] == kept for row in _rows(engine, rp_uuid)["inventories"])
