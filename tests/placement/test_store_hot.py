@@ -257,6 +257,26 @@ def test_interleaved_writes_of_two_stores_keep_both_caches_exact(engine: Any) ->
         store.close()
 
 
+def test_a_move_of_a_claim_the_cache_has_not_seen_is_not_lost(engine: Any) -> None:
+    """A consumer claimed through the general path (which leaves the cache to the log)
+    and moved at once through the fast path: the move gives back usage the cache does
+    not hold yet. The write-through must leave that to the log, not clamp it at zero
+    (the claim's +1, read later, then outlived the move's -1)."""
+    rps = _providers(engine, 3, "unseen")
+    store = PlacementStore(engine)
+    _claim(store, rps[2])  # creates project/user: the general path caches their ids
+    store.provider_graph()
+    pair = [str(uuid.uuid4()), str(uuid.uuid4())]
+    store.write_allocations(
+        [ConsumerWrite(c, "proj", "user", [(rps[0], "VCPU", 1)], "INSTANCE", None)
+         for c in pair],
+        post=True,
+    )
+    _claim(store, rps[1], vcpu=2, consumer=pair[0], generation=1)
+    assert store.provider_graph().providers == _fresh(engine)
+    store.close()
+
+
 def test_fast_path_refusals_answer_like_the_general_path(engine: Any) -> None:
     rps = _providers(engine, 1, "refuse")
     store = PlacementStore(engine)

@@ -477,7 +477,11 @@ class FastWritesMixin(StoreBase):
                 if key in others and before != others[key] + removed:
                     return  # the cache disagrees with the database: reload instead
                 after = before - removed + added.get(key, 0)
-                if after > 0:
+                if after < 0:
+                    # The cache has not seen the rows this write gave back yet (on
+                    # PostgreSQL it may lag the database): patching would lose them.
+                    return
+                if after:
                     usages[name] = after
                 else:
                     usages.pop(name, None)
