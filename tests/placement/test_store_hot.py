@@ -683,6 +683,35 @@ def test_log_rows_of_another_clusters_history_are_forgotten_at_start(engine: Any
     store.close()
 
 
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_a_cache_read_on_another_server_is_loaded_whole(engine: Any) -> None:
+    """After a failover to a standby that had not replayed everything, or a restore to
+    an earlier point, transaction ids go back: new transactions get ids the cached
+    snapshot counts as seen, and the log would never bring them. The snapshot is
+    remembered with its server; another server's answer reloads the graph whole.
+    Simulated: the cached snapshot is moved 200 ids ahead, as the old server's was, and
+    said to come from another server."""
+    rp = _providers(engine, 1, "failover")[0]
+    mine, theirs = PlacementStore(engine), PlacementStore(engine)
+    mine.provider_graph()
+    xmin, xmax, running = mine._snap.split(":")
+    mine._snap = f"{xmin}:{int(xmax) + 200}:{running}"
+    mine._server = "1.5"  # the old server started 1.5 s after the epoch
+    mine._own_xids = {int(xmax) + 100}  # one of its writes there, patched in
+    for _ in range(3):
+        _claim(theirs, rp)
+    count = _Statements(mine)
+    assert mine.provider_graph().providers == _fresh(engine)
+    assert PG_SNAPSHOT in count.sql  # loaded whole
+    assert mine._own_xids == set()
+    _claim(theirs, rp)
+    count.reset()
+    assert mine.provider_graph().providers == _fresh(engine)
+    assert PG_SNAPSHOT not in count.sql  # the same server from there on: the log
+    mine.close()
+    theirs.close()
+
+
 def test_a_bulk_load_marked_for_a_full_reload_is_read_whole(engine: Any) -> None:
     """Providers written with plain SQL log nothing; ``db.mark_reload_all`` in the same
     transaction makes a running store load its graph whole at its next read."""

@@ -15,18 +15,30 @@ Two more facts come with every read, in the same snapshot: whether a change that
 the graph loaded whole (``berth_state.full_xid``) or a prune of log rows the reader may
 not have seen (``berth_state.pruned_xid``, at or above the old snapshot's oldest running
 transaction) happened since. A prune only removes rows of transactions older than every
-running one, so a reader that keeps up never has to reload for it.
+running one, so a reader that keeps up never has to reload for it. A third: whether the
+server is still the one the old snapshot was taken on; transaction ids are only
+comparable within one server's history (a failover or a restore can take them back).
 """
 
 from __future__ import annotations
 
+#: The server's identity: when its postmaster started (seconds since the epoch, as
+#: text). A restart, a standby's promotion or a restore from a backup changes it; after
+#: a failover to a standby that had not replayed everything, or a restore to an earlier
+#: point, transaction ids go back below those a cached snapshot saw, and the log can no
+#: longer say what that snapshot did not see.
+PG_SERVER = "CAST(extract(epoch FROM pg_postmaster_start_time()) AS text)"
 #: The previous snapshot as a ``pg_snapshot`` (first parameter of each statement).
-_PREV = "WITH s AS (SELECT CAST(? AS pg_snapshot) AS prev) "
-#: True when the reader must load the graph whole: a change that needs it, or a prune
-#: of rows its snapshot might not have seen, committed since that snapshot.
+_PREV1 = "WITH s AS (SELECT CAST(? AS pg_snapshot) AS prev) "
+#: The same and the server it was taken on (:data:`PG_SERVER`, second parameter).
+_PREV = "WITH s AS (SELECT CAST(? AS pg_snapshot) AS prev, CAST(? AS text) AS server) "
+#: True when the reader must load the graph whole: another server than the previous
+#: snapshot's, or a change that needs it, or a prune of rows that snapshot might not
+#: have seen, committed since that snapshot.
 _RELOAD_ALL = (
-    "(b.full_xid <> 0 AND NOT pg_visible_in_snapshot(CAST(CAST(b.full_xid AS text) AS xid8), "
-    "s.prev)) OR b.pruned_xid >= CAST(CAST(pg_snapshot_xmin(s.prev) AS text) AS bigint)"
+    "s.server <> " + PG_SERVER + " OR (b.full_xid <> 0 AND NOT pg_visible_in_snapshot("
+    "CAST(CAST(b.full_xid AS text) AS xid8), s.prev)) "
+    "OR b.pruned_xid >= CAST(CAST(pg_snapshot_xmin(s.prev) AS text) AS bigint)"
 )
 #: Log rows of transactions the previous snapshot did not see: those it found running
 #: (its ``xip`` list: looked up by id) and those from its ``xmax`` on (a range that ends
@@ -60,19 +72,20 @@ PG_STATE = (
 )
 #: The providers changed by transactions the previous snapshot did not see.
 PG_CHANGED_IDS = (
-    _PREV + "SELECT DISTINCT x.provider_id FROM s CROSS JOIN berth_provider_changes x "
+    _PREV1 + "SELECT DISTINCT x.provider_id FROM s CROSS JOIN berth_provider_changes x "
     "WHERE " + _UNSEEN
 )
-#: The current snapshot (in the shape of the state statements: nothing to reload) and
-#: the names counter, read first in a full load's snapshot.
+#: The current snapshot (in the shape of the state statements: nothing to reload), the
+#: names counter and the server (:data:`PG_SERVER`), read first in a full load's snapshot.
 PG_SNAPSHOT = (
-    "SELECT CAST(pg_current_snapshot() AS text), FALSE, names_seq FROM berth_state WHERE id = 1"
+    "SELECT CAST(pg_current_snapshot() AS text), FALSE, names_seq, " + PG_SERVER
+    + " FROM berth_state WHERE id = 1"
 )
 
 
 def pg_state_and_log(limit: int) -> str:
     """The statement reading the current snapshot, the counters and at most ``limit``
-    unseen log rows (one parameter: the previous snapshot)."""
+    unseen log rows (parameters: the previous snapshot and its server)."""
     return _PG_STATE_AND_LOG.format(limit=int(limit))
 
 

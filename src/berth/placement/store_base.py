@@ -149,6 +149,7 @@ class StoreBase:
         # (their log rows are skipped). See ``change_log``.
         self._seq = -1
         self._snap = ""
+        self._server = ""  # PostgreSQL: the server ``_snap`` was taken on (PG_SERVER)
         self._own_xids: set[int] = set()
         self._names_seq = -1
         self._providers: dict[int, Any] = {}

@@ -86,7 +86,7 @@ class GraphMixin(StoreBase):
                 return self._current_graph()
             incremental = full_seq <= old <= position and position - old <= INCREMENTAL_LIMIT
         else:  # the log rows of transactions the cached snapshot did not see
-            rows = self._run(raw, [(_PG_STATE_AND_LOG, (self._snap,))])[0]
+            rows = self._run(raw, [(_PG_STATE_AND_LOG, (self._snap, self._server))])[0]
             position, reload_all, names_seq = rows[0][:3]
             if not reload_all and rows[0][3] is None and names_seq == self._names_seq:
                 self._moved_to(position)
@@ -202,7 +202,7 @@ class GraphMixin(StoreBase):
                           or position - old > INCREMENTAL_LIMIT)
         else:
             _begin, ((position, reload_all, names_seq),), changed_rows = self._run(
-                raw, [self._begin_snapshot(), (PG_STATE, (self._snap,)),
+                raw, [self._begin_snapshot(), (PG_STATE, (self._snap, self._server)),
                       (PG_CHANGED_IDS, (self._snap,))]
             )
         changed = sorted(int(r[0]) for r in changed_rows)
@@ -280,7 +280,13 @@ class GraphMixin(StoreBase):
                 ("COMMIT", ()),
             ],
         )
-        ((position, _full, names_seq),) = res[1]
+        (state,) = res[1]
+        position, names_seq = state[0], state[2]
+        if not self.is_sqlite:
+            self._server = state[3]
+            # Every write patched in committed before this snapshot (the lock is held),
+            # so none is left to skip; after a failover their ids mean nothing anyway.
+            self._own_xids = set()
         providers = self._decode(dict(res[8]), *res[2:7])
         self._providers = providers
         self._ids_by_uuid = {p.uuid: rp_id for rp_id, p in providers.items()}
