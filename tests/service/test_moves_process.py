@@ -4,8 +4,10 @@ instance and migration consumers' allocations checked in the Placement API."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -46,8 +48,14 @@ weight_classes = RAMWeigher
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("moves")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The server's directory (its SQLite database is ``b.sqlite`` there)."""
+    return tmp_path_factory.mktemp("moves")
+
+
+@pytest.fixture(scope="module")
+def server(workdir: Path) -> Iterator[str]:
+    tmp = workdir
     (tmp / "cloud.yaml").write_text(CLOUD)
     (tmp / "nova.conf").write_text(CONF)
     with berth_serve(tmp, "--cloud", str(tmp / "cloud.yaml"), "--config-file",
@@ -160,10 +168,12 @@ def _usage(url: str, host: str) -> dict[str, int]:
 
 
 def test_delete_frees_the_allocations_the_host_and_the_group(
-        server: str, capsys: pytest.CaptureFixture[str]) -> None:
+        server: str, workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Churn online: DELETE /servers/{uuid} (and ``berth delete``) frees the instance's
     claims, its host reports it gone, and it leaves its server group; a resize waiting
-    for confirmation gives up its source claim too."""
+    for confirmation gives up its source claim too. ``berth audit`` finds nothing amiss
+    with a deleted instance (its build record is ``deleted``, not ``active`` without a
+    claim)."""
     booted = []
     for _ in range(2):
         resp = httpx.post(f"{server}/boot", json={"flavor": "small", "hints": {"group": "pair"}},
@@ -197,6 +207,11 @@ def test_delete_frees_the_allocations_the_host_and_the_group(
     assert f"{second}: deleted from {resized['host']}" in out
     assert f"freed from consumer {migration}: " in out
     assert _held(server, second) == {} and _held(server, migration) == {}
+    assert main(["audit", "--db", f"sqlite:///{workdir}/b.sqlite", "--json"]) in (0, 8)
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    flagged = {*findings["active_without_allocations"],
+               *(h["consumer"] for h in findings["leaked"] + findings["orphaned"])}
+    assert not flagged & {first, second, migration}, findings
     # Nobody without the rule deletes: a token with no role is refused.
     assert httpx.delete(f"{server}/servers/{SEEDED}",
                         headers={"X-Auth-Token": "mallory"}).status_code == 403

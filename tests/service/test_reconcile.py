@@ -16,7 +16,7 @@ import pytest
 from berth.cli import main
 from berth.errors import InstanceExists
 from berth.model.request import Flavor, InstanceGroup, RequestSpec
-from berth.service.builds import ACTIVE, BUILDING, FAILED, BuildRecords
+from berth.service.builds import ACTIVE, BUILDING, DELETED, FAILED, BuildRecords
 from berth.service.reconcile import Lease, repair, scan
 from berth.service.stack import Stack
 
@@ -215,6 +215,31 @@ def test_a_boot_records_its_builds_and_settles_them(stack: Stack) -> None:
         conductor.build_instances(RequestSpec(flavor=huge, project_id="p", user_id="u"), uuids)
     failed = stack.builds.get(uuids[0])
     assert failed is not None and failed.state == FAILED and "No valid host" in (failed.reason or "")
+
+
+def test_a_deleted_instance_is_recorded_deleted_and_its_uuid_stays_taken(
+        stack: Stack) -> None:
+    """The audit compares active builds with claims: a deleted instance's record must
+    say it is gone, or every delete would be listed as an active build without
+    allocations for good. Its uuid is never issued again, and should its consumer get
+    allocations again (not through Berth), they are leaked and released."""
+    stack.register_hosts([node("h0")])
+    moves = stack.moves(stack.conductor(stack.scheduler(seed=1)))
+    (built,) = moves.conductor.build_instances(
+        RequestSpec(flavor=TINY, project_id="p", user_id="u"))
+    uuid = built.instance_uuid
+    moves.delete(uuid)
+    record = stack.builds.get(uuid)
+    assert record is not None and record.state == DELETED
+    assert scan(stack.builds, stack.groups, timeout=60).clean
+    with pytest.raises(InstanceExists, match=uuid):
+        stack.builds.begin([uuid], "req-again")
+    _claim(stack, uuid)
+    findings = scan(stack.builds, stack.groups, timeout=60)
+    assert [(h.consumer, h.reason) for h in findings.leaked] == [(uuid, "instance deleted")]
+    repair(findings, stack.builds, stack.groups, stack.client)
+    assert _held(stack, uuid) == {}
+    assert scan(stack.builds, stack.groups, timeout=60).clean
 
 
 # ----------------------------------------------------------------- berth audit

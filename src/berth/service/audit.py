@@ -111,7 +111,8 @@ def _print(findings: Any, repairs: Any) -> None:
         print("clean: every allocation belongs to a build, no build was abandoned")
         return
     for title, holdings in (("orphaned allocations (no build record)", findings.orphaned),
-                            ("leaked allocations (failed or abandoned builds)", findings.leaked)):
+                            ("leaked allocations (failed or abandoned builds, deleted instances)",
+                             findings.leaked)):
         print(f"{title}: {len(holdings)}")
         for h in holdings:
             where = "; ".join(f"{host} " + ",".join(f"{rc}={n}" for rc, n in sorted(res.items()))

@@ -8,7 +8,9 @@ find. Berth keeps the same thing in table ``berth_builds`` of the shared databas
 ``instance_uuid``  the instance (= the Placement consumer of its claim); never re-used
 ``request_id``     the boot it came from (a multi-create shares one)
 ``state``          ``building`` (written before anything is claimed), then ``active``
-                   (built, with its ``host``) or ``failed`` (with a ``reason``)
+                   (built, with its ``host``) or ``failed`` (with a ``reason``); an
+                   active instance that is deleted becomes ``deleted`` (the row stays:
+                   its uuid is never issued again)
 ``owner``          the process whose conductor builds it (a row of ``berth_owners``)
 ``group_uuid``     the server group it joined, if any
 =================  ==============================================================
@@ -57,8 +59,8 @@ from berth.placement.store_raw import Unexpected, raw_pool
 
 builds_metadata = sa.MetaData()
 
-BUILDING, ACTIVE, FAILED = "building", "active", "failed"
-STATES = (BUILDING, ACTIVE, FAILED)
+BUILDING, ACTIVE, FAILED, DELETED = "building", "active", "failed", "deleted"
+STATES = (BUILDING, ACTIVE, FAILED, DELETED)
 
 builds = sa.Table(
     "berth_builds",
@@ -116,6 +118,11 @@ _RAW_INSERT_BUILD = (
 _RAW_SETTLE = (
     "UPDATE berth_builds SET state = ?, host = ?, reason = ?, updated_at = ? "
     f"WHERE instance_uuid = ? AND state = '{BUILDING}' AND owner = ?"
+)
+#: An active instance deleted (in the transaction that removes its instance row).
+_RAW_DELETED = (
+    f"UPDATE berth_builds SET state = '{DELETED}', updated_at = ? "
+    f"WHERE instance_uuid = ? AND state = '{ACTIVE}'"
 )
 _GET_BUILD = sa.select(builds).where(builds.c.instance_uuid == sa.bindparam("b_instance_uuid"))
 
@@ -245,6 +252,13 @@ class BuildRecords:
         except Unexpected:
             return False
         return True
+
+    def deleting(self, instance_uuid: str) -> list[tuple[str, tuple[Any, ...]]]:
+        """The raw statements that record an active instance as deleted, for a
+        transaction of the caller's on this store's database (the one that removes the
+        instance's row). An instance that is gone holds no allocation, and an
+        ``active`` record says it should: the audit would list it for good."""
+        return [(_RAW_DELETED, (self._now(), instance_uuid))]
 
     @retried(safe=False)
     def adopt(self, hosts: Mapping[str, str | None], request_id: str) -> None:

@@ -339,8 +339,9 @@ class MoveService:
     def delete(self, instance_uuid: str) -> dict[str, Any]:
         """Delete an instance (Nova's server delete): a resize waiting for confirmation
         gives up its source first; the instance consumer's allocations are deleted; the
-        host forgets it and reports; it leaves its server groups; its record goes. An
-        instance that is moving is refused (MoveRefused)."""
+        host forgets it and reports; it leaves its server groups; its record goes and its
+        build record becomes ``deleted``. An instance that is moving is refused
+        (MoveRefused)."""
         record = self._instance(instance_uuid)
         # Only a resized instance waiting for confirmation has a finished migration to
         # give up (Nova looks for it only then, too): an instance that was ACTIVE when
@@ -367,9 +368,11 @@ class MoveService:
         terminate = getattr(self.conductor.driver, "terminate", None)
         if callable(terminate):
             terminate(instance_uuid, record.host, record.nodename)
-        # One transaction: the row goes with its memberships.
-        self.instances.remove(instance_uuid, also=self.groups.leaving(instance_uuid)
-                              if self.groups is not None else ())
+        # One transaction: the row goes with its memberships and its build's state.
+        also = self.groups.leaving(instance_uuid) if self.groups is not None else []
+        if self.conductor.builds is not None:
+            also += self.conductor.builds.deleting(instance_uuid)
+        self.instances.remove(instance_uuid, also=also)
         return {"instance_uuid": instance_uuid, "status": "DELETED", "host": record.host,
                 "nodename": record.nodename, "freed": freed,
                 "providers": self._provider_names(freed)}

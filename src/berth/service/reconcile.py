@@ -10,7 +10,7 @@ shared database alone, by :func:`scan`:
 * **completed**: an abandoned build whose instance its host reports running, on the host
   its claim is on (the build finished after its conductor died, as when an API process
   is killed while the compute agent builds): it becomes ``active``, its claim stays;
-* **leaked**: allocations of a ``failed`` (or abandoned) build;
+* **leaked**: allocations of a ``failed`` (or abandoned) build, or of a deleted instance;
 * **stale members**: a failed or abandoned build still in its server group;
 * **orphaned**: allocations of a consumer without any build record (not written by a
   Berth boot: an operator's, or a database restored from elsewhere); the consumer of a
@@ -41,7 +41,7 @@ from sqlalchemy.engine import Engine
 
 from berth.placement.client import NotFoundError
 from berth.placement.db import allocations, create_tables, resource_classes, resource_providers
-from berth.service.builds import ACTIVE, BUILDING, FAILED, BuildRecords, builds
+from berth.service.builds import ACTIVE, BUILDING, DELETED, FAILED, BuildRecords, builds
 from berth.service.groups import ServerGroupStore
 from berth.service.instances import live_migration_consumers
 from berth.service.records import compute_nodes, decode_report
@@ -186,9 +186,9 @@ class Repairs:
 def _holdings(engine: Engine, cutoff: float) -> dict[str, Holding]:
     """The consumers with allocations a pass may act on or report, with their resources
     per host and their build state: those without a build record (orphans, or the
-    consumers of migrations), those whose build failed, and those of builds abandoned
-    (``building`` and not updated since ``cutoff``, as :meth:`BuildRecords.abandoned`
-    asks). The database picks them: a pass costs what it finds, not what the cloud holds
+    consumers of migrations), those whose build failed or whose instance was deleted,
+    and those of builds abandoned (``building`` and not updated since ``cutoff``, as
+    :meth:`BuildRecords.abandoned` asks). The database picks them: a pass costs what it finds, not what the cloud holds
     (every allocation of every instance, every ten seconds in the lease holder)."""
     root = resource_providers.alias("root")
     rp = resource_providers.alias("rp")
@@ -201,7 +201,7 @@ def _holdings(engine: Engine, cutoff: float) -> dict[str, Holding]:
             .join(resource_classes, resource_classes.c.id == allocations.c.resource_class_id)
             .outerjoin(compute_nodes, compute_nodes.c.uuid == root.c.uuid)
             .outerjoin(builds, builds.c.instance_uuid == allocations.c.consumer_id))
-        .where(sa.or_(builds.c.instance_uuid.is_(None), builds.c.state == FAILED,
+        .where(sa.or_(builds.c.instance_uuid.is_(None), builds.c.state.in_([FAILED, DELETED]),
                       sa.and_(builds.c.state == BUILDING, builds.c.updated_at < cutoff))))
     held: dict[str, Holding] = {}
     with engine.connect() as conn:
@@ -262,9 +262,11 @@ def scan(builds_: BuildRecords, groups: ServerGroupStore, *, timeout: float,
             continue
         if holding.state is None:
             findings.orphaned.append(holding)
-        elif holding.state == FAILED or consumer in abandoned:
+        elif holding.state in (FAILED, DELETED) or consumer in abandoned:
             if consumer in abandoned:
                 holding.reason = "build abandoned"
+            elif holding.state == DELETED:
+                holding.reason = "instance deleted"
             findings.leaked.append(holding)
     members = {g.uuid: g.members for g in groups.all() if g.members}
     everyone = [m for ms in members.values() for m in ms]
