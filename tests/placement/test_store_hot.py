@@ -712,6 +712,48 @@ def test_a_cache_read_on_another_server_is_loaded_whole(engine: Any) -> None:
     theirs.close()
 
 
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_start_up_keeps_a_full_reload_mark_committed_while_it_runs(engine: Any) -> None:
+    """A process starting while another marks the graph for a full reload (a class
+    rename, a bulk load) must not clear the mark: it forgets only what another
+    cluster's history left. Played here: the start-up's delete waits on a foreign log
+    row another session holds, while the mark is written."""
+    import threading
+    import time
+
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO berth_provider_changes (seq, provider_id, xid) "
+            "VALUES (nextval('berth_change_seq'), 1, 1099511627776)"))
+        conn.execute(sa.text("UPDATE berth_state SET full_xid = 0 WHERE id = 1"))
+    holder = engine.connect()
+    holder.execute(sa.text(
+        "SELECT 1 FROM berth_provider_changes WHERE xid = 1099511627776 FOR UPDATE"))
+    marked: list[int] = []
+
+    def mark() -> None:
+        with engine.begin() as conn:
+            marked.append(int(conn.execute(sa.text(
+                "SELECT CAST(CAST(pg_current_xact_id() AS text) AS bigint)")).scalar_one()))
+            db.mark_reload_all(conn)
+
+    starting = threading.Thread(target=db.forget_foreign, args=(engine,))
+    starting.start()
+    time.sleep(0.3)  # the start-up waits on the held row
+    marking = threading.Thread(target=mark)
+    marking.start()
+    time.sleep(0.3)
+    holder.rollback()
+    holder.close()
+    starting.join(10)
+    marking.join(10)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT full_xid FROM berth_state")).scalar_one() == marked[0]
+        assert conn.execute(sa.text(
+            "SELECT count(*) FROM berth_provider_changes WHERE xid = 1099511627776")
+        ).scalar_one() == 0
+
+
 def test_a_bulk_load_marked_for_a_full_reload_is_read_whole(engine: Any) -> None:
     """Providers written with plain SQL log nothing; ``db.mark_reload_all`` in the same
     transaction makes a running store load its graph whole at its next read."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from berth.service.localcluster import free_port
 
 
@@ -17,3 +19,19 @@ def test_free_ports_come_from_below_the_ephemeral_range_and_never_twice() -> Non
     assert all(max(1024, low - 10000) <= p < low for p in ports)
     with socket.socket() as s:  # and nothing listens there
         s.bind(("127.0.0.1", ports[-1]))
+
+
+def test_a_range_that_starts_low_gives_ports_above_it_or_the_kernels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuned ``ip_local_port_range`` of 1024-50000 leaves nothing below it: ports come
+    from above it; a range of 1024-65535 leaves the choice to the kernel."""
+    import berth.service.localcluster as localcluster
+
+    fake = tmp_path / "ip_local_port_range"
+    monkeypatch.setattr(localcluster, "_EPHEMERAL", fake)
+    fake.write_text("1024\t50000\n")
+    assert all(50000 < free_port() <= 65535 for _ in range(20))
+    fake.write_text("1024\t65535\n")
+    assert 0 < free_port() <= 65535
+    fake.write_text("garbage\n")
+    assert 0 < free_port() <= 65535

@@ -363,6 +363,20 @@ def mark_reload_all(conn: Connection) -> None:
     conn.execute(sa.update(berth_state).where(berth_state.c.id == 1).values(**bump))
 
 
+def forget_foreign(engine: Engine) -> None:
+    """PostgreSQL, at start-up: :data:`~berth.placement.change_log.PG_FORGET_FOREIGN`.
+
+    The counters' row is locked first: a write that marked it (a full reload) and is
+    still running commits before the statement takes its snapshot, so its mark is below
+    that snapshot's ``xmax`` and stays; later writes wait for this transaction. Without
+    the lock the statement's UPDATE would wait for such a write, then re-check the row
+    against its older snapshot's ``xmax`` and clear the mark: running caches would never
+    load the graph whole for that change."""
+    with engine.begin() as conn:
+        conn.execute(sa.text("SELECT 1 FROM berth_state WHERE id = 1 FOR UPDATE"))
+        conn.execute(sa.text(PG_FORGET_FOREIGN))
+
+
 def prepare(url: str, *, durable: bool = True) -> Engine:
     """Create the engine, migrate to head, forget change log rows of another cluster's
     history (:data:`~berth.placement.change_log.PG_FORGET_FOREIGN`) and sync the
@@ -370,8 +384,7 @@ def prepare(url: str, *, durable: bool = True) -> Engine:
     engine = create_db_engine(url, durable=durable)
     run_migrations(engine)
     if engine.dialect.name == "postgresql":
-        with engine.begin() as conn:
-            conn.execute(sa.text(PG_FORGET_FOREIGN))
+        forget_foreign(engine)
     try:
         sync_standards(engine)
     except sa.exc.IntegrityError:

@@ -81,15 +81,19 @@ def free_port() -> int:
     ephemeral range, from which every outgoing connection's local port comes too, so
     between this check and the server's bind a connection to PostgreSQL or RabbitMQ
     may take it ("Address already in use", seen in a whole test run). A port from the
-    10,000 below that range is taken only by listeners; none is given out twice by one
-    process."""
+    10,000 below that range (or, when the range starts too low for that, from above
+    it) is taken only by listeners; none is given out twice by one process."""
     try:
-        low = int(_EPHEMERAL.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 30000
+        low, high = (int(v) for v in _EPHEMERAL.read_text().split()[:2])
+    except (OSError, ValueError):
+        low, high = 32768, 60999
     first, last = max(1024, low - 10000), low - 1
+    if last - first < 1000:  # the range starts low (say 1024): take ports above it
+        first, last = high + 1, 65535
+    if last - first < 100:  # the range is everything: only the kernel can choose
+        first = last + 1
     with _GIVEN_LOCK:
-        for _ in range(500):
+        for _ in range(500 if first <= last else 0):
             port = random.randint(first, last)
             if port in _GIVEN:
                 continue
