@@ -234,3 +234,66 @@ def test_a_reports_cast_is_read_as_one_json_string_or_as_a_list() -> None:
         received_reports(reports_json="{}")
     with pytest.raises(ValueError):
         received_reports(reports_json="[")
+    with pytest.raises(ValueError, match="reports is not a list"):
+        received_reports(reports=5)
+    with pytest.raises(ValueError, match="reports_json is not a string"):
+        received_reports(reports_json=[report])
+
+
+def test_entries_that_are_not_reports_are_dropped_and_a_bad_report_fails_nothing(
+        engine: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """One malformed entry of a cast is dropped, the others kept; a report that names its
+    host but cannot be applied is dropped when the snapshot is refreshed (inside a
+    scheduling request), which goes on with every other report."""
+    good = _report("h1", 100.0)
+    assert received_reports(reports_json=orjson.dumps(
+        [1, {"uuid": "u"}, {"host": 7}, good]).decode()) == [good]
+    assert "3 of 4 entries are not host reports" in caplog.text
+    feed = BusFeed(ComputeRecordStore(engine), service_down_time=60, clock=lambda: 1000.0)
+    feed.warm()
+    broken = {**_report("h2", 100.0), "vcpus": "many"}
+    feed.receive([broken, good])
+    feed.receive_beats({"h1-uuid": "soon"})
+    snapshot = feed.refresh()
+    assert [h for h in snapshot.obj("host")] == ["h1"]
+    assert feed.malformed == 2
+
+
+def test_an_old_scheduler_refuses_the_new_cast_by_version_and_a_new_one_reads_both() -> None:
+    """Rolling upgrade: agents cast reports as one JSON string at RPC 1.1. A scheduler of
+    1.0 (which knows only ``reports``) refuses that cast by its version, as oslo.messaging
+    does, instead of failing on an unknown argument; a scheduler of 1.1 reads the 1.0
+    cast of an agent not upgraded yet."""
+    report = _report("h1", 100.0)
+    bus = Bus("fake:/")
+    old_got: list[Any] = []
+    new_got: list[Any] = []
+
+    class OldScheduler:
+        def __init__(self) -> None:
+            import oslo_messaging
+
+            self.target = oslo_messaging.Target(version="1.0")
+
+        def update_host_states(self, ctxt: Any, reports: list[dict[str, Any]]) -> None:
+            old_got.extend(reports)
+
+    class NewScheduler:
+        def update_host_states(self, ctxt: Any, reports: Any = None,
+                               reports_json: Any = None) -> None:
+            new_got.extend(received_reports(reports, reports_json))
+
+    bus.serve("scheduler", "old", [OldScheduler()])
+    bus.serve("scheduler", "new", [NewScheduler()])
+    try:
+        fanout = bus.client("scheduler", fanout=True)
+        fanout.cast("update_host_states", version="1.1",
+                    reports_json=orjson.dumps([report]).decode())
+        fanout.cast("update_host_states", reports=[report])  # an agent of 1.0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (len(new_got) < 2 or not old_got):
+            time.sleep(0.05)
+        assert new_got == [report, report]
+        assert old_got == [report]  # only the 1.0 cast
+    finally:
+        bus.close()

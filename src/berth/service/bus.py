@@ -44,8 +44,14 @@ LOG = logging.getLogger(__name__)
 EMBEDDED_URL = "fake:/"
 DEFAULT_EXCHANGE = "berth"
 
-#: Version of Berth's own RPC interfaces (scheduler and compute topics).
-RPC_VERSION = "1.0"
+#: Version of Berth's own RPC interfaces (scheduler and compute topics), served by
+#: every server. 1.0: the first. 1.1: ``update_host_states`` takes ``reports_json``
+#: (the reports as one JSON string) besides ``reports``.
+RPC_VERSION = "1.1"
+#: The version a client sends unless a call says otherwise (what every server of 1.x
+#: accepts): a message that needs a newer server names its version, so a server too
+#: old for it refuses it by version (oslo.messaging's UnsupportedVersion, logged).
+BASE_VERSION = "1.0"
 
 
 class Bus:
@@ -97,7 +103,8 @@ class Bus:
     def client(self, topic: str, *, server: str | None = None, fanout: bool = False,
                timeout: float | None = None) -> BusClient:
         """A client of ``topic`` (of one ``server`` of it, or all of them by ``fanout``)."""
-        target = self._om.Target(topic=topic, server=server, fanout=fanout, version=RPC_VERSION)
+        target = self._om.Target(topic=topic, server=server, fanout=fanout,
+                                 version=BASE_VERSION)
         rpc = self._om.get_rpc_client(self.transport, target,
                                       timeout=timeout if timeout is not None else self.timeout)
         return BusClient(rpc, self._om)
@@ -107,6 +114,12 @@ class Bus:
         """Start serving ``endpoints`` on ``topic`` (shared queue), ``topic.server`` and
         the topic's fanout; returns the started oslo.messaging server."""
         target = self._om.Target(topic=topic, server=server, version=version)
+        for endpoint in endpoints:
+            # oslo.messaging dispatches by the endpoint's own target, taking one
+            # without a target for 1.0: an endpoint that does not say otherwise serves
+            # ``version`` (messages of 1.0 up to it).
+            if getattr(endpoint, "target", None) is None:
+                endpoint.target = self._om.Target(version=version)
         access = self._om.rpc.dispatcher.DefaultRPCAccessPolicy
         # Threads (oslo.messaging's default executor; eventlet is not used).
         rpc_server = self._om.get_rpc_server(self.transport, target, list(endpoints),
@@ -187,9 +200,11 @@ class BusClient:
         except self._om.MessageDeliveryFailure as exc:
             raise BusUnavailable(f"{method}: the message bus is unavailable: {exc}") from None
 
-    def cast(self, method: str, **kwargs: Any) -> None:
-        """Send ``method`` without waiting; BusUnavailable when it cannot be sent."""
+    def cast(self, method: str, *, version: str | None = None, **kwargs: Any) -> None:
+        """Send ``method`` without waiting (as of RPC ``version`` when given);
+        BusUnavailable when it cannot be sent."""
+        client = self._rpc.prepare(version=version) if version is not None else self._rpc
         try:
-            self._rpc.cast({}, method, **kwargs)
+            client.cast({}, method, **kwargs)
         except self._om.MessageDeliveryFailure as exc:
             raise BusUnavailable(f"{method}: the message bus is unavailable: {exc}") from None

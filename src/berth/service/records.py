@@ -163,6 +163,12 @@ def encode_report(report: Mapping[str, Any]) -> str:
 _REPORT_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
+def encode_reports(reports: Sequence[Mapping[str, Any]]) -> str:
+    """Several reports as one JSON list, each written as :func:`encode_report` writes
+    one (what agents cast to the schedulers)."""
+    return orjson.dumps(reports, default=str, option=_REPORT_OPTIONS).decode()
+
+
 def decode_report(text: str | bytes) -> dict[str, Any]:
     """A stored report (text written by :func:`encode_report`, or by the standard
     encoder before it, whose ``NaN`` and ``Infinity`` orjson refuses)."""

@@ -46,6 +46,7 @@ from berth.service.bus import Bus, BusError
 from berth.service.records import (
     ComputeRecordStore,
     SnapshotFeed,
+    encode_reports,
     report_beat,
     report_to_record,
     report_with_beat,
@@ -62,16 +63,30 @@ CHUNK = 500
 _VOLATILE_SERVICE = ("last_seen_up", "updated_at")
 
 
-def received_reports(reports: list[dict[str, Any]] | None = None,
-                     reports_json: str | None = None) -> list[dict[str, Any]]:
+def received_reports(reports: Any = None, reports_json: Any = None) -> list[dict[str, Any]]:
     """The reports of an ``update_host_states`` cast: sent as one JSON string
-    (``reports_json``), or by an agent of an earlier version as a list (``reports``)."""
+    (``reports_json``, RPC 1.1), or as a list (``reports``: 1.0, an agent of an earlier
+    version). ValueError when the cast is not a list of reports; an entry that is not a
+    report (an object naming its ``host`` and, if any, its ``uuid`` as strings) is
+    logged and dropped, the others kept."""
     if reports_json is not None:
+        if not isinstance(reports_json, (str, bytes)):
+            raise ValueError("update_host_states: reports_json is not a string")
         decoded = orjson.loads(reports_json)
         if not isinstance(decoded, list):
             raise ValueError("update_host_states: reports_json is not a JSON list")
-        return decoded
-    return list(reports or [])
+    elif reports is None:
+        return []
+    elif isinstance(reports, list):
+        decoded = reports
+    else:
+        raise ValueError("update_host_states: reports is not a list")
+    kept = [r for r in decoded if isinstance(r, dict) and isinstance(r.get("host"), str)
+            and isinstance(r.get("uuid", ""), str)]
+    if len(kept) != len(decoded):
+        LOG.error("update_host_states: %d of %d entries are not host reports; dropped",
+                  len(decoded) - len(kept), len(decoded))
+    return kept
 
 
 def _content_key(report: Mapping[str, Any]) -> bytes:
@@ -239,7 +254,8 @@ class BusRecordStore(ComputeRecordStore):
             try:
                 # As one JSON string: the transport's JSON then copies a string instead
                 # of walking 500 reports' dicts with the standard library's encoder.
-                self._fanout.cast("update_host_states", reports_json=orjson.dumps(chunk).decode())
+                self._fanout.cast("update_host_states", version="1.1",
+                                  reports_json=encode_reports(chunk))
             except BusError as exc:
                 self.failed_sends += 1
                 LOG.warning("host reports not sent (%s); retrying", exc)
@@ -308,6 +324,8 @@ class BusFeed(SnapshotFeed):
         self._deleted: dict[str, float] = {}
         self.applied = 0
         self.stale_dropped = 0
+        #: Reports and heartbeats dropped because they could not be applied.
+        self.malformed = 0
 
     def warm(self) -> HostSnapshot:
         """Load every stored report, each host's heartbeat counted from this
@@ -361,11 +379,21 @@ class BusFeed(SnapshotFeed):
                 self.uuid_rows.drop(self.snapshot, uuids)
             pending = self._pending
             while pending:
-                self._apply(pending.popleft())
+                report = pending.popleft()
+                try:
+                    self._apply(report)
+                except Exception:  # one bad report must not fail the request
+                    self.malformed += 1
+                    LOG.exception("host report of %r dropped: it cannot be applied",
+                                  report.get("host"))
             beats = self._pending_beats
             while beats:
                 for uuid, beat in beats.popleft().items():
-                    self._apply_beat(uuid, float(beat))
+                    try:
+                        self._apply_beat(str(uuid), float(beat))
+                    except Exception:
+                        self.malformed += 1
+                        LOG.exception("heartbeat %r of %r dropped", beat, uuid)
         return self.snapshot
 
     def _apply_beat(self, uuid: str, beat: float) -> None:
@@ -398,9 +426,9 @@ class BusFeed(SnapshotFeed):
             if last is not None and beat < last:
                 self.stale_dropped += 1
                 return
+        record = report_to_record(report)  # first: a report that fails leaves no trace
         if beat is not None:
             self._beats[uuid] = beat
-        record = report_to_record(report)
         row = self.snapshot.upsert(record)
         if record.uuid:
             self.uuid_rows[record.uuid] = row

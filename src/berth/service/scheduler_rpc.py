@@ -103,6 +103,9 @@ class SchedulerEndpoint:
 
     def host_heartbeats(self, ctxt: Any, beats: dict[str, float]) -> None:
         """Queue heartbeats of hosts whose state did not change."""
+        if not isinstance(beats, dict):
+            LOG.error("malformed host_heartbeats cast dropped: beats is not an object")
+            return
         self.feed.receive_beats(beats)
 
     def update_aggregates(self, ctxt: Any) -> None:
