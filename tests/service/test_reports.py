@@ -297,3 +297,23 @@ def test_an_old_scheduler_refuses_the_new_cast_by_version_and_a_new_one_reads_bo
         assert old_got == [report]  # only the 1.0 cast
     finally:
         bus.close()
+
+
+def test_the_scheduler_endpoint_drops_malformed_casts(
+        engine: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Casts nobody answers: a malformed one is logged and dropped, never raised into
+    the bus's dispatcher, and never queued for a scheduling request to trip on."""
+    from berth.service.scheduler_rpc import SchedulerEndpoint
+
+    feed = BusFeed(ComputeRecordStore(engine), service_down_time=60, clock=lambda: 1000.0)
+    feed.warm()
+    endpoint = SchedulerEndpoint(None, feed)  # type: ignore[arg-type]
+    endpoint.update_host_states({}, reports=5)
+    endpoint.update_host_states({}, reports_json="{")
+    endpoint.host_heartbeats({}, beats=[1, 2])  # type: ignore[arg-type]
+    endpoint.hosts_deleted({}, uuids="abc", deleted_at=1.0)  # type: ignore[arg-type]
+    endpoint.hosts_deleted({}, uuids=["u"], deleted_at="later")  # type: ignore[arg-type]
+    assert caplog.text.count("dropped") == 5
+    good = _report("h1", 100.0)
+    endpoint.update_host_states({}, reports_json=orjson.dumps([good]).decode())
+    assert list(feed.refresh().obj("host")) == ["h1"]

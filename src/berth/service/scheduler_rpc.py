@@ -114,7 +114,14 @@ class SchedulerEndpoint:
 
     def hosts_deleted(self, ctxt: Any, uuids: list[str], deleted_at: float) -> None:
         """Drop the rows of compute nodes whose service was deleted."""
-        self.feed.receive_deleted(uuids, float(deleted_at))
+        try:
+            at = float(deleted_at)
+            if not isinstance(uuids, list) or not all(isinstance(u, str) for u in uuids):
+                raise ValueError("uuids is not a list of strings")
+        except (TypeError, ValueError) as exc:
+            LOG.error("malformed hosts_deleted cast dropped: %s", exc)
+            return
+        self.feed.receive_deleted(uuids, at)
 
     def hosts(self, ctxt: Any) -> dict[str, Any]:
         """Every host as this scheduler sees it (``GET /hosts``)."""
