@@ -390,10 +390,12 @@ class BusFeed(SnapshotFeed):
             while beats:
                 for uuid, beat in beats.popleft().items():
                     try:
-                        self._apply_beat(str(uuid), float(beat))
-                    except Exception:
+                        when = float(beat)
+                    except (TypeError, ValueError):
                         self.malformed += 1
-                        LOG.exception("heartbeat %r of %r dropped", beat, uuid)
+                        LOG.error("heartbeat %r of %r dropped: not a time", beat, uuid)
+                        continue
+                    self._apply_beat(str(uuid), when)
         return self.snapshot
 
     def _apply_beat(self, uuid: str, beat: float) -> None:
