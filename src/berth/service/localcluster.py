@@ -90,10 +90,10 @@ def free_port() -> int:
     first, last = max(1024, low - 10000), low - 1
     if last - first < 1000:  # the range starts low (say 1024): take ports above it
         first, last = high + 1, 65535
-    if last - first < 100:  # the range is everything: only the kernel can choose
-        first = last + 1
+    # A range that leaves under 100 ports outside it: only the kernel can choose.
+    tries = 500 if last - first >= 100 else 0
     with _GIVEN_LOCK:
-        for _ in range(500 if first <= last else 0):
+        for _ in range(tries):
             port = random.randint(first, last)
             if port in _GIVEN:
                 continue
