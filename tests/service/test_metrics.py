@@ -123,8 +123,62 @@ def test_berth_placement_serve_exports_metrics_and_says_where_it_listens(tmp_pat
 def test_routes_have_ids_replaced_so_labels_stay_bounded() -> None:
     assert route_of("/resource_providers/6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11/inventories/VCPU") \
         == "/resource_providers/{id}/inventories/VCPU"
+    assert route_of("/resource_providers/x/inventories/CUSTOM_GPU") \
+        == "/resource_providers/{id}/inventories/{id}"
+    assert route_of("/placement/traits/CUSTOM_T1") == "/placement/traits/{id}"
     assert route_of("/servers/6f1f7d0c1c554f0e9d1e6a3f1b0b8e11/migrate") == "/servers/{id}/migrate"
+    assert route_of("/os-services/c1-s05") == "/os-services/{id}"
     assert route_of("/") == "/"
+    assert route_of("/placement") == route_of("/placement/") == "/placement/"
+
+
+def test_every_route_of_both_apis_keeps_its_own_label() -> None:
+    """A route missing from the known collections would be counted as ``other``."""
+    from berth.placement.app import ROUTES
+
+    templates = [*ROUTES, "/boot", "/hosts", "/healthz", "/openapi.json", "/os-services",
+                 "/os-services/{host}", "/servers", "/servers/{uuid}", "/compute-nodes",
+                 "/aggregates", "/flavors", "/images", "/server-groups", "/capacity",
+                 "/decisions", "/what-if", "/ui", "/metrics",
+                 *(f"/servers/{{uuid}}/{action}" for action in (
+                     "migrate", "resize", "evacuate", "rebuild", "confirm-resize",
+                     "revert-resize"))]
+    for template in templates:
+        template = template or "/"  # Placement's root answers without its slash too
+        path = template.replace("{resource_class}", "VCPU")
+        path = "/".join("x1" if part.startswith("{") else part for part in path.split("/"))
+        expected = "/".join("{id}" if part.startswith("{") and part != "{resource_class}"
+                            else part for part in template.split("/"))
+        expected = expected.replace("{resource_class}", "VCPU")
+        assert route_of(path) == expected, template
+        assert route_of("/placement" + path) == "/placement" + expected, template
+
+
+def test_unknown_paths_and_methods_add_no_series() -> None:
+    """Any client, even one refused its token, could otherwise grow ``/metrics`` (and the
+    process) by a series a request."""
+    from berth.service.metrics import Metrics, instrument
+
+    def app(environ: dict[str, object], start_response: object) -> list[bytes]:
+        start_response("404 Not Found", [("Content-Length", "0")])  # type: ignore[operator]
+        return []
+
+    metrics = Metrics()
+    wrapped = instrument(app, metrics, "scheduler")
+    for i in range(200):
+        path = [f"/nosuch-{i}", f"/servers/x/nosuch-{i}", f"/a/{i}/b/{i}/c/{i}",
+                f"/placement/resource_classes/CUSTOM_{i}"][i % 4]
+        method = "GET" if i % 2 else f"M{i}"
+        environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "wsgi.input": None}
+        body = wrapped(environ, lambda status, headers: None)
+        body.close()  # type: ignore[attr-defined]
+    series = {labels for (name, labels) in _samples(metrics.render().decode())
+              if name == "berth_http_requests_total"}
+    assert series == {
+        (("app", "scheduler"), ("method", "GET"), ("route", "other"), ("status", "404")),
+        (("app", "scheduler"), ("method", "other"), ("route", "other"), ("status", "404")),
+        (("app", "placement"), ("method", "GET"), ("route", "/placement/resource_classes/{id}"),
+         ("status", "404"))}
 
 
 def test_scheduler_and_compute_processes_export_metrics(tmp_path: Path) -> None:

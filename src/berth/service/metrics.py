@@ -25,6 +25,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import os_resource_classes
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -40,7 +41,21 @@ ACCESS = logging.getLogger("berth.access")
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("berth_request_id",
                                                                    default="-")
 _VALID_ID = re.compile(r"^req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_ID_SEGMENT = re.compile(r"^([0-9a-fA-F-]{32,36}|\d+|req-[0-9a-f-]{36})$")
+#: The first segment of every route of the scheduler API, its web view and the Placement
+#: API (mounted under ``/placement`` or alone), and the second-level ones; any other
+#: path is counted as ``other``, so that no request, answered or not, adds a series of
+#: its own (``tests/service/test_metrics.py`` checks every route maps to itself).
+_COLLECTIONS = frozenset({
+    "boot", "hosts", "healthz", "openapi.json", "os-services", "servers", "compute-nodes",
+    "aggregates", "flavors", "images", "server-groups", "capacity", "decisions", "what-if",
+    "ui", "metrics",
+    "resource_providers", "resource_classes", "traits", "allocations",
+    "allocation_candidates", "usages", "reshaper"})
+_SUBCOLLECTIONS = frozenset({
+    "inventories", "aggregates", "usages", "allocations", "traits",
+    "migrate", "resize", "evacuate", "rebuild", "confirm-resize", "revert-resize"})
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER = "other"
 #: Latency buckets (seconds): a scheduling request takes milliseconds, a cold one more.
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
@@ -65,10 +80,35 @@ def configure_logging(level: int = logging.INFO) -> None:
 
 
 def route_of(path: str) -> str:
-    """The route a path belongs to, ids replaced by ``{id}`` (bounded label values)."""
-    parts = [("{id}" if _ID_SEGMENT.match(p) else p) for p in path.split("/")]
-    route = "/".join(parts) or "/"
-    return route if len(route) <= 120 else route[:120]
+    """The route a path belongs to, as a bounded label value: a known collection, then
+    ``{id}`` for what follows it (a uuid, a host, a trait's name), a known
+    sub-collection, then ``{id}`` again (a standard resource class stays: it is one of
+    a few); ``other`` for anything else."""
+    prefix = ""
+    if path == "/placement" or path.startswith("/placement/"):
+        prefix, path = "/placement", path[len("/placement"):] or "/"
+    if path in ("", "/"):
+        return prefix + "/"
+    parts = path.split("/")[1:]
+    if not path.startswith("/"):
+        return OTHER
+    if len(parts) > 4 or parts[0] not in _COLLECTIONS:
+        return OTHER
+    shown = [parts[0]]
+    if len(parts) > 1:
+        shown.append("{id}" if parts[1] else "")
+    if len(parts) > 2:
+        if parts[2] not in _SUBCOLLECTIONS:
+            return OTHER
+        shown.append(parts[2])
+    if len(parts) > 3:
+        shown.append(parts[3] if parts[3] in os_resource_classes.STANDARDS else "{id}")
+    return prefix + "/" + "/".join(shown)
+
+
+def method_of(method: str) -> str:
+    """An HTTP method as a bounded label value."""
+    return method if method in _METHODS else OTHER
 
 
 class Metrics:
@@ -185,7 +225,7 @@ def _done(environ: dict[str, Any], metrics: Metrics, name: str, method: str, pat
     route = route_of(path)
     if path == "/placement" or path.startswith("/placement/"):
         name = "placement"  # the Placement API mounted in the scheduler API's process
-    metrics.requests.labels(name, method, route, status).inc()
+    metrics.requests.labels(name, method_of(method), route, status).inc()
     metrics.latency.labels(name, route).observe(seconds)
     query = environ.get("QUERY_STRING")
     token = REQUEST_ID.set(request_id)
