@@ -98,6 +98,34 @@ def test_odd_raw_bodies_are_400(any_api: Api, raw: bytes) -> None:
 
 
 @pytest.mark.parametrize(
+    "raw, where",
+    [(rb'{"name": "\ud800"}', "name"), (rb'{"name": "x", "uuid": "\udfff"}', "uuid"),
+     (rb'{"\ud800": 1}', "body")],
+    ids=["name", "uuid", "key"],
+)
+def test_an_unpaired_surrogate_is_malformed_json(any_api: Api, raw: bytes, where: str) -> None:
+    """Valid JSON text, but no Unicode: no database or encoder takes it (it was a 500)."""
+    r = any_api.post(
+        "/resource_providers", content=raw, headers={"Content-Type": "application/json"}
+    )
+    assert r.status_code == 400, r.text
+    assert f"Malformed JSON: {where}: " in r.text
+    assert "unpaired UTF-16 surrogate" in r.text
+
+
+def test_an_unpaired_surrogate_in_traits_writes_nothing(api: Api, target: str) -> None:
+    generation = api.get(f"/resource_providers/{target}", mv="1.39").json()[
+        "generation"]
+    raw = b'{"resource_provider_generation": %d, "traits": ["CUSTOM_\\ud800"]}' % generation
+    r = api.request("PUT", f"/resource_providers/{target}/traits", mv="1.39", content=raw,
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "traits[0]: the string holds an unpaired UTF-16 surrogate" in r.text
+    assert api.get(f"/resource_providers/{target}", mv="1.39").json()[
+        "generation"] == generation
+
+
+@pytest.mark.parametrize(
     "params",
     [
         {"resources": "VCPU:99999999999999999999999"},

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
+from berth import json_text
 from berth.placement import errors
 from berth.placement.microversion import Version
 from berth.webauth.identity import Caller
@@ -168,11 +169,16 @@ class Request:
     def json_body(self) -> Any:
         """Decode the body as JSON or raise Placement's ``Malformed JSON`` 400."""
         try:
-            return json.loads(self.body.decode("utf-8"), parse_constant=_reject_constant)
+            value = json.loads(self.body.decode("utf-8"), parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError) as exc:
             raise errors.BadRequest(f"Malformed JSON: {exc}") from None
         except RecursionError:
             raise errors.BadRequest("Malformed JSON: nesting too deep") from None
+        # Integers are the schemas' to bound (Placement's own messages).
+        bad = json_text.problem(self.body, value, big_ints=False)
+        if bad is not None:
+            raise errors.BadRequest(f"Malformed JSON: {bad}")
+        return value
 
 
 def _reject_constant(name: str) -> Any:

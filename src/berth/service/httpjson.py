@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from berth import json_text
 from berth.errors import InputError
 
 #: The largest request body read (bytes).
@@ -31,11 +32,15 @@ def read_json(environ: dict[str, Any]) -> Any:
         raise InputError(f"body: larger than {MAX_BODY} bytes")
     raw = environ["wsgi.input"].read(length) if length else b""
     try:
-        return json.loads(raw or b"null")
+        value = json.loads(raw or b"null")
     except ValueError as exc:  # UnicodeDecodeError included
         raise InputError(f"body: Malformed JSON: {exc}") from None
     except RecursionError:
         raise InputError("body: Malformed JSON: nesting too deep") from None
+    bad = json_text.problem(raw, value)
+    if bad is not None:
+        raise InputError(bad, field=bad.partition(":")[0])
+    return value
 
 
 def json_default(value: Any) -> Any:
