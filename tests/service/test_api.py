@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from berth.config import SchedulerConfig
-from berth.model.request import MAX_INSTANCES_PER_REQUEST, InstanceGroup
+from berth.model.request import MAX_INSTANCES_PER_REQUEST, Flavor, InstanceGroup
 from berth.service.api import SchedulerApp
 from berth.service.conductor import FakeDriver
 from berth.service.stack import Stack
@@ -72,6 +72,62 @@ def test_deeply_nested_json_is_malformed_json_not_a_500(stack: Stack) -> None:
                          headers={"Content-Type": "application/json"})
         assert resp.status_code == 400
         assert resp.json()["error"]["message"] == "body: Malformed JSON: nesting too deep"
+
+
+@pytest.mark.parametrize("path, raw, message", [
+    ("/boot", rb'{"flavor": "m1.tiny", "project_id": "\ud800"}',
+     "project_id: the string holds an unpaired UTF-16 surrogate"),
+    ("/boot", rb'{"flavor": "m1.tiny", "image": {"properties": {"os_distro": "x\udc00"}}}',
+     "image.properties.os_distro: the string holds an unpaired UTF-16 surrogate"),
+    ("/boot", rb'{"flavor": "m1.tiny", "hints": {"\ud800": "a"}}',
+     "hints: a key holds an unpaired UTF-16 surrogate"),
+    ("/boot", rb'{"flavor": "m1.tiny", "image": {"properties": {"x": 1180591620717411303424}}}',
+     "image.properties.x: 1180591620717411303424 is out of the 64-bit integer range"),
+    ("/boot", rb'{"flavor": {"vcpus": 1, "memory_mb": 512, "id": 1180591620717411303424}}',
+     "flavor.id: 1180591620717411303424 is out of the 64-bit integer range"),
+    ("/boot", rb'{"flavor": {"vcpus": 1, "memory_mb": 512, "id": 2147483648}}',
+     "flavor.id: expected a string of 1 to 255 characters or an integer from 0 to 2147483647"),
+    ("/boot", rb'{"flavor": {"vcpus": 4294967296, "memory_mb": 512}}',
+     "flavor.vcpus: expected an integer from 1 to 2147483647, got 4294967296"),
+    ("/boot", rb'{"flavor": {"vcpus": 1, "memory_mb": 512, "name": ["x"]}}',
+     "flavor.name: expected a string of 1 to 255 characters"),
+    ("/server-groups", rb'{"name": "\ud800", "policy": "affinity"}',
+     "name: the string holds an unpaired UTF-16 surrogate"),
+], ids=["project", "image property", "hint key", "huge property", "huge flavor id",
+        "flavor id", "flavor size", "flavor name", "group name"])
+def test_what_no_store_or_report_can_hold_is_a_400_and_the_host_stays_usable(
+        stack: Stack, path: str, raw: bytes, message: str) -> None:
+    """JSON that decodes but that no database, encoder or host report can take (an
+    unpaired surrogate, an integer past 64 bits, a flavor past Nova's bounds) is refused
+    where it comes in: it once broke the host it was built on for every later boot."""
+    stack.register_hosts([node("h0")])
+    with _client(stack) as http:
+        resp = http.post(path, content=raw, headers={"Content-Type": "application/json"})
+        assert resp.status_code == 400, resp.text
+        assert message in resp.json()["error"]["message"]
+        assert http.post("/boot", json={"flavor": "m1.tiny"}).status_code == 200
+
+
+def test_a_spawn_whose_report_fails_leaves_the_agent_without_the_instance(
+        stack: Stack) -> None:
+    (agent,) = stack.register_hosts([node("h0")])
+    publish = agent.records.publish
+
+    def failing(*args: object, **kwargs: object) -> object:
+        raise TypeError("Integer exceeds 64-bit range")
+
+    agent.records.publish = failing  # type: ignore[method-assign]
+    with pytest.raises(TypeError):
+        agent.spawn(UUID_A, stack_flavor(), "p")
+    agent.records.publish = publish  # type: ignore[method-assign]
+    agent.report()
+    with _client(stack) as http:
+        assert http.post("/boot", json={"flavor": "m1.tiny"}).status_code == 200
+    assert UUID_A not in agent.host_record(0.0).instances
+
+
+def stack_flavor() -> Flavor:
+    return Flavor(name="small", vcpus=1, memory_mb=512, root_gb=1)
 
 
 def test_a_negative_content_length_is_refused(stack: Stack) -> None:

@@ -125,6 +125,7 @@ from berth.model.request import (
 )
 from berth.model.selection import selection_dict
 from berth.placement.dbfaults import as_unavailable, call_with_retry, describe, unavailable
+from berth.placement.store_records import MAX_INT
 from berth.service.conductor import BuildOutcome, Conductor, SchedulerAPI
 from berth.service.groups import ServerGroupStore
 from berth.service.httpjson import StartResponse
@@ -182,9 +183,12 @@ def default_security() -> Security:
 
 
 def _int(body: Mapping[str, Any], key: str, where: str, default: int | None = None,
-         minimum: int = 0, maximum: int | None = None) -> int:
+         minimum: int = 0, maximum: int | None = None, *, in_range: bool = False) -> int:
+    """``body[key]`` as an int from ``minimum`` (to ``maximum``: a count per request,
+    or with ``in_range`` a range of its own)."""
     value = body.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            or (in_range and maximum is not None and value > maximum)):
         expected = (f"an integer >= {minimum}" if maximum is None
                     else f"an integer from {minimum} to {maximum}")
         raise InputError(f"{where}{key}: expected {expected}, got {show(value)}",
@@ -222,12 +226,25 @@ def parse_flavor(value: Any, flavors: Mapping[str, Flavor]) -> Flavor:
                             "extra_specs", "id"}
     if unknown:
         raise InputError(f"flavor: unknown field(s) {', '.join(sorted(unknown))}")
+    name = value.get("name", "custom")
+    if not isinstance(name, str) or not 1 <= len(name) <= 255:
+        raise InputError(f"flavor.name: expected a string of 1 to 255 characters, got "
+                         f"{show(name)}", field="flavor.name")
+    flavor_id = value.get("id")
+    if not (flavor_id is None or (isinstance(flavor_id, str) and 1 <= len(flavor_id) <= 255)
+            or (isinstance(flavor_id, int) and not isinstance(flavor_id, bool)
+                and 0 <= flavor_id <= MAX_INT)):
+        raise InputError(f"flavor.id: expected a string of 1 to 255 characters or an integer "
+                         f"from 0 to {MAX_INT}, got {show(flavor_id)}", field="flavor.id")
+
+    def size(key: str, minimum: int) -> int:  # Nova's flavor API bounds them alike
+        return _int(value, key, "flavor.", None if minimum else 0, minimum=minimum,
+                    maximum=MAX_INT, in_range=True)
+
     return Flavor(
-        name=str(value.get("name", "custom")), vcpus=_int(value, "vcpus", "flavor.", minimum=1),
-        memory_mb=_int(value, "memory_mb", "flavor.", minimum=1),
-        root_gb=_int(value, "root_gb", "flavor.", 0), ephemeral_gb=_int(value, "ephemeral_gb", "flavor.", 0),
-        swap=_int(value, "swap", "flavor.", 0), id=value.get("id"),
-        extra_specs=_str_map(value.get("extra_specs"), "flavor.extra_specs"))
+        name=name, vcpus=size("vcpus", 1), memory_mb=size("memory_mb", 1),
+        root_gb=size("root_gb", 0), ephemeral_gb=size("ephemeral_gb", 0), swap=size("swap", 0),
+        id=flavor_id, extra_specs=_str_map(value.get("extra_specs"), "flavor.extra_specs"))
 
 
 def parse_image(value: Any, images: Mapping[str, ImageMeta]) -> ImageMeta | None:

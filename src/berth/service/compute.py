@@ -437,14 +437,23 @@ class ComputeAgent:
     # ----------------------------------------------------------------- usage
     def spawn(self, instance_uuid: str, flavor: Flavor, project_id: str | None = None,
               publish: bool = True, image_properties: Mapping[str, Any] | None = None) -> None:
-        """Account for a new instance on this node and report."""
+        """Account for a new instance on this node and report. A report that fails
+        takes the instance back out (the caller sees a failed spawn, and its claim goes):
+        otherwise every later report of the node would carry it, and fail alike."""
+        placed = _Placed(
+            Instance(uuid=instance_uuid, instance_type_id=flavor.id, project_id=project_id,
+                     image_properties=dict(image_properties or {})),
+            flavor)
         with self._lock:
-            self._placed[instance_uuid] = _Placed(
-                Instance(uuid=instance_uuid, instance_type_id=flavor.id, project_id=project_id,
-                         image_properties=dict(image_properties or {})),
-                flavor)
+            self._placed[instance_uuid] = placed
         if publish:
-            self.report()
+            try:
+                self.report()
+            except BaseException:
+                with self._lock:
+                    if self._placed.get(instance_uuid) is placed:
+                        del self._placed[instance_uuid]
+                raise
 
     def destroy(self, instance_uuid: str, publish: bool = True) -> None:
         """Forget an instance and report."""
