@@ -240,3 +240,25 @@ def test_a_multi_create_refused_for_lack_of_hosts_says_how_many_fit(grouped: Sta
     assert (error["instances_fit"], error["instances_requested"]) == (3, 4)
     assert all(grouped.client.provider_usages(a.uuid).get("VCPU", 0) == 0
                for a in grouped.agents.values())
+
+
+@pytest.mark.parametrize("method, path, allow", [
+    ("GET", "/boot", "POST"), ("TRACE", "/boot", "POST"), ("POST", "/hosts", "GET"),
+    ("DELETE", "/flavors", "GET"), ("PUT", "/server-groups", "GET, POST"),
+    ("POST", "/healthz", "GET"), ("PATCH", "/servers", "GET"),
+    ("PUT", f"/servers/{UUID_A}", "GET, DELETE"), ("GET", f"/servers/{UUID_A}/migrate", "POST"),
+    ("POST", "/os-services", "GET"), ("DELETE", "/decisions", "GET"),
+])
+def test_a_route_asked_with_another_method_is_a_405_with_allow(
+        stack: Stack, method: str, path: str, allow: str) -> None:
+    service = stack.scheduler(seed=3)
+    conductor = stack.conductor(service)
+    app = SchedulerApp(service, conductor, stack.placement_app, groups=stack.groups,
+                       moves=stack.moves(conductor))
+    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://berth",
+                      headers=ADMIN) as http:
+        resp = http.request(method, path)
+        assert resp.status_code == 405, resp.text
+        assert resp.headers["Allow"] == allow
+        assert resp.json()["error"]["code"] == "berth.http.method"
+        assert http.get("/nosuch").status_code == 404

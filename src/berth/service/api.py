@@ -170,6 +170,28 @@ DEFAULT_FLAVORS: dict[str, Flavor] = {
 PUBLIC_ROUTES = frozenset({"/healthz", "/openapi.json", "/ui"})
 #: The web view's routes (:mod:`berth.service.webview`).
 VIEW_ROUTES = frozenset({"/ui", "/decisions", "/what-if", "/capacity"})
+#: The methods each route answers: another is a 405 with this ``Allow`` header.
+ROUTE_METHODS: dict[str, tuple[str, ...]] = {
+    "/boot": ("POST",), "/hosts": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",),
+    "/compute-nodes": ("GET",), "/aggregates": ("GET",), "/flavors": ("GET",),
+    "/images": ("GET",), "/server-groups": ("GET", "POST"), "/ui": ("GET",),
+    "/decisions": ("GET",), "/what-if": ("POST",), "/capacity": ("GET", "POST"),
+    "/os-services": ("GET",), "/os-services/{host}": ("GET", "PUT", "DELETE"),
+    "/servers": ("GET",), "/servers/{uuid}": ("GET", "DELETE"),
+    "/servers/{uuid}/{action}": ("POST",),
+}
+
+
+def allowed_methods(path: str) -> tuple[str, ...] | None:
+    """The methods ``path``'s route answers (:data:`ROUTE_METHODS`); None: no route."""
+    parts = path.split("/")
+    if len(parts) == 3 and parts[1] in ("os-services", "servers") and parts[2]:
+        template = f"/{parts[1]}/{{{'host' if parts[1] == 'os-services' else 'uuid'}}}"
+    elif len(parts) == 4 and parts[1] == "servers" and parts[2] and parts[3]:
+        template = "/servers/{uuid}/{action}"
+    else:
+        template = path
+    return ROUTE_METHODS.get(template)
 #: The rule guarding each read-only state route.
 STATE_RULES = {"/compute-nodes": HOSTS, "/aggregates": HOSTS, "/flavors": CATALOG,
                "/images": CATALOG, "/server-groups": SERVER_GROUPS}
@@ -212,6 +234,18 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise InputError(f"{where}: expected an object of strings, got {value!r}")
     return {str(k): str(v) for k, v in value.items()}
+
+
+def _allowing(start_response: StartResponse, allowed: tuple[str, ...]) -> StartResponse:
+    """``start_response`` that gives a 405 the ``Allow`` header RFC 9110 asks of it."""
+
+    def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        if status.startswith("405") and not any(k.lower() == "allow" for k, _ in headers):
+            headers = [*headers, ("Allow", ", ".join(allowed))]
+        return start_response(status, headers, exc_info) if exc_info else \
+            start_response(status, headers)
+
+    return start
 
 
 def parse_flavor(value: Any, flavors: Mapping[str, Flavor]) -> Flavor:
@@ -453,6 +487,9 @@ class SchedulerApp(ViewRoutes):
             environ["PATH_INFO"] = path[len(PLACEMENT_PREFIX):]
             return self.placement_app(environ, start_response)  # type: ignore[no-any-return]
         method = environ.get("REQUEST_METHOD", "GET")
+        allowed = allowed_methods(path)
+        if allowed is not None:
+            start_response = _allowing(start_response, allowed)
         caller = self.security.identity.caller(environ)
         if caller is None and path not in PUBLIC_ROUTES:
             return _reply(start_response, 401, {"error": {
@@ -512,6 +549,9 @@ class SchedulerApp(ViewRoutes):
                                   call_with_retry(read, safe=True, what=f"GET {path}"))
                 except StateNotServed as exc:
                     return _reply(start_response, 404, _error(exc))
+            if allowed is not None and method not in allowed:
+                return _reply(start_response, 405, {"error": {
+                    "code": "berth.http.method", "message": f"use {' or '.join(allowed)}"}})
             return _reply(start_response, 404, {"error": {"code": "berth.http.not_found",
                                                           "message": f"no route {method} {path}"}})
         except Forbidden as exc:
