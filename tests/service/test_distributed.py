@@ -411,3 +411,50 @@ def test_an_operator_disables_and_forces_down_services_through_an_api_process(
         c.kill("compute")
         c.start_compute()
         c.wait_hosts(api, 8, timeout=30)
+
+
+def test_a_fleet_sets_the_service_states_its_cloud_file_gives(tmp_path: Path) -> None:
+    """``berth compute --fleet`` takes a host's ``service`` entry as ``berth serve
+    --cloud`` does: disabled with its reason, forced down, or down (``up: false``) from
+    its registration on; only the operator sets them back."""
+    reason = rabbit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(
+        "flavors:\n  - {name: tiny, vcpus: 1, memory_mb: 1024, root_gb: 5}\nhosts:\n"
+        "  - {host: h1, vcpus: 8, memory_mb: 16896, local_gb: 200}\n"
+        "  - {host: h2, vcpus: 8, memory_mb: 16896, local_gb: 200,\n"
+        "     service: {disabled: true, disabled_reason: new disks}}\n"
+        "  - {host: h3, vcpus: 8, memory_mb: 16896, local_gb: 200,\n"
+        "     service: {forced_down: true}}\n"
+        "  - {host: h4, vcpus: 8, memory_mb: 16896, local_gb: 200, service: {up: false}}\n")
+    with fresh_pg_database("berth_fleet_svc") as db, rabbit_vhost("berth_fleet_svc") as bus:
+        c = LocalCluster(tmp_path / "run", db, bus, cloud, schedulers=1, apis=1, options={
+            "DEFAULT": {"report_interval": 1, "service_down_time": 4}})
+        try:
+            c.start()
+            api = c.alive_urls()[0]
+            c.wait_hosts(api, 1, timeout=30)
+            # Up through the scheduler's start-up grace, then down: no report came.
+            _wait(lambda: _services(api)["h4"]["state"] == "down", 30)
+            assert _up_count(api) == 1  # a disabled service is not "up" in /hosts
+            services = _services(api)
+            assert (services["h1"]["status"], services["h1"]["state"]) == ("enabled", "up")
+            assert (services["h2"]["status"], services["h2"]["state"]) == ("disabled", "up")
+            assert services["h2"]["disabled_reason"] == "new disks"
+            assert services["h3"]["forced_down"] is True and services["h3"]["state"] == "down"
+            assert services["h4"]["state"] == "down" and services["h4"]["forced_down"] is False
+            for host in ("h2", "h3", "h4"):
+                refused = httpx.post(api + "/boot", headers=ADMIN, timeout=60, json={
+                    "flavor": "tiny", "force_hosts": [host]})
+                assert refused.status_code == 409, refused.text
+            placed = httpx.post(api + "/boot", headers=ADMIN, timeout=60,
+                                json={"flavor": "tiny"})
+            assert placed.json()["instances"][0]["host"] == "h1", placed.text
+            assert _service_cli(api, "set", "h2", "--enable").returncode == 0
+            assert _service_cli(api, "set", "h3", "--up").returncode == 0
+            c.wait_hosts(api, 3, timeout=30)
+            assert _services(api)["h2"]["status"] == "enabled"
+        finally:
+            c.close()

@@ -43,6 +43,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from typing import Any
 
 from berth.errors import BerthError
@@ -163,6 +164,7 @@ def _open(command: str, args: argparse.Namespace) -> tuple[Any, Any]:
 def cmd_compute(args: argparse.Namespace) -> int:
     """Register the hosts, report them, serve their builds until stopped."""
     from berth.cloudfile import load_cloud
+    from berth.filters.compute import effective_service_down_time
     from berth.placement.client import PlacementClient
     from berth.placement.db import prepare
     from berth.service.compute_rpc import COMPUTE_TOPIC, AgentDirectory, ComputeEndpoint
@@ -172,7 +174,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
     from berth.service.groups import ServerGroupStore
     from berth.service.metrics import Metrics, compute_collector
     from berth.service.reports import BusRecordStore
-    from berth.service.seeding import cloud_nodes, register_sharing
+    from berth.service.seeding import cloud_nodes, file_services, register_sharing
     from berth.webauth.client import placement_auth
 
     _logging()
@@ -183,7 +185,10 @@ def cmd_compute(args: argparse.Namespace) -> int:
     try:
         cloud = None
         if args.fleet:
-            cloud = load_cloud(args.fleet, config)
+            loaded_at = time.time()  # the file's hosts that are up reported now
+            cloud = load_cloud(args.fleet, config, now=loaded_at)
+            services = file_services(cloud, now=loaded_at, down_time=effective_service_down_time(
+                config.service_down_time, config.report_interval))
             nodes, aggregates = cloud_nodes(cloud), list(cloud.snapshot.aggregates)
             server = args.server or "fleet-" + os.path.splitext(os.path.basename(args.fleet))[0]
             if cloud.snapshot.obj("instances") is not None and any(
@@ -191,7 +196,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
                 LOG.warning("%s: the fleet starts its hosts empty; the file's instances "
                             "and usage are not replayed", args.fleet)
         else:
-            nodes, aggregates = [local_node(args.host)], None
+            nodes, aggregates, services = [local_node(args.host)], None, None
             server = args.server or args.host or socket.gethostname()
         engine = prepare(args.db)
     except BerthError as exc:
@@ -212,7 +217,8 @@ def cmd_compute(args: argparse.Namespace) -> int:
         bus.close()
         return _fail("compute", f"--placement-url: {exc}")
     fleet = Fleet(nodes, aggregates, client=client, records=records,
-                  directory=AgentDirectory(engine), config=config, server=server)
+                  directory=AgentDirectory(engine), config=config, server=server,
+                  services=services)
     for host in list(args.fail_host) + [h for h, _ in args.fail_first]:
         if host not in fleet.agents:
             return _fail("compute", f"--fail-host/--fail-first {host}: no such host here")
@@ -333,8 +339,6 @@ def _start_workers(args: argparse.Namespace, name: str, workers: int) -> list[An
 def _log_stats(name: str, service: Any, feed: Any, period: float = 30.0) -> None:
     """Log the scheduler's requests and their latency in the scheduler (its share of a
     boot's time) every ``period`` seconds while it has work."""
-    import time
-
     seen = 0
     while True:
         time.sleep(period)

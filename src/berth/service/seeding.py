@@ -129,8 +129,6 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
     existing: dict[str, str | None] = {}
     for row, agent in enumerate(agents):
         service = snap.obj("service")[row]
-        if service is not None and service.disabled:
-            agent.set_disabled(True, service.disabled_reason)
         failed = snap.num("failed_builds")[row]
         if "failed_builds" in (snap.interned_value("stats", row) or {}) and not math.isnan(failed):
             agent.failed_builds = int(failed)
@@ -182,17 +180,41 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
         # Instances the file counts (stats num_instances) but does not list.
         agent.baseline_instances = max(
             0, int(snap.num("num_instances")[row]) - len(snap.obj("instances")[row]))
-        down_since = None
-        if service is not None:
-            # The file can force a service down; one an operator forced down (restored
-            # from its stored record) stays so until set up again, as in Nova.
-            agent.forced_down = agent.forced_down or service.forced_down
-            seen = service.last_seen_up
-            if seen is not None and now - seen > down_time:
-                # A host the file says is down keeps its old heartbeat and stays silent.
-                agent.silent, down_since = True, seen
+        down_since = apply_file_service(agent, service, now=now, down_time=down_time)
         agent.report(now=down_since if down_since is not None else now)
     stack.builds.adopt(existing, request_id=f"cloud-file:{path}"[:64])
+
+
+def file_services(cloud: Cloud, *, now: float, down_time: float) -> dict[str, Any]:
+    """The compute services the cloud file (loaded at ``now``) sets a switch of: those
+    disabled, forced down, or last seen up longer than ``down_time`` ago; by host."""
+    snap = cloud.snapshot
+    out = {}
+    for row in range(len(snap)):
+        service = snap.obj("service")[row]
+        if service is not None and (service.disabled or service.forced_down or (
+                service.last_seen_up is not None and now - service.last_seen_up > down_time)):
+            out[snap.obj("host")[row]] = service
+    return out
+
+
+def apply_file_service(agent: Any, service: Any, *, now: float, down_time: float) -> float | None:
+    """The switches the cloud file sets on ``agent``'s compute service (``berth serve
+    --cloud`` and ``berth compute --fleet`` alike), after the agent registered (and took
+    back an operator's from its stored record): disabled with its reason; forced down
+    (one an operator forced down stays so until set up again, as in Nova); and a host
+    the file last saw up longer than ``down_time`` before ``now`` keeps that old
+    heartbeat and stays silent. Returns that heartbeat, or None (the host is up)."""
+    if service is None:
+        return None
+    down_since = None
+    seen = service.last_seen_up
+    if seen is not None and now - seen > down_time:
+        agent.silent, agent.last_heartbeat, down_since = True, seen, seen
+    agent.forced_down = agent.forced_down or service.forced_down
+    if service.disabled:  # reports at once: under the old heartbeat when silent
+        agent.set_disabled(True, service.disabled_reason)
+    return down_since
 
 
 #: The cloud-file field behind each resource class a node reports.
