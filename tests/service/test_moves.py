@@ -73,8 +73,15 @@ def test_migrate_leaves_the_source_allocation_with_the_migration_until_confirm(
     assert three.agents["h3"].host_record(0).free_ram_mb == 11264 - 512 - 512
     assert uuid in three.agents["h2"].host_record(0).instances
 
+    # GET /servers/{uuid} meanwhile: the migration consumer's hold on the source too.
+    shown = moves.show(uuid)
+    assert shown["migration_uuid"] == migration
+    assert shown["allocations"]["migration"] == answer["allocations"]["migration"]
+    assert [m["status"] for m in shown["migrations"]] == ["finished"]
+
     confirmed = moves.confirm(uuid)
     assert confirmed["status"] == "ACTIVE" and confirmed["host"] == "h2"
+    assert "migration" not in moves.show(uuid)["allocations"]
     assert three.client.get_allocations(migration).allocations == {}
     assert _usage(three) == {"h1": 0, "h2": 512, "h3": 0}
     assert [m["status"] for m in confirmed["migrations"]] == ["confirmed"]

@@ -106,11 +106,18 @@ def test_resize_and_revert_with_the_cli(server: str, capsys: pytest.CaptureFixtu
     assert _held(server, SEEDED) == {dest: BIG}
     assert main(["migrate", SEEDED, "--url", server]) == 4
     assert "VERIFY_RESIZE" in capsys.readouterr().err
+    # While it waits: both consumers' holds, and the migration itself.
+    assert main(["server", SEEDED, "--url", server]) == 0
+    out = capsys.readouterr().out
+    assert "status VERIFY_RESIZE" in out and "migration consumer" in out
+    assert f"resize n3 -> {dest}, finished" in out
     assert main(["revert-resize", SEEDED, "--url", server]) == 0
     assert "on n3" in capsys.readouterr().out
     assert _held(server, SEEDED) == {"n3": SMALL}
     assert main(["server", SEEDED, "--url", server]) == 0
-    assert "status ACTIVE; flavor small" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "status ACTIVE; flavor small" in out and "migration consumer" not in out
+    assert f"resize n3 -> {dest}, reverted" in out
 
 
 def test_evacuate_from_a_down_host_and_not_from_an_up_one(

@@ -389,6 +389,10 @@ def _print_server(action: str, data: dict[str, Any]) -> None:
             f"{rc}={n}" for rc, n in sorted(res.items()))
             for rp, res in sorted(held.items())) or "nothing"
         print(f"  {consumer} consumer {label}: {text}")
+    if action == "server":
+        for m in data.get("migrations") or []:
+            print(f"  migration {m['uuid']}: {m['migration_type']} {m['source_host']} -> "
+                  f"{m['dest_host'] or '-'}, {m['status']}")
 
 
 def _print_instances(instances: list[dict[str, Any]]) -> None:

@@ -413,9 +413,13 @@ class MoveService:
 
     def show(self, instance_uuid: str, migration_uuid: str | None = None) -> dict[str, Any]:
         """The instance, its migrations, and the allocations of the instance consumer and
-        (with a migration) of the migration consumer."""
+        of the migration consumer: ``migration_uuid``'s, or that of the move waiting to
+        be confirmed or reverted (the source's allocation it holds)."""
         record = self._instance(instance_uuid)
         migrations = self.instances.migrations(instance_uuid)
+        if migration_uuid is None:
+            waiting = [m.uuid for m in migrations if m.status == "finished"]
+            migration_uuid = waiting[-1] if waiting else None
         answer: dict[str, Any] = {
             "instance_uuid": record.uuid, "host": record.host, "nodename": record.nodename,
             "status": record.status, "flavor": record.spec["flavor"]["name"],
