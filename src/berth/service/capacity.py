@@ -374,7 +374,8 @@ def add_command(sub: Any) -> None:
     p = sub.add_parser("capacity", help="how many more instances of each flavor fit, where, "
                        "and what limits each host (offline, through the real pipeline)")
     p.add_argument("cloud", nargs="?", help="cloud description (YAML or JSON); or --url")
-    p.add_argument("--url", help="a running Berth (berth serve / berth api) to read instead")
+    p.add_argument("--url", help="a running berth serve to read instead (an API process of "
+                                 "the distributed form serves no compute nodes' records)")
     p.add_argument("--token", default="admin", help="with --url: the X-Auth-Token to send")
     p.add_argument("--flavor", action="append", default=[],
                    help="flavor name (repeatable; default every flavor of the cloud)")
