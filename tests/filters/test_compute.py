@@ -59,6 +59,10 @@ def test_reasons_say_disabled_or_down_with_the_heartbeat_age() -> None:
     down = f.check(state(one(ServiceRecord("h1", last_seen_up=NOW - 75)), "h1"), spec())
     assert down is not None and down.reason == "service down"
     assert down.render() == "service down (heartbeat age 75 s, service down time 60 s)"
+    late = f.check(state(one(ServiceRecord("h1", last_seen_up=NOW - 609.7264215946198)), "h1"),
+                   spec())
+    assert late is not None
+    assert late.render() == "service down (heartbeat age 609.7 s, service down time 60 s)"
     forced = f.check(state(one(ServiceRecord("h1", last_seen_up=NOW, forced_down=True)), "h1"), spec())
     assert forced is not None and forced.numbers == {"forced_down": True}
 

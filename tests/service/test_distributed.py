@@ -398,6 +398,11 @@ def test_an_operator_disables_and_forces_down_services_through_an_api_process(
         c.wait_hosts(api, 8, timeout=30)
         missing = _service_cli(api, "set", "h09999", "--up")
         assert missing.returncode == 4 and "no compute service" in missing.stderr
+        # An API process keeps no instances: a route it does not serve, not a refusal.
+        shown = subprocess.run([sys.executable, "-m", "berth.cli", "server",
+                                "00000000-0000-4000-8000-00000000000a", "--url", api,
+                                "--token", "admin"], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 7 and "keeps no instances" in shown.stderr, shown.stderr
         # A host taken out: its agent in the fleet stops, the scheduler drops it.
         done = _service_cli(api, "delete", "h00007")
         assert done.returncode == 0, done.stderr

@@ -78,7 +78,7 @@ class ComputeFilter(BaseHostFilter):
             last = service.get("created_at")
         age = math.nan if last is None else abs(host_state.now - float(last))
         if not age <= self.service_down_time:
-            return Reject.of("service down", heartbeat_age_s=age,
+            return Reject.of("service down", heartbeat_age_s=round(age, 1),  # for people
                              service_down_time_s=self.service_down_time)
         return None
 

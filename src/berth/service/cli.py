@@ -459,7 +459,8 @@ def refused(resp: Any, data: dict[str, Any]) -> int:
 
 def _exit_code(status: int, data: Any) -> int:
     """The exit status ``berth schedule`` gives the same error (by its code), else 9 for a
-    refused token or a policy refusal, 3 for a bad request and 4 for another refusal."""
+    refused token or a policy refusal, 3 for a bad request, 7 for a route this server
+    does not serve (``berth api`` keeps no instances) and 4 for another refusal."""
     from berth.errors import EXIT_CODES
 
     if status in (401, 403):
@@ -468,7 +469,9 @@ def _exit_code(status: int, data: Any) -> int:
     for cls, exit_status in EXIT_CODES.items():
         if cls.code == code:
             return exit_status
-    return 3 if status == 400 else 4
+    if status == 400:
+        return 3
+    return 7 if code == "berth.http.not_found" else 4
 
 
 def diagnosis_from_dict(data: Any) -> Diagnosis:
@@ -625,6 +628,7 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
         cloud_flavors, images = seed_from_cloud(stack, args.cloud)
         flavors.update(cloud_flavors)
         LOG.info("registered %d compute nodes from %s", len(stack.agents), args.cloud)
+    stored: set[str] = set()  # hosts stored and reporting (or not) from elsewhere
     if not args.no_resume:
         resumed = stack.resume_agents()
         if resumed:
@@ -638,7 +642,7 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
             LOG.warning("%d stored hosts have no agent here (--no-resume): they go down "
                         "after service_down_time unless they report from elsewhere",
                         len(stored))
-    if not stack.agents:
+    if not stack.agents and not stored:
         LOG.warning("no compute hosts: every boot fails with NoValidHost until hosts "
                     "register (start with --cloud FILE)")
     fail_first = dict(args.fail_first)
