@@ -215,3 +215,33 @@ def test_an_api_diagnosis_rebuilds_into_the_same_explanation(stack: Stack) -> No
     with pytest.raises(InputError):
         diagnosis_from_dict({"summary": "x"})
 
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["delete", "../os-services/c1-x01"], "expected an instance uuid, got '../os-services/c1-x01'"),
+    (["server", ""], "expected an instance uuid, got ''"),
+    (["migrate", "a/b?c=d"], "expected an instance uuid"),
+    (["service", "delete", "../servers/00000000-0000-4000-8000-00000000000a"],
+     "expected a host name"),
+    (["service", "set", "..", "--up"], "expected a host name, got '..'"),
+    (["service", "set", "", "--up"], "expected a host name, got ''"),
+    (["boot", "--flavor", "m1.tiny", "--url", "http://[::1"], "not a URL: 'http://[::1'"),
+    (["capacity", "--url", "ftp://x"], "expected an http:// or https:// URL"),
+    (["cloud", "export", "--url", "http://h:99999"], "port 99999 of 'http://h:99999'"),
+])
+def test_an_argument_that_would_name_another_route_is_refused(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The instance or host goes into the URL's path: '../os-services/h' once deleted a
+    compute service through ``berth delete``."""
+    if "--url" not in argv:
+        argv = [*argv, "--url", "http://127.0.0.1:9"]
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_host_name_goes_into_the_path_quoted() -> None:
+    from berth.service.cli import url_segment
+
+    assert url_segment("c1 s01?x#y%") == "c1%20s01%3Fx%23y%25"

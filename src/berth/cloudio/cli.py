@@ -17,6 +17,8 @@ from typing import Any
 
 def add_commands(cloud: Any) -> None:
     """Register ``import`` and ``export`` on the ``berth cloud`` subparsers."""
+    from berth.service.cli import server_url
+
     c = cloud.add_parser("import", help="write a real OpenStack cloud as a cloud file "
                                         "(openstacksdk: clouds.yaml or OS_* variables)")
     c.add_argument("--os-cloud", metavar="NAME",
@@ -27,7 +29,7 @@ def add_commands(cloud: Any) -> None:
 
     c = cloud.add_parser("export", help="write the state of a running 'berth serve' as a "
                                         "cloud file")
-    c.add_argument("--url", default="http://127.0.0.1:8780",
+    c.add_argument("--url", default="http://127.0.0.1:8780", type=server_url,
                    help="the server (default http://127.0.0.1:8780)")
     c.add_argument("--token", default="admin",
                    help="token for its Placement API (noauth2: 'admin' by default)")

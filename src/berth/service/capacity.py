@@ -369,12 +369,13 @@ def table_lines(report: CapacityReport) -> list[str]:
 # ----------------------------------------------------------------------------- command
 def add_command(sub: Any) -> None:
     """``berth capacity``."""
-    from berth.service.cli import positive_int
+    from berth.service.cli import positive_int, server_url
 
     p = sub.add_parser("capacity", help="how many more instances of each flavor fit, where, "
                        "and what limits each host (offline, through the real pipeline)")
     p.add_argument("cloud", nargs="?", help="cloud description (YAML or JSON); or --url")
-    p.add_argument("--url", help="a running berth serve to read instead (an API process of "
+    p.add_argument("--url", type=server_url,
+                   help="a running berth serve to read instead (an API process of "
                                  "the distributed form serves no compute nodes' records)")
     p.add_argument("--token", default="admin", help="with --url: the X-Auth-Token to send")
     p.add_argument("--flavor", action="append", default=[],

@@ -132,7 +132,8 @@ def add_commands(subparsers: Any) -> None:
                    help="project booted for (default the token's; another project needs "
                         "the admin or service role)")
     b.add_argument("--user", default=None, help="user booted for (default the token's)")
-    b.add_argument("--url", default=DEFAULT_URL, help=f"server URL (default {DEFAULT_URL})")
+    b.add_argument("--url", default=DEFAULT_URL, type=server_url,
+                   help=f"server URL (default {DEFAULT_URL})")
     b.add_argument("--token", help="token for the server (default OS_AUTH_TOKEN, else one from Keystone with "
                         "OS_AUTH_URL, OS_USERNAME, ...; else noauth2's 'admin')")
     b.add_argument("--explain", action="store_true",
@@ -157,7 +158,7 @@ def add_commands(subparsers: Any) -> None:
     )
     for name, text in actions:
         m = subparsers.add_parser(name, help=text)
-        m.add_argument("instance", metavar="INSTANCE_UUID")
+        m.add_argument("instance", metavar="INSTANCE_UUID", type=instance_uuid)
         if name in ("migrate", "evacuate"):
             m.add_argument("--host", help="the requested destination host")
         if name in ("migrate", "resize"):
@@ -174,7 +175,8 @@ def add_commands(subparsers: Any) -> None:
                            help="print the diagnosis, as 'berth boot --explain' does")
             m.add_argument("--verbose", "-v", action="store_true",
                            help="with --explain: every rejected host and every weigher's term")
-        m.add_argument("--url", default=DEFAULT_URL, help=f"server URL (default {DEFAULT_URL})")
+        m.add_argument("--url", default=DEFAULT_URL, type=server_url,
+                       help=f"server URL (default {DEFAULT_URL})")
         m.add_argument("--token", help="token for the server (default OS_AUTH_TOKEN, else one from Keystone with "
                             "OS_AUTH_URL, OS_USERNAME, ...; else noauth2's 'admin')")
         m.add_argument("--json", action="store_true", help="print the JSON answer as sent")
@@ -182,6 +184,48 @@ def add_commands(subparsers: Any) -> None:
     from berth.service import services_cli
 
     services_cli.add_commands(subparsers, DEFAULT_URL)
+
+
+def instance_uuid(text: str) -> str:
+    """An argparse type: an instance's uuid (it goes into the URL's path: nothing else
+    may, or it could name another route)."""
+    import uuid as uuidlib
+
+    try:
+        uuidlib.UUID(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an instance uuid, got {text!r}") from None
+    return text
+
+
+def host_name(text: str) -> str:
+    """An argparse type: a compute host's name, as one segment of a URL's path."""
+    if not text or text in (".", "..") or "/" in text or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"expected a host name, got {text!r}")
+    return text
+
+
+def server_url(text: str) -> str:
+    """An argparse type: the http(s) URL of a running server."""
+    import httpx
+
+    try:
+        url = httpx.URL(text)
+    except httpx.InvalidURL as exc:
+        raise argparse.ArgumentTypeError(f"not a URL: {text!r} ({exc})") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL with a host, "
+                                         f"got {text!r}")
+    if url.port is not None and not 0 < url.port < 65536:
+        raise argparse.ArgumentTypeError(f"port {url.port} of {text!r} is not a TCP port")
+    return text
+
+
+def url_segment(text: str) -> str:
+    """``text`` quoted as one segment of a URL's path."""
+    from urllib.parse import quote
+
+    return quote(text, safe="")
 
 
 def positive_int(text: str) -> int:
@@ -322,7 +366,7 @@ def cmd_server_action(args: argparse.Namespace) -> int:
     """POST a move (or confirm/revert) to ``/servers/{uuid}/{action}``, or GET the
     instance, and print where it is and what its consumers hold."""
 
-    url = f"{args.url.rstrip('/')}/servers/{args.instance}"
+    url = f"{args.url.rstrip('/')}/servers/{url_segment(args.instance)}"
     body: dict[str, Any] = {}
     if getattr(args, "host", None):
         body["host"] = args.host

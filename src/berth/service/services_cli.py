@@ -19,6 +19,8 @@ from typing import Any
 
 def add_commands(subparsers: Any, default_url: str) -> None:
     """Register ``service list`` and ``service set`` on the ``berth`` subparsers."""
+    from berth.service.cli import host_name, server_url
+
     service = subparsers.add_parser(
         "service", help="the compute services of a running 'berth serve' or 'berth api': "
                         "list them, disable, enable or force one down")
@@ -26,7 +28,7 @@ def add_commands(subparsers: Any, default_url: str) -> None:
     listed = actions.add_parser("list", help="every compute service: zone, status, state")
     changed = actions.add_parser("set", help="disable/enable a host's compute service, or "
                                              "force it down/up (Nova's os-services update)")
-    changed.add_argument("host", metavar="HOST")
+    changed.add_argument("host", metavar="HOST", type=host_name)
     status = changed.add_mutually_exclusive_group()
     status.add_argument("--disable", dest="status", action="store_const", const="disabled",
                         help="schedule nothing more on it (ComputeFilter; the "
@@ -44,9 +46,9 @@ def add_commands(subparsers: Any, default_url: str) -> None:
     deleted = actions.add_parser(
         "delete", help="delete a host's compute service (it runs no instance): its agents "
                        "stop, its resource providers and records go")
-    deleted.add_argument("host", metavar="HOST")
+    deleted.add_argument("host", metavar="HOST", type=host_name)
     for p in (listed, changed, deleted):
-        p.add_argument("--url", default=default_url,
+        p.add_argument("--url", default=default_url, type=server_url,
                        help=f"server URL (default {default_url})")
         p.add_argument("--token", help="token for the server (default OS_AUTH_TOKEN, else "
                                        "one from Keystone with OS_AUTH_URL, OS_USERNAME, ...; "
@@ -58,13 +60,13 @@ def add_commands(subparsers: Any, default_url: str) -> None:
 
 def cmd_service(args: argparse.Namespace) -> int:
     """GET, PUT or DELETE ``/os-services`` and print the services as a table."""
-    from berth.service.cli import ask_server, refused
+    from berth.service.cli import ask_server, refused, url_segment
 
     base = f"{args.url.rstrip('/')}/os-services"
     if args.action == "list":
         sent = ask_server(args, "GET", base)
     elif args.action == "delete":
-        sent = ask_server(args, "DELETE", f"{base}/{args.host}", empty_ok=True)
+        sent = ask_server(args, "DELETE", f"{base}/{url_segment(args.host)}", empty_ok=True)
     else:
         if args.status is None and args.forced_down is None:
             print("berth service set: give --disable/--enable, --down/--up or both",
@@ -77,7 +79,7 @@ def cmd_service(args: argparse.Namespace) -> int:
             body["disabled_reason"] = args.disable_reason
         if args.forced_down is not None:
             body["forced_down"] = args.forced_down
-        sent = ask_server(args, "PUT", f"{base}/{args.host}", json=body)
+        sent = ask_server(args, "PUT", f"{base}/{url_segment(args.host)}", json=body)
     if isinstance(sent, int):
         return sent
     resp, data = sent
