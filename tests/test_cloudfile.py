@@ -119,6 +119,49 @@ def test_a_bad_cloud_file_names_the_field_and_the_value(doc, message):
 
 
 @pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (minimal(vcpus=10**25), "hosts[0].vcpus: expected an integer up to 2147483647"),
+        (minimal(memory_mb_used=2**31), "hosts[0].memory_mb_used: expected an integer up to"),
+        (minimal(hypervisor_version=10**30),
+         "hosts[0].hypervisor_version: expected an integer up to 9223372036854775807"),
+        ({**minimal(), "flavors": [{"name": "f", "vcpus": 2**63, "memory_mb": 5}]},
+         "flavors[0].vcpus: expected an integer up to 2147483647"),
+        ({"hosts": [{"host": "h{index}", "count": 2, "nodename": "same", "vcpus": 4,
+                     "memory_mb": 4096}]},
+         "hosts[0] (#2).nodename: 'same' is also hosts[0] (#1)'s"),
+        ({"hosts": [{"host": "a", "uuid": "6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11", "vcpus": 4},
+                    {"host": "b", "uuid": "6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11", "vcpus": 4}]},
+         "hosts[1].uuid: '6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11' is also hosts[0]'s"),
+        (minimal(stats={"io_workload": "x"}), "hosts[0].stats.io_workload: expected a count"),
+        (minimal(cpu_dedicated_set="0-99999999"),
+         "hosts[0].cpu_dedicated_set: CPU range '0-99999999' goes past CPU 65535"),
+    ],
+    ids=["host size past Nova's INT", "usage past Nova's INT", "past 64 bits",
+         "flavor size past Nova's INT", "two nodes of one name", "two nodes of one uuid",
+         "a count that is no number", "a CPU set of 100 million"],
+)
+def test_what_no_store_or_report_could_hold_is_refused_at_load(doc, message):
+    """These once passed ``berth cloud check`` and then failed with a traceback (or hung)
+    in the store, the reports or the CPU sets."""
+    with pytest.raises(CloudFileError) as info:
+        parse_cloud(doc, CONFIG, 0.0)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("", "empty; a cloud file is a mapping"), (None, "a directory, not a cloud file")])
+def test_an_empty_file_or_a_directory_is_named_as_such(tmp_path, content, message):
+    path = tmp_path / "cloud.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_text(content)
+    with pytest.raises(CloudFileError, match=f"{path}: {message}"):
+        load_cloud(str(path))
+
+
+@pytest.mark.parametrize(
     ("properties", "message"),
     [
         ({"hw_cpu_cores": "lots"}, "images[1].properties.hw_cpu_cores: expected an integer, got 'lots'"),

@@ -45,6 +45,7 @@ import yaml
 
 from berth.config import SchedulerConfig, not_utf8
 from berth.errors import CloudFileError
+from berth.json_text import INT64_MAX
 from berth.model import (
     Aggregate,
     CellMapping,
@@ -57,6 +58,7 @@ from berth.model import (
     ServiceRecord,
 )
 from berth.model.image_props import ImagePropertyError
+from berth.placement.store_records import MAX_INT
 from berth.provider_tree import (
     NodeProviders,
     ProviderSpec,
@@ -174,7 +176,9 @@ class _Reader:
         return str(value)
 
     def integer(self, key: str, default: int | None = None, minimum: int | None = 0,
-            required: bool = False) -> int | None:
+            required: bool = False, maximum: int = INT64_MAX) -> int | None:
+        """``key``'s integer (at most 64 bits: every store and report takes those; Nova's
+        own sizes, ``MAX_INT``, where the caller says so)."""
         if not self.has(key):
             if required:
                 raise CloudFileError(f"{self.at(key)}: required field is missing")
@@ -187,6 +191,9 @@ class _Reader:
                 raise CloudFileError(f"{self.at(key)}: expected an integer, got {_show(value)}")
         if minimum is not None and value < minimum:
             raise CloudFileError(f"{self.at(key)}: expected an integer >= {minimum}, got {value}")
+        if value > maximum:
+            raise CloudFileError(f"{self.at(key)}: expected an integer up to {maximum}, got "
+                                 f"{_show(value)}")
         return value
 
     def number(self, key: str, default: float | None = None, minimum: float | None = 0.0) -> float | None:
@@ -295,13 +302,19 @@ def _bounded_entries(items: Sequence[Any], defaults: Mapping[str, Any]
 
 def read_document(path: str) -> Any:
     """Parse a YAML or JSON file (JSON is YAML) with errors that name the file and line."""
-    if not os.path.isfile(path):
+    if os.path.isdir(path):
+        raise CloudFileError(f"{path}: a directory, not a cloud file")
+    if not os.path.exists(path):
         raise CloudFileError(f"{path}: no such file")
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except UnicodeDecodeError as exc:
         raise CloudFileError(f"{path}: {not_utf8(exc)}") from None
+    except OSError as exc:
+        raise CloudFileError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise CloudFileError(f"{path}: empty; a cloud file is a mapping with at least 'hosts'")
     try:
         if path.endswith(".json"):
             return json.loads(text)
@@ -354,6 +367,8 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
     seen: set[tuple[str, str]] = set()
     #: The first node of each service host: its path and record.
     first_node: dict[str, tuple[str, HostRecord]] = {}
+    node_names: dict[str, str] = {}
+    node_uuids: dict[str, str] = {}
     providers: dict[str, NodeProviders] = {}
     entries = _bounded_entries(top.seq("hosts"), defaults)
     for i, (merged, count) in enumerate(entries):
@@ -368,9 +383,17 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
             path = f"hosts[{i}]" if count is None else f"hosts[{i}] (#{index})"
             record = _host(entry, path, cells, flavors, images, config, now, broken)
             assert record.uuid is not None
-            providers[record.uuid] = _node_providers(entry, path, record)
             if record.key in seen:
                 raise CloudFileError(f"{path}.host: duplicate compute node {record.key[0]}/{record.key[1]}")
+            # Placement names a node's provider by its nodename, and knows it by its uuid.
+            other = node_names.setdefault(record.nodename or record.host, path)
+            if other != path:
+                raise CloudFileError(f"{path}.nodename: {record.nodename!r} is also {other}'s "
+                                     "(a node's resource provider is named after it)")
+            other = node_uuids.setdefault(record.uuid, path)
+            if other != path:
+                raise CloudFileError(f"{path}.uuid: {record.uuid!r} is also {other}'s")
+            providers[record.uuid] = _node_providers(entry, path, record)
             seen.add(record.key)
             if record.host in first_node:
                 _same_service_host(record, entry, path, *first_node[record.host])
@@ -494,16 +517,18 @@ def _flavors(top: _Reader) -> dict[str, Flavor]:
         assert name is not None
         if name in flavors:
             raise CloudFileError(f"flavors[{i}].name: duplicate flavor {name!r}")
-        memory = r.integer("memory_mb", default=r.integer("ram"), minimum=1)
+        memory = r.integer("memory_mb", default=r.integer("ram", maximum=MAX_INT), minimum=1,
+                           maximum=MAX_INT)
         if memory is None:
             raise CloudFileError(f"flavors[{i}].memory_mb: required field is missing")
         flavors[name] = Flavor(
             name=name,
-            vcpus=r.integer("vcpus", required=True, minimum=1) or 1,
+            vcpus=r.integer("vcpus", required=True, minimum=1, maximum=MAX_INT) or 1,
             memory_mb=memory,
-            root_gb=r.integer("root_gb", default=r.integer("disk", default=0)) or 0,
-            ephemeral_gb=r.integer("ephemeral_gb", default=0) or 0,
-            swap=r.integer("swap", default=0) or 0,
+            root_gb=r.integer("root_gb", default=r.integer("disk", default=0, maximum=MAX_INT),
+                              maximum=MAX_INT) or 0,
+            ephemeral_gb=r.integer("ephemeral_gb", default=0, maximum=MAX_INT) or 0,
+            swap=r.integer("swap", default=0, maximum=MAX_INT) or 0,
             id=r.integer("id", default=i + 1),
             flavorid=r.text("flavorid") or name,
             extra_specs=r.str_map("extra_specs"),
@@ -583,13 +608,16 @@ def _host(
 
     instances, placed = _instances(r, flavors, images, broken)
 
-    vcpus = r.integer("vcpus", default=0) or 0
-    memory_mb = r.integer("memory_mb", default=0) or 0
-    local_gb = r.integer("local_gb", default=0) or 0
-    vcpus_used = r.integer("vcpus_used", default=config.reserved_host_cpus + sum(f.vcpus for f in placed))
-    memory_used = r.integer("memory_mb_used", default=config.reserved_host_memory_mb + sum(f.memory_mb for f in placed))
+    # Nova's compute node columns are INT: so are a host's sizes here.
+    vcpus = r.integer("vcpus", default=0, maximum=MAX_INT) or 0
+    memory_mb = r.integer("memory_mb", default=0, maximum=MAX_INT) or 0
+    local_gb = r.integer("local_gb", default=0, maximum=MAX_INT) or 0
+    vcpus_used = r.integer("vcpus_used", default=config.reserved_host_cpus + sum(f.vcpus for f in placed),
+                           maximum=MAX_INT)
+    memory_used = r.integer("memory_mb_used", default=config.reserved_host_memory_mb + sum(f.memory_mb for f in placed),
+                            maximum=MAX_INT)
     disk_used = r.integer("local_gb_used", default=math.ceil(config.reserved_host_disk_mb / 1024)
-                      + sum(f.root_gb + f.ephemeral_gb for f in placed))
+                      + sum(f.root_gb + f.ephemeral_gb for f in placed), maximum=MAX_INT)
     assert vcpus_used is not None and memory_used is not None and disk_used is not None
     least = r.integer("disk_available_least", default=None, minimum=None)
     free_disk_gb = local_gb - disk_used
@@ -601,6 +629,11 @@ def _host(
         stats["io_workload"] = str(r.integer("io_workload"))
     if r.has("failed_builds"):
         stats["failed_builds"] = str(r.integer("failed_builds"))
+    for key in ("num_instances", "io_workload", "failed_builds"):  # the counts read as ints
+        value = stats.get(key)
+        if value is not None and not str(value).strip().isdigit():
+            raise CloudFileError(f"{r.at('stats')}.{key}: expected a count (an integer >= 0), "
+                                 f"got {_show(value)}")
 
     cpu_info: Any = entry.get("cpu_info", {})
     if isinstance(cpu_info, Mapping):

@@ -38,6 +38,11 @@ class NUMAUsageError(SchedulingError):
 
 
 # -------------------------------------------------------------------------- CPU specs
+#: One past the highest CPU number a host can have (Linux's NR_CPUS is at most 8,192;
+#: the bound keeps a typo such as "0-99999999" from building a set of 100 million).
+MAX_CPUS = 65536
+
+
 def parse_cpu_spec(spec: str) -> set[int]:
     """``"0-3,^2,8"`` -> ``{0, 1, 3, 8}``: ranges and single CPUs, ``^N`` excludes.
 
@@ -60,6 +65,8 @@ def parse_cpu_spec(spec: str) -> set[int]:
                 raise ValueError(f"invalid CPU range {raw.strip()!r}") from None
             if start < 0 or end < start:
                 raise ValueError(f"invalid CPU range {raw.strip()!r}")
+            if end >= MAX_CPUS:
+                raise ValueError(f"CPU range {raw.strip()!r} goes past CPU {MAX_CPUS - 1}")
             target.update(range(start, end + 1))
         else:
             try:
@@ -68,6 +75,8 @@ def parse_cpu_spec(spec: str) -> set[int]:
                 raise ValueError(f"invalid CPU number {raw.strip()!r}") from None
             if cpu < 0:
                 raise ValueError(f"invalid CPU number {raw.strip()!r}")
+            if cpu >= MAX_CPUS:
+                raise ValueError(f"CPU number {raw.strip()!r} is past CPU {MAX_CPUS - 1}")
             target.add(cpu)
     return included - excluded
 
