@@ -220,3 +220,24 @@ def test_a_real_nova_conf_is_quiet_and_nova_options_are_named_not_used(tmp_path)
     answer = json.loads(done.stdout)
     assert answer["warnings"] == [] and "[vnc] enabled" in answer["not_used_by_berth"]
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[scheduler]\nmax_attempts =\n",
+     "[scheduler] max_attempts: empty value; give one, or leave the option out for its "
+     "default (3)"),
+    ("[filter_scheduler]\nram_weight_multiplier =\n",
+     "[filter_scheduler] ram_weight_multiplier: empty value"),
+    ("[DEFAULT]\nreserved_host_memory_mb = 99999999999999999999999\n",
+     "[DEFAULT] reserved_host_memory_mb = 99999999999999999999999: out of the 64-bit"),
+    ("no section = 1\n", "line 1: no [section] header before 'no section = 1'"),
+    ("[DEFAULT]\n[DEFAULT\n", "line 2: cannot parse '[DEFAULT\\n'"),
+], ids=["empty int", "empty float", "past 64 bits", "no section", "broken header"])
+def test_values_nothing_could_use_are_one_line_config_errors(tmp_path, text, message):
+    """An empty "name =" reads as None, which every use of a number failed on with a
+    traceback after ``berth config check`` said ok."""
+    path = tmp_path / "nova.conf"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        SchedulerConfig.from_files([str(path)])
+    assert message in str(info.value) and "\n" not in str(info.value)

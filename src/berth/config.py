@@ -470,7 +470,8 @@ def _read_all(conf: cfg.ConfigOpts) -> dict[str, dict[str, Any]]:
     for group in OPTION_GROUPS:
         target: Any = conf if group == "DEFAULT" else conf[group]
         group_values: dict[str, Any] = {}
-        names = [opt.dest for opt in OPTION_GROUPS[group]]
+        defaults = {opt.dest: opt.default for opt in OPTION_GROUPS[group]}
+        names = list(defaults)
         if group == "DEFAULT":
             names += [n for n in conf if n.endswith("_weight") and n not in names]
         for name in names:
@@ -479,6 +480,14 @@ def _read_all(conf: cfg.ConfigOpts) -> dict[str, dict[str, Any]]:
             except (cfg.Error, ValueError) as exc:
                 # A bad value, or a $reference to an option that does not exist.
                 raise ConfigError(f"[{group}] {name}: {exc}") from None
+            if value is None and defaults.get(name) is not None:
+                # oslo.config reads "name =" as None for a number; nothing takes None.
+                raise ConfigError(f"[{group}] {name}: empty value; give one, or leave the "
+                                  f"option out for its default ({defaults[name]})")
+            if (isinstance(value, int) and not isinstance(value, bool)
+                    and not -(1 << 63) <= value < (1 << 63)):
+                raise ConfigError(f"[{group}] {name} = {value}: out of the 64-bit "
+                                  "integer range")
             # oslo.config's FloatOpt takes 'nan' and 'inf'; a multiplier or ratio of
             # either makes every weight NaN (or every host equal), so refuse them here.
             if isinstance(value, float) and not math.isfinite(value):
@@ -588,7 +597,17 @@ def _check_ini_syntax(path: str) -> None:
         with open(path, encoding="utf-8") as handle:
             parser.read_file(handle)
     except configparser.Error as exc:
-        raise ConfigError(f"config file {path}: {exc}") from exc
+        raise ConfigError(f"config file {path}: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: configparser.Error) -> str:
+    """configparser's message on one line, with the line number it gives."""
+    if isinstance(exc, configparser.MissingSectionHeaderError):
+        return f"line {exc.lineno}: no [section] header before {exc.line.strip()!r}"
+    if isinstance(exc, configparser.ParsingError):
+        lineno, line = exc.errors[0]  # the line as repr() shows it
+        return f"line {lineno}: cannot parse {line}"
+    return " ".join(str(exc).split())
 
 
 def unknown_options(paths: Iterable[str]) -> list[str]:
