@@ -328,3 +328,53 @@ def test_explanations_name_aggregates_not_their_uuids(capsys):
     assert code == 0
     assert "not in a required aggregate (member of az3)" in out
     assert "member of e431d10b" not in out
+
+
+def test_a_host_used_past_its_capacity_is_full_not_a_hang(capsys, tmp_path, caplog):
+    """The file's usage beyond capacity was split into one consumer per host size (100
+    million VCPU: a hang) and what placement refused was dropped, so the host took more."""
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(
+        "flavors: [{name: f, vcpus: 1, memory_mb: 5}]\nhosts:\n"
+        "  - {host: h1, vcpus: 16, memory_mb: 65536, local_gb: 500, vcpus_used: 100}\n"
+        "  - {host: h2, vcpus: 16, memory_mb: 65536, local_gb: 500, vcpus_used: 100000000}\n")
+    code, _, err = run(capsys, "schedule", str(cloud), "--flavor", "f")
+    assert code == 4 and "No valid host" in err
+    warned = [r.getMessage() for r in caplog.records if "counted full of VCPU" in r.getMessage()]
+    assert len(warned) == 2
+
+
+def test_an_amount_past_64_bits_is_explained_not_a_traceback(capsys, tmp_path):
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(
+        "flavors: [{name: f, vcpus: 1, memory_mb: 5, extra_specs: "
+        "{'resources:VCPU': '99999999999999999999'}}]\n"
+        "hosts: [{host: h1, vcpus: 4, memory_mb: 1000, local_gb: 10}]\n")
+    code, out, err = run(capsys, "schedule", str(cloud), "--flavor", "f", "--explain")
+    assert code == 4
+    assert "VCPU amount outside min_unit..max_unit (requested 99999999999999999999" in out + err
+
+
+@pytest.mark.parametrize("command", ["schedule", "capacity"])
+def test_a_non_finite_instant_is_a_usage_error(capsys, command):
+    with pytest.raises(SystemExit) as exited:
+        main([command, CLOUD, "--flavor", "m1.small", "--now", "nan"])
+    assert exited.value.code == 2
+    assert "--now: expected epoch seconds, got 'nan'" in capsys.readouterr().err
+
+
+def test_a_file_that_is_no_database_is_one_line(capsys, tmp_path):
+    path = tmp_path / "db.sqlite"
+    path.write_text("garbage\n" * 100)
+    assert main(["audit", "--db", f"sqlite:///{path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("file is not a database") and "\n" not in err
+
+
+def test_cloud_export_to_a_directory_writes_nothing(tmp_path):
+    from berth.cloudio.emit import dump
+    from berth.errors import InputError
+
+    with pytest.raises(InputError, match="a directory; give a file name"):
+        dump({"hosts": []}, str(tmp_path))
+    assert list(tmp_path.iterdir()) == []

@@ -329,7 +329,7 @@ def cmd_placement(argv: Sequence[str]) -> int:
 # ----------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     """The ``berth`` argument parser."""
-    from berth.service.cli import positive_int
+    from berth.service.cli import instant, positive_int
 
     parser = argparse.ArgumentParser(prog="berth", description="Berth: an explainable VM scheduler "
                                      "with Nova's filter-scheduler semantics.")
@@ -354,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore-host", action="append", default=[])
     p.add_argument("--config-file", action="append", help="nova.conf (repeatable)")
     p.add_argument("--seed", type=int, default=None, help="random seed (same seed, same decision)")
-    p.add_argument("--now", type=float, default=None, help="scheduling instant, epoch seconds")
+    p.add_argument("--now", type=instant, default=None, help="scheduling instant, epoch seconds")
     p.add_argument("--no-alternates", action="store_true", help="do not compute alternates")
     p.add_argument("--explain", action="store_true", help="explain the decision")
     p.add_argument("--verbose", "-v", action="store_true", help="every rejected host and term")

@@ -23,6 +23,7 @@ warning that names the object.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -495,8 +496,15 @@ def dump(doc: dict[str, Any], path: str, fmt: str | None = None, header: str = "
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise InputError(f"--output {path}: no directory {directory}")
+    if os.path.isdir(path):
+        raise InputError(f"--output {path}: a directory; give a file name")
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise InputError(f"--output {path}: cannot write it: {exc.strerror or exc}") from None
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from berth.placement.candidates_graph import ProviderGraph
+from berth.placement.candidates_graph import MAX_UNIT, ProviderGraph
 from berth.placement.candidates_query import CandidateQuery
 from berth.placement.candidates_search import FlatResult, SearchResult
 
@@ -118,16 +118,20 @@ def _class_conditions(graph: ProviderGraph, rc: str, amount: int) -> list[Condit
     no_inventory = Exclusion(f"no {rc} inventory", {"requested": amount})
     if cols is None:
         return [(np.zeros(graph.size, dtype=np.bool_), no_inventory)]
+    outside_units = lambda p: Exclusion(  # noqa: E731 - one of several like it below
+        f"{rc} amount outside min_unit..max_unit",
+        {"requested": amount, "min_unit": int(cols.min_unit[p]),
+         "max_unit": int(cols.max_unit[p])})
+    if amount > MAX_UNIT:  # above every max_unit, as the search says (and past int64)
+        return [(np.isfinite(cols.cap), no_inventory),
+                (np.zeros(graph.size, dtype=np.bool_), outside_units)]
     return [
         (np.isfinite(cols.cap), no_inventory),
         (cols.used + amount <= cols.cap, lambda p: Exclusion(
             f"insufficient {rc} in placement",
             {"requested": amount, "free": max(int(cols.cap[p]) - int(cols.used[p]), 0),
              "capacity": int(cols.cap[p])})),
-        ((cols.min_unit <= amount) & (cols.max_unit >= amount), lambda p: Exclusion(
-            f"{rc} amount outside min_unit..max_unit",
-            {"requested": amount, "min_unit": int(cols.min_unit[p]),
-             "max_unit": int(cols.max_unit[p])})),
+        ((cols.min_unit <= amount) & (cols.max_unit >= amount), outside_units),
         (amount % cols.step == 0, lambda p: Exclusion(
             f"{rc} amount not a multiple of step_size",
             {"requested": amount, "step_size": int(cols.step[p])})),

@@ -193,6 +193,14 @@ def utcnow() -> dt.datetime:
 SQLITE_BUSY_TIMEOUT = 30
 
 
+def error_line(exc: BaseException) -> str:
+    """A database error in one line: the driver's first line (SQLAlchemy's own text adds
+    the statement and a "Background on this error" link on lines of their own)."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def shown_url(url: str) -> str:
     """``url`` as it may be printed: the password masked (unparsable text as given)."""
     try:

@@ -24,7 +24,7 @@ import json
 import sys
 from typing import Any
 
-from berth.placement.db import shown_url
+from berth.placement.db import error_line, shown_url
 
 #: Exit status when findings remain.
 FINDINGS_EXIT = 8
@@ -74,7 +74,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         engine = create_db_engine(url)
         revision = current_revision(engine)
     except Exception as exc:  # any connection problem is one line, not a trace
-        print(f"berth audit: cannot open database {shown_url(args.db)!r}: {exc}", file=sys.stderr)
+        print(f"berth audit: cannot open database {shown_url(args.db)!r}: {error_line(exc)}", file=sys.stderr)
         return 2
     if revision is None:
         print(f"berth audit: {args.db!r} holds no Berth database (never served)",

@@ -369,7 +369,7 @@ def table_lines(report: CapacityReport) -> list[str]:
 # ----------------------------------------------------------------------------- command
 def add_command(sub: Any) -> None:
     """``berth capacity``."""
-    from berth.service.cli import positive_int, server_url
+    from berth.service.cli import instant, positive_int, server_url
 
     p = sub.add_parser("capacity", help="how many more instances of each flavor fit, where, "
                        "and what limits each host (offline, through the real pipeline)")
@@ -385,7 +385,7 @@ def add_command(sub: Any) -> None:
                         "placed by the pipeline, so this bounds the time")
     p.add_argument("--config-file", action="append", help="nova.conf (repeatable)")
     p.add_argument("--seed", type=int, default=None, help="random seed")
-    p.add_argument("--now", type=float, default=None, help="the instant, epoch seconds")
+    p.add_argument("--now", type=instant, default=None, help="the instant, epoch seconds")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
     out.add_argument("--prometheus", action="store_true",

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from berth.errors import BerthError, InputError
 from berth.model.request import MAX_INSTANCES_PER_REQUEST
-from berth.placement.db import shown_url
+from berth.placement.db import error_line, shown_url
 from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT
 from berth.service.seeding import seed_from_cloud
 from berth.webauth.options import add_arguments as add_security_arguments
@@ -226,6 +226,19 @@ def url_segment(text: str) -> str:
     from urllib.parse import quote
 
     return quote(text, safe="")
+
+
+def instant(text: str) -> float:
+    """An argparse type: an instant, epoch seconds (a finite number)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected epoch seconds, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected epoch seconds, got {text!r}")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -642,7 +655,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:
             stack = open_stack(args.db, config, security=args.security[1])
         except Exception as exc:  # start-up problems are reported, not traced
-            print(f"berth serve: cannot open database {shown_url(args.db)!r}: {exc}", file=sys.stderr)
+            print(f"berth serve: cannot open database {shown_url(args.db)!r}: {error_line(exc)}", file=sys.stderr)
             return 2
         try:
             return _serve(args, server, apps, stack, DEFAULT_FLAVORS, SchedulerApp, FakeDriver)

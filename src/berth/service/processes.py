@@ -47,7 +47,7 @@ import time
 from typing import Any
 
 from berth.errors import BerthError
-from berth.placement.db import shown_url
+from berth.placement.db import error_line, shown_url
 
 LOG = logging.getLogger("berth.service")
 
@@ -269,7 +269,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         stack = open_stack(args.db, config)
     except Exception as exc:
         bus.close()
-        return _fail("scheduler", f"cannot open database {shown_url(args.db)!r}: {exc}")
+        return _fail("scheduler", f"cannot open database {shown_url(args.db)!r}: {error_line(exc)}")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     # Nova's default: one worker per CPU.
     workers = args.workers or config.scheduler.workers or os.cpu_count() or 1
@@ -397,7 +397,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     except Exception as exc:
         server.close()
         bus.close()
-        return _fail("api", f"cannot open database {shown_url(args.db)!r}: {exc}")
+        return _fail("api", f"cannot open database {shown_url(args.db)!r}: {error_line(exc)}")
     try:
         flavors: dict[str, Any] = dict(DEFAULT_FLAVORS)
         images: dict[str, Any] = {}

@@ -164,15 +164,21 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
                         - math.ceil(config.reserved_host_disk_mb / 1024)
                         - sum(f.root_gb + f.ephemeral_gb for f in placed)))
         if extra.vcpus or extra.memory_mb or extra.root_gb:
-            # One consumer may not exceed max_unit (the node's total) per class.
             node = agent.node
-            parts = max(math.ceil(extra.vcpus / max(node.vcpus, 1)),
-                        math.ceil(extra.memory_mb / max(node.memory_mb, 1)),
-                        math.ceil(extra.root_gb / max(node.local_gb, 1)), 1)
+            held = _within_capacity(extra, placed, node, config, path)
+            # One consumer may not exceed max_unit (the node's total) per class.
+            parts = max(math.ceil(held.vcpus / max(node.vcpus, 1)),
+                        math.ceil(held.memory_mb / max(node.memory_mb, 1)),
+                        math.ceil(held.root_gb / max(node.local_gb, 1)), 1)
+            if parts > MAX_USAGE_PARTS:
+                raise CloudFileError(
+                    f"{path}: host {node.host}: its usage beyond its instances needs {parts} "
+                    f"consumers of at most one host's size each (more than "
+                    f"{MAX_USAGE_PARTS}); check its *_used fields and allocation ratios")
             for i in range(parts):
-                share = Flavor(name="preexisting", vcpus=_share(extra.vcpus, parts, i),
-                               memory_mb=_share(extra.memory_mb, parts, i),
-                               root_gb=_share(extra.root_gb, parts, i))
+                share = Flavor(name="preexisting", vcpus=_share(held.vcpus, parts, i),
+                               memory_mb=_share(held.memory_mb, parts, i),
+                               root_gb=_share(held.root_gb, parts, i))
                 holder = stable_uuid("preexisting", agent.uuid, str(i))
                 existing[holder] = agent.node.host
                 _allocate(stack, holder, agent.uuid, share, "seed", fresh=fresh)
@@ -258,6 +264,40 @@ def check_against_allocations(stack: Any, nodes: Sequence[Any], path: str) -> No
                             capacity, rc, used, rc)
 
 
+#: The most consumers a host's usage beyond its instances is split into (one may hold at
+#: most the host's size of each class: a usage many times the host's size means an
+#: allocation ratio, or a *_used field, nobody meant).
+MAX_USAGE_PARTS = 1024
+
+
+def _within_capacity(extra: Flavor, placed: Sequence[Flavor], node: Any,
+                     config: Any, path: str) -> Flavor:
+    """The part of ``extra`` (a host's usage beyond its instances) placement can hold
+    beside the instances ``placed``: a file may give a host more usage than its
+    capacity (an allocation ratio lowered since, as Nova's hosts can be), which
+    placement refuses to write; the host is then counted full of that class (no
+    request fits, as with Nova's), with a warning. Its reports keep the file's usage."""
+    from berth.service.compute import inventories_for
+
+    inventory = inventories_for(node, config)
+    held: dict[str, int] = {}
+    for rc, field_name, amount, instances in (
+            ("VCPU", "vcpus", extra.vcpus, sum(f.vcpus for f in placed)),
+            ("MEMORY_MB", "memory_mb", extra.memory_mb, sum(f.memory_mb for f in placed)),
+            ("DISK_GB", "root_gb", extra.root_gb,
+             sum(f.root_gb + f.ephemeral_gb for f in placed))):
+        inv = inventory.get(rc)
+        room = 0 if inv is None else max(0, math.floor(
+            (inv["total"] - inv["reserved"]) * inv["allocation_ratio"]) - instances)
+        if amount > room:
+            LOG.warning("%s: host %s: its %s usage is more than its capacity (%d beside its "
+                        "instances, after reserved amounts and the allocation ratio); it is "
+                        "counted full of %s", path, node.host, rc, room, rc)
+        held[field_name] = min(amount, room)
+    return Flavor(name="preexisting", vcpus=held["vcpus"], memory_mb=held["memory_mb"],
+                  root_gb=held["root_gb"])
+
+
 def _share(total: int, parts: int, index: int) -> int:
     """The ``index``-th of ``parts`` near-equal integer shares of ``total``."""
     return total // parts + (1 if index < total % parts else 0)
@@ -298,7 +338,8 @@ def _allocate(stack: Any, consumer: str, rp_uuid: str, flavor: Flavor, project: 
         stack.client.put_allocations(consumer, allocations, project_id=project, user_id="seed",
                                      consumer_generation=None)
     except PlacementAPIError as exc:
-        LOG.warning("could not seed the allocation of %s: %s", consumer, exc.detail)
+        LOG.warning("could not seed the allocation of %s: %s", consumer,
+                    " ".join(str(exc.detail).split()))  # placement's detail, on one line
 
 
 def _first_candidate(stack: Any, request: Any, rp_uuid: str) -> dict[str, dict[str, int]] | None:
