@@ -136,10 +136,11 @@ def test_a_bad_cloud_file_names_the_field_and_the_value(doc, message):
         (minimal(stats={"io_workload": "x"}), "hosts[0].stats.io_workload: expected a count"),
         (minimal(cpu_dedicated_set="0-99999999"),
          "hosts[0].cpu_dedicated_set: CPU range '0-99999999' goes past CPU 65535"),
+        (minimal(uuid="x"), "hosts[0].uuid: expected a UUID, got 'x'"),
     ],
     ids=["host size past Nova's INT", "usage past Nova's INT", "past 64 bits",
          "flavor size past Nova's INT", "two nodes of one name", "two nodes of one uuid",
-         "a count that is no number", "a CPU set of 100 million"],
+         "a count that is no number", "a CPU set of 100 million", "a node uuid"],
 )
 def test_what_no_store_or_report_could_hold_is_refused_at_load(doc, message):
     """These once passed ``berth cloud check`` and then failed with a traceback (or hung)

@@ -175,6 +175,16 @@ class _Reader:
             raise CloudFileError(f"{self.at(key)}: expected a string, got {_show(value)}")
         return str(value)
 
+    def uuid(self, key: str, required: bool = False) -> str | None:
+        """``key``'s text, which must be a UUID (placement's consumers and providers)."""
+        value = self.text(key, required=required)
+        if value is not None:
+            try:
+                uuidlib.UUID(value)
+            except ValueError:
+                raise CloudFileError(f"{self.at(key)}: expected a UUID, got {_show(value)}") from None
+        return value
+
     def integer(self, key: str, default: int | None = None, minimum: int | None = 0,
             required: bool = False, maximum: int = INT64_MAX) -> int | None:
         """``key``'s integer (at most 64 bits: every store and report takes those; Nova's
@@ -670,7 +680,7 @@ def _host(
         host=name,
         nodename=nodename,
         cell_uuid=cell_uuid,
-        uuid=r.text("uuid") or stable_uuid("node", name, nodename),
+        uuid=r.uuid("uuid") or stable_uuid("node", name, nodename),
         total_usable_ram_mb=memory_mb,
         free_ram_mb=memory_mb - memory_used,
         total_usable_disk_gb=local_gb,
