@@ -16,6 +16,7 @@ from berth.config import SchedulerConfig
 from berth.placement.amounts import over_api
 from berth.service import offline
 from berth.service.offline import offline_cloud, scratch
+from berth.simulate import run
 from berth.simulate.run import Replay
 from berth.simulate.targets import LocalTarget, RemoteTarget
 from berth.simulate.trace import read_csv
@@ -283,3 +284,94 @@ def test_a_replay_answers_the_same_from_memory_and_from_a_file(
     assert in_memory[1] == on_disk[1]  # every instance on the same host
     assert in_memory[0].causes == on_disk[0].causes
     assert in_memory[0].instances_accepted == on_disk[0].instances_accepted
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--out", "FILE"], "--out FILE: not a directory"),
+    (["--out", "/dev/null"], "--out /dev/null: not a directory"),
+    (["--out", "FILE/sub"], "--out FILE/sub: DIR/file is not a directory"),
+    (["--out", "DIR/busy"], "--out DIR/busy/result.json: is a directory, expected a file"),
+    (["--out", ""], "--out: expected a path, got ''"),
+    (["--json", "DIR"], "--json DIR: is a directory, expected a file"),
+    (["--json", "DIR/nodir/r.json"], "--json DIR/nodir/r.json: no such directory 'DIR/nodir'"),
+    (["--json", ""], "--json: expected a path, got ''"),
+    (["--html", "DIR"], "--html DIR: is a directory, expected a file"),
+    (["--html", "FILE/r.html"], "--html FILE/r.html: DIR/file is not a directory"),
+    (["--plots", "FILE"], "--plots FILE: not a directory"),
+    (["--plots", "/proc/x"], "--plots /proc/x: cannot write in /proc"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_the_replay(
+        files: tuple[str, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if "/proc" in args[-1] and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc")
+    cloud, trace, _ = files
+    (tmp_path / "file").write_text("")
+    (tmp_path / "busy" / "result.json").mkdir(parents=True)
+
+    def fill(text: str) -> str:
+        return text.replace("FILE", str(tmp_path / "file")).replace("DIR", str(tmp_path))
+
+    def no_replay(*_: object, **__: object) -> None:
+        raise AssertionError("the replay ran")
+
+    monkeypatch.setattr(run.Replay, "__init__", no_replay)
+    assert main(["simulate", cloud, trace, "--no-progress", *map(fill, args)]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {fill(message)}") and err.count("\n") == 1
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("option", ["--json", "--html"])
+def test_an_output_failing_as_it_is_written_is_one_line(
+        files: tuple[str, str, str], option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    cloud, trace, _ = files
+    assert main(["simulate", cloud, trace, "--no-progress", option, "/dev/full"]) == 3
+    assert capsys.readouterr().err == (
+        f"error: {option} /dev/full: cannot write: No space left on device\n")
+
+
+def test_outputs_in_a_new_directory_and_to_standard_output_still_work(
+        files: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cloud, trace, _ = files
+    out = tmp_path / "new" / "deeper"
+    assert main(["simulate", cloud, trace, "--no-progress", "--out", str(out),
+                 "--json", "-", "--html", str(tmp_path / "r.html")]) == 0
+    assert json.loads(capsys.readouterr().out)["configurations"]
+    assert (out / "hosts.svg").exists() and not (out / "result.json").exists()
+    assert (tmp_path / "r.html").read_text().count("<svg") == 6
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--samples", "100000000"], "argument --samples: expected an integer from 1 to 100,000, "
+                                 "got '100000000'"),
+    (["--samples", "0"], "argument --samples: expected an integer from 1 to 100,000, got '0'"),
+    (["--now", "nan"], "argument --now: expected epoch seconds, got 'nan'"),
+    (["--now", "inf"], "argument --now: expected epoch seconds, got 'inf'"),
+    (["--now", "-inf"], "argument --now: expected epoch seconds, got '-inf'"),
+    (["--now", "soon"], "argument --now: expected epoch seconds, got 'soon'"),
+])
+def test_simulate_option_values_are_checked(files: tuple[str, str, str], args: list[str],
+                                            message: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    cloud, trace, _ = files
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", cloud, trace, "--no-progress", f"{args[0]}={args[1]}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == f"berth simulate: error: {message}"
+
+
+def test_samples_of_a_trace_far_from_zero_end(files: tuple[str, str, str],
+                                              tmp_path: Path) -> None:
+    # At t=1e15 a step of 0.01 s does not move a float: the instants are counted, not
+    # summed, so the samples end.
+    cloud, _, _ = files
+    trace = tmp_path / "late.csv"
+    trace.write_text("time,event,id,flavor\n1e15,create,a,small\n1000000000000001,delete,a,\n")
+    config = SchedulerConfig.default()
+    with offline_cloud(cloud, config, now=1.7e9) as cloud_offline:
+        result = Replay(LocalTarget(cloud_offline, seed=0), read_csv(str(trace)), config=config,
+                        label="x", samples=100).run()
+    assert 100 <= len(result.samples) <= 102
+    assert result.samples[0].time == 1e15 and result.samples[-1].time == 1e15 + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def test_only_time_event_and_id_are_required_columns(tmp_path: Path) -> None:
     (HEADER + "0,boot,a,m1.small,,,,,,\n", "event: expected 'create' or 'delete', got 'boot'"),
     (HEADER + "0,create,,m1.small,,,,,,\n", "id: missing"),
     (HEADER + "0,create,a,,,,,,,\n", "flavor: a create needs one"),
-    (HEADER + "0,create,a,m1.small,,0,,,,\n", "num: expected an integer >= 1, got '0'"),
+    (HEADER + "0,create,a,m1.small,,0,,,,\n", "num: expected an integer from 1 to 1000, got '0'"),
     (HEADER + "0,create,a,m1.small,,,g,friendly,,\n", "policy: expected one of"),
     (HEADER + "0,create,a,m1.small,,,,,[1],\n", "hints: expected a JSON object"),
     (HEADER + "0,create,a,m1.small,,,,,{x,\n", "hints: not a JSON object"),
@@ -67,6 +68,11 @@ def test_only_time_event_and_id_are_required_columns(tmp_path: Path) -> None:
     (HEADER + "0,create,a,m1.small,,,,,,\n1,create,a,m1.small,,,,,,\n",
      "id 'a' is created at t=1 while still live"),
     (HEADER + "0,delete,a,,,,,,,\n", "delete of 'a' at t=0: no live create"),
+    ("time,event,id,flavor,id\n0,create,a,m1.small,b\n", "the header names column 'id' twice"),
+    (HEADER + "0,create,a,m1.small,,1000000000,,,,\n",
+     "line 2: num: expected an integer from 1 to 1000, got '1000000000'"),
+    (HEADER + "0,create,a,m1.small,,,,,,\n1,create,b,m1.small,,," + "g" * 300 + ",soft-affinity,,\n",
+     "t.csv line 3: group: expected a name of at most 255 characters, got 300"),
 ])
 def test_a_bad_row_is_one_error_naming_line_and_column(tmp_path: Path, text: str,
                                                         message: str) -> None:
@@ -228,3 +234,136 @@ def test_a_trace_is_counted_before_it_is_loaded(tmp_path: Path) -> None:
     broken = tmp_path / "broken.sqlite"
     broken.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
     assert events_at_most(str(broken)) == 0
+
+
+def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + HEADER.encode() + b"0,create,a,m1.small,,3,,,,\n")
+    assert [(e.id, e.num) for e in read_csv(str(path)).events] == [("a", 3)]
+    assert events_at_most(str(path)) == 3
+
+
+def test_a_huge_num_does_not_size_the_scratch_store(tmp_path: Path) -> None:
+    path = write(tmp_path, HEADER + "0,create,a,m1.small,,1000000000,,,,\n")
+    assert events_at_most(path) == 1000  # the load says what is wrong with the row
+
+
+def azure_with(path: Path, sql: str) -> str:
+    """:func:`azure_db` and then ``sql``."""
+    azure_db(path)
+    db = sqlite3.connect(path)
+    db.executescript(sql)
+    db.commit()
+    db.close()
+    return str(path)
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    # vm 1 lives from -0.5 to 0.25 days: the same vmId again at 0.2 days overlaps it.
+    ("INSERT INTO vm VALUES (1, 7, 10, 1, 0.2, 0.3)", "id '1' is created at t=17280 while still live"),
+    ("INSERT INTO vm VALUES (NULL, 7, 10, 1, 0.2, 0.3)", "table vm: a row with starttime 0.2 has no vmId"),
+    ("INSERT INTO vmType VALUES (4, 12, 'abc', 0.5, 0.25, 0, 0.1, 0.02)",
+     "table vmType, column machineId, row 4 (vmTypeId 12): expected an integer, got 'abc'"),
+    ("INSERT INTO vmType VALUES (4, 12, NULL, 0.5, 0.25, 0, 0.1, 0.02)",
+     "table vmType, column machineId, row 4 (vmTypeId 12): expected an integer, got None"),
+    ("INSERT INTO vmType VALUES (4, 12, 2.5, 0.5, 0.25, 0, 0.1, 0.02)",
+     "table vmType, column machineId, row 4 (vmTypeId 12): expected an integer, got 2.5"),
+])
+def test_a_bad_azure_row_is_one_error_naming_table_column_and_row(tmp_path: Path, sql: str,
+                                                                   message: str) -> None:
+    path = azure_with(tmp_path / "azure.sqlite", sql)
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_trace(path, machine=AzureMachine(32, 131072, 1000))
+
+
+def test_azure_vm_ids_may_repeat_when_the_lifetimes_do_not_overlap(tmp_path: Path) -> None:
+    # vm 3 was created and deleted at 0.2 days; the same vmId again at 0.3 days is a new
+    # VM. An integral REAL machineId is the integer.
+    path = azure_with(tmp_path / "azure.sqlite", "INSERT INTO vm VALUES (3, 8, 10, 1, 0.3, 0.4);"
+                      "UPDATE vmType SET machineId = 1.0 WHERE machineId = 1")
+    trace = load_trace(path, machine=AzureMachine(32, 131072, 1000))
+    assert [(e.time, e.kind) for e in trace.events if e.id == "3"] == [
+        (17280.0, CREATE), (17280.0, DELETE), (25920.0, CREATE), (34560.0, DELETE)]
+    with pytest.raises(InputError, match=r"5 is not a machineId of the trace \(it has 0, 1\)"):
+        load_trace(path, machine=AzureMachine(32, 131072, 1000), machine_id=5)
+
+
+@pytest.mark.parametrize("value", ["1,2", "a,b,c", "1,2,3,4", "0,1,1", ""])
+def test_a_bad_azure_machine_is_a_usage_error(tmp_path: Path, value: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = azure_db(tmp_path / "azure.sqlite")
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", "--url", "http://127.0.0.1:9", path, f"--azure-machine={value}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert (f"error: argument --azure-machine: expected VCPUS,MEMORY_MB,DISK_GB (positive "
+            f"integers), got {value!r}") in err and "Traceback" not in err
+
+
+def test_huge_lifetimes_outlive_the_trace() -> None:
+    # exp() of a lognormal draw past a float's range is a lifetime past any end.
+    trace = generate(creates=50, rate=1.0, lifetime=Lifetime.parse("lognormal:1e308,1e308"),
+                     mix={"a": 1.0}, seed=3)
+    assert all(e.time <= trace.events[-1].time < 100 for e in trace.events)
+    assert Lifetime.parse("lognormal:1e308,1").sampler(random.Random(0))() > 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--rate", "1e-320"], "--rate: 1e-320 creates per second is too low"),
+    (["--rate", "nan"], "--rate: expected creates per second > 0, got nan"),
+    (["--rate", "-1"], "--rate: expected creates per second > 0, got -1.0"),
+    (["--duration", "-1"], "--duration: expected seconds > 0, got -1.0"),
+    (["--duration", "0"], "--duration: expected seconds > 0, got 0.0"),
+    (["--duration", "nan"], "--duration: expected seconds > 0, got nan"),
+    (["--duration", "inf"], "--duration: expected seconds > 0, got inf"),
+    (["--rate", "0.001", "--duration", "1"], "--duration: no create arrives within 1 s"),
+    (["--creates", "100000000000"], "--creates: expected 1 to 10,000,000, got 100000000000"),
+    (["--creates", "10000001"], "--creates: expected 1 to 10,000,000, got 10000001"),
+    (["--cloud", "CLOUD", "--flavor-mix", "small,nosuch"],
+     "--flavor-mix: flavor 'nosuch' is not one of --cloud's (known: large, small)"),
+    (["--cloud", "CLOUD", "--image", "nosuch"],
+     "--image: 'nosuch' is not one of --cloud's images (known: cirros)"),
+    (["-o", "DIR"], "--output DIR: is a directory, expected a file"),
+    (["-o", "DIR/nodir/x.csv"], "--output DIR/nodir/x.csv: no such directory 'DIR/nodir'"),
+    (["-o", "FILE/x.csv"], "--output FILE/x.csv: FILE is not a directory"),
+    (["-o", ""], "--output: expected a path, got ''"),
+])
+def test_bad_generate_arguments_are_one_line_before_any_work(
+        tmp_path: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text("hosts: [{host: n1, vcpus: 8, memory_mb: 16384, local_gb: 100}]\n"
+                     "flavors: [{name: small, vcpus: 1, memory_mb: 512, root_gb: 1},\n"
+                     "          {name: large, vcpus: 4, memory_mb: 8192, root_gb: 10}]\n"
+                     "images: [{name: cirros}]\n")
+    (tmp_path / "file").write_text("")
+    subst = {"CLOUD": str(cloud), "DIR": str(tmp_path), "FILE": str(tmp_path / "file")}
+
+    def fill(text: str) -> str:
+        for key, value in subst.items():
+            text = text.replace(key, value)
+        return text
+
+    given = dict(zip(args[::2], args[1::2]))
+    argv = ["trace", "generate", "--creates", "20", "--rate", "1",
+            "--flavor-mix" if "--cloud" not in given else "--cloud",
+            "small" if "--cloud" not in given else str(cloud), "-o", str(tmp_path / "g.csv")]
+    argv += [fill(a) for a in args]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {fill(message)}") and err.count("\n") == 1
+    assert not (tmp_path / "g.csv").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_a_trace_that_cannot_be_written_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["trace", "generate", "--creates", "5", "--rate", "1", "--flavor-mix", "a",
+                 "-o", "/dev/full"]) == 3
+    assert capsys.readouterr().err == (
+        "error: --output /dev/full: cannot write: No space left on device\n")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no /proc")
+def test_a_trace_cannot_go_under_proc(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["trace", "generate", "--creates", "5", "--rate", "1", "--flavor-mix", "a",
+                 "-o", "/proc/x/y.csv"]) == 3
+    assert capsys.readouterr().err == "error: --output /proc/x/y.csv: no such directory '/proc/x'\n"

@@ -20,25 +20,54 @@ configuration: the server's); what it builds stays there.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from berth.errors import InputError
+from berth.simulate.generate import MAX_CREATES
 from berth.simulate.trace import AzureMachine, Trace, events_at_most, load_trace
+
+#: The most instants ``--samples`` may ask for: each one reads the whole ledger (its
+#: fragmentation too), so a count far past the trace's events only costs time.
+MAX_SAMPLES = 100_000
+
+
+def samples_count(text: str) -> int:
+    """An argparse type: ``--samples``, an integer from 1 to :data:`MAX_SAMPLES`."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_SAMPLES:,}, "
+                                         f"got {text!r}")
+    return value
+
+
+def azure_machine(text: str) -> AzureMachine:
+    """An argparse type: ``--azure-machine`` (argparse reports its error as its own)."""
+    try:
+        return AzureMachine.parse(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message.removeprefix("--azure-machine: ")) from None
 
 
 def add_commands(sub: Any) -> None:
     """Register ``simulate`` and ``trace`` on the ``berth`` command's subparsers."""
-    from berth.service.cli import positive_int
+    from berth.service.cli import instant, positive_int, server_url
 
     p = sub.add_parser("simulate", help="replay a workload trace (creates and deletes) "
                        "through the scheduler, under one or more configurations")
     p.add_argument("cloud", nargs="?", help="cloud description (YAML or JSON); or --url")
     p.add_argument("trace", help="the trace: CSV (docs/simulate.md) or the Azure packing "
                                  "trace 2020 (SQLite)")
-    p.add_argument("--url", help="replay against this running Berth instead of a cloud file")
+    p.add_argument("--url", type=server_url, help="replay against this running Berth instead of a cloud file")
     p.add_argument("--token", default="admin", help="with --url: the X-Auth-Token to send")
     p.add_argument("--config-file", action="append", default=[],
                    help="nova.conf of the first configuration (repeatable, later files win)")
@@ -50,15 +79,16 @@ def add_commands(sub: Any) -> None:
                    help="write the results as JSON ('-': standard output)")
     p.add_argument("--plots", metavar="DIR", help="write every plot as PNG and SVG here")
     p.add_argument("--html", metavar="FILE", help="write the HTML report here")
-    p.add_argument("--samples", type=positive_int, default=200,
-                   help="instants of the trace sampled for the time series (default 200)")
+    p.add_argument("--samples", type=samples_count, default=200,
+                   help="instants of the trace sampled for the time series (default 200, "
+                        f"at most {MAX_SAMPLES:,})")
     p.add_argument("--limit", type=positive_int, default=None,
                    help="replay only the first N rows (VMs of an Azure trace)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the scheduler (default 0)")
-    p.add_argument("--now", type=float, default=None, help="the instant, epoch seconds")
+    p.add_argument("--now", type=instant, default=None, help="the instant, epoch seconds")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar on standard error (default: when it is a terminal)")
-    p.add_argument("--azure-machine", type=AzureMachine.parse, default=None,
+    p.add_argument("--azure-machine", type=azure_machine, default=None,
                    metavar="VCPUS,MEMORY_MB,DISK_GB",
                    help="the machine an Azure trace's fractions are of (default with a cloud "
                         "file: its most common compute node; needed with --url)")
@@ -71,7 +101,8 @@ def add_commands(sub: Any) -> None:
         dest="action", required=True)
     g = trace.add_parser("generate", help="write a synthetic trace (Poisson arrivals, "
                          "lifetimes, a flavor mix), seeded")
-    g.add_argument("--creates", type=positive_int, required=True, help="number of creates")
+    g.add_argument("--creates", type=positive_int, required=True,
+                   help=f"number of creates (at most {MAX_CREATES:,})")
     g.add_argument("--rate", type=float, required=True, help="creates per second (mean)")
     g.add_argument("--lifetime", default="exp:3600",
                    help="exp:MEAN, lognormal:MEDIAN,SIGMA, uniform:LOW,HIGH or fixed:S "
@@ -97,13 +128,22 @@ def cmd_trace_generate(args: Any) -> int:
     from berth.simulate.generate import GroupSpec, Lifetime, generate, parse_mix
     from berth.simulate.trace import write_csv
 
-    if args.flavor_mix:
-        mix = parse_mix(args.flavor_mix)
-    elif args.cloud:
+    check_output("--output", args.output)
+    lifetime = Lifetime.parse(args.lifetime)
+    cloud = None
+    if args.cloud:
         from berth.cli import _load_config
         from berth.cloudfile import load_cloud
 
         cloud = load_cloud(args.cloud, _load_config(None))
+    if args.flavor_mix:
+        mix = parse_mix(args.flavor_mix)
+        unknown = sorted(set(mix) - set(cloud.flavors)) if cloud is not None else []
+        if cloud is not None and unknown:
+            raise InputError(f"--flavor-mix: flavor {unknown[0]!r} is not one of --cloud's "
+                             f"(known: {', '.join(sorted(cloud.flavors)) or 'none'})",
+                             field="--flavor-mix")
+    elif cloud is not None:
         if not cloud.flavors:
             raise InputError(f"--cloud {args.cloud}: the cloud file has no flavors; give "
                              "--flavor-mix", field="--cloud")
@@ -111,10 +151,14 @@ def cmd_trace_generate(args: Any) -> int:
     else:
         raise InputError("give --flavor-mix or --cloud (whose flavors make the mix)",
                          field="--flavor-mix")
-    trace = generate(creates=args.creates, rate=args.rate, lifetime=Lifetime.parse(args.lifetime),
+    if cloud is not None and args.image and args.image not in cloud.images:
+        raise InputError(f"--image: {args.image!r} is not one of --cloud's images (known: "
+                         f"{', '.join(sorted(cloud.images)) or 'none'})", field="--image")
+    trace = generate(creates=args.creates, rate=args.rate, lifetime=lifetime,
                      mix=mix, seed=args.seed, image=args.image, duration=args.duration,
                      groups=GroupSpec(args.group_fraction, args.groups, args.group_policy))
-    write_csv(trace, args.output)
+    with writing("--output", args.output):
+        write_csv(trace, args.output)
     deletes = len(trace.events) - trace.creates()
     print(f"wrote {args.output}: {trace.creates()} creates, {deletes} deletes over "
           f"{trace.duration:.0f} s")
@@ -155,6 +199,7 @@ def cmd_simulate(args: Any) -> int:
     if args.url and args.compare:
         raise InputError("--compare: a running Berth has one configuration (its own); compare "
                          "configurations on a cloud file", field="--compare")
+    _check_outputs(args)  # before the replay: a path that cannot be written loses no work
     configs = [(args.config_file, _load_config(args.config_file))]
     configs += [([path], _load_config([path])) for path in args.compare]
     labels = [args.url] if args.url else _labels([files for files, _ in configs])
@@ -227,29 +272,114 @@ class _target:
             self._ctx.__exit__(*exc)
 
 
+def check_output(option: str, path: str, *, directory: bool = False) -> None:
+    """That ``path`` can be written as ``option`` asks, before any work: a file (its
+    directory exists and takes a new file, or the file exists and is writable) or, with
+    ``directory``, a directory (existing, or made under the nearest existing one); an
+    InputError naming the option otherwise. (Some failures only show when written, a
+    full disk or ``/dev/full``: :func:`writing` reports those.)"""
+    if not path:
+        raise InputError(f"{option}: expected a path, got ''", field=option)
+    p = Path(path)
+    if directory:
+        if p.exists() and not p.is_dir():
+            raise InputError(f"{option} {path}: not a directory", field=option)
+        parent = p
+        while not parent.exists():  # made with its parents: where the first one goes
+            parent = parent.parent
+        if not parent.is_dir():
+            raise InputError(f"{option} {path}: {parent} is not a directory", field=option)
+        _check_writable(option, path, parent)
+        return
+    if p.is_dir():
+        raise InputError(f"{option} {path}: is a directory, expected a file", field=option)
+    parent = p.parent
+    if not parent.exists():
+        raise InputError(f"{option} {path}: no such directory {str(parent)!r}", field=option)
+    if not parent.is_dir():
+        raise InputError(f"{option} {path}: {parent} is not a directory", field=option)
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise InputError(f"{option} {path}: cannot write (permission denied)",
+                             field=option)
+    else:
+        _check_writable(option, path, parent)
+
+
+def _check_writable(option: str, path: str, directory: Path) -> None:
+    """A new file can be made in ``directory`` (tried: access() says yes to root on
+    read-only or virtual file systems)."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise InputError(f"{option} {path}: cannot write in {directory} "
+                         f"({exc.strerror or exc})", field=option) from None
+
+
+@contextmanager
+def writing(option: str, path: str) -> Iterator[None]:
+    """An OSError while writing ``option``'s ``path`` as one InputError naming both."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(f"{option} {path}: cannot write: {exc.strerror or exc}",
+                         field=option) from None
+
+
+def _outputs(args: Any) -> tuple[tuple[str, str] | None, tuple[str, str] | None,
+                                 tuple[str, str] | None]:
+    """The JSON file, the plots' directory and the HTML file to write, each as (the
+    option that named it, path), or None; ``--out`` fills in those not given."""
+    json_path = ("--json", args.json_path) if args.json_path is not None else None
+    plots = ("--plots", args.plots) if args.plots is not None else None
+    html_path = ("--html", args.html) if args.html is not None else None
+    if args.out is not None:
+        out = Path(args.out)
+        json_path = json_path or ("--out", str(out / "result.json"))
+        plots = plots or ("--out", str(out))
+        html_path = html_path or ("--out", str(out / "report.html"))
+    return json_path, plots, html_path
+
+
+def _check_outputs(args: Any) -> None:
+    """Every path the results go to can be written (see :func:`check_output`)."""
+    if args.out is not None:
+        check_output("--out", args.out, directory=True)
+    json_path, plots, html_path = _outputs(args)
+    for spec, directory in ((json_path, False), (plots, True), (html_path, False)):
+        if spec is None or spec == ("--json", "-"):
+            continue
+        option, path = spec
+        if option == "--out" and not Path(args.out).is_dir():
+            continue  # inside --out, made before the results are written
+        check_output(option, path, directory=directory)
+
+
 def _write(args: Any, results: list[Any]) -> None:
     from berth.simulate.report import html_report, text_report, write_json, write_plots
 
-    json_path, plots, html_path = args.json_path, args.plots, args.html
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        json_path = json_path or str(out / "result.json")
-        plots = plots or str(out)
-        html_path = html_path or str(out / "report.html")
+    if args.out is not None:
+        with writing("--out", args.out):
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+    json_spec, plots_spec, html_spec = _outputs(args)
+    json_path = json_spec[1] if json_spec else None
     written = []
-    if json_path == "-":
+    if json_spec and json_path == "-":
         import json
 
         print(json.dumps({"configurations": [r.to_dict() for r in results]}, indent=2))
-    elif json_path:
-        write_json(results, json_path)
-        written.append(json_path)
-    if plots:
-        written += write_plots(results, plots)
-    if html_path:
-        Path(html_path).write_text(html_report(results), encoding="utf-8")
-        written.append(html_path)
+    elif json_spec:
+        with writing(*json_spec):
+            write_json(results, json_spec[1])
+        written.append(json_spec[1])
+    if plots_spec:
+        with writing(*plots_spec):
+            written += write_plots(results, plots_spec[1])
+    if html_spec:
+        with writing(*html_spec):
+            Path(html_spec[1]).write_text(html_report(results), encoding="utf-8")
+        written.append(html_spec[1])
     if json_path != "-":
         print(text_report(results))
         if written:

@@ -21,6 +21,10 @@ from berth.errors import InputError
 from berth.model.request import InstanceGroup
 from berth.simulate.trace import CREATE, DELETE, Event, Trace
 
+#: The most creates one trace may have (``--creates``): each is an event held in memory
+#: and a row written, and a replay of more would take days anyway.
+MAX_CREATES = 10_000_000
+
 
 @dataclass(frozen=True)
 class Lifetime:
@@ -49,7 +53,18 @@ class Lifetime:
         return cls(kind, params)
 
     def sampler(self, rng: random.Random) -> Callable[[], float]:
-        """A function drawing one lifetime in seconds."""
+        """A function drawing one lifetime in seconds (``inf`` for one too long for a
+        float: it outlives any trace)."""
+        draw = self._sampler(rng)
+
+        def sample() -> float:
+            try:
+                return draw()
+            except OverflowError:  # lognormal's exp() of a huge draw
+                return math.inf
+        return sample
+
+    def _sampler(self, rng: random.Random) -> Callable[[], float]:
         p = self.params
         if self.kind == "exp":
             return lambda: rng.expovariate(1.0 / p[0])
@@ -102,10 +117,17 @@ def generate(*, creates: int, rate: float, lifetime: Lifetime, mix: Mapping[str,
              duration: float | None = None) -> Trace:
     """``creates`` arrivals at ``rate`` per second (the trace ends at the last arrival,
     or at ``duration`` seconds if given), with their deletes."""
-    if creates < 1:
-        raise InputError(f"--creates: expected >= 1, got {creates}", field="--creates")
+    if not 1 <= creates <= MAX_CREATES:
+        raise InputError(f"--creates: expected 1 to {MAX_CREATES:,}, got {creates}",
+                         field="--creates")
     if not (math.isfinite(rate) and rate > 0):
         raise InputError(f"--rate: expected creates per second > 0, got {rate}", field="--rate")
+    if not math.isfinite(1.0 / rate):
+        raise InputError(f"--rate: {rate} creates per second is too low (the mean time "
+                         "between creates is not a finite number of seconds)", field="--rate")
+    if duration is not None and not (math.isfinite(duration) and duration > 0):
+        raise InputError(f"--duration: expected seconds > 0, got {duration}",
+                         field="--duration")
     if not mix:
         raise InputError("--flavor-mix: no flavor given", field="--flavor-mix")
     groups = groups or GroupSpec()
@@ -116,6 +138,10 @@ def generate(*, creates: int, rate: float, lifetime: Lifetime, mix: Mapping[str,
     now = 0.0
     for i in range(creates):
         now += rng.expovariate(rate)
+        if not math.isfinite(now):
+            raise InputError(f"--rate: {rate} creates per second is too low: the arrival "
+                             f"of create {i + 1} is past the largest time a float holds",
+                             field="--rate")
         if duration is not None and now > duration:
             break
         group = policy = None
@@ -125,7 +151,10 @@ def generate(*, creates: int, rate: float, lifetime: Lifetime, mix: Mapping[str,
         arrivals.append(Event(round(now, 3), CREATE, f"vm-{i}",
                               flavor=rng.choices(names, weights)[0], image=image,
                               group=group, policy=policy))
-    end = duration if duration is not None else (arrivals[-1].time if arrivals else 0.0)
+    if not arrivals:
+        raise InputError(f"--duration: no create arrives within {duration:g} s at --rate "
+                         f"{rate:g} (the first one came at {now:.3f} s)", field="--duration")
+    end = duration if duration is not None else arrivals[-1].time
     deletes = []
     for e in arrivals:
         gone = round(e.time + life(), 3)

@@ -220,12 +220,15 @@ class Replay:
         r, events = self.result, self.trace.events
         start = events[0].time if events else 0.0
         step = (self.trace.duration / self.samples) if self.trace.duration else 0.0
-        next_sample = start
+        # The k-th instant is start + k * step, not a running sum: a step too small to
+        # move a large start time would otherwise never get past it.
+        k, next_sample = 0, start
         began = time.perf_counter()
         for index, e in enumerate(events):
-            while step and e.time >= next_sample:
+            while step and k <= self.samples and e.time >= next_sample:
                 self.sample(next_sample, index)
-                next_sample += step
+                k += 1
+                next_sample = start + k * step
             if e.kind == CREATE:
                 self.create(e, index)
             else:

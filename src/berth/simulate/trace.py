@@ -14,10 +14,11 @@ Two formats are read, and one is written:
   or ``delete``, ``id`` names the workload item (a create's instances are deleted
   together by a later ``delete`` with the same id). A create needs ``flavor``; the
   other columns are optional: ``image`` (a name the cloud knows), ``num`` (instances
-  in one request, default 1), ``group`` (a server group name: the cloud's, or created
-  on first use with ``policy``), ``hints`` (a JSON object of scheduler hints; values of
-  ``same_host`` / ``different_host`` may name earlier ids of the trace), ``project``.
-  Only ``time``, ``event`` and ``id`` must be in the header.
+  in one request, 1 to 1000, default 1), ``group`` (a server group name of at most 255
+  characters: the cloud's, or created on first use with ``policy``), ``hints`` (a JSON
+  object of scheduler hints; values of ``same_host`` / ``different_host`` may name
+  earlier ids of the trace), ``project``. Only ``time``, ``event`` and ``id`` must be in
+  the header, each column at most once. The file is UTF-8 (a byte order mark is allowed).
 
 * **The Azure packing trace 2020** (``.sqlite`` / ``.db``): tables ``vm`` (``vmId``,
   ``tenantId``, ``vmTypeId``, ``priority``, ``starttime``, ``endtime``) and ``vmType``
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from berth.errors import InputError
-from berth.model.request import InstanceGroup
+from berth.model.request import MAX_INSTANCES_PER_REQUEST, InstanceGroup
 
 CREATE = "create"
 DELETE = "delete"
@@ -55,6 +56,8 @@ REQUIRED = ("time", "event", "id")
 INSTANCE_HINTS = ("same_host", "different_host")
 #: Seconds in the Azure trace's time unit (fractional days).
 DAY = 86_400.0
+#: The longest server group name (Nova's, and ``POST /server-groups``').
+MAX_GROUP_NAME = 255
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ def events_at_most(path: str, *, limit: int | None = None) -> int:
                 db.close()
             return 2 * (vms if limit is None else min(vms, limit))
         total = 0
-        with open(path, newline="", encoding="utf-8", errors="replace") as text:
+        with open(path, newline="", encoding="utf-8-sig", errors="replace") as text:
             rows = csv.reader(_without_comments(text))
             header = next(rows, [])
             at = header.index("num") if "num" in header else None
@@ -130,7 +133,7 @@ def events_at_most(path: str, *, limit: int | None = None) -> int:
                 if limit is not None and n >= limit:
                     break
                 num = row[at].strip() if at is not None and at < len(row) else ""
-                total += max(1, int(num)) if num.isdigit() else 1
+                total += min(max(1, int(num)), MAX_INSTANCES_PER_REQUEST) if num.isdigit() else 1
     except (OSError, sqlite3.Error, csv.Error):
         return 0
     return total
@@ -141,7 +144,8 @@ def read_csv(path: str, *, limit: int | None = None) -> Trace:
     """Read a CSV trace (see the module's docstring); events sorted by time, those at
     the same instant in the file's order."""
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        # utf-8-sig: a byte order mark (as some spreadsheets write) is not part of the header.
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             rows = list(_csv_rows(fh, path, limit))
     except UnicodeDecodeError as exc:
         raise InputError(f"trace {path}: not UTF-8 text ({exc.reason})", field="trace") from None
@@ -163,6 +167,10 @@ def _csv_rows(fh: Iterable[str], path: str, limit: int | None) -> Iterator[Event
     if unknown:
         raise InputError(f"trace {path}: unknown column {unknown[0]!r} (columns: "
                          f"{','.join(COLUMNS)})", field="trace")
+    twice = [c for i, c in enumerate(header) if c in header[:i]]
+    if twice:
+        raise InputError(f"trace {path}: the header names column {twice[0]!r} twice",
+                         field="trace")
     for count, row in enumerate(reader):
         if limit is not None and count >= limit:
             return
@@ -211,16 +219,20 @@ def parse_row(row: dict[str, Any], where: str) -> Event:
         num = int(raw_num) if raw_num is not None else 1
     except ValueError:
         num = 0
-    if num < 1:
-        raise InputError(f"{where}: num: expected an integer >= 1, got {raw_num!r}",
-                         field="trace")
+    if not 1 <= num <= MAX_INSTANCES_PER_REQUEST:
+        raise InputError(f"{where}: num: expected an integer from 1 to "
+                         f"{MAX_INSTANCES_PER_REQUEST}, got {raw_num!r}", field="trace")
+    group = text("group")
+    if group is not None and len(group) > MAX_GROUP_NAME:
+        raise InputError(f"{where}: group: expected a name of at most {MAX_GROUP_NAME} "
+                         f"characters, got {len(group)}", field="trace")
     policy = text("policy")
     if policy is not None and policy not in InstanceGroup.VALID_POLICIES:
         raise InputError(f"{where}: policy: expected one of "
                          f"{', '.join(InstanceGroup.VALID_POLICIES)}, got {policy!r}",
                          field="trace")
     return Event(time, CREATE, ident, flavor=flavor, image=text("image"), num=num,
-                 group=text("group"), policy=policy, hints=parse_hints(text("hints"), where),
+                 group=group, policy=policy, hints=parse_hints(text("hints"), where),
                  project=text("project"))
 
 
@@ -345,6 +357,9 @@ def read_azure(path: str, *, machine: AzureMachine | None = None,
     events: list[Event] = []
     for vm_id, tenant, type_id, start, end in rows:
         where = f"trace {path} vm {vm_id}"
+        if vm_id is None:
+            raise InputError(f"trace {path}: table vm: a row with starttime {start!r} has no "
+                             "vmId", field="trace")
         name = names.get(type_id)
         if name is None:
             raise InputError(f"{where}: vmTypeId {type_id!r} has no vmType row for "
@@ -359,6 +374,7 @@ def read_azure(path: str, *, machine: AzureMachine | None = None,
             events.append(Event(max(begin, finish), DELETE, str(vm_id)))
     # A delete at the same instant as a create goes after it (a zero-length VM).
     events.sort(key=lambda e: (e.time, e.kind == DELETE))
+    check_ids(events, path)  # a vmId twice, live at once, would leak its first instance
     used = {e.flavor for e in events}
     return Trace(events, flavors={n: s for n, s in sizes.items() if n in used}, source=path)
 
@@ -368,18 +384,22 @@ def _azure_types(db: sqlite3.Connection, path: str, machine: AzureMachine,
     """vmTypeId -> flavor name, the flavors' sizes, and the machineId whose rows were
     used (``machine_id``, or the one with the most VM types)."""
     try:
-        rows = db.execute("SELECT vmTypeId, machineId, core, memory, hdd, ssd FROM vmType").fetchall()
+        rows = db.execute("SELECT rowid, vmTypeId, machineId, core, memory, hdd, ssd "
+                          "FROM vmType").fetchall()
     except sqlite3.Error as exc:
         raise InputError(f"trace {path}: table vmType: {exc} (expected columns id, "
                          "vmTypeId, machineId, core, memory, hdd, ssd, nic)",
                          field="trace") from None
     if not rows:
         raise InputError(f"trace {path}: table vmType is empty", field="trace")
-    per_machine: dict[Any, int] = {}
+    rows = [(type_id, _machine_id(mid, f"trace {path}: table vmType, column machineId, row "
+                                       f"{rowid} (vmTypeId {type_id})"), *rest)
+            for rowid, type_id, mid, *rest in rows]
+    per_machine: dict[int, int] = {}
     for _, mid, *_ in rows:
         per_machine[mid] = per_machine.get(mid, 0) + 1
     if machine_id is None:
-        chosen = max(per_machine, key=lambda m: (per_machine[m], -int(m)))
+        chosen = max(per_machine, key=lambda m: (per_machine[m], -m))
     elif machine_id in per_machine:
         chosen = machine_id
     else:
@@ -403,6 +423,15 @@ def _azure_types(db: sqlite3.Connection, path: str, machine: AzureMachine,
             "root_gb": math.ceil(max(fractions[2], fractions[3]) * machine.disk_gb - 1e-9),
         }
     return names, sizes, chosen
+
+
+def _machine_id(value: Any, where: str) -> int:
+    """A ``vmType.machineId``: an integer (SQLite may hold it as an integral REAL)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, int):
+        raise InputError(f"{where}: expected an integer, got {value!r}", field="trace")
+    return value
 
 
 def _fraction(value: Any, where: str) -> float:
