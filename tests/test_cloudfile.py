@@ -137,10 +137,15 @@ def test_a_bad_cloud_file_names_the_field_and_the_value(doc, message):
         (minimal(cpu_dedicated_set="0-99999999"),
          "hosts[0].cpu_dedicated_set: CPU range '0-99999999' goes past CPU 65535"),
         (minimal(uuid="x"), "hosts[0].uuid: expected a UUID, got 'x'"),
+        (minimal(resources={"CUSTOM_GPU": 10**23}),
+         "hosts[0].resources.CUSTOM_GPU.total: expected an integer from 1 to 2147483647"),
+        (minimal(resources={"CUSTOM_GPU": {"total": 2, "allocation_ratio": 1e39}}),
+         "hosts[0].resources.CUSTOM_GPU.allocation_ratio: expected a number > 0 up to"),
     ],
     ids=["host size past Nova's INT", "usage past Nova's INT", "past 64 bits",
          "flavor size past Nova's INT", "two nodes of one name", "two nodes of one uuid",
-         "a count that is no number", "a CPU set of 100 million", "a node uuid"],
+         "a count that is no number", "a CPU set of 100 million", "a node uuid",
+         "an inventory past Placement's INT", "a ratio past Placement's float"],
 )
 def test_what_no_store_or_report_could_hold_is_refused_at_load(doc, message):
     """These once passed ``berth cloud check`` and then failed with a traceback (or hung)
@@ -148,6 +153,19 @@ def test_what_no_store_or_report_could_hold_is_refused_at_load(doc, message):
     with pytest.raises(CloudFileError) as info:
         parse_cloud(doc, CONFIG, 0.0)
     assert message in str(info.value)
+
+
+def test_a_node_uuid_is_read_as_placement_writes_it():
+    doc = minimal(uuid="6F1F7D0C1C554F0E9D1E6A3F1B0B8E11")
+    assert parse_cloud(doc, CONFIG, 0.0).snapshot.obj("uuid")[0] == \
+        "6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11"
+
+
+def test_a_json_cloud_file_with_an_unpaired_surrogate_is_refused(tmp_path):
+    path = tmp_path / "cloud.json"
+    path.write_text('{"hosts": [{"host": "h\\ud800", "vcpus": 4}]}')
+    with pytest.raises(CloudFileError, match="hosts\\[0\\].host: the string holds an unpaired"):
+        load_cloud(str(path))
 
 
 @pytest.mark.parametrize(("content", "message"), [

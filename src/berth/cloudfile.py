@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from berth import json_text
 from berth.config import SchedulerConfig, not_utf8
 from berth.errors import CloudFileError
 from berth.json_text import INT64_MAX
@@ -58,7 +59,7 @@ from berth.model import (
     ServiceRecord,
 )
 from berth.model.image_props import ImagePropertyError
-from berth.placement.store_records import MAX_INT
+from berth.placement.bounds import MAX_INT
 from berth.provider_tree import (
     NodeProviders,
     ProviderSpec,
@@ -178,12 +179,12 @@ class _Reader:
     def uuid(self, key: str, required: bool = False) -> str | None:
         """``key``'s text, which must be a UUID (placement's consumers and providers)."""
         value = self.text(key, required=required)
-        if value is not None:
-            try:
-                uuidlib.UUID(value)
-            except ValueError:
-                raise CloudFileError(f"{self.at(key)}: expected a UUID, got {_show(value)}") from None
-        return value
+        if value is None:
+            return None
+        try:
+            return str(uuidlib.UUID(value))  # as placement writes it: lower case, dashes
+        except ValueError:
+            raise CloudFileError(f"{self.at(key)}: expected a UUID, got {_show(value)}") from None
 
     def integer(self, key: str, default: int | None = None, minimum: int | None = 0,
             required: bool = False, maximum: int = INT64_MAX) -> int | None:
@@ -327,7 +328,13 @@ def read_document(path: str) -> Any:
         raise CloudFileError(f"{path}: empty; a cloud file is a mapping with at least 'hosts'")
     try:
         if path.endswith(".json"):
-            return json.loads(text)
+            document = json.loads(text)
+            # JSON takes "\ud800" escapes, which no name or store can hold (YAML refuses).
+            bad = json_text.problem(text.encode("utf-8", "surrogatepass"), document,
+                                    big_ints=False)
+            if bad is not None:
+                raise CloudFileError(f"{path}: {bad}")
+            return document
         # libyaml's parser when PyYAML has it: the same documents, about 4x faster on
         # an imported cloud of thousands of hosts.
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

@@ -29,6 +29,8 @@ from functools import cache
 from typing import Any
 
 from berth.errors import CloudFileError
+from berth.placement.bounds import MAX_FLOAT as MAX_RATIO
+from berth.placement.bounds import MAX_INT
 
 #: The classes a host entry gives with its own fields (``vcpus``, ``memory_mb``,
 #: ``local_gb``, ``cpu_dedicated_set``), never under ``resources``.
@@ -178,13 +180,15 @@ def read_inventory(value: Any, where: str) -> dict[str, Any]:
     for key, default, minimum in (("total", None, 1), ("reserved", 0, 0), ("min_unit", 1, 1),
                                   ("max_unit", None, 1), ("step_size", 1, 1)):
         raw = value.get(key, default if key != "max_unit" else inv["total"])
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
-            raise CloudFileError(f"{where}.{key}: expected an integer >= {minimum}, got {raw!r}")
+        if isinstance(raw, bool) or not isinstance(raw, int) or not minimum <= raw <= MAX_INT:
+            raise CloudFileError(f"{where}.{key}: expected an integer from {minimum} to "
+                                 f"{MAX_INT} (Placement's bounds), got {raw!r}")
         inv[key] = raw
     ratio = value.get("allocation_ratio", 1.0)
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0 \
-            or ratio != ratio or ratio == float("inf"):
-        raise CloudFileError(f"{where}.allocation_ratio: expected a number > 0, got {ratio!r}")
+            or ratio != ratio or ratio > MAX_RATIO:
+        raise CloudFileError(f"{where}.allocation_ratio: expected a number > 0 up to "
+                             f"{MAX_RATIO:g}, got {ratio!r}")
     inv["allocation_ratio"] = float(ratio)
     if inv["reserved"] > inv["total"]:
         raise CloudFileError(f"{where}.reserved: {inv['reserved']} is more than total "

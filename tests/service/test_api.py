@@ -93,8 +93,13 @@ def test_deeply_nested_json_is_malformed_json_not_a_500(stack: Stack) -> None:
      "flavor.name: expected a string of 1 to 255 characters"),
     ("/server-groups", rb'{"name": "\ud800", "policy": "affinity"}',
      "name: the string holds an unpaired UTF-16 surrogate"),
+    ("/boot", b'{"flavor": "m1.tiny", "project_id": "\xed\xa0\x80"}',
+     "body: Malformed JSON"),
+    ("/boot", '{"flavor": "m1.tiny", "image": {"properties": {"x": 1180591620717411303424}}}'
+     .encode("utf-16"), "body: Malformed JSON"),
 ], ids=["project", "image property", "hint key", "huge property", "huge flavor id",
-        "flavor id", "flavor size", "flavor name", "group name"])
+        "flavor id", "flavor size", "flavor name", "group name", "encoded surrogate",
+        "UTF-16 body"])
 def test_what_no_store_or_report_can_hold_is_a_400_and_the_host_stays_usable(
         stack: Stack, path: str, raw: bytes, message: str) -> None:
     """JSON that decodes but that no database, encoder or host report can take (an

@@ -242,6 +242,9 @@ def test_an_argument_that_would_name_another_route_is_refused(
 
 
 def test_a_host_name_goes_into_the_path_quoted() -> None:
-    from berth.service.cli import url_segment
+    from berth.service.cli import instance_uuid, url_segment
 
     assert url_segment("c1 s01?x#y%") == "c1%20s01%3Fx%23y%25"
+    # As the server keeps it (an upper-case uuid found no instance).
+    assert instance_uuid("6F1F7D0C1C554F0E9D1E6A3F1B0B8E11") == \
+        "6f1f7d0c-1c55-4f0e-9d1e-6a3f1b0b8e11"

@@ -242,3 +242,22 @@ def test_a_scheduler_keeps_a_window_of_latencies_not_all_of_them() -> None:
     assert stats.timed == 12 and len(stats.latencies) == 5
     assert stats.latencies_since(10) == [10.0, 11.0]
     assert stats.latencies_since(3) == [7.0, 8.0, 9.0, 10.0, 11.0]  # what the window holds
+
+
+def test_a_placement_mounted_under_a_prefix_keeps_its_route_labels() -> None:
+    """``berth placement serve --prefix /api/placement``: the routes under the prefix."""
+    from berth.service.metrics import Metrics, instrument
+
+    def app(environ: dict[str, object], start_response: object) -> list[bytes]:
+        start_response("200 OK", [("Content-Length", "0")])  # type: ignore[operator]
+        return []
+
+    metrics = Metrics()
+    wrapped = instrument(app, metrics, "placement", mount="/api/placement/")
+    for path in ("/api/placement/resource_providers/x1/traits", "/api/placement", "/elsewhere"):
+        body = wrapped({"REQUEST_METHOD": "GET", "PATH_INFO": path, "wsgi.input": None},
+                       lambda status, headers: None)
+        body.close()  # type: ignore[attr-defined]
+    routes = {dict(labels)["route"] for (name, labels) in _samples(metrics.render().decode())
+              if name == "berth_http_requests_total"}
+    assert routes == {"/resource_providers/{id}/traits", "/", "other"}

@@ -225,7 +225,8 @@ def _make_server(args: argparse.Namespace, sock: socket.socket) -> Any:
     from berth.service.metrics import Metrics, instrument, queue_collector
 
     metrics = Metrics()
-    server = create_server(instrument(app, metrics, "placement"), sockets=[sock],
+    server = create_server(instrument(app, metrics, "placement", mount=args.prefix),
+                           sockets=[sock],
                            threads=args.threads, ident="berth-placement",
                            max_request_body_size=args.max_body,
                            channel_timeout=args.channel_timeout, backlog=1024,

@@ -26,9 +26,7 @@ import jsonschema
 from jsonschema.exceptions import best_match
 
 from berth.placement import errors
-
-MAX_INT = 2147483647
-MAX_FLOAT = 3.40282e38
+from berth.placement.bounds import MAX_FLOAT, MAX_INT
 
 FORMAT_CHECKER = jsonschema.FormatChecker(formats=())
 

@@ -10,11 +10,11 @@ from typing import Any
 import os_resource_classes
 
 from berth.placement import errors
+from berth.placement.bounds import MAX_INT
 from berth.placement.query import MemberOf, RequiredTraits
 
 INCOMPLETE_ID = "00000000-0000-0000-0000-000000000000"
 RETRY_COUNT = 10
-MAX_INT = 2147483647
 STANDARD_RCS = frozenset(os_resource_classes.STANDARDS)
 CONCURRENT_MSG = "Another thread concurrently updated the data. Please retry your update"
 

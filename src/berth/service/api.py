@@ -124,8 +124,8 @@ from berth.model.request import (
     RequestSpec,
 )
 from berth.model.selection import selection_dict
+from berth.placement.bounds import MAX_INT
 from berth.placement.dbfaults import as_unavailable, call_with_retry, describe, unavailable
-from berth.placement.store_records import MAX_INT
 from berth.service.conductor import BuildOutcome, Conductor, SchedulerAPI
 from berth.service.groups import ServerGroupStore
 from berth.service.httpjson import StartResponse

@@ -192,10 +192,9 @@ def instance_uuid(text: str) -> str:
     import uuid as uuidlib
 
     try:
-        uuidlib.UUID(text)
+        return str(uuidlib.UUID(text))  # as the server keeps it: lower case, dashes
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an instance uuid, got {text!r}") from None
-    return text
 
 
 def host_name(text: str) -> str:

@@ -32,7 +32,9 @@ def read_json(environ: dict[str, Any]) -> Any:
         raise InputError(f"body: larger than {MAX_BODY} bytes")
     raw = environ["wsgi.input"].read(length) if length else b""
     try:
-        value = json.loads(raw or b"null")
+        # UTF-8 only (RFC 8259): json.loads(bytes) would also take UTF-16 and UTF-32,
+        # and encoded surrogates, past the checks below.
+        value = json.loads(raw.decode("utf-8") if raw else "null")
     except ValueError as exc:  # UnicodeDecodeError included
         raise InputError(f"body: Malformed JSON: {exc}") from None
     except RecursionError:

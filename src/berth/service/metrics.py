@@ -180,8 +180,12 @@ class StatsCollector(Collector):
             yield family
 
 
-def instrument(app: Callable[..., Any], metrics: Metrics, name: str) -> Callable[..., Any]:
-    """``app`` with request ids, an access log, request metrics and ``GET /metrics``."""
+def instrument(app: Callable[..., Any], metrics: Metrics, name: str,
+               mount: str = "") -> Callable[..., Any]:
+    """``app`` with request ids, an access log, request metrics and ``GET /metrics``.
+    ``mount``: the path prefix ``app`` is served under (``berth placement serve
+    --prefix``), left out of the route labels."""
+    mount = mount.rstrip("/")
 
     def wrapped(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
@@ -210,7 +214,10 @@ def instrument(app: Callable[..., Any], metrics: Metrics, name: str) -> Callable
                 chunks: Iterable[bytes] = [body]
             else:
                 chunks = app(environ, start)
-            return _Finishing(chunks, lambda: _done(environ, metrics, name, method, path,
+            labelled = path
+            if mount and (path == mount or path.startswith(mount + "/")):
+                labelled = path[len(mount):] or "/"
+            return _Finishing(chunks, lambda: _done(environ, metrics, name, method, labelled,
                                                     asked, status_seen, started, request_id))
         finally:
             REQUEST_ID.reset(token)
