@@ -330,18 +330,22 @@ def test_explanations_name_aggregates_not_their_uuids(capsys):
     assert "member of e431d10b" not in out
 
 
-def test_a_host_used_past_its_capacity_is_full_not_a_hang(capsys, tmp_path, caplog):
-    """The file's usage beyond capacity was split into one consumer per host size (100
-    million VCPU: a hang) and what placement refused was dropped, so the host took more."""
+def test_a_host_used_past_its_capacity_takes_no_more_and_a_typo_is_refused(
+        capsys, tmp_path, caplog):
+    """Usage past capacity was split into one consumer per host size and what placement
+    refused was dropped, so such a host took more instances; 100 million VCPU hung."""
     cloud = tmp_path / "cloud.yaml"
     cloud.write_text(
         "flavors: [{name: f, vcpus: 1, memory_mb: 5}]\nhosts:\n"
-        "  - {host: h1, vcpus: 16, memory_mb: 65536, local_gb: 500, vcpus_used: 100}\n"
-        "  - {host: h2, vcpus: 16, memory_mb: 65536, local_gb: 500, vcpus_used: 100000000}\n")
+        "  - {host: h1, vcpus: 16, memory_mb: 65536, local_gb: 500, vcpus_used: 100}\n")
     code, _, err = run(capsys, "schedule", str(cloud), "--flavor", "f")
     assert code == 4 and "No valid host" in err
-    warned = [r.getMessage() for r in caplog.records if "counted full of VCPU" in r.getMessage()]
-    assert len(warned) == 2
+    assert any("placement holds it over capacity" in r.getMessage() for r in caplog.records)
+    cloud.write_text(
+        "flavors: [{name: f, vcpus: 1, memory_mb: 5}]\nhosts:\n"
+        "  - {host: h2, vcpus: 16, memory_mb: 65536, local_gb: 500, vcpus_used: 100000000}\n")
+    code, _, err = run(capsys, "schedule", str(cloud), "--flavor", "f")
+    assert code == 3 and "needs 6250000 consumers" in err
 
 
 def test_an_amount_past_64_bits_is_explained_not_a_traceback(capsys, tmp_path):

@@ -28,7 +28,7 @@ from berth.config import SchedulerConfig
 from berth.service.api import SchedulerApp
 from berth.service.localcluster import free_port
 from berth.service.seeding import seed_from_cloud
-from berth.service.stack import open_stack
+from berth.service.stack import Stack, open_stack
 
 #: The noauth2 token of the administrator (the servers run --auth-strategy noauth2).
 ADMIN = {"X-Auth-Token": "admin"}
@@ -351,3 +351,20 @@ def test_offline_and_a_serve_process_choose_the_same_hosts(
     server = served(str(cloud), "--seed", str(seed))
     online = _online_hosts(*server.boot(**request))
     assert offline == online, (request, cloud.read_text())
+
+
+def test_a_file_s_usage_past_capacity_is_held_over_capacity_as_nova_s_is(stack: Stack,
+                                                                         tmp_path: Path) -> None:
+    """A host whose file gives it more usage than its capacity (a ratio lowered since):
+    placement holds all of it, above capacity, and keeps its inventory as reported, so
+    deleting one instance frees nothing that fits; the reports keep the file's usage."""
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(
+        "hosts: [{host: h1, vcpus: 16, memory_mb: 65536, local_gb: 500, vcpus_used: 100,"
+        " cpu_allocation_ratio: 4.0}]\n")
+    seed_from_cloud(stack, str(cloud))
+    agent = stack.agents["h1"]
+    _, inventories = stack.client.get_inventories(agent.uuid)
+    assert (inventories["VCPU"]["reserved"], inventories["VCPU"]["allocation_ratio"]) == (0, 4.0)
+    assert stack.client.provider_usages(agent.uuid)["VCPU"] == 100
+    assert agent.host_record(0.0).vcpus_used == 100

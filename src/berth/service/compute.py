@@ -166,6 +166,18 @@ def inventories_for(node: ComputeNodeSpec, config: SchedulerConfig) -> dict[str,
 
 
 @dataclass(frozen=True)
+class ServiceSwitches:
+    """What a cloud file sets on a node's compute service: disabled (with its reason),
+    forced down, and ``down_since``, the old heartbeat of a host the file says is down
+    (it stays silent under it)."""
+
+    disabled: bool = False
+    disabled_reason: str | None = None
+    forced_down: bool = False
+    down_since: float | None = None
+
+
+@dataclass(frozen=True)
 class HeldProvider:
     """What placement holds of a node's root provider, as a restart reads it for every
     stored host at once (:meth:`~berth.service.stack.Stack.resume_agents`): the agent
@@ -621,12 +633,28 @@ class ComputeAgent:
             self._published_inventory = held.inventory
             self._published_traits = set(held.traits)
 
-    def register(self, aggregates: Sequence[Aggregate] | None = None) -> None:
-        """Take over the stored record's usage (:meth:`restore_usage`), create the
-        provider, publish inventories/traits/aggregates, then the record."""
+    def register(self, aggregates: Sequence[Aggregate] | None = None,
+                 switches: ServiceSwitches | None = None) -> None:
+        """Take over the stored record's usage (:meth:`restore_usage`), take a cloud
+        file's ``switches``, create the provider, publish inventories/traits/aggregates,
+        then the record: its first report already says what the file says."""
         self.restore_usage()
+        if switches is not None:
+            self.take_switches(switches)
         self.sync_placement(aggregates)
         self.report()
+
+    def take_switches(self, switches: ServiceSwitches) -> None:
+        """A cloud file's switches on the node's service, for the next placement sync
+        (the ``COMPUTE_STATUS_DISABLED`` trait) and report to publish. One an operator
+        set (restored from the stored record) stays: the file can disable or force down,
+        not undo an operator's."""
+        with self._lock:
+            if switches.down_since is not None:
+                self.silent, self.last_heartbeat = True, switches.down_since
+            self.forced_down = self.forced_down or switches.forced_down
+            if switches.disabled:
+                self.disabled, self.disabled_reason = True, switches.disabled_reason
 
     def restore_usage(self) -> None:
         """Take over what the node's stored record says it runs, as a compute service

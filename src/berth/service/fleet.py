@@ -35,15 +35,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from berth.config import SchedulerConfig
-from berth.filters.compute import effective_service_down_time
 from berth.model.aggregate import Aggregate
 from berth.placement.client import PlacementClient
 from berth.provider_tree import cpu_traits
-from berth.service.compute import ComputeAgent, ComputeNodeSpec, held_provider
+from berth.service.compute import ComputeAgent, ComputeNodeSpec, ServiceSwitches, held_provider
 from berth.service.compute_rpc import AgentDirectory
 from berth.service.reporting import Reporter
 from berth.service.reports import BusRecordStore
-from berth.service.seeding import apply_file_service
 
 LOG = logging.getLogger(__name__)
 
@@ -54,9 +52,10 @@ class Fleet:
     def __init__(self, nodes: Sequence[ComputeNodeSpec], aggregates: Sequence[Aggregate] | None,
                  *, client: PlacementClient, records: BusRecordStore, directory: AgentDirectory,
                  config: SchedulerConfig, server: str,
-                 services: Mapping[str, Any] | None = None) -> None:
-        """``services``: the cloud file's compute services that it sets a switch of
-        (:func:`~berth.service.seeding.file_services`), set as each host registers."""
+                 services: Mapping[str, ServiceSwitches] | None = None) -> None:
+        """``services``: the switches the cloud file sets on its hosts' compute services
+        (:func:`~berth.service.seeding.file_services`), taken as each host registers,
+        before its first report."""
         self.config = config
         self.services = dict(services or {})
         self.client = client
@@ -84,8 +83,6 @@ class Fleet:
             self.records.set_aggregates(self.aggregates)
         self.directory.register(self.agents, self.server)
         aggregates = self.aggregates if self.aggregates is not None else self.records.aggregates()
-        down_time = effective_service_down_time(self.config.service_down_time,
-                                                self.config.report_interval)
         self.records.begin_deferred()
         try:
             def one(agent: ComputeAgent) -> None:
@@ -94,11 +91,7 @@ class Fleet:
                     held = held_provider(self.client, agent.uuid)
                     if held is not None:
                         agent.adopt(held)
-                agent.register(aggregates)
-                service = self.services.get(agent.node.host)
-                if service is not None:
-                    apply_file_service(agent, service, now=agent.clock(), down_time=down_time)
-                    agent.report()  # forced down, or silent: under its old heartbeat
+                agent.register(aggregates, self.services.get(agent.node.host))
                 with self._reg_lock:
                     self._registered.append(agent)
 

@@ -10,10 +10,11 @@ schedules against is what the other does.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from berth.cloudfile import Cloud, load_cloud, stable_uuid
@@ -22,7 +23,7 @@ from berth.filters.compute import effective_service_down_time
 from berth.model.request import Flavor
 from berth.placement.client import NotFoundError, PlacementAPIError
 from berth.provider_tree import NodeProviders
-from berth.service.compute import publish_provider
+from berth.service.compute import ServiceSwitches, publish_provider
 
 LOG = logging.getLogger("berth.service")
 
@@ -165,62 +166,65 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
                         - sum(f.root_gb + f.ephemeral_gb for f in placed)))
         if extra.vcpus or extra.memory_mb or extra.root_gb:
             node = agent.node
-            held = _within_capacity(extra, placed, node, config, path)
             # One consumer may not exceed max_unit (the node's total) per class.
-            parts = max(math.ceil(held.vcpus / max(node.vcpus, 1)),
-                        math.ceil(held.memory_mb / max(node.memory_mb, 1)),
-                        math.ceil(held.root_gb / max(node.local_gb, 1)), 1)
+            parts = max(math.ceil(extra.vcpus / max(node.vcpus, 1)),
+                        math.ceil(extra.memory_mb / max(node.memory_mb, 1)),
+                        math.ceil(extra.root_gb / max(node.local_gb, 1)), 1)
             if parts > MAX_USAGE_PARTS:
                 raise CloudFileError(
                     f"{path}: host {node.host}: its usage beyond its instances needs {parts} "
                     f"consumers of at most one host's size each (more than "
                     f"{MAX_USAGE_PARTS}); check its *_used fields and allocation ratios")
-            for i in range(parts):
-                share = Flavor(name="preexisting", vcpus=_share(held.vcpus, parts, i),
-                               memory_mb=_share(held.memory_mb, parts, i),
-                               root_gb=_share(held.root_gb, parts, i))
-                holder = stable_uuid("preexisting", agent.uuid, str(i))
-                existing[holder] = agent.node.host
-                _allocate(stack, holder, agent.uuid, share, "seed", fresh=fresh)
+            with _room_for(agent, extra, path):
+                for i in range(parts):
+                    share = Flavor(name="preexisting", vcpus=_share(extra.vcpus, parts, i),
+                                   memory_mb=_share(extra.memory_mb, parts, i),
+                                   root_gb=_share(extra.root_gb, parts, i))
+                    holder = stable_uuid("preexisting", agent.uuid, str(i))
+                    existing[holder] = agent.node.host
+                    _allocate(stack, holder, agent.uuid, share, "seed", fresh=fresh)
             agent.baseline = extra
         # Instances the file counts (stats num_instances) but does not list.
         agent.baseline_instances = max(
             0, int(snap.num("num_instances")[row]) - len(snap.obj("instances")[row]))
-        down_since = apply_file_service(agent, service, now=now, down_time=down_time)
+        # The file's switches: the reports are deferred, so the one written is the last.
+        switches = file_switches(service, now=now, down_time=down_time)
+        down_since = None
+        if switches is not None:
+            agent.take_switches(switches)
+            if switches.disabled:
+                agent.sync_placement()  # the COMPUTE_STATUS_DISABLED trait
+            down_since = switches.down_since
         agent.report(now=down_since if down_since is not None else now)
     stack.builds.adopt(existing, request_id=f"cloud-file:{path}"[:64])
 
 
-def file_services(cloud: Cloud, *, now: float, down_time: float) -> dict[str, Any]:
-    """The compute services the cloud file (loaded at ``now``) sets a switch of: those
-    disabled, forced down, or last seen up longer than ``down_time`` ago; by host."""
+def file_switches(service: Any, *, now: float, down_time: float) -> ServiceSwitches | None:
+    """What a host's ``service`` entry of a cloud file (loaded at ``now``) switches on its
+    compute service: disabled, forced down, or down (last seen up longer than
+    ``down_time`` before ``now``); None when it switches nothing."""
+    if service is None:
+        return None
+    seen = service.last_seen_up
+    switches = ServiceSwitches(
+        disabled=bool(service.disabled), disabled_reason=service.disabled_reason,
+        forced_down=bool(service.forced_down),
+        down_since=seen if seen is not None and now - seen > down_time else None)
+    if switches.disabled or switches.forced_down or switches.down_since is not None:
+        return switches
+    return None
+
+
+def file_services(cloud: Cloud, *, now: float, down_time: float) -> dict[str, ServiceSwitches]:
+    """The switches of every host of ``cloud`` (loaded at ``now``) that has any, by host
+    (:func:`file_switches`): what ``berth compute --fleet`` sets as each registers."""
     snap = cloud.snapshot
     out = {}
     for row in range(len(snap)):
-        service = snap.obj("service")[row]
-        if service is not None and (service.disabled or service.forced_down or (
-                service.last_seen_up is not None and now - service.last_seen_up > down_time)):
-            out[snap.obj("host")[row]] = service
+        switches = file_switches(snap.obj("service")[row], now=now, down_time=down_time)
+        if switches is not None:
+            out[snap.obj("host")[row]] = switches
     return out
-
-
-def apply_file_service(agent: Any, service: Any, *, now: float, down_time: float) -> float | None:
-    """The switches the cloud file sets on ``agent``'s compute service (``berth serve
-    --cloud`` and ``berth compute --fleet`` alike), after the agent registered (and took
-    back an operator's from its stored record): disabled with its reason; forced down
-    (one an operator forced down stays so until set up again, as in Nova); and a host
-    the file last saw up longer than ``down_time`` before ``now`` keeps that old
-    heartbeat and stays silent. Returns that heartbeat, or None (the host is up)."""
-    if service is None:
-        return None
-    down_since = None
-    seen = service.last_seen_up
-    if seen is not None and now - seen > down_time:
-        agent.silent, agent.last_heartbeat, down_since = True, seen, seen
-    agent.forced_down = agent.forced_down or service.forced_down
-    if service.disabled:  # reports at once: under the old heartbeat when silent
-        agent.set_disabled(True, service.disabled_reason)
-    return down_since
 
 
 #: The cloud-file field behind each resource class a node reports.
@@ -270,32 +274,38 @@ def check_against_allocations(stack: Any, nodes: Sequence[Any], path: str) -> No
 MAX_USAGE_PARTS = 1024
 
 
-def _within_capacity(extra: Flavor, placed: Sequence[Flavor], node: Any,
-                     config: Any, path: str) -> Flavor:
-    """The part of ``extra`` (a host's usage beyond its instances) placement can hold
-    beside the instances ``placed``: a file may give a host more usage than its
-    capacity (an allocation ratio lowered since, as Nova's hosts can be), which
-    placement refuses to write; the host is then counted full of that class (no
-    request fits, as with Nova's), with a warning. Its reports keep the file's usage."""
-    from berth.service.compute import inventories_for
-
-    inventory = inventories_for(node, config)
-    held: dict[str, int] = {}
-    for rc, field_name, amount, instances in (
-            ("VCPU", "vcpus", extra.vcpus, sum(f.vcpus for f in placed)),
-            ("MEMORY_MB", "memory_mb", extra.memory_mb, sum(f.memory_mb for f in placed)),
-            ("DISK_GB", "root_gb", extra.root_gb,
-             sum(f.root_gb + f.ephemeral_gb for f in placed))):
-        inv = inventory.get(rc)
-        room = 0 if inv is None else max(0, math.floor(
-            (inv["total"] - inv["reserved"]) * inv["allocation_ratio"]) - instances)
-        if amount > room:
-            LOG.warning("%s: host %s: its %s usage is more than its capacity (%d beside its "
-                        "instances, after reserved amounts and the allocation ratio); it is "
-                        "counted full of %s", path, node.host, rc, room, rc)
-        held[field_name] = min(amount, room)
-    return Flavor(name="preexisting", vcpus=held["vcpus"], memory_mb=held["memory_mb"],
-                  root_gb=held["root_gb"])
+@contextlib.contextmanager
+def _room_for(agent: Any, extra: Flavor, path: str) -> Iterator[None]:
+    """Room in placement for a host's usage beyond its instances (``extra``) when the
+    file gives it more than the host's capacity (an allocation ratio lowered since, as
+    Nova's hosts can be): its inventory of such a class is raised while the usage is
+    written, then put back as it was. Placement keeps allocations above capacity, as
+    Nova's does: no more of that class fits until the usage shrinks below it."""
+    client = agent.client
+    wanted = {"VCPU": extra.vcpus, "MEMORY_MB": extra.memory_mb, "DISK_GB": extra.root_gb}
+    generation, inventories = client.get_inventories(agent.uuid)
+    usages = client.provider_usages(agent.uuid)
+    raised = {}
+    for rc, amount in wanted.items():
+        inv = inventories.get(rc)
+        if not amount or inv is None:
+            continue
+        need = usages.get(rc, 0) + amount
+        total, reserved, ratio = inv["total"], inv["reserved"], inv["allocation_ratio"]
+        if need <= math.floor((total - reserved) * ratio):
+            continue
+        LOG.warning("%s: host %s: its %s usage is more than its capacity; placement holds "
+                    "it over capacity, as after a lower allocation ratio: no more %s fits "
+                    "until it shrinks", path, agent.node.host, rc, rc)
+        raised[rc] = {**inv, "reserved": 0, "allocation_ratio": math.ceil(need / total) + 1.0}
+    if raised:
+        client.set_inventories(agent.uuid, generation, {**inventories, **raised})
+    try:
+        yield
+    finally:
+        if raised:
+            generation, _ = client.get_inventories(agent.uuid)
+            client.set_inventories(agent.uuid, generation, inventories)
 
 
 def _share(total: int, parts: int, index: int) -> int:
