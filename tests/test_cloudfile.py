@@ -141,11 +141,14 @@ def test_a_bad_cloud_file_names_the_field_and_the_value(doc, message):
          "hosts[0].resources.CUSTOM_GPU.total: expected an integer from 1 to 2147483647"),
         (minimal(resources={"CUSTOM_GPU": {"total": 2, "allocation_ratio": 1e39}}),
          "hosts[0].resources.CUSTOM_GPU.allocation_ratio: expected a number > 0 up to"),
+        (minimal(cpu_allocation_ratio=1e308),
+         "hosts[0].cpu_allocation_ratio: expected a number up to 3.40282e+38"),
     ],
     ids=["host size past Nova's INT", "usage past Nova's INT", "past 64 bits",
          "flavor size past Nova's INT", "two nodes of one name", "two nodes of one uuid",
          "a count that is no number", "a CPU set of 100 million", "a node uuid",
-         "an inventory past Placement's INT", "a ratio past Placement's float"],
+         "an inventory past Placement's INT", "a ratio past Placement's float",
+         "a node's ratio past Placement's float"],
 )
 def test_what_no_store_or_report_could_hold_is_refused_at_load(doc, message):
     """These once passed ``berth cloud check`` and then failed with a traceback (or hung)

@@ -59,7 +59,7 @@ from berth.model import (
     ServiceRecord,
 )
 from berth.model.image_props import ImagePropertyError
-from berth.placement.bounds import MAX_INT
+from berth.placement.bounds import MAX_FLOAT, MAX_INT
 from berth.provider_tree import (
     NodeProviders,
     ProviderSpec,
@@ -717,6 +717,9 @@ def _host(
 def _ratio(r: _Reader, kind: str, config: SchedulerConfig) -> float:
     """A node's allocation ratio, resolved as ComputeNode does (reference §10.3)."""
     value = r.number(f"{kind}_allocation_ratio")
+    if value is not None and value > MAX_FLOAT:  # Placement's bound of a ratio
+        raise CloudFileError(f"{r.at(f'{kind}_allocation_ratio')}: expected a number up to "
+                             f"{MAX_FLOAT:g}, got {value:g}")
     if value:
         return value
     configured = getattr(config, f"{kind}_allocation_ratio")

@@ -188,8 +188,9 @@ class PlacementCandidates:
             else:
                 body = self.client.allocation_candidates(grouped)
         except PlacementAPIError as exc:
-            LOG.warning("GET /allocation_candidates failed: %s", exc)
-            return CandidatesAnswer(version=None, error=str(exc))
+            text = " ".join(str(exc).split())  # placement's detail, on one line
+            LOG.warning("GET /allocation_candidates failed: %s", text)
+            return CandidatesAnswer(version=None, error=text)
         except httpx.HTTPError as exc:
             LOG.warning("placement is unreachable: %s", exc)
             return CandidatesAnswer(version=None, error=f"placement unreachable: {exc}")
