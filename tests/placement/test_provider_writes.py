@@ -280,6 +280,9 @@ def _blocked_write(engine: Any, hold_sql: str | list[str], params: dict[str, Any
             waited = probe.execute(sa.text(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                 "AND wait_event_type = 'Lock'")).scalar_one() > 0
+            # pg_stat_activity is read once per transaction: a probe that began before
+            # the write waited would never see it wait (on a loaded machine, it did not).
+            probe.rollback()
             time.sleep(0.01)
     txn.commit()
     holder.close()
