@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from berth.cli import main
 from berth.errors import InstanceExists
@@ -248,7 +249,14 @@ def test_audit_lists_then_fixes_planted_orphans_and_leaks(
     clock = Clock(1.0)  # long ago: every building record is abandoned by now
     _crashed_boot(first, clock)
     db = str(first.engine.url)
+
+    def owners() -> int:
+        with first.engine.connect() as conn:
+            return int(conn.execute(sa.text("SELECT count(*) FROM berth_owners")).scalar_one())
+
+    registered = owners()
     assert main(["audit", "--db", db, "--json"]) == 8
+    assert owners() == registered  # a listing writes nothing (it took a read-only db)
     found = json.loads(capsys.readouterr().out)["findings"]
     assert [h["consumer"] for h in found["orphaned"]] == [ORPHAN]
     assert sorted(h["consumer"] for h in found["leaked"]) == [U1, U3]

@@ -52,7 +52,10 @@ def add_command(sub: Any) -> None:
                    help="nova.conf (repeatable, later files win)")
     p.add_argument("--host", help="this server's name (default [DEFAULT] host, else the "
                                   "machine's name)")
-    p.add_argument("--workers", type=int, default=8, help="RPC worker threads (default 8)")
+    from berth.service.cli import positive_int
+
+    p.add_argument("--workers", type=positive_int, default=8,
+                   help="RPC worker threads (default 8)")
     p.add_argument("--seed", type=int, default=None, help="random seed of the decisions")
     p.add_argument("--explain", action="store_true",
                    help="log every decision's explanation at INFO, keyed by instance uuid")
@@ -203,7 +206,11 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
             print(f"berth nova-scheduler: cannot read Nova's databases: "
                   f"{str(exc).splitlines()[0]}", file=sys.stderr)
             return 2
-        serve(bus, parts["endpoint"], host, workers=args.workers)
+        try:
+            serve(bus, parts["endpoint"], host, workers=args.workers)
+        except BerthError as exc:  # the broker refused us (credentials, vhost)
+            print(f"berth nova-scheduler: {exc}", file=sys.stderr)
+            return 2
         print(f"ready: nova-scheduler {host} with {len(snapshot)} compute nodes in "
               f"{len(feed.cells)} cells", flush=True)
         stop = threading.Event()

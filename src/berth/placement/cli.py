@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from berth.errors import ConfigError
-from berth.placement.db import shown_url
+from berth.placement.db import error_line, shown_url
 from berth.webauth.options import add_arguments
 
 DEFAULT_DB = "sqlite:///berth-placement.sqlite"
@@ -37,6 +37,12 @@ DEFAULT_MAX_BODY = 1024 * 1024
 DEFAULT_CHANNEL_TIMEOUT = 60
 
 LOG = logging.getLogger("berth.placement")
+
+
+#: Bounds of a server's processes and threads: past them a typo forks or starts
+#: threads until the machine gives out.
+MAX_WORKERS = 256
+MAX_THREADS = 1024
 
 
 def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -153,6 +159,18 @@ def serve_command(args: argparse.Namespace) -> int:
             print(f"berth placement serve: --{name.replace('_', '-')} must be >= 1, got "
                   f"{getattr(args, name)}", file=sys.stderr)
             return 2
+    for name, most in (("workers", MAX_WORKERS), ("threads", MAX_THREADS)):
+        if getattr(args, name) > most:
+            print(f"berth placement serve: --{name} must be at most {most}, got "
+                  f"{getattr(args, name)}", file=sys.stderr)
+            return 2
+    if not 0 <= args.port <= 65535:
+        print(f"berth placement serve: --port must be 0-65535, got {args.port}", file=sys.stderr)
+        return 2
+    if args.prefix and not args.prefix.startswith("/"):
+        print(f"berth placement serve: --prefix must start with '/', got {args.prefix!r}",
+              file=sys.stderr)
+        return 2
     try:
         from berth.placement.app import placement_rules
         from berth.webauth.settings import security_from_args
@@ -167,7 +185,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
         prepare(args.db).dispose()
     except Exception as exc:  # start-up problems are reported, not traced
-        print(f"berth placement serve: cannot open database {shown_url(args.db)!r}: {exc}", file=sys.stderr)
+        print(f"berth placement serve: cannot open database {shown_url(args.db)!r}: "
+              f"{error_line(exc)}", file=sys.stderr)
         return 2
     if args.workers == 1:
         try:
@@ -259,10 +278,17 @@ def _serve_prefork(args: argparse.Namespace) -> int:
     connections); the parent only reserves the port, waits and forwards signals."""
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     reserve = socket.socket(family, socket.SOCK_STREAM)
-    reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
+        if args.port:
+            # SO_REUSEPORT lets any process of this user join a port's listeners: a
+            # second server would share the first one's connections (and answer from
+            # its own database). A bind without it fails if anything listens there.
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((args.host, args.port))
+        reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         reserve.bind((args.host, args.port))  # bound, never listening: takes no connections
     except OSError as exc:
+        reserve.close()
         print(f"berth placement serve: cannot listen: {exc}", file=sys.stderr)
         return 2
     port = reserve.getsockname()[1]

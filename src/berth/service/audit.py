@@ -83,7 +83,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return 2
     store = PlacementStore(engine)
     try:
-        builds = BuildRecords(engine)
+        builds = BuildRecords(engine, register=args.fix)  # a listing writes nothing
         groups = ServerGroupStore(engine)
         findings = scan(builds, groups, timeout=args.build_timeout)
         repairs = None

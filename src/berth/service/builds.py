@@ -151,16 +151,24 @@ class BuildRecords:
     number, :attr:`owner` its token.
     """
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time,
+                 register: bool = True) -> None:
+        """``register``: this process builds, and registers in ``berth_owners``; a
+        reader that builds nothing (``berth audit`` without ``--fix``) writes nothing."""
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
         self._raw = raw_pool(engine)
         self.clock = clock
-        create_tables(engine, builds_metadata)
+        inspector = sa.inspect(engine)
+        if register or not all(inspector.has_table(t.name) for t in builds_metadata.sorted_tables):
+            create_tables(engine, builds_metadata)
         self.owner = uuidlib.uuid4().hex
         #: Instances this process is building (their records get the heartbeat).
         self._in_flight: set[str] = set()
         self._lock = threading.Lock()
+        self.start = 0
+        if not register:
+            return
         now = self._now()
         description = f"{socket.gethostname()}:{os.getpid()}"
         with engine.begin() as conn:

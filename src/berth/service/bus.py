@@ -88,8 +88,11 @@ class Bus:
             self.url = url
             self.transport = oslo_messaging.get_rpc_transport(conf, url=url)
         except (cfg.Error, oslo_messaging.InvalidTransportURL,
-                oslo_messaging.DriverLoadFailure) as exc:
-            raise ConfigError(f"[DEFAULT] transport_url {url!r}: {exc}") from exc
+                oslo_messaging.DriverLoadFailure, ValueError, ImportError) as exc:
+            # ValueError: a port that is no number; ImportError: a driver's library
+            # that is not installed (kafka://).
+            raise ConfigError(f"[DEFAULT] transport_url {_shown(url or '')!r}: "
+                              f"{_one_line(exc)}") from None
         self.conf = conf
         self.timeout = float(timeout if timeout is not None else conf.rpc_response_timeout)
         self._servers: list[Any] = []
@@ -126,7 +129,11 @@ class Bus:
                                              access_policy=access)
         # The threading executor's pool size (oslo.messaging's executor_thread_pool_size).
         rpc_server.conf.set_override("executor_thread_pool_size", workers)
-        rpc_server.start()
+        try:
+            rpc_server.start()
+        except _broker_errors() as exc:  # refused login, no such vhost, ...
+            raise BusUnavailable(f"cannot serve {topic} on {_shown(self.url)}: "
+                                 f"{_one_line(exc)}") from None
         with self._lock:
             self._servers.append(rpc_server)
         return rpc_server
@@ -199,6 +206,9 @@ class BusClient:
             raise BusTimeout(f"no answer to {method} within the timeout: {exc}") from None
         except self._om.MessageDeliveryFailure as exc:
             raise BusUnavailable(f"{method}: the message bus is unavailable: {exc}") from None
+        except _broker_errors() as exc:  # the broker refused the connection
+            raise BusUnavailable(f"{method}: the message bus is unavailable: "
+                                 f"{_one_line(exc)}") from None
 
     def cast(self, method: str, *, version: str | None = None, **kwargs: Any) -> None:
         """Send ``method`` without waiting (as of RPC ``version`` when given);
@@ -208,3 +218,31 @@ class BusClient:
             client.cast({}, method, **kwargs)
         except self._om.MessageDeliveryFailure as exc:
             raise BusUnavailable(f"{method}: the message bus is unavailable: {exc}") from None
+        except _broker_errors() as exc:
+            raise BusUnavailable(f"{method}: the message bus is unavailable: "
+                                 f"{_one_line(exc)}") from None
+
+
+def _broker_errors() -> tuple[type[BaseException], ...]:
+    """What the rabbit driver raises when the broker refuses or drops a connection
+    (a wrong password, a vhost that does not exist), besides oslo.messaging's own."""
+    errors: list[type[BaseException]] = [OSError]
+    try:
+        import amqp.exceptions
+        import kombu.exceptions
+
+        errors += [amqp.exceptions.AMQPError, kombu.exceptions.OperationalError]
+    except ImportError:  # no rabbit driver installed: nothing of it to catch
+        pass
+    return tuple(errors)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _shown(url: str) -> str:
+    """``url`` with its password masked."""
+    import re
+
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)

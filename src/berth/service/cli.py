@@ -86,7 +86,7 @@ def add_commands(subparsers: Any) -> None:
                    help=f"port, 0-65535, 0 for any free one (default {DEFAULT_PORT})")
     p.add_argument("--cloud", help="cloud file whose hosts are registered at start-up")
     p.add_argument("--config-file", action="append", help="nova.conf (repeatable)")
-    p.add_argument("--threads", type=positive_int, default=8, help="server threads (default 8)")
+    p.add_argument("--threads", type=thread_count, default=8, help="server threads (default 8)")
     p.add_argument("--seed", type=int, default=None, help="random seed of the scheduler")
     add_security_arguments(p)
     p.add_argument("--no-resume", action="store_true",
@@ -240,6 +240,13 @@ def instant(text: str) -> float:
     return value
 
 
+#: The longest interval, timeout or delay an option takes (about 115 days): past it a
+#: typo overflows the clock's arithmetic (1e12 s killed the reconciler's thread).
+MAX_SECONDS = 10_000_000
+#: The most threads a server takes (``--threads``).
+MAX_THREADS = 1024
+
+
 def positive_int(text: str) -> int:
     """An argparse type: an integer >= 1."""
     try:
@@ -259,6 +266,17 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
     if not value >= 0 or math.isinf(value):
         raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_SECONDS:,} seconds, got "
+                                         f"{text!r}")
+    return value
+
+
+def thread_count(text: str) -> int:
+    """An argparse type: a number of server threads, 1 to :data:`MAX_THREADS`."""
+    value = positive_int(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads, got {value}")
     return value
 
 

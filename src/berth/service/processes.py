@@ -54,7 +54,13 @@ LOG = logging.getLogger("berth.service")
 
 def add_commands(subparsers: Any) -> None:
     """Register ``compute``, ``scheduler`` and ``api``."""
-    from berth.service.cli import host_count, port_number, positive_int, positive_seconds
+    from berth.service.cli import (
+        host_count,
+        port_number,
+        positive_int,
+        positive_seconds,
+        thread_count,
+    )
     from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT
     from berth.webauth.options import add_arguments as add_security_arguments
 
@@ -84,7 +90,7 @@ def add_commands(subparsers: Any) -> None:
                         "connections is passed over")
     c.add_argument("--server", help="this process's RPC server name (default: the host "
                                     "name, or fleet-<file name> with --fleet)")
-    c.add_argument("--threads", type=positive_int, default=16,
+    c.add_argument("--threads", type=thread_count, default=16,
                    help="registration threads (default 16)")
     c.add_argument("--fail-host", action="append", default=[], metavar="HOST",
                    help="the fake driver fails every build on HOST (repeatable)")
@@ -109,7 +115,7 @@ def add_commands(subparsers: Any) -> None:
     a.add_argument("--port", type=port_number, default=8780, help="port (0: any free one)")
     a.add_argument("--cloud", help="cloud file whose flavors, images and server groups "
                                    "the API knows")
-    a.add_argument("--threads", type=positive_int, default=16, help="server threads")
+    a.add_argument("--threads", type=thread_count, default=16, help="server threads")
     add_security_arguments(a)
     a.add_argument("--seed", type=int, default=None,
                    help="seed of the instance uuids (default random)")
@@ -163,9 +169,11 @@ def _open(command: str, args: argparse.Namespace) -> tuple[Any, Any]:
 # --------------------------------------------------------------------------- compute
 def cmd_compute(args: argparse.Namespace) -> int:
     """Register the hosts, report them, serve their builds until stopped."""
+    import httpx
+
     from berth.cloudfile import load_cloud
     from berth.filters.compute import effective_service_down_time
-    from berth.placement.client import PlacementClient
+    from berth.placement.client import PlacementAPIError, PlacementClient
     from berth.placement.db import prepare
     from berth.service.compute_rpc import COMPUTE_TOPIC, AgentDirectory, ComputeEndpoint
     from berth.service.conductor import FakeDriver
@@ -240,6 +248,9 @@ def cmd_compute(args: argparse.Namespace) -> int:
         print(f"ready: {len(fleet.agents)} compute hosts registered in {seconds:.1f} s, "
               f"serving compute.{server}", flush=True)
         _wait_for_signal()
+    except (BerthError, PlacementAPIError, httpx.HTTPError) as exc:
+        # The bus refused us, or placement is not where --placement-url says.
+        return _fail("compute", f"cannot start: {' '.join(str(exc).split())}")
     finally:
         fleet.stop()
         bus.close()
@@ -296,6 +307,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         print(f"ready: scheduler {name} with {len(feed.snapshot)} hosts", flush=True)
         threading.Thread(target=_log_stats, args=(name, service, feed), daemon=True).start()
         _wait_for_signal()
+    except BerthError as exc:  # the bus refused us
+        return _fail("scheduler", str(exc))
     finally:
         for child in children:
             child.terminate()

@@ -10,6 +10,7 @@ without real authentication is always asked for by name.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,7 +61,21 @@ def security_from_args(args: argparse.Namespace, config_files: Sequence[str],
 def build_security(config_files: Sequence[str], *rule_sets: Sequence[oslo_policy.RuleDefault],
                    strategy: str | None = None, trust_client_roles: bool | None = None,
                    mode: str | None = None, policy_file: str | None = None) -> list[Security]:
-    """As :func:`security_from_args`, from plain values (None: the files decide)."""
+    """As :func:`security_from_args`, from plain values (None: the files decide). A
+    value oslo.config cannot read (``enforce_new_defaults = maybe``) is a ConfigError."""
+    try:
+        return _build_security(config_files, *rule_sets, strategy=strategy,
+                               trust_client_roles=trust_client_roles, mode=mode,
+                               policy_file=policy_file)
+    except cfg.ConfigFileValueError as exc:
+        text = re.sub(r"from LocationInfo\(.*?detail='([^']*)'\)", r"in \1",
+                      _first_line(exc))
+        raise ConfigError(text) from None
+
+
+def _build_security(config_files: Sequence[str], *rule_sets: Sequence[oslo_policy.RuleDefault],
+                    strategy: str | None = None, trust_client_roles: bool | None = None,
+                    mode: str | None = None, policy_file: str | None = None) -> list[Security]:
     conf = read_conf(config_files)
     strategy = strategy or conf.api.auth_strategy
     trust = conf.api.noauth2_trust_client_roles if trust_client_roles is None else trust_client_roles
