@@ -74,6 +74,7 @@ def test_a_compute_agent_whose_placement_is_unreachable_is_one_line(tmp_path: Pa
     (["serve", "--build-delay", "1e308"], "expected at most 10,000,000 seconds"),
     (["api", "--threads", "100000"], "expected at most 1024 threads"),
     (["nova-scheduler", "--workers", "0"], "expected a positive integer, got '0'"),
+    (["compute", "--host", "a/b c"], "argument --host: expected a host name, got 'a/b c'"),
 ])
 def test_server_options_past_what_works_are_usage_errors(argv: list[str], message: str) -> None:
     done = _berth(*argv)
@@ -129,3 +130,31 @@ def test_an_unreadable_auth_or_policy_value_is_one_line(tmp_path: Path, text: st
     assert done.returncode == 2
     line = _one_line(done.stderr)
     assert f"Value for option {option} in {conf} is not valid" in line
+
+
+def test_a_metrics_port_in_use_stops_a_compute_agent_before_it_registers(
+        tmp_path: Path) -> None:
+    """It registered its hosts first, then failed: they stayed "up" with no agent."""
+    import socket
+
+    import sqlalchemy as sa
+
+    reason = rabbit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        db = f"sqlite:///{tmp_path}/db.sqlite"
+        done = _berth("compute", "--host", "m1", "--db", db, "--placement-url",
+                      f"http://127.0.0.1:{free_port()}/placement", "--transport-url",
+                      "rabbit://guest:guest@127.0.0.1:5672/", "--metrics-port", port)
+    assert done.returncode == 2
+    assert f"--metrics-port {port}: cannot listen" in _one_line(done.stderr)
+    engine = sa.create_engine(db)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM berth_compute_nodes")).scalar() == 0
+    finally:
+        engine.dispose()

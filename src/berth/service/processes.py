@@ -46,7 +46,7 @@ import threading
 import time
 from typing import Any
 
-from berth.errors import BerthError
+from berth.errors import BerthError, ConfigError
 from berth.placement.db import error_line, shown_url
 
 LOG = logging.getLogger("berth.service")
@@ -56,6 +56,7 @@ def add_commands(subparsers: Any) -> None:
     """Register ``compute``, ``scheduler`` and ``api``."""
     from berth.service.cli import (
         host_count,
+        host_name,
         port_number,
         positive_int,
         positive_seconds,
@@ -83,7 +84,7 @@ def add_commands(subparsers: Any) -> None:
     which = c.add_mutually_exclusive_group(required=True)
     which.add_argument("--fleet", metavar="CLOUD_FILE",
                        help="simulate every host of a cloud file (fake driver)")
-    which.add_argument("--host", help="report this machine as compute host HOST")
+    which.add_argument("--host", type=host_name, help="report this machine as compute host HOST")
     c.add_argument("--placement-url", required=True, action="append",
                    help="the Placement API (an API process's /placement); repeatable: "
                         "the calls are shared among them, and one that refuses "
@@ -235,16 +236,16 @@ def cmd_compute(args: argparse.Namespace) -> int:
     groups = ServerGroupStore(engine)
     check = GroupPolicyCheck(groups.placements, groups)
     try:
+        endpoint = ComputeEndpoint(fleet.agents, driver, check, config)
+        if args.metrics_port is not None:  # before anything is registered: it may fail
+            metrics = Metrics()
+            metrics.add(compute_collector(fleet, endpoint))
+            _announce_metrics(metrics, args)
         fleet.start()
         if cloud is not None:
             register_sharing(client, cloud)  # the fleet's storage beside its hosts
         seconds = fleet.register(threads=args.threads)
-        endpoint = ComputeEndpoint(fleet.agents, driver, check, config)
         bus.serve(COMPUTE_TOPIC, server, [endpoint])
-        if args.metrics_port is not None:
-            metrics = Metrics()
-            metrics.add(compute_collector(fleet, endpoint))
-            _announce_metrics(metrics, args)
         print(f"ready: {len(fleet.agents)} compute hosts registered in {seconds:.1f} s, "
               f"serving compute.{server}", flush=True)
         _wait_for_signal()
@@ -323,7 +324,11 @@ def _announce_metrics(metrics: Any, args: argparse.Namespace) -> None:
     """Serve ``/metrics`` as ``--metrics-port`` says and say where."""
     from berth.service.metrics import serve_metrics
 
-    port = serve_metrics(metrics, args.metrics_host, args.metrics_port)
+    try:
+        port = serve_metrics(metrics, args.metrics_host, args.metrics_port)
+    except OSError as exc:  # the port taken, an address not of this machine
+        raise ConfigError(f"--metrics-host {args.metrics_host} --metrics-port "
+                          f"{args.metrics_port}: cannot listen: {exc.strerror or exc}") from None
     print(f"metrics on http://{args.metrics_host}:{port}/metrics", flush=True)
 
 
