@@ -158,3 +158,34 @@ def test_a_metrics_port_in_use_stops_a_compute_agent_before_it_registers(
             assert conn.execute(sa.text("SELECT count(*) FROM berth_compute_nodes")).scalar() == 0
     finally:
         engine.dispose()
+
+
+def test_a_scheduler_stopped_while_its_broker_does_not_answer_takes_its_workers_along(
+        tmp_path: Path) -> None:
+    """It kept connecting; SIGTERM killed it (status 143) and its worker processes ran on."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "berth.cli", "scheduler", "--workers", "2", "--db",
+         f"sqlite:///{tmp_path}/db.sqlite", "--transport-url",
+         f"rabbit://guest:guest@127.0.0.1:{free_port()}/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    name = f"-{proc.pid}-1"
+
+    def worker_running() -> bool:
+        found = subprocess.run(["pgrep", "-f", "--", name], capture_output=True, text=True)
+        return bool(found.stdout.strip())
+
+    try:
+        deadline = time.monotonic() + 30
+        while not worker_running():
+            assert time.monotonic() < deadline, "the worker never started"
+            time.sleep(0.2)
+        time.sleep(1.0)  # connecting, in vain
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        deadline = time.monotonic() + 30
+        while worker_running():
+            assert time.monotonic() < deadline, "the worker outlived its parent"
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

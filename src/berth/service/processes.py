@@ -152,6 +152,18 @@ def _wait_for_signal() -> None:
         pass
 
 
+def _stop_while_starting() -> None:
+    """SIGTERM or SIGINT before the process serves (a broker that does not answer keeps
+    it connecting) stops it through its clean-up, the workers it started included,
+    rather than killing it and leaving them running."""
+
+    def _stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+
+
 def _fail(command: str, message: str) -> int:
     print(f"berth {command}: {message}", file=sys.stderr)
     return 2
@@ -285,6 +297,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     # Nova's default: one worker per CPU.
     workers = args.workers or config.scheduler.workers or os.cpu_count() or 1
+    _stop_while_starting()
     children = _start_workers(args, name, workers)
     try:
         feed = BusFeed(stack.records, service_down_time=effective_service_down_time(
