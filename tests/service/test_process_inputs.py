@@ -189,3 +189,4 @@ def test_a_scheduler_stopped_while_its_broker_does_not_answer_takes_its_workers_
     finally:
         if proc.poll() is None:
             proc.kill()
+        subprocess.run(["pkill", "-KILL", "-f", "--", name], check=False)  # never left behind
