@@ -26,7 +26,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from berth.errors import ConfigError
+from berth.errors import ConfigError, one_line
 
 LOG = logging.getLogger(__name__)
 
@@ -597,17 +597,17 @@ def _check_ini_syntax(path: str) -> None:
         with open(path, encoding="utf-8") as handle:
             parser.read_file(handle)
     except configparser.Error as exc:
-        raise ConfigError(f"config file {path}: {_one_line(exc)}") from exc
+        raise ConfigError(f"config file {path}: {_syntax_error(exc)}") from exc
 
 
-def _one_line(exc: configparser.Error) -> str:
+def _syntax_error(exc: configparser.Error) -> str:
     """configparser's message on one line, with the line number it gives."""
     if isinstance(exc, configparser.MissingSectionHeaderError):
         return f"line {exc.lineno}: no [section] header before {exc.line.strip()!r}"
     if isinstance(exc, configparser.ParsingError):
         lineno, line = exc.errors[0]  # the line as repr() shows it
         return f"line {lineno}: cannot parse {line}"
-    return " ".join(str(exc).split())
+    return one_line(exc)
 
 
 def unknown_options(paths: Iterable[str]) -> list[str]:

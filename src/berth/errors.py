@@ -287,6 +287,13 @@ EXIT_CODES: dict[type[BerthError], int] = {
 }
 
 
+def one_line(value: object) -> str:
+    """An error's text (a message a library spreads over several lines) on one line;
+    an exception with no text is named by its class."""
+    text = " ".join(str(value).split())
+    return text or (type(value).__name__ if isinstance(value, BaseException) else "")
+
+
 def exit_code_for(error: BaseException) -> int:
     """Return the CLI exit status for ``error`` (1 for anything not a BerthError)."""
     for cls in type(error).__mro__:

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from berth.errors import BusError, BusTimeout, BusUnavailable, ConfigError
+from berth.errors import BusError, BusTimeout, BusUnavailable, ConfigError, one_line
 
 __all__ = ["Bus", "BusClient", "BusError", "BusTimeout", "BusUnavailable"]
 
@@ -92,7 +92,7 @@ class Bus:
             # ValueError: a port that is no number; ImportError: a driver's library
             # that is not installed (kafka://).
             raise ConfigError(f"[DEFAULT] transport_url {_shown(url or '')!r}: "
-                              f"{_one_line(exc)}") from None
+                              f"{one_line(exc)}") from None
         self.conf = conf
         self.timeout = float(timeout if timeout is not None else conf.rpc_response_timeout)
         self._servers: list[Any] = []
@@ -133,7 +133,7 @@ class Bus:
             rpc_server.start()
         except _broker_errors() as exc:  # refused login, no such vhost, ...
             raise BusUnavailable(f"cannot serve {topic} on {_shown(self.url)}: "
-                                 f"{_one_line(exc)}") from None
+                                 f"{one_line(exc)}") from None
         with self._lock:
             self._servers.append(rpc_server)
         return rpc_server
@@ -208,7 +208,7 @@ class BusClient:
             raise BusUnavailable(f"{method}: the message bus is unavailable: {exc}") from None
         except _broker_errors() as exc:  # the broker refused the connection
             raise BusUnavailable(f"{method}: the message bus is unavailable: "
-                                 f"{_one_line(exc)}") from None
+                                 f"{one_line(exc)}") from None
 
     def cast(self, method: str, *, version: str | None = None, **kwargs: Any) -> None:
         """Send ``method`` without waiting (as of RPC ``version`` when given);
@@ -220,7 +220,7 @@ class BusClient:
             raise BusUnavailable(f"{method}: the message bus is unavailable: {exc}") from None
         except _broker_errors() as exc:
             raise BusUnavailable(f"{method}: the message bus is unavailable: "
-                                 f"{_one_line(exc)}") from None
+                                 f"{one_line(exc)}") from None
 
 
 def _broker_errors() -> tuple[type[BaseException], ...]:
@@ -235,10 +235,6 @@ def _broker_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # no rabbit driver installed: nothing of it to catch
         pass
     return tuple(errors)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _shown(url: str) -> str:

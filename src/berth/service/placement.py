@@ -34,7 +34,7 @@ import numpy as np
 
 from berth.claims import CANDIDATES_MICROVERSION, INSUFFICIENT, CandidateSet, ClaimRefusal
 from berth.config import SchedulerConfig
-from berth.errors import ServiceUnavailable
+from berth.errors import ServiceUnavailable, one_line
 from berth.filters.base import Reject
 from berth.model.request import RequestSpec
 from berth.placement import candidates as engine
@@ -188,7 +188,7 @@ class PlacementCandidates:
             else:
                 body = self.client.allocation_candidates(grouped)
         except PlacementAPIError as exc:
-            text = " ".join(str(exc).split())  # placement's detail, on one line
+            text = one_line(exc)  # placement's detail
             LOG.warning("GET /allocation_candidates failed: %s", text)
             return CandidatesAnswer(version=None, error=text)
         except httpx.HTTPError as exc:

@@ -46,7 +46,7 @@ import threading
 import time
 from typing import Any
 
-from berth.errors import BerthError, ConfigError
+from berth.errors import BerthError, ConfigError, one_line
 from berth.placement.db import error_line, shown_url
 
 LOG = logging.getLogger("berth.service")
@@ -263,7 +263,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
         _wait_for_signal()
     except (BerthError, PlacementAPIError, httpx.HTTPError) as exc:
         # The bus refused us, or placement is not where --placement-url says.
-        return _fail("compute", f"cannot start: {' '.join(str(exc).split())}")
+        return _fail("compute", f"cannot start: {one_line(exc)}")
     finally:
         fleet.stop()
         bus.close()

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from berth.cloudfile import Cloud, load_cloud, stable_uuid
-from berth.errors import CloudFileError
+from berth.errors import CloudFileError, one_line
 from berth.filters.compute import effective_service_down_time
 from berth.model.request import Flavor
 from berth.placement.client import NotFoundError, PlacementAPIError
@@ -348,8 +348,7 @@ def _allocate(stack: Any, consumer: str, rp_uuid: str, flavor: Flavor, project: 
         stack.client.put_allocations(consumer, allocations, project_id=project, user_id="seed",
                                      consumer_generation=None)
     except PlacementAPIError as exc:
-        LOG.warning("could not seed the allocation of %s: %s", consumer,
-                    " ".join(str(exc.detail).split()))  # placement's detail, on one line
+        LOG.warning("could not seed the allocation of %s: %s", consumer, one_line(exc.detail))
 
 
 def _first_candidate(stack: Any, request: Any, rp_uuid: str) -> dict[str, dict[str, int]] | None:
