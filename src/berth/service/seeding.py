@@ -175,7 +175,7 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
                     f"{path}: host {node.host}: its usage beyond its instances needs {parts} "
                     f"consumers of at most one host's size each (more than "
                     f"{MAX_USAGE_PARTS}); check its *_used fields and allocation ratios")
-            with _room_for(agent, extra, path):
+            with _room_for(agent, extra, placed, config, path):
                 for i in range(parts):
                     share = Flavor(name="preexisting", vcpus=_share(extra.vcpus, parts, i),
                                    memory_mb=_share(extra.memory_mb, parts, i),
@@ -275,14 +275,26 @@ MAX_USAGE_PARTS = 1024
 
 
 @contextlib.contextmanager
-def _room_for(agent: Any, extra: Flavor, path: str) -> Iterator[None]:
+def _room_for(agent: Any, extra: Flavor, placed: Sequence[Flavor], config: Any,
+              path: str) -> Iterator[None]:
     """Room in placement for a host's usage beyond its instances (``extra``) when the
     file gives it more than the host's capacity (an allocation ratio lowered since, as
     Nova's hosts can be): its inventory of such a class is raised while the usage is
     written, then put back as it was. Placement keeps allocations above capacity, as
     Nova's does: no more of that class fits until the usage shrinks below it."""
-    client = agent.client
+    from berth.service.compute import inventories_for
+
     wanted = {"VCPU": extra.vcpus, "MEMORY_MB": extra.memory_mb, "DISK_GB": extra.root_gb}
+    instances = {"VCPU": sum(f.vcpus for f in placed),
+                 "MEMORY_MB": sum(f.memory_mb for f in placed),
+                 "DISK_GB": sum(f.root_gb + f.ephemeral_gb for f in placed)}
+    reported = inventories_for(agent.node, config)
+    if all(not amount or rc not in reported or instances[rc] + amount <= math.floor(
+            (reported[rc]["total"] - reported[rc]["reserved"])
+            * reported[rc]["allocation_ratio"]) for rc, amount in wanted.items()):
+        yield  # the common case, decided without asking placement
+        return
+    client = agent.client
     generation, inventories = client.get_inventories(agent.uuid)
     usages = client.provider_usages(agent.uuid)
     raised = {}
