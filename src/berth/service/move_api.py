@@ -47,6 +47,7 @@ from berth.errors import InputError
 from berth.model.image_props import show
 from berth.model.request import Flavor, ImageMeta
 from berth.moves import EVACUATE, MIGRATE, REBUILD, RESIZE, MoveRequest
+from berth.service.boot_body import parse_flavor, parse_image
 from berth.service.moves import MoveService
 from berth.service.policy import MOVE_RULES, SERVERS_DELETE, SERVERS_LIST, SERVERS_SHOW
 
@@ -80,8 +81,6 @@ def parse_move(action: str, body: Any, flavors: Mapping[str, Flavor],
                images: Mapping[str, ImageMeta]) -> tuple[MoveRequest, bool]:
     """The move request and the ``explain`` flag of a ``POST /servers/{uuid}/{action}``
     body (errors name the field)."""
-    from berth.service.api import parse_flavor, parse_image
-
     if body is None:
         body = {}
     if not isinstance(body, Mapping):
