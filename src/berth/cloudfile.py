@@ -34,19 +34,14 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-import yaml
-
-from berth import json_text
-from berth.config import SchedulerConfig, not_utf8
+from berth.cloudfile_reader import FieldReader, read_document, show, timestamp
+from berth.config import SchedulerConfig
 from berth.errors import CloudFileError
-from berth.json_text import INT64_MAX
 from berth.model import (
     Aggregate,
     CellMapping,
@@ -142,148 +137,6 @@ class Cloud:
             ) from None
 
 
-# --------------------------------------------------------------------------- field readers
-class _Reader:
-    """Typed reads from a mapping, with errors that name the field path."""
-
-    def __init__(self, data: Any, path: str) -> None:
-        if not isinstance(data, Mapping):
-            raise CloudFileError(f"{path}: expected a mapping, got {_show(data)}")
-        self.data = data
-        self.path = path
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def has(self, key: str) -> bool:
-        return key in self.data and self.data[key] is not None
-
-    def unknown(self, allowed: set[str]) -> None:
-        extra = sorted(str(k) for k in self.data if k not in allowed)
-        if extra:
-            raise CloudFileError(
-                f"{self.path or 'top level'}: unknown field(s) {', '.join(extra)}; "
-                f"expected some of {', '.join(sorted(allowed))}"
-            )
-
-    def text(self, key: str, default: str | None = None, required: bool = False) -> str | None:
-        if not self.has(key):
-            if required:
-                raise CloudFileError(f"{self.at(key)}: required field is missing")
-            return default
-        value = self.data[key]
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise CloudFileError(f"{self.at(key)}: expected a string, got {_show(value)}")
-        return str(value)
-
-    def uuid(self, key: str, required: bool = False) -> str | None:
-        """``key``'s text, which must be a UUID (placement's consumers and providers)."""
-        value = self.text(key, required=required)
-        if value is None:
-            return None
-        try:
-            return str(uuidlib.UUID(value))  # as placement writes it: lower case, dashes
-        except ValueError:
-            raise CloudFileError(f"{self.at(key)}: expected a UUID, got {_show(value)}") from None
-
-    def integer(self, key: str, default: int | None = None, minimum: int | None = 0,
-            required: bool = False, maximum: int = INT64_MAX) -> int | None:
-        """``key``'s integer (at most 64 bits: every store and report takes those; Nova's
-        own sizes, ``MAX_INT``, where the caller says so)."""
-        if not self.has(key):
-            if required:
-                raise CloudFileError(f"{self.at(key)}: required field is missing")
-            return default
-        value = self.data[key]
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-                value = int(value)
-            else:
-                raise CloudFileError(f"{self.at(key)}: expected an integer, got {_show(value)}")
-        if minimum is not None and value < minimum:
-            raise CloudFileError(f"{self.at(key)}: expected an integer >= {minimum}, got {value}")
-        if value > maximum:
-            raise CloudFileError(f"{self.at(key)}: expected an integer up to {maximum}, got "
-                                 f"{_show(value)}")
-        return value
-
-    def number(self, key: str, default: float | None = None, minimum: float | None = 0.0) -> float | None:
-        if not self.has(key):
-            return default
-        value = self.data[key]
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            result = float(value)
-        except (TypeError, ValueError):
-            raise CloudFileError(f"{self.at(key)}: expected a number, got {_show(value)}") from None
-        if math.isnan(result) or (minimum is not None and result < minimum):
-            raise CloudFileError(f"{self.at(key)}: expected a number >= {minimum}, got {_show(value)}")
-        return result
-
-    def flag(self, key: str, default: bool = False) -> bool:
-        if not self.has(key):
-            return default
-        value = self.data[key]
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
-            return value.lower() in ("true", "yes", "1")
-        raise CloudFileError(f"{self.at(key)}: expected true or false, got {_show(value)}")
-
-    def seq(self, key: str) -> list[Any]:
-        if not self.has(key):
-            return []
-        value = self.data[key]
-        if not isinstance(value, list):
-            raise CloudFileError(f"{self.at(key)}: expected a list, got {_show(value)}")
-        return value
-
-    def mapping(self, key: str) -> dict[str, Any]:
-        if not self.has(key):
-            return {}
-        value = self.data[key]
-        if not isinstance(value, Mapping):
-            raise CloudFileError(f"{self.at(key)}: expected a mapping, got {_show(value)}")
-        return dict(value)
-
-    def str_map(self, key: str) -> dict[str, str]:
-        result: dict[str, str] = {}
-        for k, v in self.mapping(key).items():
-            if isinstance(v, (dict, list)) or v is None:
-                raise CloudFileError(f"{self.at(key)}.{k}: expected a string value, got {_show(v)}")
-            result[str(k)] = _text(v)
-        return result
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _timestamp(value: Any, path: str) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return moment.timestamp()
-    if isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise CloudFileError(f"{path}: expected an ISO 8601 time or epoch seconds, got {_show(value)}") from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return moment.timestamp()
-    raise CloudFileError(f"{path}: expected an ISO 8601 time or epoch seconds, got {_show(value)}")
-
-
 # --------------------------------------------------------------------------- loading
 #: The most compute nodes one cloud file may describe, ``count`` expanded: ten times the
 #: largest cloud Berth is benchmarked at, and a bound on what a typo in ``count`` costs.
@@ -299,9 +152,9 @@ def _bounded_entries(items: Sequence[Any], defaults: Mapping[str, Any]
     planned = 0
     for i, item in enumerate(items):
         if not isinstance(item, Mapping):
-            raise CloudFileError(f"hosts[{i}]: expected a mapping, got {_show(item)}")
+            raise CloudFileError(f"hosts[{i}]: expected a mapping, got {show(item)}")
         merged = {**defaults, **item}
-        count = _Reader(merged, f"hosts[{i}]").integer("count", default=None, minimum=1)
+        count = FieldReader(merged, f"hosts[{i}]").integer("count", default=None, minimum=1)
         planned += count or 1
         if planned > MAX_COMPUTE_NODES:
             raise CloudFileError(
@@ -309,43 +162,6 @@ def _bounded_entries(items: Sequence[Any], defaults: Mapping[str, Any]
                 f"holds at most {MAX_COMPUTE_NODES:,}")
         entries.append((merged, count))
     return entries
-
-
-def read_document(path: str) -> Any:
-    """Parse a YAML or JSON file (JSON is YAML) with errors that name the file and line."""
-    if os.path.isdir(path):
-        raise CloudFileError(f"{path}: a directory, not a cloud file")
-    if not os.path.exists(path):
-        raise CloudFileError(f"{path}: no such file")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except UnicodeDecodeError as exc:
-        raise CloudFileError(f"{path}: {not_utf8(exc)}") from None
-    except OSError as exc:
-        raise CloudFileError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    if not text.strip():
-        raise CloudFileError(f"{path}: empty; a cloud file is a mapping with at least 'hosts'")
-    try:
-        if path.endswith(".json"):
-            document = json.loads(text)
-            # JSON takes "\ud800" escapes, which no name or store can hold (YAML refuses).
-            bad = json_text.problem(text.encode("utf-8", "surrogatepass"), document,
-                                    big_ints=False)
-            if bad is not None:
-                raise CloudFileError(f"{path}: {bad}")
-            return document
-        # libyaml's parser when PyYAML has it: the same documents, about 4x faster on
-        # an imported cloud of thousands of hosts.
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except RecursionError:
-        raise CloudFileError(f"{path}: nested too deeply to be a cloud file") from None
-    except json.JSONDecodeError as exc:
-        raise CloudFileError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise CloudFileError(f"{path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
 
 
 def load_cloud(path: str, config: SchedulerConfig | None = None, now: float | None = None) -> Cloud:
@@ -358,14 +174,14 @@ def load_cloud(path: str, config: SchedulerConfig | None = None, now: float | No
 
 def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
     """Build a :class:`Cloud` from a parsed document."""
-    top = _Reader(document, "")
+    top = FieldReader(document, "")
     top.unknown(TOP_LEVEL)
     if not top.has("hosts"):
         raise CloudFileError("hosts: required field is missing (a cloud needs at least one host)")
 
     cells: dict[str, CellMapping] = {}
     for i, item in enumerate(top.seq("cells")):
-        r = _Reader(item, f"cells[{i}]")
+        r = FieldReader(item, f"cells[{i}]")
         r.unknown({"name", "uuid", "disabled"})
         name = r.text("name", required=True)
         assert name is not None
@@ -378,7 +194,7 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
     broken: dict[str, BrokenImage] = {}
     images = _images(top, broken)
     defaults = top.mapping("host_defaults")
-    _Reader(defaults, "host_defaults").unknown(HOST_FIELDS - {"host", "count", "start", "uuid"})
+    FieldReader(defaults, "host_defaults").unknown(HOST_FIELDS - {"host", "count", "start", "uuid"})
 
     records: list[HostRecord] = []
     seen: set[tuple[str, str]] = set()
@@ -389,7 +205,7 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
     providers: dict[str, NodeProviders] = {}
     entries = _bounded_entries(top.seq("hosts"), defaults)
     for i, (merged, count) in enumerate(entries):
-        reader = _Reader(merged, f"hosts[{i}]")
+        reader = FieldReader(merged, f"hosts[{i}]")
         start = reader.integer("start", default=1, minimum=0) or 0
         if reader.has("start") and count is None:
             raise CloudFileError(f"hosts[{i}].start: only meaningful with count")
@@ -421,7 +237,7 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
     host_names = {r.host for r in records}
     aggregates: list[Aggregate] = []
     for i, item in enumerate(top.seq("aggregates")):
-        r = _Reader(item, f"aggregates[{i}]")
+        r = FieldReader(item, f"aggregates[{i}]")
         r.unknown({"name", "hosts", "metadata", "availability_zone", "uuid", "id"})
         name = r.text("name", required=True)
         assert name is not None
@@ -432,7 +248,7 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
         hosts = []
         for j, h in enumerate(r.seq("hosts")):
             if not isinstance(h, str):
-                raise CloudFileError(f"aggregates[{i}].hosts[{j}]: expected a host name, got {_show(h)}")
+                raise CloudFileError(f"aggregates[{i}].hosts[{j}]: expected a host name, got {show(h)}")
             if h not in host_names:
                 raise CloudFileError(f"aggregates[{i}].hosts[{j}]: no host named {h!r} in hosts")
             hosts.append(h)
@@ -466,7 +282,7 @@ def _reported_traits(hypervisor_type: str | None, cpu_info: str) -> tuple[str, .
 def _node_providers(entry: Mapping[str, Any], path: str, record: HostRecord) -> NodeProviders:
     """The node's traits (given, or those its driver reports), extra inventories,
     dedicated CPUs and nested providers."""
-    r = _Reader(entry, path)
+    r = FieldReader(entry, path)
     if r.has("traits"):
         traits = read_traits(entry["traits"], r.at("traits"))
     else:
@@ -478,7 +294,7 @@ def _node_providers(entry: Mapping[str, Any], path: str, record: HostRecord) -> 
         value = entry["cpu_dedicated_set"]
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise CloudFileError(f"{r.at('cpu_dedicated_set')}: expected a CPU set such as "
-                                 f"'4-7,^6', got {_show(value)}")
+                                 f"'4-7,^6', got {show(value)}")
         try:
             pcpus = len(parse_cpu_spec(str(value)))
         except ValueError as exc:
@@ -524,10 +340,10 @@ def _stamp(entry: dict[str, Any], index: int, path: str) -> dict[str, Any]:
     return stamped
 
 
-def _flavors(top: _Reader) -> dict[str, Flavor]:
+def _flavors(top: FieldReader) -> dict[str, Flavor]:
     flavors: dict[str, Flavor] = {}
     for i, item in enumerate(top.seq("flavors")):
-        r = _Reader(item, f"flavors[{i}]")
+        r = FieldReader(item, f"flavors[{i}]")
         r.unknown({"name", "vcpus", "memory_mb", "ram", "root_gb", "disk", "ephemeral_gb", "swap",
                    "id", "flavorid", "extra_specs"})
         name = r.text("name", required=True)
@@ -575,10 +391,10 @@ def _parsable(raw: Mapping[str, Any]) -> dict[str, Any]:
             kept.pop(exc.key)
 
 
-def _images(top: _Reader, broken: dict[str, BrokenImage]) -> dict[str, ImageMeta]:
+def _images(top: FieldReader, broken: dict[str, BrokenImage]) -> dict[str, ImageMeta]:
     images: dict[str, ImageMeta] = {}
     for i, item in enumerate(top.seq("images")):
-        r = _Reader(item, f"images[{i}]")
+        r = FieldReader(item, f"images[{i}]")
         r.unknown({"name", "id", "disk_format", "properties"})
         name = r.text("name", required=True)
         assert name is not None
@@ -593,7 +409,7 @@ def _images(top: _Reader, broken: dict[str, BrokenImage]) -> dict[str, ImageMeta
             # Only the requests that use this image fail (naming the field); the rest of
             # the file, instances booted from it included, stays usable.
             broken[name] = BrokenImage(
-                f"{r.at('properties')}.{exc.key}: {exc.problem}, got {_show(exc.value)}",
+                f"{r.at('properties')}.{exc.key}: {exc.problem}, got {show(exc.value)}",
                 _parsable(raw))
             continue
         images[name] = ImageMeta(id=r.text("id") or stable_uuid("image", name), name=name,
@@ -611,7 +427,7 @@ def _host(
     now: float,
     broken: Mapping[str, BrokenImage],
 ) -> HostRecord:
-    r = _Reader(entry, path)
+    r = FieldReader(entry, path)
     r.unknown(HOST_FIELDS)
     name = r.text("host", required=True)
     assert name is not None
@@ -650,18 +466,18 @@ def _host(
         value = stats.get(key)
         if value is not None and not str(value).strip().isdigit():
             raise CloudFileError(f"{r.at('stats')}.{key}: expected a count (an integer >= 0), "
-                                 f"got {_show(value)}")
+                                 f"got {show(value)}")
 
     cpu_info: Any = entry.get("cpu_info", {})
     if isinstance(cpu_info, Mapping):
         cpu_info = json.dumps(cpu_info, sort_keys=True)
     elif not isinstance(cpu_info, str):
-        raise CloudFileError(f"{r.at('cpu_info')}: expected a mapping or JSON text, got {_show(cpu_info)}")
+        raise CloudFileError(f"{r.at('cpu_info')}: expected a mapping or JSON text, got {show(cpu_info)}")
 
     supported = []
     for j, triple in enumerate(r.seq("supported_instances")):
         if not (isinstance(triple, list) and len(triple) == 3 and all(isinstance(x, str) for x in triple)):
-            raise CloudFileError(f"{r.at('supported_instances')}[{j}]: expected [arch, hv_type, vm_mode], got {_show(triple)}")
+            raise CloudFileError(f"{r.at('supported_instances')}[{j}]: expected [arch, hv_type, vm_mode], got {show(triple)}")
         supported.append(list(triple))
 
     metrics = _metrics(r)
@@ -714,7 +530,7 @@ def _host(
     )
 
 
-def _ratio(r: _Reader, kind: str, config: SchedulerConfig) -> float:
+def _ratio(r: FieldReader, kind: str, config: SchedulerConfig) -> float:
     """A node's allocation ratio, resolved as ComputeNode does (reference §10.3)."""
     value = r.number(f"{kind}_allocation_ratio")
     if value is not None and value > MAX_FLOAT:  # Placement's bound of a ratio
@@ -729,7 +545,7 @@ def _ratio(r: _Reader, kind: str, config: SchedulerConfig) -> float:
 
 
 def _instances(
-    r: _Reader, flavors: dict[str, Flavor], images: dict[str, ImageMeta],
+    r: FieldReader, flavors: dict[str, Flavor], images: dict[str, ImageMeta],
     broken: Mapping[str, BrokenImage],
 ) -> tuple[dict[str, Instance], list[Flavor]]:
     """The host's instances, and the flavors of those that name one (for usage)."""
@@ -739,7 +555,7 @@ def _instances(
         path = f"{r.at('instances')}[{j}]"
         if isinstance(item, str):
             item = {"uuid": item}
-        ir = _Reader(item, path)
+        ir = FieldReader(item, path)
         ir.unknown({"uuid", "flavor", "image", "project_id"})
         uuid = ir.text("uuid", required=True)
         assert uuid is not None
@@ -766,7 +582,7 @@ def _instances(
     return result, placed
 
 
-def _metrics(r: _Reader) -> list[MetricItem]:
+def _metrics(r: FieldReader) -> list[MetricItem]:
     raw = r.data.get("metrics")
     if raw is None:
         return []
@@ -776,46 +592,46 @@ def _metrics(r: _Reader) -> list[MetricItem]:
             items.append(MetricItem(str(name), _metric_value(value, f"{r.at('metrics')}.{name}")))
     elif isinstance(raw, list):
         for j, item in enumerate(raw):
-            mr = _Reader(item, f"{r.at('metrics')}[{j}]")
+            mr = FieldReader(item, f"{r.at('metrics')}[{j}]")
             mr.unknown({"name", "value", "timestamp", "source"})
             name = mr.text("name", required=True)
             assert name is not None
             items.append(MetricItem(name, _metric_value(mr.data.get("value"), mr.at("value")),
                                     source=mr.text("source")))
     else:
-        raise CloudFileError(f"{r.at('metrics')}: expected a mapping name: value, got {_show(raw)}")
+        raise CloudFileError(f"{r.at('metrics')}: expected a mapping name: value, got {show(raw)}")
     return items
 
 
 def _metric_value(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CloudFileError(f"{path}: expected a number, got {_show(value)}")
+        raise CloudFileError(f"{path}: expected a number, got {show(value)}")
     return float(value)
 
 
-def _service(r: _Reader, host: str, config: SchedulerConfig, now: float) -> ServiceRecord:
-    s = _Reader(r.mapping("service"), r.at("service"))
+def _service(r: FieldReader, host: str, config: SchedulerConfig, now: float) -> ServiceRecord:
+    s = FieldReader(r.mapping("service"), r.at("service"))
     s.unknown({"disabled", "disabled_reason", "forced_down", "up", "last_seen_up", "created_at"})
     if s.has("last_seen_up"):
-        last_seen = _timestamp(s.data["last_seen_up"], s.at("last_seen_up"))
+        last_seen = timestamp(s.data["last_seen_up"], s.at("last_seen_up"))
     elif s.flag("up", default=True):
         last_seen = now
     else:
         # A host said to be down last reported long before the down time.
         last_seen = now - 10 * max(config.service_down_time, config.report_interval * 3)
-    created = _timestamp(s.data["created_at"], s.at("created_at")) if s.has("created_at") else None
+    created = timestamp(s.data["created_at"], s.at("created_at")) if s.has("created_at") else None
     return ServiceRecord(host=host, disabled=s.flag("disabled"), disabled_reason=s.text("disabled_reason"),
                          forced_down=s.flag("forced_down"), last_seen_up=last_seen, created_at=created)
 
 
-def _groups(top: _Reader, records: list[HostRecord]) -> dict[str, InstanceGroup]:
+def _groups(top: FieldReader, records: list[HostRecord]) -> dict[str, InstanceGroup]:
     where: dict[str, str] = {}
     for record in records:
         for uuid in record.instances:
             where[uuid] = record.host
     groups: dict[str, InstanceGroup] = {}
     for i, item in enumerate(top.seq("server_groups")):
-        r = _Reader(item, f"server_groups[{i}]")
+        r = FieldReader(item, f"server_groups[{i}]")
         r.unknown({"name", "policy", "rules", "members", "project_id", "uuid"})
         name = r.text("name", required=True)
         policy = r.text("policy", required=True)
@@ -829,7 +645,7 @@ def _groups(top: _Reader, records: list[HostRecord]) -> dict[str, InstanceGroup]
         if "max_server_per_host" in rules:
             value = rules["max_server_per_host"]
             if isinstance(value, bool) or not str(value).isdigit() or int(value) < 1:
-                raise CloudFileError(f"server_groups[{i}].rules.max_server_per_host: expected an integer >= 1, got {_show(value)}")
+                raise CloudFileError(f"server_groups[{i}].rules.max_server_per_host: expected an integer >= 1, got {show(value)}")
         members = [str(m) for m in r.seq("members")]
         for j, member in enumerate(members):
             if member not in where:
