@@ -368,3 +368,28 @@ def test_a_file_s_usage_past_capacity_is_held_over_capacity_as_nova_s_is(stack: 
     assert (inventories["VCPU"]["reserved"], inventories["VCPU"]["allocation_ratio"]) == (0, 4.0)
     assert stack.client.provider_usages(agent.uuid)["VCPU"] == 100
     assert agent.host_record(0.0).vcpus_used == 100
+
+
+def test_a_restart_on_the_same_store_raises_no_inventory_for_usage_already_held(
+        stack: Stack, tmp_path: Path) -> None:
+    """A restart on the same database finds the usage past capacity held already: it
+    writes none of it again and never raises the host's inventory, which other processes
+    on that database could schedule into while it is raised."""
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(
+        "hosts: [{host: h1, vcpus: 16, memory_mb: 65536, local_gb: 500, vcpus_used: 100,"
+        " cpu_allocation_ratio: 4.0}]\n")
+    seed_from_cloud(stack, str(cloud))
+    client = stack.agents["h1"].client
+    writes: list[Any] = []
+    real = client.set_inventories
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        writes.append(args[2] if len(args) > 2 else kwargs)
+        return real(*args, **kwargs)
+
+    client.set_inventories = recording  # type: ignore[method-assign]
+    seed_from_cloud(stack, str(cloud))
+    assert all(inv["VCPU"]["allocation_ratio"] == 4.0 for inv in writes if "VCPU" in inv)
+    agent = stack.agents["h1"]
+    assert stack.client.provider_usages(agent.uuid)["VCPU"] == 100

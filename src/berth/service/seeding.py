@@ -14,7 +14,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from berth.cloudfile import Cloud, load_cloud, stable_uuid
@@ -175,14 +175,20 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
                     f"{path}: host {node.host}: its usage beyond its instances needs {parts} "
                     f"consumers of at most one host's size each (more than "
                     f"{MAX_USAGE_PARTS}); check its *_used fields and allocation ratios")
-            with _room_for(agent, extra, placed, config, path):
-                for i in range(parts):
-                    share = Flavor(name="preexisting", vcpus=_share(extra.vcpus, parts, i),
-                                   memory_mb=_share(extra.memory_mb, parts, i),
-                                   root_gb=_share(extra.root_gb, parts, i))
-                    holder = stable_uuid("preexisting", agent.uuid, str(i))
-                    existing[holder] = agent.node.host
-                    _allocate(stack, holder, agent.uuid, share, "seed", fresh=fresh)
+            holders = {stable_uuid("preexisting", agent.uuid, str(i)): Flavor(
+                name="preexisting", vcpus=_share(extra.vcpus, parts, i),
+                memory_mb=_share(extra.memory_mb, parts, i),
+                root_gb=_share(extra.root_gb, parts, i)) for i in range(parts)}
+            existing.update(dict.fromkeys(holders, agent.node.host))
+            # A restart on the same database finds them held already: nothing is
+            # written, and no inventory is raised where other processes may schedule.
+            missing = holders if fresh else {
+                holder: share for holder, share in holders.items()
+                if not stack.client.get_allocations(holder).allocations}
+            if missing:
+                with _room_for(agent, extra, missing.values(), placed, config, path):
+                    for holder, share in missing.items():
+                        _allocate(stack, holder, agent.uuid, share, "seed", fresh=True)
             agent.baseline = extra
         # Instances the file counts (stats num_instances) but does not list.
         agent.baseline_instances = max(
@@ -275,13 +281,14 @@ MAX_USAGE_PARTS = 1024
 
 
 @contextlib.contextmanager
-def _room_for(agent: Any, extra: Flavor, placed: Sequence[Flavor], config: Any,
-              path: str) -> Iterator[None]:
-    """Room in placement for a host's usage beyond its instances (``extra``) when the
-    file gives it more than the host's capacity (an allocation ratio lowered since, as
-    Nova's hosts can be): its inventory of such a class is raised while the usage is
-    written, then put back as it was. Placement keeps allocations above capacity, as
-    Nova's does: no more of that class fits until the usage shrinks below it."""
+def _room_for(agent: Any, extra: Flavor, writing: Iterable[Flavor], placed: Sequence[Flavor],
+              config: Any, path: str) -> Iterator[None]:
+    """Room in placement for a host's usage beyond its instances (``extra``, of which the
+    shares ``writing`` are still to be written) when the file gives it more than the
+    host's capacity (an allocation ratio lowered since, as Nova's hosts can be): its
+    inventory of such a class is raised while the usage is written, then put back as it
+    was. Placement keeps allocations above capacity, as Nova's does: no more of that
+    class fits until the usage shrinks below it."""
     from berth.service.compute import inventories_for
 
     wanted = {"VCPU": extra.vcpus, "MEMORY_MB": extra.memory_mb, "DISK_GB": extra.root_gb}
@@ -297,8 +304,12 @@ def _room_for(agent: Any, extra: Flavor, placed: Sequence[Flavor], config: Any,
     client = agent.client
     generation, inventories = client.get_inventories(agent.uuid)
     usages = client.provider_usages(agent.uuid)
+    shares = list(writing)
+    written = {"VCPU": sum(f.vcpus for f in shares),
+               "MEMORY_MB": sum(f.memory_mb for f in shares),
+               "DISK_GB": sum(f.root_gb for f in shares)}
     raised = {}
-    for rc, amount in wanted.items():
+    for rc, amount in written.items():
         inv = inventories.get(rc)
         if not amount or inv is None:
             continue
