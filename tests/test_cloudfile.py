@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from berth.cloudfile import load_cloud, parse_cloud
 from berth.config import SchedulerConfig
@@ -337,3 +339,17 @@ def test_a_deeply_nested_document_is_a_cloud_file_error(tmp_path, name, text, me
     path.write_text(text)
     with pytest.raises(CloudFileError, match=message):
         load_cloud(str(path))
+
+
+@pytest.mark.parametrize("snippet, field", [
+    ("hosts: [{host: %s, vcpus: 1, memory_mb: 1, local_gb: 1}]", "hosts[0].host"),
+    ("hosts: [{host: h1, vcpus: 1, memory_mb: 1, local_gb: 1}]\n"
+     "aggregates: [{name: %s, hosts: [h1]}]", "aggregates[0].name"),
+    ("hosts: [{host: h1, vcpus: 1, memory_mb: 1, local_gb: 1}]\n"
+     "flavors: [{name: %s, vcpus: 1, memory_mb: 1, root_gb: 1}]", "flavors[0].name"),
+])
+def test_a_name_longer_than_nova_s_columns_is_refused(snippet: str, field: str) -> None:
+    document = yaml.safe_load(snippet % ("x" * 256))
+    with pytest.raises(CloudFileError, match=rf"^{re.escape(field)}: at most 255 characters"):
+        parse_cloud(document, SchedulerConfig.default(), 0.0)
+    parse_cloud(yaml.safe_load(snippet % ("x" * 255)), SchedulerConfig.default(), 0.0)

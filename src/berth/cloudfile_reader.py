@@ -20,6 +20,10 @@ from berth.config import not_utf8
 from berth.errors import CloudFileError
 from berth.json_text import INT64_MAX
 
+#: The longest text a field takes: Nova's ``String(255)`` columns (host, nodename,
+#: aggregate, zone, flavor, cell and server group names, project ids, reasons).
+MAX_TEXT = 255
+
 
 class FieldReader:
     """Typed reads from a mapping, with errors that name the field path."""
@@ -44,7 +48,10 @@ class FieldReader:
                 f"expected some of {', '.join(sorted(allowed))}"
             )
 
-    def text(self, key: str, default: str | None = None, required: bool = False) -> str | None:
+    def text(self, key: str, default: str | None = None, required: bool = False,
+             max_length: int = MAX_TEXT) -> str | None:
+        """``key``'s text, at most ``max_length`` characters (Nova's columns for names,
+        hosts, zones and ids hold 255)."""
         if not self.has(key):
             if required:
                 raise CloudFileError(f"{self.at(key)}: required field is missing")
@@ -52,7 +59,11 @@ class FieldReader:
         value = self.data[key]
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise CloudFileError(f"{self.at(key)}: expected a string, got {show(value)}")
-        return str(value)
+        text = str(value)
+        if len(text) > max_length:
+            raise CloudFileError(f"{self.at(key)}: at most {max_length} characters, got "
+                                 f"{len(text)} ({show(text)})")
+        return text
 
     def uuid(self, key: str, required: bool = False) -> str | None:
         """``key``'s text, which must be a UUID (placement's consumers and providers)."""

@@ -153,3 +153,19 @@ def test_a_running_berth_is_read_by_url_and_its_boots_count(
     assert code == 0
     # Three of the ten places are taken now.
     assert json.loads(out)["flavors"][0]["fits"] == 7
+
+
+def test_a_seeded_count_of_a_seeded_server_does_not_reuse_its_instance_uuids(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, files: tuple[str, str]) -> None:
+    """A server started with ``--seed 1`` names its instances as a fresh scratch store
+    seeded with 1 would: the count's trial instances must not take those names (their
+    claims were refused as consumers that exist, and the count came out low)."""
+    cloud, conf = files
+    with berth_serve(tmp_path, "--config-file", conf, "--cloud", cloud, "--seed", "1") as url:
+        assert main(["boot", "--flavor", "web", "--num", "3", "--url", url]) == 0
+        capsys.readouterr()
+        code, out, err = run(capsys, "capacity", "--url", url, "--config-file", conf,
+                             "--flavor", "web", "--json", "--seed", "1")
+    assert code == 0, err
+    assert json.loads(out)["flavors"][0]["fits"] == 7
+    assert "exists" not in err

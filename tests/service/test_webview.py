@@ -92,8 +92,84 @@ def test_decisions_list_the_latest_boots_with_their_funnels(served: str) -> None
     assert newest["instances"][0]["host"] and newest["funnel"] == {}
     assert refused["outcome"] == "refused" and refused["num"] == 9
     assert refused["cause"] == "hosts" and refused["instances_fit"] < 9
+    assert not newest["explained"] and "diagnosis" not in newest
     assert httpx.get(served + "/decisions").status_code == 401
     assert httpx.get(served + "/decisions", headers={"X-Auth-Token": "demo:demo"}).status_code == 403
+
+
+def test_an_explained_decision_is_read_by_its_id(served: str) -> None:
+    """The list leaves explanations out (the page reads it every few seconds); one
+    decision's is read by its id."""
+    answer = httpx.post(served + "/boot", headers=H,
+                        json={"flavor": "small", "num": 2, "explain": True})
+    assert answer.status_code == 200, answer.text
+    listed = httpx.get(served + "/decisions", headers=H).json()["decisions"][0]
+    assert listed["explained"] and "diagnosis" not in listed and listed["num"] == 2
+    one = httpx.get(f"{served}/decisions/{listed['id']}", headers=H)
+    assert one.status_code == 200
+    diagnosis = one.json()["decision"]["diagnosis"]
+    assert [i["index"] for i in diagnosis["instances"]] == [0, 1]
+    assert diagnosis["instances_left_out"] == 0
+    for ref in ("0", "999999", "x", "9" * 5000):
+        missing = httpx.get(f"{served}/decisions/{ref}", headers=H)
+        assert missing.status_code == 404 and "no decision" in missing.json()["error"]["message"]
+    assert httpx.post(f"{served}/decisions/1", headers=H).status_code == 405
+    assert httpx.get(f"{served}/decisions/{listed['id']}").status_code == 401
+    for inst in answer.json()["instances"]:  # the capacity test counts on the room
+        assert httpx.delete(f"{served}/servers/{inst['instance_uuid']}",
+                            headers=H).status_code in (200, 202, 204)
+
+
+def test_a_kept_explanation_has_a_bounded_size() -> None:
+    """An explained boot of 1,000 instances on 3,000 hosts kept ~10 MB: the first and
+    last instances are kept (a refusal's cause is in its last), each step's first
+    rejections and the best hosts by weight, with counts of what was left out."""
+    from berth.service.webview import (
+        KEPT_INSTANCES,
+        KEPT_REJECTIONS,
+        KEPT_WEIGHED,
+        kept_explanation,
+    )
+
+    def instance(index: int) -> dict[str, Any]:
+        return {"index": index, "steps": [{"name": "ComputeFilter", "hosts_in": 3000,
+                                            "hosts_out": 0, "rejections": [
+                                                {"host": f"h{i}", "reason": "down"}
+                                                for i in range(3000)]}],
+                "weighing": [{"host": f"h{i}", "weight": (i * 7919) % 101 / 100.0}
+                             for i in range(40)]}
+
+    kept = kept_explanation({"summary": "s", "instances": [instance(i) for i in range(30)]})
+    assert [i["index"] for i in kept["instances"]] == [*range(10), *range(20, 30)]
+    assert len(kept["instances"]) == KEPT_INSTANCES and kept["instances_left_out"] == 10
+    for inst in kept["instances"]:
+        (step,) = inst["steps"]
+        assert len(step["rejections"]) == KEPT_REJECTIONS
+        assert step["rejections_left_out"] == 3000 - KEPT_REJECTIONS
+        weights = [w["weight"] for w in inst["weighing"]]
+        assert len(weights) == KEPT_WEIGHED and inst["weighed_left_out"] == 40 - KEPT_WEIGHED
+        assert weights == sorted(weights, reverse=True) and weights[0] == 1.0
+
+
+def test_a_boot_of_which_nothing_was_built_is_not_shown_as_built() -> None:
+    from berth.service.webview import RecentDecisions
+
+    class Spec:
+        flavor = type("F", (), {"name": "small"})()
+        num_instances, project_id, availability_zone = 2, "p", None
+
+    class Decision:
+        rejections: dict[str, int] = {}
+        diagnosis = None
+
+    recent = RecentDecisions()
+    failed = [{"instance_uuid": "a"}, {"instance_uuid": "b"}]
+    recent.placed(Spec(), Decision(), {"instances": [], "failed": failed}, 0.1)
+    recent.placed(Spec(), Decision(), {"instances": [{"instance_uuid": "a", "host": "h"}],
+                                       "failed": failed[1:]}, 0.1)
+    partly, nothing = recent.latest(2)
+    assert nothing["outcome"] == "not built" and nothing["message"] == "2 of 2 not built"
+    assert partly["outcome"] == "partly built"
 
 
 def test_server_groups_are_created_and_checked(served: str) -> None:
@@ -140,8 +216,18 @@ def wait_capacity(url: str, timeout: float = 120.0) -> dict[str, Any]:
 def test_the_page_is_served_without_a_token_and_fetches_nothing_elsewhere(served: str) -> None:
     page = httpx.get(served + "/ui")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert "default-src 'self'" in page.headers["content-security-policy"]
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    # Only the page's own script runs (by its hash): no inline handler, no injected one.
+    assert "script-src 'sha256-" in policy and "unsafe-inline" not in policy.split(";")[1]
+    assert page.headers["x-frame-options"] == "DENY"
+    assert page.headers["x-content-type-options"] == "nosniff"
     assert "http://" not in page.text and "https://" not in page.text
+    head = httpx.head(served + "/ui")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-length"] == page.headers["content-length"]
+    assert httpx.get(served + "/healthz").headers["x-content-type-options"] == "nosniff"
+    assert "HEAD" in httpx.post(served + "/hosts", headers=H).headers["allow"]
 
 
 @pytest.fixture(scope="module")

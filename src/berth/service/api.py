@@ -3,10 +3,12 @@
 Routes (JSON in, JSON out)::
 
     POST /boot          schedule and build instances (below)
-    GET  /hosts         every compute node with its usage and liveness as the scheduler
-                        sees it (``up``, ``forced_down``, ``heartbeat_age_s``: why
-                        ComputeFilter passes or rejects it; ``reporting``: the heartbeat
-                        alone; ``last_seen_up``; its availability ``zone``)
+    GET  /hosts         every compute node with its usage (the reserved amounts
+                        included, ``vcpus_reserved``, ``memory_mb_reserved`` say how much)
+                        and liveness as the scheduler sees it (``up``, ``forced_down``,
+                        ``heartbeat_age_s``: why ComputeFilter passes or rejects it;
+                        ``reporting``: the heartbeat alone; ``last_seen_up``; its
+                        availability ``zone``)
     GET  /healthz       {"status": "ok"}
     GET  /openapi.json  this API described in OpenAPI 3.1 (:mod:`berth.service.openapi`)
     GET  /os-services[/{host}], PUT|DELETE /os-services/{host}: the compute services, an
@@ -122,6 +124,7 @@ from berth.service.groups import ServerGroupStore
 from berth.service.httpjson import StartResponse
 from berth.service.httpjson import read_json as _read_json
 from berth.service.httpjson import reply as _reply
+from berth.service.instances import spec_from_dict
 from berth.service.move_api import handle_servers
 from berth.service.moves import MoveService
 from berth.service.policy import (
@@ -164,23 +167,30 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "/boot": ("POST",), "/hosts": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",),
     "/compute-nodes": ("GET",), "/aggregates": ("GET",), "/flavors": ("GET",),
     "/images": ("GET",), "/server-groups": ("GET", "POST"), "/ui": ("GET",),
-    "/decisions": ("GET",), "/what-if": ("POST",), "/capacity": ("GET", "POST"),
+    "/decisions": ("GET",), "/decisions/{id}": ("GET",), "/what-if": ("POST",),
+    "/capacity": ("GET", "POST"),
     "/os-services": ("GET",), "/os-services/{host}": ("GET", "PUT", "DELETE"),
     "/servers": ("GET",), "/servers/{uuid}": ("GET", "DELETE"),
     "/servers/{uuid}/{action}": ("POST",),
 }
 
 
+#: The parameter of each ``/{collection}/{parameter}`` route.
+PATH_PARAMETERS = {"os-services": "host", "servers": "uuid", "decisions": "id"}
+
+
 def allowed_methods(path: str) -> tuple[str, ...] | None:
-    """The methods ``path``'s route answers (:data:`ROUTE_METHODS`); None: no route."""
+    """The methods ``path``'s route answers (:data:`ROUTE_METHODS`, and HEAD wherever
+    GET: RFC 9110 asks it of every server); None: no route."""
     parts = path.split("/")
-    if len(parts) == 3 and parts[1] in ("os-services", "servers") and parts[2]:
-        template = f"/{parts[1]}/{{{'host' if parts[1] == 'os-services' else 'uuid'}}}"
+    if len(parts) == 3 and parts[1] in ("os-services", "servers", "decisions") and parts[2]:
+        template = f"/{parts[1]}/{{{PATH_PARAMETERS[parts[1]]}}}"
     elif len(parts) == 4 and parts[1] == "servers" and parts[2] and parts[3]:
         template = "/servers/{uuid}/{action}"
     else:
         template = path
-    return ROUTE_METHODS.get(template)
+    methods = ROUTE_METHODS.get(template)
+    return (*methods, "HEAD") if methods is not None and "GET" in methods else methods
 #: The rule guarding each read-only state route.
 STATE_RULES = {"/compute-nodes": HOSTS, "/aggregates": HOSTS, "/flavors": CATALOG,
                "/images": CATALOG, "/server-groups": SERVER_GROUPS}
@@ -280,6 +290,8 @@ class SchedulerApp(ViewRoutes):
             environ["PATH_INFO"] = path[len(PLACEMENT_PREFIX):]
             return self.placement_app(environ, start_response)  # type: ignore[no-any-return]
         method = environ.get("REQUEST_METHOD", "GET")
+        if method == "HEAD":
+            method = "GET"  # answered as GET; the server sends the head alone
         allowed = allowed_methods(path)
         if allowed is not None:
             start_response = _allowing(start_response, allowed)
@@ -300,7 +312,7 @@ class SchedulerApp(ViewRoutes):
                 answer = self.boot(body)
                 return _reply(start_response, _boot_status(answer), answer,
                               _retry_after(answer))
-            if path in VIEW_ROUTES:
+            if path in VIEW_ROUTES or path.startswith("/decisions/"):
                 return self._view(path, method, environ, caller, start_response)
             if path == "/server-groups" and method == "POST":
                 assert caller is not None
@@ -330,9 +342,17 @@ class SchedulerApp(ViewRoutes):
                 return _reply(start_response, status, served)
             if path == "/servers" or path.startswith("/servers/"):
                 body = _read_json(environ) if method == "POST" else None
-                status, answer = handle_servers(
-                    self.moves, method, path, body, self.flavors, self.images,
-                    authorize=lambda rule, project: self._enforce(rule, caller, project))
+                started = time.perf_counter()
+                try:
+                    status, answer = handle_servers(
+                        self.moves, method, path, body, self.flavors, self.images,
+                        authorize=lambda rule, project: self._enforce(rule, caller, project))
+                except SchedulingError as exc:
+                    self._record_move(path, None, exc, time.perf_counter() - started)
+                    raise
+                if status == 200 and method == "POST" and isinstance(answer, Mapping) \
+                        and "operation" in answer:
+                    self._record_move(path, answer, None, time.perf_counter() - started)
                 return _reply(start_response, status, answer)
             if method == "GET" and path in self.STATE_ROUTES:
                 self._enforce(STATE_RULES[path], caller, None)
@@ -409,8 +429,9 @@ class SchedulerApp(ViewRoutes):
         started = time.perf_counter()
         try:
             decision, outcome = self.conductor.schedule_and_build(spec, uuids, explain=explain)
-        except NoValidHost as exc:
-            if explain and exc.diagnosis is None and isinstance(self.service, SchedulerService):
+        except SchedulingError as exc:
+            if (explain and isinstance(exc, NoValidHost) and exc.diagnosis is None
+                    and isinstance(self.service, SchedulerService)):
                 exc.diagnosis = refusal_diagnosis(self.service)
             self.recent.refused(spec, exc, time.perf_counter() - started)
             raise
@@ -419,6 +440,19 @@ class SchedulerApp(ViewRoutes):
             answer["diagnosis"] = decision.diagnosis.to_dict()
         self.recent.placed(spec, decision, answer, time.perf_counter() - started)
         return answer
+
+    def _record_move(self, path: str, answer: Mapping[str, Any] | None,
+                     refusal: SchedulingError | None, seconds: float) -> None:
+        """A move's decision for the web view: where the instance went, or why not."""
+        parts = path.split("/")
+        record = self.moves.instances.get(parts[2]) if self.moves is not None else None
+        if record is None or len(parts) != 4:
+            return
+        spec = spec_from_dict(record.spec)  # the flavor it has now (a resize's new one)
+        if refusal is not None:
+            self.recent.refused(spec, refusal, seconds, operation=parts[3])
+        elif answer is not None:
+            self.recent.moved(spec, answer, seconds)
 
     def boot_spec(self, body: Any) -> RequestSpec:
         """A boot body as the request it asks for, with the server group ``hints.group``
@@ -558,6 +592,11 @@ def hosts_answer(service: SchedulerService) -> dict[str, Any]:
             "free_ram_mb": _num(snap.num("free_ram_mb")[row]),
             "free_disk_mb": _num(snap.num("free_disk_mb")[row]),
             "num_instances": _num(snap.num("num_instances")[row]),
+            # What placement keeps back of each (this process's nova.conf, as an
+            # agent's reserved amounts come from its own).
+            "vcpus_reserved": _reserved(config.reserved_host_cpus, snap.num("vcpus_total")[row]),
+            "memory_mb_reserved": _reserved(config.reserved_host_memory_mb,
+                                            snap.num("total_usable_ram_mb")[row]),
             "cpu_allocation_ratio": _ratio(snap.num("cpu_allocation_ratio")[row]),
             "ram_allocation_ratio": _ratio(snap.num("ram_allocation_ratio")[row]),
             "zone": zone,
@@ -620,6 +659,11 @@ def _retry_after(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
     if _boot_status(answer) == 503:
         return [("Retry-After", str(ServiceUnavailable.retry_after))]
     return []
+
+
+def _reserved(amount: int, total: float) -> int | None:
+    """``amount`` as an agent reserves it of ``total`` (never more than the total)."""
+    return None if math.isnan(total) else min(int(amount), int(total))
 
 
 def _ratio(value: float) -> float | None:

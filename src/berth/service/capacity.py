@@ -103,7 +103,8 @@ class CapacityReport:
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
         return {"hosts": self.hosts, "flavors": [f.to_dict() for f in self.flavors],
-                "unusable": {"hosts": self.unusable_hosts, "free": self.unusable}}
+                "unusable": {"computed": not any(f.capped for f in self.flavors),
+                             "hosts": self.unusable_hosts, "free": self.unusable}}
 
 
 def rooms(offline: OfflineCloud) -> list[HostRoom]:

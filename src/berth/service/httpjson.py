@@ -59,6 +59,7 @@ def reply(start_response: StartResponse, status: int, body: Any,
     data = json.dumps(body, default=json_default).encode()
     start_response(f"{status} {REASONS[status]}", [("Content-Type", "application/json"),
                                                    ("Content-Length", str(len(data))),
+                                                   ("X-Content-Type-Options", "nosniff"),
                                                    *headers])
     return [data]
 
@@ -68,5 +69,6 @@ def reply_bytes(start_response: StartResponse, status: int, data: bytes, content
     """Answer ``status`` with ``data`` as ``content_type``."""
     start_response(f"{status} {REASONS[status]}", [("Content-Type", content_type),
                                                    ("Content-Length", str(len(data))),
+                                                   ("X-Content-Type-Options", "nosniff"),
                                                    *headers])
     return [data]

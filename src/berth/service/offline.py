@@ -64,6 +64,10 @@ def offline_cloud(path: str, config: SchedulerConfig, *, now: float, events: int
         # Thrown away on exit: its commits need not reach the disk.
         stack = open_stack(url, config, durable=False)
         stack.clock = lambda: now
+        # A copy of a running cloud (berth capacity --url) holds instances named by its
+        # seeded generator, which a scratch store's seeded one could repeat.
+        stack.taken_uuids = frozenset(
+            uuid for instances in cloud.snapshot.obj("instances") for uuid in instances)
         try:
             seed_cloud(stack, cloud, path, now=now, fresh=True)
             yield OfflineCloud(cloud, stack)

@@ -132,6 +132,7 @@ class SchedulerService:
         seed: int | None = None,
         freeze_heap: bool = True,
         uuid_rng: random.Random | None = None,
+        taken_uuids: frozenset[str] = frozenset(),
     ) -> None:
         self.config = config
         self.feed = feed
@@ -143,6 +144,7 @@ class SchedulerService:
         self.clock = clock
         self.rng = random.Random(seed)
         self.uuid_rng = uuid_rng or self.rng
+        self.taken_uuids = taken_uuids
         self.stats = ServiceStats()
         # The snapshot is shared and refreshed (and, with consume_between_reports,
         # consumed from) in place, so one request at a time per service (run several
@@ -232,8 +234,15 @@ class SchedulerService:
         them (the API, the conductor), as Nova's API does: from ``uuid_rng``, by default
         the decisions' seeded generator (a seeded run replays). A service over a shared
         database gets its own generator, which a restart never repeats
-        (:func:`~berth.service.builds.instance_uuid_rng`)."""
-        return new_instance_uuids(self.uuid_rng, count)
+        (:func:`~berth.service.builds.instance_uuid_rng`). A uuid among
+        ``taken_uuids`` is drawn again."""
+        uuids = new_instance_uuids(self.uuid_rng, count)
+        if self.taken_uuids:
+            for i, uuid in enumerate(uuids):
+                while uuid in self.taken_uuids:
+                    uuid = new_instance_uuids(self.uuid_rng, 1)[0]
+                uuids[i] = uuid
+        return uuids
 
     def select_destinations(
         self,

@@ -75,6 +75,9 @@ class Stack:
     builds: BuildRecords = None  # type: ignore[assignment]
     #: Scheduler services made so far (each draws its own instance uuids).
     schedulers_made: int = 0
+    #: Instance uuids its schedulers never draw: a scratch store's copy of a running
+    #: cloud, whose seeded uuids its own seeded draws could repeat otherwise.
+    taken_uuids: frozenset[str] = frozenset()
 
     #: What this stack's compute agents write providers through: the store in process
     #: (:class:`~berth.placement.local.LocalProviders`), or ``client`` when placement is
@@ -114,7 +117,8 @@ class Stack:
             self.config, SnapshotFeed(self.records), PlacementCandidates(self.candidates_client),
             PlacementClaimer(self.claims_client or self.client), network_lookup=network_lookup,
             min_compute_version=min_compute_version, seed=seed, clock=self.clock,
-            uuid_rng=instance_uuid_rng(seed, self.builds.start, index))
+            uuid_rng=instance_uuid_rng(seed, self.builds.start, index),
+            taken_uuids=self.taken_uuids)
 
     def agent(self, node: ComputeNodeSpec) -> ComputeAgent:
         """A compute agent for ``node`` (kept in ``agents`` under its

@@ -1,9 +1,12 @@
 """The web view of ``berth serve``: one page (``GET /ui``) and the routes it reads.
 
     GET  /ui          the page (no token: it asks for one and sends it with every call)
-    GET  /decisions   the latest boots (newest first): flavor, number, project, the hosts
-                      chosen or why not, how long it took, the hosts each filter removed,
-                      and the explanation funnel of boots that asked for one
+    GET  /decisions   the latest decisions (newest first): boots and moves, with the
+                      flavor, number, project, the hosts chosen or why not, how long it
+                      took and the hosts each filter removed; ``explained`` says the
+                      request asked for an explanation
+    GET  /decisions/{id}  one of them with its explanation (the first and last instances'
+                      of a large request, each step's first rejections: a bounded size)
     POST /what-if     a boot body (as ``POST /boot``): the explained decision it would
                       get now; nothing is claimed or built
                       (:meth:`~berth.service.scheduler.SchedulerService.what_if`)
@@ -20,6 +23,9 @@ the what-if form, and the capacity by flavor. It is one self-contained HTML file
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import itertools
 import threading
 import time
 from collections import deque
@@ -27,51 +33,119 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from berth.errors import BerthError, InputError, NoValidHost, SchedulingError, error_dict
+from berth.errors import BerthError, InputError, SchedulingError, error_dict
 from berth.service.httpjson import StartResponse, read_json, reply, reply_bytes
 from berth.service.policy import HOSTS, WHAT_IF
 
 #: Decisions kept for the view.
 RECENT = 50
+#: An explanation kept with a decision holds at most this many instances (the first and
+#: the last half of them: a refusal's cause is in its last), each step's first
+#: :data:`KEPT_REJECTIONS` rejections and the :data:`KEPT_WEIGHED` best-weighed hosts:
+#: an explained boot of 1,000 instances on 3,000 hosts would keep ~10 MB otherwise, and
+#: the page reads the list every few seconds.
+KEPT_INSTANCES = 20
+KEPT_REJECTIONS = 5
+KEPT_WEIGHED = 5
+#: The outcome of a boot by how many of its instances were built.
+PLACED, PARTLY_BUILT, NOT_BUILT, REFUSED = "placed", "partly built", "not built", "refused"
+
+
+def kept_explanation(diagnosis: Mapping[str, Any]) -> dict[str, Any]:
+    """``diagnosis`` (:meth:`~berth.explain.Diagnosis.to_dict`) cut to a bounded size;
+    what is left out is counted (``instances_left_out``, ``rejections_left_out``,
+    ``weighed_left_out``)."""
+    instances = list(diagnosis.get("instances", ()))
+    left_out = max(0, len(instances) - KEPT_INSTANCES)
+    if left_out:
+        half = KEPT_INSTANCES // 2
+        instances = instances[:half] + instances[-half:]
+    kept = []
+    for inst in instances:
+        steps = []
+        for step in inst.get("steps", ()):
+            rejections = step.get("rejections", [])
+            steps.append({**step, "rejections": rejections[:KEPT_REJECTIONS],
+                          "rejections_left_out": max(0, len(rejections) - KEPT_REJECTIONS)})
+        weighing = sorted(inst.get("weighing", []), key=lambda w: -w.get("weight", 0.0))
+        kept.append({**inst, "steps": steps, "weighing": weighing[:KEPT_WEIGHED],
+                     "weighed_left_out": max(0, len(weighing) - KEPT_WEIGHED)})
+    return {**diagnosis, "instances": kept, "instances_left_out": left_out}
 
 
 class RecentDecisions:
-    """The latest boots, newest last (thread-safe: a bounded deque)."""
+    """The latest decisions, boots and moves, newest last (a bounded deque under a
+    lock); each has an ``id``, which ``GET /decisions/{id}`` reads it by."""
 
     def __init__(self, size: int = RECENT) -> None:
         self.entries: deque[dict[str, Any]] = deque(maxlen=size)
+        self._lock = threading.Lock()
+        self._next = itertools.count(1)
 
-    def _base(self, spec: Any, seconds: float) -> dict[str, Any]:
-        return {"time": time.time(), "flavor": spec.flavor.name, "num": spec.num_instances,
-                "project_id": spec.project_id, "ms": round(seconds * 1000.0, 2),
-                "availability_zone": spec.availability_zone}
+    def _add(self, entry: dict[str, Any], diagnosis: Any) -> None:
+        """Keep ``entry``, with ``diagnosis`` (a :class:`~berth.explain.Diagnosis` or its
+        dict; None: not asked for) cut to size."""
+        entry["explained"] = diagnosis is not None
+        if diagnosis is not None:
+            entry["diagnosis"] = kept_explanation(
+                diagnosis if isinstance(diagnosis, Mapping) else diagnosis.to_dict())
+        with self._lock:
+            entry["id"] = next(self._next)
+            self.entries.append(entry)
+
+    @staticmethod
+    def _base(spec: Any, seconds: float, operation: str = "boot") -> dict[str, Any]:
+        return {"time": time.time(), "operation": operation, "flavor": spec.flavor.name,
+                "num": spec.num_instances, "project_id": spec.project_id,
+                "ms": round(seconds * 1000.0, 2), "availability_zone": spec.availability_zone}
 
     def placed(self, spec: Any, decision: Any, answer: Mapping[str, Any], seconds: float) -> None:
-        """A boot that found hosts (some builds may still have failed)."""
+        """A boot that found hosts (some builds, or all, may still have failed)."""
         entry = self._base(spec, seconds)
-        entry.update(outcome="placed" if not answer.get("failed") else "partly built",
+        built = answer.get("instances", [])
+        failed = answer.get("failed")
+        entry.update(outcome=PLACED if not failed else PARTLY_BUILT if built else NOT_BUILT,
                      instances=[{"instance_uuid": i["instance_uuid"], "host": i["host"],
-                                 "nodename": i.get("nodename")}
-                                for i in answer.get("instances", [])],
+                                 "nodename": i.get("nodename")} for i in built],
                      funnel=dict(decision.rejections))
-        if decision.diagnosis is not None:
-            entry["diagnosis"] = decision.diagnosis.to_dict()
-        self.entries.append(entry)
+        if failed:
+            entry["message"] = f"{len(failed)} of {len(failed) + len(built)} not built"
+        self._add(entry, decision.diagnosis)
 
-    def refused(self, spec: Any, exc: NoValidHost, seconds: float) -> None:
-        """A boot refused with NoValidHost."""
-        entry = self._base(spec, seconds)
-        entry.update(outcome="refused", cause=exc.cause, message=exc.message,
-                     funnel=dict(exc.rejections), instances=[])
-        if exc.fitted is not None:
-            entry["instances_fit"] = exc.fitted
-        if exc.diagnosis is not None:
-            entry["diagnosis"] = exc.diagnosis.to_dict()
-        self.entries.append(entry)
+    def refused(self, spec: Any, exc: SchedulingError, seconds: float,
+                operation: str = "boot") -> None:
+        """A boot (or move) refused: NoValidHost or another scheduling error."""
+        entry = self._base(spec, seconds, operation)
+        entry.update(outcome=REFUSED, cause=getattr(exc, "cause", None) or exc.code,
+                     message=exc.message, funnel=dict(getattr(exc, "rejections", {}) or {}),
+                     instances=[])
+        fitted = getattr(exc, "fitted", None)
+        if fitted is not None:
+            entry["instances_fit"] = fitted
+        self._add(entry, getattr(exc, "diagnosis", None))
+
+    def moved(self, spec: Any, answer: Mapping[str, Any], seconds: float) -> None:
+        """A move (migrate, resize, evacuate, rebuild) that found its host."""
+        entry = self._base(spec, seconds, str(answer.get("operation") or "move"))
+        source = answer.get("source") or {}
+        entry.update(outcome=PLACED, instances=[{
+            "instance_uuid": answer.get("instance_uuid"), "host": answer.get("host"),
+            "nodename": answer.get("nodename"), "source": source.get("host")}], funnel={})
+        self._add(entry, answer.get("diagnosis"))
 
     def latest(self, limit: int) -> list[dict[str, Any]]:
-        """The newest ``limit`` entries, newest first."""
-        return list(reversed(list(self.entries)))[:limit]
+        """The newest ``limit`` entries, newest first, without their explanations."""
+        with self._lock:
+            newest = list(self.entries)[::-1][:limit]
+        return [{k: v for k, v in e.items() if k != "diagnosis"} for e in newest]
+
+    def get(self, entry_id: int) -> dict[str, Any] | None:
+        """The entry ``entry_id`` with its explanation; None when it is gone or unknown."""
+        with self._lock:
+            for entry in self.entries:
+                if entry["id"] == entry_id:
+                    return dict(entry)
+        return None
 
 
 class CapacityRuns:
@@ -114,6 +188,20 @@ def page() -> bytes:
     return resources.files("berth.service").joinpath("webview.html").read_bytes()
 
 
+def page_headers(html: bytes) -> list[tuple[str, str]]:
+    """The page's security headers: its one inline script allowed by its hash (no other
+    script runs, should a name ever reach the page unescaped), nothing fetched from
+    elsewhere, never framed by another site, no type sniffing, no referrer sent."""
+    start = html.index(b"<script>") + len(b"<script>")
+    script = html[start:html.index(b"</script>", start)]
+    digest = base64.b64encode(hashlib.sha256(script).digest()).decode()
+    return [("Content-Security-Policy",
+             f"default-src 'self'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
+             "img-src data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"),
+            ("X-Frame-Options", "DENY"), ("Referrer-Policy", "no-referrer"),
+            ("Cache-Control", "no-cache")]
+
+
 def _capacity_body(body: Any) -> tuple[list[str], int]:
     if body is None:
         body = {}
@@ -154,13 +242,22 @@ class ViewRoutes:
             if method != "GET":
                 return reply(start_response, 405, {"error": {"code": "berth.http.method",
                                                              "message": "use GET"}})
-            return reply_bytes(start_response, 200, page(), "text/html; charset=utf-8",
-                               [("Content-Security-Policy",
-                                 "default-src 'self'; script-src 'unsafe-inline'; "
-                                 "style-src 'unsafe-inline'; img-src data:")])
+            html = page()
+            return reply_bytes(start_response, 200, html, "text/html; charset=utf-8",
+                               page_headers(html))
         if path == "/decisions" and method == "GET":
             self._enforce(HOSTS, caller, None)
             return reply(start_response, 200, {"decisions": self.recent.latest(RECENT)})
+        if path.startswith("/decisions/") and method == "GET":
+            self._enforce(HOSTS, caller, None)
+            ref = path[len("/decisions/"):]
+            entry = (self.recent.get(int(ref)) if ref.isascii() and ref.isdigit() and len(ref) <= 18
+                     else None)
+            if entry is None:
+                return reply(start_response, 404, {"error": {
+                    "code": "berth.http.not_found",
+                    "message": f"no decision {ref[:40]!r} among the latest {RECENT}"}})
+            return reply(start_response, 200, {"decision": entry})
         if path == "/what-if" and method == "POST":
             # Host by host reasons and weights: the operators' (like /hosts), by default.
             body = self._for_caller(read_json(environ), caller, WHAT_IF)
