@@ -248,11 +248,13 @@ def test_a_multi_create_refused_for_lack_of_hosts_says_how_many_fit(grouped: Sta
 
 
 @pytest.mark.parametrize("method, path, allow", [
-    ("GET", "/boot", "POST"), ("TRACE", "/boot", "POST"), ("POST", "/hosts", "GET"),
-    ("DELETE", "/flavors", "GET"), ("PUT", "/server-groups", "GET, POST"),
-    ("POST", "/healthz", "GET"), ("PATCH", "/servers", "GET"),
-    ("PUT", f"/servers/{UUID_A}", "GET, DELETE"), ("GET", f"/servers/{UUID_A}/migrate", "POST"),
-    ("POST", "/os-services", "GET"), ("DELETE", "/decisions", "GET"),
+    ("GET", "/boot", "POST"), ("TRACE", "/boot", "POST"), ("POST", "/hosts", "GET, HEAD"),
+    ("DELETE", "/flavors", "GET, HEAD"), ("PUT", "/server-groups", "GET, POST, HEAD"),
+    ("POST", "/healthz", "GET, HEAD"), ("PATCH", "/servers", "GET, HEAD"),
+    ("PUT", f"/servers/{UUID_A}", "GET, DELETE, HEAD"),
+    ("GET", f"/servers/{UUID_A}/migrate", "POST"),
+    ("POST", "/os-services", "GET, HEAD"), ("DELETE", "/decisions", "GET, HEAD"),
+    ("POST", "/decisions/3", "GET, HEAD"),
 ])
 def test_a_route_asked_with_another_method_is_a_405_with_allow(
         stack: Stack, method: str, path: str, allow: str) -> None:

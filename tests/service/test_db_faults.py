@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -162,3 +163,140 @@ def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Pat
             admin.dispose()
             proc.terminate()
             proc.wait(timeout=30)
+
+
+class _Outage:
+    """A TCP relay to PostgreSQL that can go down: while down it refuses connections
+    and has cut every open one, as a stopped or unreachable server would."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        import socket
+
+        self.socket = socket
+        self.target = target
+        self.port = free_port()
+        self.pipes: list[Any] = []
+        self.lock = threading.Lock()
+        self.listener: Any = None
+        self.up()
+
+    def up(self) -> None:
+        listener = self.socket.socket()
+        listener.setsockopt(self.socket.SOL_SOCKET, self.socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        self.listener.close()
+        with self.lock:
+            pipes, self.pipes = self.pipes, []
+        for sock in pipes:
+            with contextlib.suppress(OSError):
+                sock.shutdown(self.socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: Any) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = self.socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.pipes += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: Any, sink: Any) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.close()
+
+
+def test_a_database_that_goes_down_is_503_and_served_again_when_it_is_back(
+        tmp_path: Path) -> None:
+    """The database stops answering and refuses new connections for a few seconds under
+    a real ``berth serve`` with boots, group creations and both APIs' reads in flight:
+    every answer is a success or a 503 with Retry-After (a connection that cannot be
+    made was a 500), and the same process serves again once it is back."""
+    import os
+    import subprocess
+    import sys
+
+    from pgdb import fresh_pg_database
+
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text('hosts:\n  - {host: "n{index}", count: 4, vcpus: 640, '
+                     'memory_mb: 5242880, local_gb: 20000}\n')
+    with fresh_pg_database("berth_outage") as db:
+        parsed = sa.engine.make_url(db)
+        relay = _Outage((parsed.host or "127.0.0.1", parsed.port or 5432))
+        relayed = parsed.set(port=relay.port).render_as_string(hide_password=False)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2",
+             "--db", relayed, "--port", str(port), "--cloud", str(cloud)],
+            stdout=(tmp_path / "serve.log").open("w"), stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                        break
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            answers: list[tuple[int, str | None]] = []
+            odd: list[str] = []
+            stop = threading.Event()
+
+            def traffic(call: str) -> None:
+                with httpx.Client(base_url=url, timeout=60, headers=ADMIN) as client:
+                    while not stop.is_set():
+                        if call == "boot":
+                            r = client.post("/boot", json=TINY)
+                        elif call == "group":
+                            r = client.post("/server-groups",
+                                            json={"name": "g", "policy": "anti-affinity"})
+                        elif call == "hosts":
+                            r = client.get("/hosts")
+                        else:
+                            r = client.get("/placement/resource_providers", headers=PLACEMENT)
+                        answers.append((r.status_code, r.headers.get("retry-after")))
+                        if r.status_code not in (200, 503):
+                            odd.append(f"{call} {r.status_code} {r.text[:300]}")
+                        time.sleep(0.02)
+
+            workers = [threading.Thread(target=traffic, args=(c,))
+                       for c in ("boot", "group", "hosts", "providers")]
+            for w in workers:
+                w.start()
+            time.sleep(1.0)
+            relay.down()
+            time.sleep(3.0)
+            relay.up()
+            time.sleep(2.0)
+            stop.set()
+            for w in workers:
+                w.join(timeout=90)
+            statuses = [status for status, _ in answers]
+            assert not odd, odd[:5]
+            assert 503 in statuses and statuses.count(200) > 20
+            assert all(after for status, after in answers if status == 503)
+            # Served normally afterwards, by the same process.
+            assert httpx.post(url + "/boot", json=TINY, timeout=60, headers=ADMIN).status_code == 200
+            assert proc.poll() is None
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            relay.down()

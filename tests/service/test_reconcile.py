@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from berth.cli import main
-from berth.errors import InstanceExists
+from berth.errors import InstanceExists, ServiceUnavailable
 from berth.model.request import Flavor, InstanceGroup, RequestSpec
 from berth.service.builds import ACTIVE, BUILDING, DELETED, FAILED, BuildRecords
 from berth.service.reconcile import Lease, repair, scan
@@ -216,6 +217,38 @@ def test_a_boot_records_its_builds_and_settles_them(stack: Stack) -> None:
         conductor.build_instances(RequestSpec(flavor=huge, project_id="p", user_id="u"), uuids)
     failed = stack.builds.get(uuids[0])
     assert failed is not None and failed.state == FAILED and "No valid host" in (failed.reason or "")
+
+
+def test_a_build_the_database_cannot_record_is_still_built_and_recorded_when_it_is_back(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database goes while a boot settles its builds: the instance runs and holds
+    its claim, so the boot answers it as built (an error would be retried by a client,
+    and build it twice); the record waits, keeps its heartbeat (the reconciler must not
+    take it for abandoned) and is written on the next heartbeat round."""
+    stack.register_hosts([node("h0")])
+    conductor = stack.conductor(stack.scheduler(seed=1))
+    real = stack.builds.settle
+    down = [True]
+
+    def settle(*args: Any, **kwargs: Any) -> bool:
+        if down[0] and kwargs.get("host") is not None:
+            raise ServiceUnavailable("the database connection was lost; try again shortly")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stack.builds, "settle", settle)
+    (built,) = conductor.build_instances(RequestSpec(flavor=TINY, project_id="p", user_id="u"))
+    uuid = built.instance_uuid
+    assert _held(stack, uuid) and stack.builds.deferred == [uuid]
+    record = stack.builds.get(uuid)
+    assert record is not None and record.state == BUILDING and stack.instances.get(uuid) is None
+    assert stack.builds.settle_deferred() == []  # still down: it waits
+    down[0] = False
+    assert stack.builds.settle_deferred() == [uuid] and stack.builds.deferred == []
+    record = stack.builds.get(uuid)
+    assert record is not None and (record.state, record.host) == (ACTIVE, "h0")
+    instance = stack.instances.get(uuid)
+    assert instance is not None and instance.host == "h0" and _held(stack, uuid)
+    assert scan(stack.builds, stack.groups, timeout=60).clean
 
 
 def test_a_deleted_instance_is_recorded_deleted_and_its_uuid_stays_taken(

@@ -234,7 +234,8 @@ def create_db_engine(url: str, *, durable: bool = True) -> Engine:
         _configure_sqlite(engine, durable)
         return engine
     try:
-        return sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+        return sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True,
+                                connect_args=_pg_connect_args(url))
     except ModuleNotFoundError as exc:
         from berth.errors import ConfigError
 
@@ -242,6 +243,20 @@ def create_db_engine(url: str, *, durable: bool = True) -> Engine:
             f"{shown_url(url)}: the database driver {exc.name!r} is not installed; for PostgreSQL "
             "install berth's postgresql extra (pip install 'berth[postgresql]') and use a "
             "postgresql+psycopg:// URL") from None
+
+
+def _pg_connect_args(url: str) -> dict[str, Any]:
+    """PostgreSQL sessions wait for a lock at most :data:`SQLITE_BUSY_TIMEOUT` seconds, as
+    SQLite's do (``lock_timeout``; without one a request waits as long as another holds
+    the lock, and every server thread with it); the wait past it is answered 503. Options
+    the URL gives (``?options=...``) are kept, and a ``lock_timeout`` among them wins."""
+    if not url.startswith("postgresql"):
+        return {}
+    given = sa.engine.make_url(url).query.get("options", "")
+    given = " ".join(given) if isinstance(given, tuple) else given
+    if "lock_timeout" in given:
+        return {}
+    return {"options": f"-c lock_timeout={SQLITE_BUSY_TIMEOUT * 1000} {given}".strip()}
 
 
 def _configure_sqlite(engine: Engine, durable: bool = True) -> None:
@@ -304,7 +319,9 @@ def run_migrations(engine: Engine) -> None:
         with engine.connect().execution_options(immediate=True) as conn:
             if conn.dialect.name == "postgresql":
                 # Servers starting together on one database take turns; the transaction-
-                # scoped lock is released when the migration transaction commits.
+                # scoped lock is released when the migration transaction commits (a
+                # migration may take long: the turn is waited for without a bound).
+                conn.execute(sa.text("SET LOCAL lock_timeout = 0"))
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
@@ -325,6 +342,7 @@ def lock_schema(conn: Connection) -> None:
     migration lock (an advisory lock); on SQLite the write lock a transaction begun
     with the ``immediate`` execution option holds already."""
     if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SET LOCAL lock_timeout = 0"))  # behind a migration, maybe
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
 
 

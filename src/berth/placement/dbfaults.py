@@ -46,10 +46,16 @@ P = ParamSpec("P")
 ATTEMPTS = 3
 PAUSES = (0.05, 0.3)
 
+#: What a lost connection's message says where it carries no SQLSTATE (psycopg's
+#: errors while connecting have none: a server starting, stopping or out of slots).
 _LOST_TEXTS = ("server closed the connection", "terminating connection",
                "connection is closed", "connection already closed", "the connection is lost",
                "could not connect", "connection refused", "consuming input failed",
-               "ssl syscall", "connection timed out", "unable to open database file")
+               "ssl syscall", "connection timed out", "unable to open database file",
+               "too many clients", "remaining connection slots are reserved",
+               "the database system is starting up", "the database system is shutting down",
+               "the database system is not yet accepting connections",
+               "the database system is in recovery mode")
 
 
 def _sqlstate(exc: BaseException) -> str:
@@ -66,7 +72,7 @@ def lost_connection(exc: BaseException) -> bool:
     if exc.connection_invalidated:
         return True
     state = _sqlstate(exc)
-    if state.startswith("08") or state in ("57P01", "57P02", "57P03"):
+    if state.startswith("08") or state in ("57P01", "57P02", "57P03", "53300"):
         return True
     text = str(exc.orig).lower()
     return isinstance(exc, sa_exc.OperationalError) and any(t in text for t in _LOST_TEXTS)

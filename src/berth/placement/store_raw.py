@@ -150,6 +150,9 @@ _PG_PRUNE = (
     "UPDATE berth_state SET pruned_xid = GREATEST(pruned_xid, (SELECT max(xid) FROM d)) "
     "WHERE id = 1 AND EXISTS (SELECT 1 FROM d)"
 )
+#: The "statement" a connection that could not be made reports: nothing ran, so the
+#: operation may be run again (:func:`~berth.placement.dbfaults.rolled_back`).
+CONNECTING = "-- connecting"
 _SQLITE_STAMP = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DateTime storage format on SQLite
 
 
@@ -230,7 +233,15 @@ class RawConnection:
     __slots__ = ("dbapi", "error", "fairy", "pg", "pid", "pool", "stale_prepared")
 
     def __init__(self, engine: Engine) -> None:
-        fairy = engine.raw_connection()
+        error = engine.dialect.loaded_dbapi.Error
+        try:
+            fairy = engine.raw_connection()
+        except error as exc:
+            # The pool passes the driver's own error up when no connection can be made
+            # (SQLAlchemy wraps it only for engine.connect()): wrapped here as a lost
+            # connection, which is retried or answered 503 (nothing was run yet).
+            raise sa.exc.DBAPIError.instance(CONNECTING, None, exc, error,
+                                             connection_invalidated=True) from exc
         try:
             fairy.detach()
             dbapi = fairy.dbapi_connection

@@ -395,7 +395,7 @@ class SchedulerApp(ViewRoutes):
         except BerthError as exc:
             return _reply(start_response, 400, _error(exc))
         except Exception:  # a bug must not kill the server; it is logged with its trace
-            LOG.exception("POST %s failed", path)
+            LOG.exception("%s %s failed", method, path)
             return _reply(start_response, 500, {"error": {"code": "berth.internal",
                                                           "message": "internal error (logged)"}})
 

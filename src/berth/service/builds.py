@@ -38,6 +38,7 @@ machines need synchronized clocks (NTP), as Nova's ``service_down_time`` does.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
@@ -61,6 +62,8 @@ builds_metadata = sa.MetaData()
 
 BUILDING, ACTIVE, FAILED, DELETED = "building", "active", "failed", "deleted"
 STATES = (BUILDING, ACTIVE, FAILED, DELETED)
+
+LOG = logging.getLogger(__name__)
 
 builds = sa.Table(
     "berth_builds",
@@ -165,6 +168,10 @@ class BuildRecords:
         self.owner = uuidlib.uuid4().hex
         #: Instances this process is building (their records get the heartbeat).
         self._in_flight: set[str] = set()
+        #: Builds that finished while the database could not record them: per instance,
+        #: the settle to write (state, host, the statements written with it), tried again
+        #: on every heartbeat (:meth:`settle_deferred`).
+        self._deferred: dict[str, tuple[str, str | None, Sequence[tuple[str, Sequence[Any]]]]] = {}
         self._lock = threading.Lock()
         self.start = 0
         if not register:
@@ -244,6 +251,46 @@ class BuildRecords:
             if record is not None and (record.state, record.host) == (state, host):
                 return True
             raise
+
+    def defer(self, instance_uuid: str, state: str, *, host: str | None = None,
+              also: Sequence[tuple[str, Sequence[Any]]] = ()) -> None:
+        """Settle the record later: the build finished but the database could not record
+        it. Its record keeps the heartbeat meanwhile (the reconciler must not take a
+        finished build for an abandoned one), and :meth:`settle_deferred` writes it."""
+        with self._lock:
+            self._deferred[instance_uuid] = (state, host, also)
+            self._in_flight.add(instance_uuid)
+
+    def settle_deferred(self) -> list[str]:
+        """Write the settles :meth:`defer` kept, each in its own transaction; those the
+        database still cannot take wait for the next call. The instances settled (or
+        found taken over by the reconciler meanwhile), in order."""
+        with self._lock:
+            pending = dict(self._deferred)
+        done: list[str] = []
+        for instance_uuid, (state, host, also) in pending.items():
+            try:
+                ours = self.settle(instance_uuid, state, host=host, also=also)
+            except ServiceUnavailable:
+                with self._lock:
+                    self._in_flight.add(instance_uuid)  # still waiting: keep it fresh
+                continue
+            with self._lock:
+                self._deferred.pop(instance_uuid, None)
+            if ours:
+                LOG.info("build of %s on %s recorded now that the database is back",
+                         instance_uuid, host)
+            else:
+                LOG.warning("build of %s on %s was taken over by the reconciler before it "
+                            "could be recorded", instance_uuid, host)
+            done.append(instance_uuid)
+        return done
+
+    @property
+    def deferred(self) -> list[str]:
+        """The instances whose settle waits for the database."""
+        with self._lock:
+            return sorted(self._deferred)
 
     def _settle(self, instance_uuid: str, state: str, host: str | None,
                 reason: str | None, also: Sequence[tuple[str, Sequence[Any]]]) -> bool:

@@ -450,11 +450,19 @@ class Conductor:
             try:
                 ours = self.builds.settle(result.instance_uuid, ACTIVE, host=result.host,
                                           also=also)
-                error: BerthError = BerthError(
-                    f"build of instance {result.instance_uuid} was abandoned (its process "
-                    f"was silent past the build timeout)")
             except ServiceUnavailable as exc:
-                ours, error = False, exc
+                # It is built and its claim is held: the answer says so (a client that
+                # retried an error would build it twice), and the record is written
+                # once the database takes it (the reconciler's heartbeat round).
+                LOG.warning("build of %s on %s finished, but its record cannot be written "
+                            "now (%s); it is written when the database is back",
+                            result.instance_uuid, result.host, exc.message)
+                self.builds.defer(result.instance_uuid, ACTIVE, host=result.host, also=also)
+                kept.append(result)
+                settled.add(result.instance_uuid)
+                continue
+            error = BerthError(f"build of instance {result.instance_uuid} was abandoned (its "
+                               f"process was silent past the build timeout)")
             if ours:
                 kept.append(result)
             else:

@@ -71,12 +71,30 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+class PoolResetFilter(logging.Filter):
+    """SQLAlchemy's pool logs an ERROR with a traceback each time it cannot reset a
+    connection the database dropped (every kept connection, on every outage), though
+    the pool then discards it and the request is retried or answered 503: one WARNING
+    line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (record.levelno >= logging.ERROR and record.name.startswith("sqlalchemy.pool")
+                and str(record.msg).startswith("Exception during reset")):
+            error = record.exc_info[1] if record.exc_info else None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "a database connection could not be reset and is discarded: %s"
+            record.args = (str(error).splitlines()[0] if error else "lost",)
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def configure_logging(level: int = logging.INFO) -> None:
     """Root logging for a service: one line per record with time, level, logger and the
     request id, flushed as written (stderr is unbuffered)."""
     logging.basicConfig(level=level, force=True, format=LOG_FORMAT)
     for handler in logging.getLogger().handlers:
         handler.addFilter(RequestIdFilter())
+        handler.addFilter(PoolResetFilter())  # the pool's records come from its children
 
 
 def route_of(path: str) -> str:

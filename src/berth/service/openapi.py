@@ -145,7 +145,13 @@ def document() -> dict[str, Any]:
         "/ui": {"get": {"summary": "The web view (HTML)", "security": [],
                         "responses": {"200": {"description": "the page",
                                               "content": {"text/html": {}}}}}},
-        "/decisions": _get("The latest boots with their funnels", 503),
+        "/decisions": _get("The latest decisions (boots and moves) with their funnels; "
+                           "without explanations", 503),
+        "/decisions/{id}": {"parameters": [{"name": "id", "in": "path", "required": True,
+                                            "schema": {"type": "integer", "minimum": 1}}],
+                            **_get("One of the latest decisions with its explanation "
+                                   "(bounded: the first and last instances, each step's "
+                                   "first rejections)", 404, 503)},
         "/what-if": {"post": {
             "summary": "The explained decision a boot would get now; nothing is claimed",
             "requestBody": {"required": True, **_json(BOOT)},

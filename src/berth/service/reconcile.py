@@ -290,11 +290,13 @@ def repair(findings: Findings, builds_: BuildRecords, groups: ServerGroupStore,
     kept: set[str] = set()
     for record, host in findings.completed:
         if builds_.complete_abandoned(record, host):
-            LOG.warning("instance %s: its build finished on %s after its owner %s went "
-                        "away; recorded as active", record.instance_uuid, host, record.owner)
+            LOG.warning("instance %s: its build finished on %s, but its owner %s did not "
+                        "record it within the build timeout (the process went away, or "
+                        "could not reach the database); recorded as active",
+                        record.instance_uuid, host, record.owner)
     for record in findings.abandoned:
-        reason = (f"build abandoned: no update for {timeout:g} s (owner {record.owner} "
-                  f"gone)")
+        reason = (f"build abandoned: no update for {timeout:g} s (its owner {record.owner} "
+                  f"went away, or could not reach the database)")
         if builds_.fail_abandoned(record, reason):
             done.builds_failed.append(record.instance_uuid)
             LOG.warning("instance %s: %s", record.instance_uuid, reason)
@@ -358,6 +360,7 @@ class Reconciler:
     def run_once(self) -> Repairs | None:
         """One round; the repairs made, or None when another process holds the lease."""
         self.builds.heartbeat()
+        self.builds.settle_deferred()
         now = self.clock()
         if not self.lease.acquire(now):
             return None
