@@ -724,3 +724,28 @@ def test_no_valid_host_names_the_step_that_left_no_host():
         Scheduler(SchedulerConfig.default()).select_destinations(
             spec, snap, now=2.0, rng=random.Random(1))
     assert info.value.emptied_by == "ComputeFilter"
+
+
+@pytest.mark.parametrize("per_host", [False, True])
+def test_a_member_claimed_on_a_host_that_has_not_reported_it_yet_counts_there(per_host):
+    """The shared database says where a group's members are claimed (``member_hosts``):
+    a member the host's last report does not list yet (its build just finished) counts
+    on that host for the group filters, on both paths."""
+    from berth.filters.server_group import ServerGroupAntiAffinityFilter
+    from berth.model.compute import Instance
+
+    snap = cloud(host("a", free_ram_mb=8192), host("b", free_ram_mb=8192),
+                 host("c", free_ram_mb=8192, instances={"m2": Instance(uuid="m2")}))
+    group = InstanceGroup(policy="anti-affinity", uuid="g", members=["m1", "m2"],
+                          hosts=["a", "c"], member_hosts={"m1": "a", "m2": "c"})
+    # per_host: Nova's shape (host_passes on each host state), else the columnar path.
+    s = Scheduler(filters=[ServerGroupAntiAffinityFilter()], weighers=[FreeRam()],
+                  per_host=per_host)
+    decision, _ = run(s, snap, spec(memory_mb=1024, num_instances=1, group=group))
+    assert decision.hosts == [("b", "b")]
+    with pytest.raises(NoValidHost):
+        run(s, snap, spec(memory_mb=1024, num_instances=2, group=group))
+    # Without the claims, host a looked empty and ranked first with host b.
+    blind = InstanceGroup(policy="anti-affinity", uuid="g", members=["m1", "m2"])
+    assert run(s, snap, spec(memory_mb=1024, num_instances=2, group=blind))[0].hosts == [
+        ("a", "a"), ("b", "b")]

@@ -221,6 +221,26 @@ def _zone_of(aggregates: list[Any]) -> str | None:
     return None
 
 
+def _claimed_members(ws: WorkingSet, member_hosts: dict[str, str]) -> None:
+    """The group's members claimed on a host the snapshot does not list them on yet (its
+    report since the build has not come): stubs on that host, so the group filters and
+    weighers count them (server-group bookkeeping, as a multi-create's own)."""
+    snapshot = ws.snapshot
+    index = snapshot.instance_rows()
+    missing = {u: h for u, h in member_hosts.items() if index.get(u) is None}
+    if not missing:
+        return
+    wanted = set(missing.values())
+    rows: dict[str, int] = {}
+    for row, host in enumerate(snapshot.obj("host")):
+        if host in wanted and host not in rows:
+            rows[host] = row
+    for uuid, host in missing.items():
+        found = rows.get(host)
+        if found is not None:
+            ws.add_instance(found, Instance(uuid=uuid))
+
+
 class Scheduler:
     """Filters, weighers and options, loaded once; decisions on demand.
 
@@ -321,6 +341,8 @@ class Scheduler:
                         share_stubs=self.config.filter_scheduler.track_instance_changes,
                         builds_in_flight=builds_in_flight)
         ws.memo["instances"] = num_instances  # rankers memoize only for multi-creates
+        if spec.instance_group is not None and spec.instance_group.member_hosts:
+            _claimed_members(ws, spec.instance_group.member_hosts)
         req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None,
                        claiming=claiming)
         req.levels.salt = self.tie_salt

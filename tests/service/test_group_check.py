@@ -231,9 +231,16 @@ class RacingDriver(FakeDriver):
         super().spawn(selection, instance_uuid, spec)
 
 
+@pytest.mark.parametrize("sees_the_claim", [False, True])
 def test_a_boot_racing_another_into_an_anti_affinity_group_is_rescheduled(
-        grouped: Stack) -> None:
+        grouped: Stack, sees_the_claim: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A boot runs while another of the same group builds. One that read the group
+    before the other's claim was written (``sees_the_claim`` false) is sent to the
+    other's host and turned back by the late check; one that reads the claim avoids
+    that host from the start."""
     _group(grouped, "anti-affinity")
+    if not sees_the_claim:
+        monkeypatch.setattr(grouped.groups.placements, "hosts_of", lambda members: {})
     driver = RacingDriver(agents=grouped.agents)
     service = grouped.scheduler(seed=3)
     app = SchedulerApp(service, grouped.conductor(service, driver), grouped.placement_app,
@@ -249,7 +256,11 @@ def test_a_boot_racing_another_into_an_anti_affinity_group_is_rescheduled(
         driver.meanwhile = boot
         boot()
     inner, outer = answers  # the racing boot finished first
-    assert inner["tried"][0] == outer["host"] and inner["host"] != outer["host"]
+    assert inner["host"] != outer["host"]
+    if sees_the_claim:
+        assert inner["tried"] == [inner["host"]]
+    else:
+        assert inner["tried"][0] == outer["host"]
     group = grouped.groups.get(GROUP_UUID)
     assert group is not None
     assert sorted(group.members) == sorted([inner["instance_uuid"], outer["instance_uuid"]])

@@ -124,6 +124,11 @@ class InstanceGroup:
     hosts: list[str] = field(default_factory=list)
     project_id: str | None = None
     user_id: str | None = None
+    #: Berth: where members are claimed now (instance uuid -> service host), read from
+    #: the shared database with ``hosts``. The scheduler counts a member on its host
+    #: from its claim, before the host's next report lists it (Nova's own scheduler
+    #: reads a host's instances from its database until the compute has synced them).
+    member_hosts: dict[str, str] = field(default_factory=dict)
 
     VALID_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
 

@@ -289,8 +289,8 @@ class ServerGroupStore:
         return _groups(self._raw, by_uuid or sorted(rows, key=lambda r: str(r[0])))
 
     def resolve(self, ref: str, *, field: str = "hints.group") -> InstanceGroup:
-        """The group ``ref`` (a uuid or a unique name) with ``hosts``: where its members
-        are claimed now. An InputError naming ``field`` when there is no such group or
+        """The group ``ref`` (a uuid or a unique name) with ``hosts`` and
+        ``member_hosts``: where its members are claimed now. An InputError naming ``field`` when there is no such group or
         the name is ambiguous."""
         found = self.find(ref)
         if not found:
@@ -302,7 +302,8 @@ class ServerGroupStore:
                              f"the uuid of one of {', '.join(g.uuid for g in found)}",
                              field=field)
         group = found[0]
-        group.hosts = sorted(set(self.placements.hosts_of(group.members).values()))
+        group.member_hosts = self.placements.hosts_of(group.members)
+        group.hosts = sorted(set(group.member_hosts.values()))
         return group
 
     @retried(safe=True)

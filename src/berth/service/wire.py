@@ -30,6 +30,9 @@ _UNSENT = ("instance_uuid", "force_nodes", "requested_destination", "retry", "nu
            "pci_requests", "network_metadata", "request_level_params", "requested_networks")
 
 
+#: The fields of a server group a request carries (a newer sender's others are left out).
+_GROUP_FIELDS = frozenset(f.name for f in dataclasses.fields(InstanceGroup))
+
 def spec_to_wire(spec: RequestSpec) -> dict[str, Any]:
     """A boot's request spec as JSON values."""
     for name in _UNSENT:
@@ -65,7 +68,8 @@ def spec_from_wire(data: Mapping[str, Any]) -> RequestSpec:
             id=image.get("id"), name=image.get("name"), disk_format=image.get("disk_format"),
             properties=ImageMetaProps(image.get("properties") or {})),
         scheduler_hints=data.get("scheduler_hints"),
-        instance_group=None if group is None else InstanceGroup(**group),
+        instance_group=None if group is None else InstanceGroup(
+            **{k: v for k, v in group.items() if k in _GROUP_FIELDS}),
         project_id=data.get("project_id"),
         user_id=data.get("user_id"),
         availability_zone=data.get("availability_zone"),
