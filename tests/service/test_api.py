@@ -97,9 +97,11 @@ def test_deeply_nested_json_is_malformed_json_not_a_500(stack: Stack) -> None:
      "body: Malformed JSON"),
     ("/boot", '{"flavor": "m1.tiny", "image": {"properties": {"x": 1180591620717411303424}}}'
      .encode("utf-16"), "body: Malformed JSON"),
+    ("/boot", b'{"flavor": "m1.tiny", "availability_zone": "' + b"z" * 256 + b'"}',
+     "availability_zone: at most 255 characters, got 256"),
 ], ids=["project", "image property", "hint key", "huge property", "huge flavor id",
         "flavor id", "flavor size", "flavor name", "group name", "encoded surrogate",
-        "UTF-16 body"])
+        "UTF-16 body", "long zone"])
 def test_what_no_store_or_report_can_hold_is_a_400_and_the_host_stays_usable(
         stack: Stack, path: str, raw: bytes, message: str) -> None:
     """JSON that decodes but that no database, encoder or host report can take (an

@@ -42,10 +42,16 @@ def _int(body: Mapping[str, Any], key: str, where: str, default: int | None = No
     return value
 
 
+#: The longest project id, user id or zone name: Nova's columns hold 255 characters.
+MAX_NAME = 255
+
+
 def _optional_str(body: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
     value = body.get(key, default)
     if value is not None and not isinstance(value, str):
         raise InputError(f"{key}: expected a string, got {show(value)}", field=key)
+    if value is not None and len(value) > MAX_NAME:
+        raise InputError(f"{key}: at most {MAX_NAME} characters, got {len(value)}", field=key)
     return value
 
 
