@@ -216,8 +216,18 @@ def test_distributed_boots_hold_under_kills_and_a_broker_restart(cluster: LocalC
     # reconciler once their builds go BUILD_TIMEOUT seconds without a heartbeat.
     leaked = len(unclaimed())
     _wait(lambda: not unclaimed(), BUILD_TIMEOUT + 60)
+
+    def building() -> int:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text(
+                "SELECT count(*) FROM berth_builds WHERE state = 'building'")).scalar() or 0)
+
+    # The builds the killed API left that finished on their hosts: recorded as active by
+    # the reconciler, with their instance rows.
+    _wait(lambda: building() == 0, BUILD_TIMEOUT + 60)
     try:
         with engine.connect() as conn:
+            listed = set(conn.execute(sa.text("SELECT uuid FROM berth_instances")).scalars())
             over = conn.execute(sa.text(
                 "SELECT a.resource_provider_id, a.resource_class_id, SUM(a.used), "
                 "MAX(i.total), MAX(i.reserved), MAX(i.allocation_ratio) FROM allocations a "
@@ -259,6 +269,8 @@ def test_distributed_boots_hold_under_kills_and_a_broker_restart(cluster: LocalC
                         f"{list(wrong.items())[:10]}"
     lost = sorted(set(load.built) - set(where))
     assert lost == [], f"instances answered as built but on no host: {lost[:10]}"
+    unlisted = sorted(set(where) - listed)
+    assert unlisted == [], f"instances on a host that the API does not know: {unlisted[:10]}"
 
     violations = []
     host_of = {u: h for u, h in where.items()}
@@ -364,6 +376,49 @@ def test_a_group_s_members_count_where_they_are_claimed_before_their_hosts_repor
             assert placed["tried"] == [placed["host"]] and placed["host"] not in members
 
 
+def test_an_api_process_lists_shows_and_deletes_instances(tmp_path: Path) -> None:
+    """``berth api`` records the instances it builds: they are listed and shown, and a
+    delete frees the claim, has the host's agent forget the instance (its report says
+    so) and takes it out of its group; moves are berth serve's (404 saying so)."""
+    with _small_cluster(tmp_path, "berth_api_servers", 6) as (c, api), \
+            httpx.Client(base_url=api, headers=ADMIN, timeout=60) as http:
+        group = http.post("/server-groups", json={
+            "name": "web", "policy": "anti-affinity"}).json()["server_group"]
+        booted = http.post("/boot", json={"flavor": "tiny", "num": 2,
+                                          "hints": {"group": group["uuid"]}})
+        assert booted.status_code == 200, booted.text
+        first, second = booted.json()["instances"]
+        listed = {s["instance_uuid"]: s for s in http.get("/servers").json()["servers"]}
+        assert listed[first["instance_uuid"]]["host"] == first["host"]
+        shown = http.get(f"/servers/{first['instance_uuid']}").json()
+        assert shown["status"] == "ACTIVE" and shown["allocations"]["instance"]
+        assert list(shown["providers"].values()) == [f"{first['host']}/{first['host']}"]
+        moved = http.post(f"/servers/{first['instance_uuid']}/migrate", json={})
+        assert moved.status_code == 404 and "berth serve" in moved.json()["error"]["message"]
+        gone = http.delete(f"/servers/{first['instance_uuid']}")
+        assert gone.status_code == 200, gone.text
+        assert http.get(f"/servers/{first['instance_uuid']}").status_code == 404
+        with PlacementClient(api + "/placement") as client:
+            assert not client.get_allocations(first["instance_uuid"]).allocations
+
+        engine = sa.create_engine(c.db_url)
+
+        def reported() -> set[str]:
+            with engine.connect() as conn:
+                reports = conn.execute(sa.text("SELECT report FROM berth_compute_nodes"))
+                return {i["uuid"] for (r,) in reports
+                        for i in json.loads(r).get("instances") or []}
+
+        try:
+            _wait(lambda: first["instance_uuid"] not in reported(), 30)
+            assert second["instance_uuid"] in reported()
+        finally:
+            engine.dispose()
+        members = [g for g in http.get("/server-groups").json()["server_groups"]
+                   if g["uuid"] == group["uuid"]][0]["members"]
+        assert members == [second["instance_uuid"]]
+
+
 def _services(url: str) -> dict[str, dict[str, Any]]:
     answer = httpx.get(url + "/os-services", timeout=30, headers=ADMIN).json()
     return {s["host"]: s for s in answer["services"]}
@@ -421,11 +476,11 @@ def test_an_operator_disables_and_forces_down_services_through_an_api_process(
         c.wait_hosts(api, 8, timeout=30)
         missing = _service_cli(api, "set", "h09999", "--up")
         assert missing.returncode == 4 and "no compute service" in missing.stderr
-        # An API process keeps no instances: a route it does not serve, not a refusal.
+        # An API process knows the instances it built: an unknown one is not found.
         shown = subprocess.run([sys.executable, "-m", "berth.cli", "server",
                                 "00000000-0000-4000-8000-00000000000a", "--url", api,
                                 "--token", "admin"], capture_output=True, text=True, timeout=60)
-        assert shown.returncode == 7 and "keeps no instances" in shown.stderr, shown.stderr
+        assert shown.returncode == 3 and "no such instance" in shown.stderr, shown.stderr
         # A host taken out: its agent in the fleet stops, the scheduler drops it.
         done = _service_cli(api, "delete", "h00007")
         assert done.returncode == 0, done.stderr

@@ -314,8 +314,11 @@ def test_audit_of_a_missing_database_is_one_line(tmp_path: Path,
 def test_an_abandoned_build_whose_instance_runs_on_its_claimed_host_is_completed(
         tmp_path: Path) -> None:
     """An API process killed while the agent built: the instance runs and holds its
-    claim; the reconciler records the build as active instead of releasing the claim."""
+    claim; the reconciler records the build as active instead of releasing the claim,
+    with the instance's row from the spec its build record kept, so it can be listed,
+    moved and deleted as any other."""
     from berth.service.compute import ComputeNodeSpec
+    from berth.service.instances import spec_to_dict
     from berth.service.stack import open_stack
 
     stack = open_stack(f"sqlite:///{tmp_path}/c.sqlite")
@@ -324,8 +327,9 @@ def test_an_abandoned_build_whose_instance_runs_on_its_claimed_host_is_completed
         agent.register([])
         crashed = BuildRecords(stack.engine, clock=lambda: 100.0)
         uuid = "00000000-0000-4000-8000-00000000c0de"
-        crashed.begin([uuid], "req-1")
-        flavor = Flavor("t", 1, 512, 1)
+        flavor = Flavor("t", 1, 512, 1, extra_specs={"trait:CUSTOM_X": "required"})
+        spec = RequestSpec(flavor=flavor, project_id="p", user_id="u")
+        crashed.begin([uuid], "req-1", spec=json.dumps(spec_to_dict(spec)))
         stack.client.put_allocations(uuid, {agent.uuid: {"VCPU": 1, "MEMORY_MB": 512,
                                                          "DISK_GB": 1}},
                                      project_id="p", user_id="u", consumer_generation=None)
@@ -333,9 +337,43 @@ def test_an_abandoned_build_whose_instance_runs_on_its_claimed_host_is_completed
         findings = scan(stack.builds, stack.groups, timeout=10, now=1000.0)
         assert [(b.instance_uuid, h) for b, h in findings.completed] == [(uuid, "h1")]
         assert findings.abandoned == [] and findings.leaked == []
-        repair(findings, stack.builds, stack.groups, stack.client, timeout=10)
+        repair(findings, stack.builds, stack.groups, stack.client, timeout=10,
+               instances=stack.instances)
         record = stack.builds.get(uuid)
         assert record is not None and (record.state, record.host) == (ACTIVE, "h1")
+        assert record.spec is None  # kept only while the build is under way
         assert stack.client.get_allocations(uuid).allocations
+        instance = stack.instances.get(uuid)
+        assert instance is not None and (instance.host, instance.nodename) == ("h1", "h1")
+        assert instance.spec["flavor"]["extra_specs"] == {"trait:CUSTOM_X": "required"}
+        moves = stack.moves(stack.conductor(stack.scheduler(seed=1)))
+        moves.delete(uuid)
+        assert not stack.client.get_allocations(uuid).allocations
+        assert scan(stack.builds, stack.groups, timeout=10, now=2000.0).clean
     finally:
         stack.close()
+
+
+def test_a_build_records_table_of_an_earlier_berth_gets_its_spec_column(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A database an earlier Berth wrote has no ``spec`` column: a listing reads it as
+    it is (and writes nothing), a server adds the column."""
+    from berth.service.stack import open_stack
+
+    db = f"sqlite:///{tmp_path}/old.sqlite"
+    stack = open_stack(db)
+    stack.builds.begin([U1], "req-1")
+    stack.close()
+    engine = sa.create_engine(db)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE berth_builds DROP COLUMN spec"))
+    assert main(["audit", "--db", db]) == 0
+    capsys.readouterr()
+    columns = {c["name"] for c in sa.inspect(engine).get_columns("berth_builds")}
+    assert "spec" not in columns
+    reader = BuildRecords(engine, register=False)
+    record = reader.get(U1)
+    assert record is not None and record.state == BUILDING and record.spec is None
+    BuildRecords(engine)
+    assert "spec" in {c["name"] for c in sa.inspect(engine).get_columns("berth_builds")}
+    engine.dispose()

@@ -59,6 +59,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from berth.placement.store import PlacementStore
     from berth.service.builds import BuildRecords
     from berth.service.groups import ServerGroupStore
+    from berth.service.instances import InstanceStore
     from berth.service.reconcile import repair, scan
 
     url = args.db if "://" in args.db else f"sqlite:///{args.db}"
@@ -89,7 +90,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         repairs = None
         if args.fix and not findings.clean:
             repairs = repair(findings, builds, groups, LocalPlacement(store), orphans=True,
-                             timeout=args.build_timeout)
+                             timeout=args.build_timeout, instances=InstanceStore(engine))
         if args.json:
             out: dict[str, Any] = {"findings": findings.as_dict()}
             if repairs is not None:

@@ -54,7 +54,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Engine
 
 from berth.errors import InstanceExists, ServiceUnavailable
-from berth.placement.db import create_tables
+from berth.placement.db import create_tables, lock_schema
 from berth.placement.dbfaults import call_with_retry, retried
 from berth.placement.store_raw import Unexpected, raw_pool
 
@@ -77,6 +77,9 @@ builds = sa.Table(
     sa.Column("reason", sa.Text, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
+    # The instance's request spec (JSON) while it builds: a build that finishes after
+    # its process went away is recorded with it by the reconciler. Cleared as it settles.
+    sa.Column("spec", sa.Text, nullable=True),
     sa.Index("berth_builds_state_idx", "state", "updated_at"),
 )
 
@@ -108,6 +111,8 @@ class BuildRecord:
     reason: str | None
     created_at: float
     updated_at: float
+    #: The request spec as JSON text, while the build is under way (None otherwise).
+    spec: str | None = None
 
 
 #: The statements every boot runs (its build records' insert and settle), as raw DBAPI
@@ -116,25 +121,41 @@ class BuildRecord:
 #: than running them.
 _RAW_INSERT_BUILD = (
     "INSERT INTO berth_builds (instance_uuid, request_id, state, owner, group_uuid, host, "
-    "reason, created_at, updated_at) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?)"
+    "reason, created_at, updated_at, spec) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?)"
 )
 _RAW_SETTLE = (
-    "UPDATE berth_builds SET state = ?, host = ?, reason = ?, updated_at = ? "
+    "UPDATE berth_builds SET state = ?, host = ?, reason = ?, updated_at = ?, spec = NULL "
     f"WHERE instance_uuid = ? AND state = '{BUILDING}' AND owner = ?"
+)
+#: An abandoned build found running: active on its host, unless it changed since read.
+_RAW_COMPLETE = (
+    "UPDATE berth_builds SET state = ?, host = ?, reason = NULL, updated_at = ?, spec = NULL "
+    f"WHERE instance_uuid = ? AND state = '{BUILDING}' AND owner = ? AND updated_at = ?"
 )
 #: An active instance deleted (in the transaction that removes its instance row).
 _RAW_DELETED = (
     f"UPDATE berth_builds SET state = '{DELETED}', updated_at = ? "
     f"WHERE instance_uuid = ? AND state = '{ACTIVE}'"
 )
-_GET_BUILD = sa.select(builds).where(builds.c.instance_uuid == sa.bindparam("b_instance_uuid"))
 
 
 def _record(row: sa.Row[tuple[object, ...]]) -> BuildRecord:
     m = row._mapping
     return BuildRecord(str(m["instance_uuid"]), str(m["request_id"]), str(m["state"]),
                        str(m["owner"]), m["group_uuid"], m["host"], m["reason"],
-                       float(m["created_at"]), float(m["updated_at"]))
+                       float(m["created_at"]), float(m["updated_at"]), m.get("spec"))
+
+
+def add_spec_column(engine: Engine) -> None:
+    """Give a ``berth_builds`` written by an earlier Berth its ``spec`` column (under
+    the schema lock of :func:`~berth.placement.db.create_tables`: processes starting
+    together add it once)."""
+    if "spec" in {c["name"] for c in sa.inspect(engine).get_columns(builds.name)}:
+        return
+    with engine.connect().execution_options(immediate=True) as conn, conn.begin():
+        lock_schema(conn)
+        if "spec" not in {c["name"] for c in sa.inspect(conn).get_columns(builds.name)}:
+            conn.execute(sa.text("ALTER TABLE berth_builds ADD COLUMN spec TEXT"))
 
 
 def instance_uuid_rng(seed: int | None, start: int, index: int = 0) -> random.Random:
@@ -165,6 +186,10 @@ class BuildRecords:
         inspector = sa.inspect(engine)
         if register or not all(inspector.has_table(t.name) for t in builds_metadata.sorted_tables):
             create_tables(engine, builds_metadata)
+            add_spec_column(engine)
+        # A listing of a database an earlier Berth wrote (no spec column) reads the rest.
+        self._columns = [c for c in builds.c if c.name != "spec" or "spec" in {
+            col["name"] for col in sa.inspect(engine).get_columns(builds.name)}]
         self.owner = uuidlib.uuid4().hex
         #: Instances this process is building (their records get the heartbeat).
         self._in_flight: set[str] = set()
@@ -205,15 +230,18 @@ class BuildRecords:
 
     @retried(safe=False)
     def begin(self, instance_uuids: Sequence[str], request_id: str,
-              group_uuid: str | None = None) -> None:
-        """Record ``instance_uuids`` as building (before anything is claimed for them).
+              group_uuid: str | None = None, spec: str | None = None) -> None:
+        """Record ``instance_uuids`` as building (before anything is claimed for them),
+        with their request ``spec`` (JSON text) for a reconciler that finds one built
+        after this process went away.
 
         :class:`InstanceExists` when any of them was ever issued before: nothing is
         written then."""
         if not instance_uuids:
             return
         now = self._now()
-        inserts = [(_RAW_INSERT_BUILD, (u, request_id, BUILDING, self.owner, group_uuid, now, now))
+        inserts = [(_RAW_INSERT_BUILD,
+                     (u, request_id, BUILDING, self.owner, group_uuid, now, now, spec))
                    for u in instance_uuids]
         try:
             self._raw.run([("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()), *inserts,
@@ -336,7 +364,8 @@ class BuildRecords:
     def get(self, instance_uuid: str) -> BuildRecord | None:
         """The record of ``instance_uuid``, or None."""
         with self.engine.connect() as conn:
-            row = conn.execute(_GET_BUILD, {"b_instance_uuid": instance_uuid}).first()
+            row = conn.execute(sa.select(*self._columns).where(
+                builds.c.instance_uuid == instance_uuid)).first()
         return None if row is None else _record(row)
 
     @retried(safe=True)
@@ -359,7 +388,7 @@ class BuildRecords:
         """``building`` records not updated for ``timeout`` seconds: no live process
         is building them (a live owner's heartbeat keeps its builds' records fresh)."""
         cutoff = (self._now() if now is None else now) - timeout
-        query = (sa.select(builds)
+        query = (sa.select(*self._columns)
                  .where(builds.c.state == BUILDING, builds.c.updated_at < cutoff)
                  .order_by(builds.c.created_at))
         with self.engine.connect() as conn:
@@ -374,26 +403,30 @@ class BuildRecords:
                 .where(builds.c.instance_uuid == record.instance_uuid,
                        builds.c.state == BUILDING, builds.c.owner == record.owner,
                        builds.c.updated_at == record.updated_at)
-                .values(state=FAILED, reason=reason, updated_at=self._now()))
+                .values(state=FAILED, reason=reason, updated_at=self._now(), spec=None))
         return done.rowcount == 1
 
-    def complete_abandoned(self, record: BuildRecord, host: str) -> bool:
+    def complete_abandoned(self, record: BuildRecord, host: str,
+                           also: Sequence[tuple[str, Sequence[Any]]] = ()) -> bool:
         """Mark an abandoned ``building`` record ``active`` on ``host`` (its instance runs
         there: the build finished after its conductor went away), unless it changed
-        since it was read."""
-        with self.engine.begin() as conn:
-            done = conn.execute(
-                sa.update(builds)
-                .where(builds.c.instance_uuid == record.instance_uuid,
-                       builds.c.state == BUILDING, builds.c.owner == record.owner,
-                       builds.c.updated_at == record.updated_at)
-                .values(state=ACTIVE, host=host, reason=None, updated_at=self._now()))
-        return done.rowcount == 1
+        since it was read; ``also``: raw statements written with it (the instance's
+        row), only if it is marked."""
+        try:
+            self._raw.run([
+                ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN", ()),
+                (_RAW_COMPLETE, (ACTIVE, host, self._now(), record.instance_uuid, record.owner,
+                                 record.updated_at), True),
+                *also,
+                ("COMMIT", ())])
+        except Unexpected:
+            return False
+        return True
 
     @retried(safe=True)
     def in_state(self, state: str, instance_uuids: Iterable[str]) -> list[BuildRecord]:
         """The records of ``instance_uuids`` that are in ``state``."""
-        query = sa.select(builds).where(builds.c.state == state)
+        query = sa.select(*self._columns).where(builds.c.state == state)
         with self.engine.connect() as conn:
             wanted = list(dict.fromkeys(instance_uuids))
             if not self.is_sqlite:

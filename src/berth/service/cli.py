@@ -534,7 +534,7 @@ def refused(resp: Any, data: dict[str, Any]) -> int:
 def _exit_code(status: int, data: Any) -> int:
     """The exit status ``berth schedule`` gives the same error (by its code), else 9 for a
     refused token or a policy refusal, 3 for a bad request, 7 for a route this server
-    does not serve (``berth api`` keeps no instances) and 4 for another refusal."""
+    does not serve (a move asked of ``berth api``) and 4 for another refusal."""
     from berth.errors import EXIT_CODES
 
     if status in (401, 403):

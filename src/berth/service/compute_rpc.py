@@ -29,6 +29,7 @@ an instance built there but not answered for does not stay behind.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -247,6 +248,25 @@ class RemoteDriver:
             raise BuildFailed(f"build of {instance_uuid} failed on {host}: {exc}") from None
         if isinstance(answer, Mapping) and answer.get("error"):
             raise BuildFailed(str(answer["error"].get("message")))
+
+    def terminate(self, instance_uuid: str, host: str, nodename: str | None) -> None:
+        """Have ``host``'s agent forget a deleted instance and report. An agent that does
+        not answer is told again by a cast and logged: the instance is deleted all the
+        same (its claim is gone already), as Nova deletes one whose compute is down."""
+        server = self.directory.server_of(host)
+        if server is None:
+            LOG.warning("instance %s deleted; no compute agent is registered for its host %s",
+                        instance_uuid, host)
+            return
+        client = self._client(server)
+        try:
+            client.call("terminate_instance", host=host, instance_uuid=instance_uuid)
+        except BusError as exc:
+            self.directory.forget(host)
+            LOG.warning("instance %s deleted; the agent of %s did not answer (%s): told "
+                        "again without waiting", instance_uuid, host, exc)
+            with contextlib.suppress(BusError):
+                client.cast("terminate_instance", host=host, instance_uuid=instance_uuid)
 
     def set_service(self, host: str, *, disabled: bool | None, reason: str | None,
                     forced_down: bool | None) -> list[dict[str, Any]]:

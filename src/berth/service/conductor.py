@@ -38,6 +38,7 @@ to fail on given hosts or for a host's first N attempts, for tests and simulatio
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
 import time
@@ -57,7 +58,7 @@ from berth.service.builds import ACTIVE, FAILED, BuildRecords
 from berth.service.compute import ComputeAgent, agent_key
 from berth.service.group_check import HARD_POLICIES, GroupPolicyCheck, GroupPolicyViolation
 from berth.service.groups import ServerGroupStore
-from berth.service.instances import InstanceStore
+from berth.service.instances import InstanceStore, spec_to_dict
 from berth.service.placement import PlacementClaimer
 from berth.service.records import RunningInstances
 from berth.service.scheduler import SchedulerService
@@ -404,7 +405,8 @@ class Conductor:
         group = spec.instance_group
         group_uuid = group.uuid if group is not None and self.groups is not None else ""
         if self.builds is not None:
-            self.builds.begin(instance_uuids, f"req-{uuidlib.uuid4()}", group_uuid or None)
+            self.builds.begin(instance_uuids, f"req-{uuidlib.uuid4()}", group_uuid or None,
+                              spec=json.dumps(spec_to_dict(spec), sort_keys=True))
         if group is not None:
             known = set(group.members)
             group.members.extend(u for u in instance_uuids if u not in known)

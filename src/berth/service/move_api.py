@@ -144,6 +144,10 @@ def handle_servers(moves: MoveService | None, method: str, path: str, body: Any,
                                "message": f"no action {action!r} (known: {known})"}}
     if method != "POST":
         return _method("POST")
+    if not moves.moves_here:
+        return 404, {"error": {"code": "berth.http.not_found", "message": (
+            f"{action}: moves are served by berth serve, whose scheduler runs in process; "
+            "this API process lists, shows and deletes instances")}}
     authorize(MOVE_RULES[action], owner)
     if action in PLAIN_ACTIONS:
         if body not in (None, {}):

@@ -30,13 +30,14 @@ consumers' generations).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import httpx
 
 from berth.errors import (
     AllocationMoveFailed,
+    BerthError,
     InstanceNotFound,
     MaxRetriesExceeded,
     MoveRefused,
@@ -257,6 +258,12 @@ class PlacementMoveClaims:
         return _unless_none_held(lambda: self.client.take_allocations(consumer))
 
 
+class MovesElsewhere(BerthError):
+    """A move asked of an API process without a scheduler in process."""
+
+    code = "berth.moves.elsewhere"
+
+
 class MoveService:
     """Moves of the instances ``instances`` knows, through ``conductor``'s scheduler,
     claimer and driver (which must implement :class:`MoveDriver`).
@@ -265,6 +272,11 @@ class MoveService:
     stays on its host only when the node has ``COMPUTE_SAME_HOST_COLD_MIGRATE``).
     ``groups``, when given, is on ``instances``' database (a deleted instance's row and
     its memberships go in one transaction).
+
+    Over a conductor whose scheduler is elsewhere (``berth api``: over the bus), the
+    instances are listed, shown and deleted, and every move is refused
+    (:class:`MovesElsewhere`): a move reads the scheduler's host snapshot in process;
+    ``node_names`` then names the providers of an instance's allocations.
     """
 
     def __init__(
@@ -275,24 +287,41 @@ class MoveService:
         *,
         groups: ServerGroupStore | None = None,
         traits_of: Callable[[str], Sequence[str]] | None = None,
+        node_names: Callable[[Iterable[str]], dict[str, str]] | None = None,
     ) -> None:
         self.conductor = conductor
         scheduler = conductor.scheduler
-        if not isinstance(scheduler, SchedulerService):
-            # Moves read the scheduler's snapshot (the source host's state) in process.
-            raise ValueError("moves need a conductor over an in-process scheduler service")
-        self.scheduler = scheduler
+        # Moves read the scheduler's snapshot (the source host's state) in process.
+        self.local: SchedulerService | None = (
+            scheduler if isinstance(scheduler, SchedulerService) else None)
+        if self.local is None and node_names is None:
+            raise ValueError("instances over a remote scheduler need node_names")
+        self.node_names = node_names
         self.instances = instances
         self.claims = claims
         self.groups = groups
         self.traits_of = traits_of
 
     # ----------------------------------------------------------------- entry points
+    @property
+    def scheduler(self) -> SchedulerService:
+        """The scheduler service in process, which moves need; MovesElsewhere without."""
+        if self.local is None:
+            raise MovesElsewhere("moves are served by berth serve, whose scheduler runs in "
+                                 "process; this API process schedules over the bus")
+        return self.local
+
+    @property
+    def moves_here(self) -> bool:
+        """Whether this service can move instances (a scheduler in process)."""
+        return self.local is not None
+
     def move(self, instance_uuid: str, request: MoveRequest, *,
              explain: bool = False) -> dict[str, Any]:
         """Run one move; the answer says where the instance went and what the instance
         and migration consumers hold now. NoValidHost, MaxRetriesExceeded (allocations
         as before the move), MoveRefused, InputError, InstanceNotFound."""
+        self.scheduler  # noqa: B018 - MovesElsewhere before anything changes
         record = self._instance(instance_uuid)
         if not self.instances.swap_status(instance_uuid, [ACTIVE], MOVING):
             raise self._busy(instance_uuid)
@@ -306,6 +335,7 @@ class MoveService:
     def confirm(self, instance_uuid: str) -> dict[str, Any]:
         """Confirm a migration or resize: the migration consumer's (source) allocations
         are deleted and the source lets go of the instance."""
+        self.scheduler  # noqa: B018 - MovesElsewhere when the moves are served elsewhere
         self._instance(instance_uuid)
         migration = self._awaiting(instance_uuid)
         try:
@@ -322,6 +352,7 @@ class MoveService:
         """Revert a migration or resize: the instance consumer gets the source
         allocation back from the migration consumer (its destination claim goes), and
         the instance runs on the source with its old flavor again."""
+        self.scheduler  # noqa: B018 - MovesElsewhere when the moves are served elsewhere
         record = self._instance(instance_uuid)
         migration = self._awaiting(instance_uuid)
         try:
@@ -437,6 +468,9 @@ class MoveService:
         """``host/node`` of every provider the allocations use (for people reading). A
         row's host and node never change, so the snapshot is refreshed (which reads every
         report since the last request) only when a provider is not in it yet."""
+        if self.local is None:
+            assert self.node_names is not None
+            return self.node_names({rp for held in allocations.values() for rp in held})
         rows = self.scheduler.feed.uuid_rows
         wanted = {rp for held in allocations.values() for rp in held}
         snapshot = (self.scheduler.feed.snapshot if all(rp in rows for rp in wanted)

@@ -448,7 +448,7 @@ def cmd_api(args: argparse.Namespace) -> int:
         driver = RemoteDriver(bus, directory)
         conductor = Conductor(remote, driver, claimer=claimer, config=config,
                               groups=stack.groups, builds=stack.builds,
-                              late_check_on_compute=True)
+                              instances=stack.instances, late_check_on_compute=True)
         services = ServiceAdmin(driver=driver, placement=stack.client, records=stack.records,
                                 directory=directory, announce=announce_deleted(bus),
                                 ask_silent_agents=False)
@@ -460,7 +460,7 @@ def cmd_api(args: argparse.Namespace) -> int:
         metrics.add(queue_collector(server))
         app = SchedulerApp(remote, conductor, stack.placement_app, flavors, images,
                            groups=stack.groups, hosts_view=remote.hosts, security=security,
-                           services=services)
+                           services=services, moves=stack.moves(conductor))
         apps.append(instrument(security.identity.wrap(app), metrics, "scheduler"))
         LOG.info("scheduler and placement APIs: %s", security.describe())
 

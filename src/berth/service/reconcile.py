@@ -28,6 +28,7 @@ still be safe, only wasteful). It also runs the process's build heartbeat.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -43,7 +44,7 @@ from berth.placement.client import NotFoundError
 from berth.placement.db import allocations, create_tables, resource_classes, resource_providers
 from berth.service.builds import ACTIVE, BUILDING, DELETED, FAILED, BuildRecords, builds
 from berth.service.groups import ServerGroupStore
-from berth.service.instances import live_migration_consumers
+from berth.service.instances import InstanceStore, live_migration_consumers
 from berth.service.records import compute_nodes, decode_report
 
 LOG = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ class Findings:
     abandoned: list[Any] = field(default_factory=list)
     #: Abandoned builds whose instance runs on its claimed host: (record, host).
     completed: list[tuple[Any, str]] = field(default_factory=list)
+    #: The node each completed build's instance runs on (its compute record's).
+    nodes: dict[str, str] = field(default_factory=dict)
     leaked: list[Holding] = field(default_factory=list)
     orphaned: list[Holding] = field(default_factory=list)
     stale_members: dict[str, list[str]] = field(default_factory=dict)
@@ -226,15 +229,17 @@ def _active_without_allocations(engine: Engine) -> list[str]:
         return [str(u) for (u,) in conn.execute(query)]
 
 
-def _running(engine: Engine, instance_uuids: list[str]) -> dict[str, str]:
-    """The host each of ``instance_uuids`` runs on, as the compute reports list them."""
+def _running(engine: Engine, instance_uuids: list[str]) -> dict[str, tuple[str, str]]:
+    """The host and node each of ``instance_uuids`` runs on, as the compute reports
+    list them."""
     wanted = set(instance_uuids)
-    where: dict[str, str] = {}
+    where: dict[str, tuple[str, str]] = {}
     with engine.connect() as conn:
-        for host, report in conn.execute(sa.select(compute_nodes.c.host, compute_nodes.c.report)):
+        for host, node, report in conn.execute(sa.select(
+                compute_nodes.c.host, compute_nodes.c.nodename, compute_nodes.c.report)):
             for instance in decode_report(report).get("instances") or ():
                 if instance.get("uuid") in wanted:
-                    where[instance["uuid"]] = host
+                    where[instance["uuid"]] = (host, node)
     return where
 
 
@@ -247,10 +252,11 @@ def scan(builds_: BuildRecords, groups: ServerGroupStore, *, timeout: float,
     held = _holdings(builds_.engine, now - timeout)
     running = _running(builds_.engine, [b.instance_uuid for b in quiet]) if quiet else {}
     for record in quiet:
-        host = running.get(record.instance_uuid)
+        host, node = running.get(record.instance_uuid, (None, None))
         holding = held.get(record.instance_uuid)
         if host is not None and holding is not None and host in holding.resources:
             findings.completed.append((record, host))
+            findings.nodes[record.instance_uuid] = node or host
         else:
             findings.abandoned.append(record)
     abandoned = {b.instance_uuid for b in findings.abandoned}
@@ -281,7 +287,8 @@ def scan(builds_: BuildRecords, groups: ServerGroupStore, *, timeout: float,
 
 def repair(findings: Findings, builds_: BuildRecords, groups: ServerGroupStore,
            placement: AllocationDeleter, *, orphans: bool = False,
-           timeout: float = DEFAULT_BUILD_TIMEOUT) -> Repairs:
+           timeout: float = DEFAULT_BUILD_TIMEOUT,
+           instances: InstanceStore | None = None) -> Repairs:
     """Release what ``findings`` lists: abandoned builds become failed (each only if it
     did not change since the scan), then their and the failed builds' allocations are
     deleted and the stale members leave their groups; orphaned allocations too when
@@ -289,7 +296,13 @@ def repair(findings: Findings, builds_: BuildRecords, groups: ServerGroupStore,
     done = Repairs()
     kept: set[str] = set()
     for record, host in findings.completed:
-        if builds_.complete_abandoned(record, host):
+        # The instance's row, from the spec its build record kept, with the record: the
+        # instance can then be listed, moved and deleted like any other.
+        also = (instances.upserts([(record.instance_uuid, host,
+                                    findings.nodes.get(record.instance_uuid, host),
+                                    json.loads(record.spec))])
+                if instances is not None and record.spec else ())
+        if builds_.complete_abandoned(record, host, also=also):
             LOG.warning("instance %s: its build finished on %s, but its owner %s did not "
                         "record it within the build timeout (the process went away, or "
                         "could not reach the database); recorded as active",
@@ -341,12 +354,14 @@ class Reconciler:
         timeout: float = DEFAULT_BUILD_TIMEOUT,
         interval: float | None = None,
         clock: Callable[[], float] = time.time,
+        instances: InstanceStore | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"build timeout: expected seconds > 0, got {timeout}")
         self.builds = builds_
         self.groups = groups
         self.placement = placement
+        self.instances = instances
         self.timeout = timeout
         # Heartbeats must come several times per timeout, or live builds look abandoned.
         self.interval = interval if interval is not None else min(DEFAULT_INTERVAL, timeout / 4)
@@ -366,7 +381,7 @@ class Reconciler:
             return None
         findings = scan(self.builds, self.groups, timeout=self.timeout, now=now)
         done = repair(findings, self.builds, self.groups, self.placement,
-                      timeout=self.timeout)
+                      timeout=self.timeout, instances=self.instances)
         self.passes += 1
         if not done.empty:
             self.repairs.append(done)

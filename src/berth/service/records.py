@@ -476,6 +476,18 @@ class ComputeRecordStore:
         """:meth:`report_of` reads the database again."""
         self._preloaded = None
 
+    def node_names(self, uuids: Iterable[str]) -> dict[str, str]:
+        """``host/node`` of each of these compute nodes (by uuid) that has a record."""
+        wanted = list(dict.fromkeys(uuids))
+        names: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(wanted), 500):
+                for uuid, host, node in conn.execute(sa.select(
+                        compute_nodes.c.uuid, compute_nodes.c.host, compute_nodes.c.nodename)
+                        .where(compute_nodes.c.uuid.in_(wanted[i:i + 500]))):
+                    names[str(uuid)] = f"{host}/{node}"
+        return names
+
     def report_of(self, uuid: str) -> dict[str, Any] | None:
         """The last report stored for the compute node ``uuid`` (with its newest
         heartbeat), or None."""

@@ -265,11 +265,12 @@ class Stack:
         abandoned (see :mod:`berth.service.reconcile`)."""
         return Reconciler(self.builds, self.groups, self.claims_client or self.client,
                           timeout=DEFAULT_BUILD_TIMEOUT if timeout is None else timeout,
-                          interval=interval)
+                          interval=interval, instances=self.instances)
 
     def moves(self, conductor: Conductor) -> MoveService:
         """Move operations over ``conductor`` (its scheduler, claimer and driver), with
-        this stack's instances, server groups and placement."""
+        this stack's instances, server groups and placement (over a conductor whose
+        scheduler runs elsewhere: the instances listed, shown and deleted; no moves)."""
         client = self.claims_client or self.client
 
         def traits_of(provider: str) -> list[str]:
@@ -279,7 +280,8 @@ class Stack:
                 return []
 
         return MoveService(conductor, self.instances, PlacementMoveClaims(client),
-                           groups=self.groups, traits_of=traits_of)
+                           groups=self.groups, traits_of=traits_of,
+                           node_names=self.records.node_names)
 
     def close(self) -> None:
         """Close clients and the engine's pool."""
