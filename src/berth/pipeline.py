@@ -478,14 +478,15 @@ class Scheduler:
         cell_codes = snapshot.codes("cell_uuid")
         cell_table = snapshot.table("cell_uuid")
         disabled: frozenset[str] = snapshot.disabled_cells
+        unreachable: frozenset[str] = snapshot.unreachable_cells
         dest = req.spec.requested_destination
         only_cell = dest.cell.uuid if dest and dest.cell and not dest.allow_cross_cell_move else None
-        if only_cell is not None or disabled:
+        if only_cell is not None or disabled or unreachable:
             # Nova queries the requested cell alone, disabled or not; otherwise every
-            # enabled cell (§10.2.1).
+            # enabled cell (§10.2.1); a cell whose database did not answer is skipped.
             allowed = np.array(
-                [c == only_cell if only_cell is not None else c not in disabled
-                 for c in cell_table],
+                [(c == only_cell if only_cell is not None else c not in disabled)
+                 and c not in unreachable for c in cell_table],
                 dtype=bool,
             )
             before = keep.copy()
@@ -507,10 +508,15 @@ class Scheduler:
         name = "requested cell" if only_cell is not None else "enabled cells"
         reject = (Reject.of("not in the requested cell (no cross-cell move)", cell=only_cell)
                   if only_cell is not None else Reject.of("cell is disabled"))
+        unreachable = Reject.of("its cell's database did not answer")
+        cells = snapshot.codes("cell_uuid")
+        table = snapshot.table("cell_uuid")
         step = FilterStep(name, int(before.sum()), int(after.sum()))
         for row in dropped.tolist():
+            why = (unreachable if table[int(cells[row])] in snapshot.unreachable_cells
+                   else reject)
             step.rejections.append(HostRejection(
-                snapshot.obj("host")[row], snapshot.obj("nodename")[row], name, reject))
+                snapshot.obj("host")[row], snapshot.obj("nodename")[row], name, why))
         req.cell_step = step
 
     def _record_placement(self, req: _Request, candidates: CandidateSet) -> None:

@@ -292,6 +292,9 @@ class HostSnapshot:
         self.aggregates: list[Aggregate] = list(aggregates)
         #: Cells the scheduler must not use (disabled CellMappings).
         self.disabled_cells: frozenset[str] = frozenset()
+        #: Cells whose database the last refresh could not read: their hosts are left
+        #: out, as Nova's scatter-gather skips a cell that fails (§10.2).
+        self.unreachable_cells: frozenset[str] = frozenset()
         self._n = 0
         self._num: dict[str, np.ndarray] = {
             name: np.full(capacity, math.nan) for name in INT_COLUMNS + FLOAT_COLUMNS

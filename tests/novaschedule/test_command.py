@@ -256,3 +256,36 @@ def test_bad_configuration_is_one_line(tmp_path: Path, text: str, message: str) 
                           timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"berth nova-scheduler: {message}"], done.stderr
+
+
+def test_an_evacuated_instance_keeps_its_source_and_gets_a_destination(
+        deployment: dict[str, Any]) -> None:
+    """Nova's conductor asks for an evacuated instance's host with the instance as the
+    consumer, which holds its source's allocations: the claim adds the destination and
+    keeps the source (Nova's claim_resources), where a new-consumer claim was refused on
+    every host (NoValidHost)."""
+    instance, answer = select(deployment)
+    source = answer[0][0]["nova_object.data"]
+    primitive = spec(instance=instance)
+    primitive["nova_object.data"]["ignore_hosts"] = [source["service_host"]]
+    moved = deployment["client"].call({}, "select_destinations", spec_obj=primitive,
+                                      instance_uuids=[instance], return_objects=True,
+                                      return_alternates=False)
+    dest = moved[0][0]["nova_object.data"]
+    assert dest["service_host"] != source["service_host"]
+    held = httpx.get(f"{deployment['placement']}/allocations/{instance}", headers=HEADERS).json()
+    assert set(held["allocations"]) == {source["compute_node_uuid"], dest["compute_node_uuid"]}
+
+
+def test_a_zone_is_not_checked_again_behind_novas_api(deployment: dict[str, Any]) -> None:
+    """Nova's API refuses a zone no service is in; its scheduler takes the request as it
+    comes (no aggregate has the zone: no restriction, and AvailabilityZoneFilter is not
+    among the default filters), so an unshelve into a zone that lost its hosts is placed
+    or refused with NoValidHost, not an error of another kind."""
+    primitive = spec(instance=str(uuid.uuid4()))
+    primitive["nova_object.data"]["availability_zone"] = "nowhere"
+    instance = primitive["nova_object.data"]["instance_uuid"]
+    answer = deployment["client"].call({}, "select_destinations", spec_obj=primitive,
+                                       instance_uuids=[instance], return_objects=True,
+                                       return_alternates=False)
+    assert answer[0][0]["nova_object.data"]["service_host"] != "a2"  # disabled

@@ -281,3 +281,30 @@ def test_both_berth_schedulers_took_calls(cloud: Cloud) -> None:
         pytest.skip("one nova-scheduler runs in the reference stack")
     for name in ("scheduler", "scheduler-2"):
         assert "berth.nova.rpc" in cloud.stack.log(name).read_text(), name
+
+
+def test_evacuate_from_a_compute_forced_down(cloud: Cloud) -> None:
+    """The conductor asks for an evacuated server's new host with the server as the
+    consumer, which still holds its source's allocations: the claim doubles them up
+    (Nova's claim_resources) instead of failing as a consumer that exists. Last in the
+    module: Nova lets the source up again only once its compute restarted."""
+    (server,) = cloud.boot()
+    source = cloud.host(cloud.settle(server))
+    (svc,) = cloud.call("GET", f"/os-services?binary=nova-compute&host={source}")["services"]
+    cloud.call("PUT", f"/os-services/{svc['id']}", {"forced_down": True})
+    cloud.call("POST", f"/servers/{server}/action", {"evacuate": {}})
+    deadline = time.monotonic() + 120
+    while True:
+        found = cloud.call("GET", f"/servers/{server}")["server"]
+        if not found.get("OS-EXT-STS:task_state") and (
+                found["status"] == "ERROR" or cloud.host(found) != source):
+            break
+        assert time.monotonic() < deadline, found
+        time.sleep(0.5)
+    assert found["status"] != "ERROR", found.get("fault")
+    dest = cloud.host(found)
+    assert dest not in (None, source)
+    held = cloud.allocations(server)
+    assert held[dest] == {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}, held
+    record(cloud, "evacuate", sorted(held))
+    cloud.delete(server)

@@ -5,6 +5,7 @@ columns that are object primitives."""
 from __future__ import annotations
 
 import datetime as dt
+import random
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -236,3 +237,45 @@ def test_a_password_keeps_its_encoding_in_a_cell_template() -> None:
     assert hs.cell_url("{scheme}://{username}:{password}@{hostname}/{path}",
                        "mysql+pymysql://nova:p%40ss%2Fw@db/nova_cell1") == \
         "mysql+pymysql://nova:p%40ss%2Fw@db/nova_cell1"
+
+
+def test_a_cell_whose_database_fails_is_skipped_and_a_moved_one_read_anew(
+        feed: Any, tmp_path: Path) -> None:
+    """Nova's scatter-gather skips a cell whose database fails and schedules in the
+    others; a cell mapping moved to another database (nova-manage cell_v2 update_cell)
+    is read there after a SIGHUP (``reset``)."""
+    nova, db = feed
+    api = db["api"]
+
+    def point_cell2(url: str) -> None:
+        with api.begin() as conn:
+            conn.execute(sa.update(hs.cell_mappings).where(hs.cell_mappings.c.uuid == CELL2)
+                         .values(database_connection=url, disabled=False))
+        nova.reset()
+
+    good = str(db["cells"][CELL2].url)
+    point_cell2(good)
+    assert nova.refresh().unreachable_cells == frozenset()
+    point_cell2(f"sqlite:///{tmp_path}/no/such/dir/cell2.sqlite")
+    snap = nova.refresh()
+    assert snap.unreachable_cells == frozenset({CELL2})
+    assert sorted(snap.obj("host").tolist()) == ["a1", "a2", "a3", "b1"]  # cell1 is read
+    point_cell2(good)
+    snap = nova.refresh()
+    assert snap.unreachable_cells == frozenset() and "b1" in snap.obj("host").tolist()
+
+
+def test_the_hosts_of_an_unreachable_cell_are_not_scheduled() -> None:
+    from berth.explain import diagnosis_lines
+    from berth.pipeline import Scheduler
+    from builders import NOW as T
+    from builders import cloud, host, spec
+
+    snap = cloud(host("a", cell_uuid="c1"), host("b", cell_uuid="c2"))
+    snap.unreachable_cells = frozenset({"c2"})
+    decision = Scheduler(filters=[], weighers=[]).select_destinations(
+        spec(), snap, now=T, rng=random.Random(0), explain=True)
+    assert decision.hosts == [("a", "a")]
+    assert decision.diagnosis is not None
+    assert any("its cell's database did not answer" in line
+               for line in diagnosis_lines(decision.diagnosis, verbose=True))

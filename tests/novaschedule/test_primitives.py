@@ -130,3 +130,14 @@ def test_a_compute_nodes_numa_and_pci_columns() -> None:
 def test_a_primitive_that_is_not_what_it_should_be_is_one_error(value: Any, message: str) -> None:
     with pytest.raises(PrimitiveError, match=message):
         primitives.request_spec_from_primitive(value)
+
+
+def test_a_request_for_more_instances_than_any_cloud_runs_is_refused() -> None:
+    """2**31 - 1 instances grew a scheduler by gigabytes under the lock every request
+    waits for; a request is bounded (Nova's own bound is its quotas)."""
+    spec = golden("request_spec_boot.json")
+    spec["nova_object.data"]["num_instances"] = 2**31 - 1
+    with pytest.raises(PrimitiveError, match=r"spec_obj.num_instances: at most 10000"):
+        primitives.request_spec_from_primitive(spec)
+    spec["nova_object.data"]["num_instances"] = 10_000
+    assert primitives.request_spec_from_primitive(spec).num_instances == 10_000

@@ -75,6 +75,26 @@ def test_an_existing_consumer_is_refused_never_merged() -> None:
     assert claimer.stats.consumer_conflicts == 1 and claimer.stats.conflict_retries == 0
 
 
+def test_a_move_s_consumer_keeps_its_source_and_adds_the_destination_as_nova_claims() -> None:
+    """The scheduler of a real Nova (``merge_existing``): an evacuated instance's
+    consumer holds its source's allocations, and the claim doubles them up with the
+    destination's, written with the consumer generation read (Nova's claim_resources);
+    a provider it holds already (sharing storage) keeps its amounts."""
+    client = FakeClient([CONSUMER, None], held={"src": {"VCPU": 2}, "shared": {"DISK_GB": 10}})
+    claimer = PlacementClaimer(client, merge_existing=True)  # type: ignore[arg-type]
+    request = {"allocations": {"rp": {"resources": {"VCPU": 1}},
+                               "shared": {"resources": {"DISK_GB": 10}}}}
+    assert claimer.claim("c", request, SPEC, "1.36") is True
+    assert client.puts[1] == ({"src": {"VCPU": 2}, "shared": {"DISK_GB": 10},
+                               "rp": {"VCPU": 1}}, 3)
+    # The consumer changed between the read and the write: this host is refused.
+    changed = FakeClient([CONSUMER, CONSUMER], held={"src": {"VCPU": 2}})
+    claimer = PlacementClaimer(changed, merge_existing=True)  # type: ignore[arg-type]
+    refusal = claimer.claim("c", REQ, SPEC, "1.36")
+    assert isinstance(refusal, ClaimRefusal) and "changed" in refusal.reason
+    assert len(changed.puts) == 2
+
+
 def test_a_consumer_holding_exactly_this_claim_is_this_claim_committed_before() -> None:
     # The first attempt committed, its answer was lost, the retry met the consumer.
     client = FakeClient([CONSUMER], held={"rp": {"VCPU": 1}})

@@ -58,6 +58,25 @@ def test_a_broker_that_refuses_a_scheduler_is_one_line(tmp_path: Path, url: str,
     assert "wrong" not in line
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ("[DEFAULT]\nrpc_response_timeout = abc\n",
+     "[DEFAULT] rpc_response_timeout: Value for option rpc_response_timeout in "),
+    ("[oslo_messaging_rabbit]\nheartbeat_timeout_threshold = x\n",
+     "message bus options: Value for option heartbeat_timeout_threshold in "),
+])
+def test_a_bad_message_bus_option_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    reason = rabbit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    conf = tmp_path / "nova.conf"
+    conf.write_text("[DEFAULT]\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/\n"
+                    + text.replace("[DEFAULT]\n", ""))
+    done = _berth("scheduler", "--workers", "1", "--db", f"sqlite:///{tmp_path}/db.sqlite",
+                  "--config-file", str(conf))
+    assert done.returncode == 2
+    assert message in _one_line(done.stderr)
+
+
 def test_a_compute_agent_whose_placement_is_unreachable_is_one_line(tmp_path: Path) -> None:
     reason = rabbit_unavailable()
     if reason:

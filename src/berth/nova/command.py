@@ -159,8 +159,11 @@ def build(files: Sequence[str], *, seed: int | None = None, explain: bool = Fals
             raise ConfigError(f"[api_database] connection: {str(exc).splitlines()[0]}",
                               field="[api_database] connection") from None
         opened.append(feed)
+        # Nova's conductor asks for an evacuated instance's new host with the instance
+        # as the consumer, which holds the source's allocations: Nova's merged claim.
         service = SchedulerService(config, feed, PlacementCandidates(candidates),  # type: ignore[arg-type]
-                                   PlacementClaimer(client), seed=seed)
+                                   PlacementClaimer(client, merge_existing=True), seed=seed,
+                                   check_zone=False)  # Nova's API checked it already
         endpoint = NovaSchedulerEndpoint(service, feed, explain=explain)
         bus = Bus(config_files=list(files), exchange=EXCHANGE)
         if bus.embedded:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
 
 from berth.errors import ConfigError
 from berth.model.aggregate import Aggregate
@@ -208,6 +209,8 @@ class Cell:
     name: str
     disabled: bool
     engine: Any
+    #: Its database's URL (the mapping's, templated with ``[database] connection``).
+    url: str = ""
     #: Per table, the newest stamp read so far (epoch seconds). The stamps are written
     #: by Nova's services with their own clocks, so every incremental read goes back
     #: ``overlap`` seconds before it, and a full read every ``resync_interval`` heals
@@ -391,12 +394,20 @@ class NovaFeed:
                 continue
             seen.add(uuid)
             cell = self.cells.get(uuid)
+            url = cell_url(str(row["database_connection"]), self.main_url)
+            if cell is not None and cell.url != url:
+                # Its database moved (nova-manage cell_v2 update_cell): read it anew there.
+                cell.engine.dispose()
+                self.cells.pop(uuid)
+                for node in cell.nodes.values():
+                    self._write(record_of(node, None, cell.uuid, {}))
+                cell = None
             if cell is None:
-                url = cell_url(str(row["database_connection"]), self.main_url)
                 self.cells[uuid] = Cell(uuid, str(row["name"] or ""), bool(row["disabled"]),
-                                        self._engine(url))
+                                        self._engine(url), url=url)
             else:
                 cell.disabled = bool(row["disabled"])
+                cell.name = str(row["name"] or "")
         for gone in set(self.cells) - seen:
             cell = self.cells.pop(gone)
             for node in cell.nodes.values():
@@ -456,11 +467,26 @@ class NovaFeed:
             if self._aggregates_stale:
                 self.snapshot.set_aggregates(self.read_aggregates())
                 self._aggregates_stale = False
+            unreachable = set()
             for cell in self.cells.values():
                 full = not cell.marks or now - cell.full_at >= self.resync_interval
-                self._read_cell(cell, full)
+                try:
+                    self._read_cell(cell, full)
+                except sa_exc.SQLAlchemyError as exc:
+                    # Nova's scatter-gather logs a cell that fails and schedules in the
+                    # others; its hosts come back with its database (read from the marks
+                    # the last good read left).
+                    unreachable.add(cell.uuid)
+                    if cell.uuid not in self.snapshot.unreachable_cells:
+                        LOG.warning("cell %s (%s): its database cannot be read, its hosts "
+                                    "are left out until it can: %s", cell.name, cell.uuid,
+                                    str(exc).splitlines()[0])
+                    continue
+                if cell.uuid in self.snapshot.unreachable_cells:
+                    LOG.info("cell %s (%s): its database answers again", cell.name, cell.uuid)
                 if full:
                     cell.full_at = now
+            self.snapshot.unreachable_cells = frozenset(unreachable)
             self._last = now
             self._dirty = False
         return self.snapshot

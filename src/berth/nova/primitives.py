@@ -115,6 +115,22 @@ def _int(value: Any, where: str) -> int:
         raise PrimitiveError(f"{where}: expected an integer, got {value!r}", field=where) from None
 
 
+#: The most instances one request may ask for: Nova sets no bound but its quotas, and a
+#: request for 2**31 - 1 grew a scheduler by gigabytes while it held the lock every
+#: other request waits for.
+MAX_NUM_INSTANCES = 10_000
+
+
+def _count(value: Any, where: str) -> int:
+    """``num_instances``: at least 1 (Nova's field default), at most
+    :data:`MAX_NUM_INSTANCES`."""
+    count = _int(value, where)
+    if count > MAX_NUM_INSTANCES:
+        raise PrimitiveError(f"{where}: at most {MAX_NUM_INSTANCES} instances in one request, "
+                             f"got {count}", field=where)
+    return max(1, count)
+
+
 def flavor_from_primitive(value: Any, where: str = "flavor") -> Flavor:
     """A Flavor (1.x)."""
     d = data_of(value, "Flavor", where)
@@ -327,7 +343,7 @@ def request_spec_from_primitive(value: Any) -> RequestSpec:
                                                      "spec_obj.instance_group"),
         project_id=d.get("project_id"), user_id=d.get("user_id"),
         availability_zone=d.get("availability_zone"),
-        num_instances=max(1, _int(_opt(d, "num_instances", 1), "spec_obj.num_instances")),
+        num_instances=_count(_opt(d, "num_instances", 1), "spec_obj.num_instances"),
         instance_uuid=d.get("instance_uuid"),
         ignore_hosts=_optional_strings(d.get("ignore_hosts"), "spec_obj.ignore_hosts"),
         force_hosts=_optional_strings(d.get("force_hosts"), "spec_obj.force_hosts"),
@@ -397,7 +413,7 @@ def request_spec_from_legacy(request_spec: Any, filter_properties: Any) -> Reque
         scheduler_hints=_hints(props.get("scheduler_hints"), "filter_properties.scheduler_hints"),
         instance_group=group, project_id=instance.get("project_id"),
         user_id=instance.get("user_id"), availability_zone=instance.get("availability_zone"),
-        num_instances=max(1, _int(request_spec.get("num_instances", 1), "num_instances")),
+        num_instances=_count(request_spec.get("num_instances", 1), "num_instances"),
         instance_uuid=instance.get("uuid"),
         ignore_hosts=_optional_strings(props.get("ignore_hosts"), "ignore_hosts"),
         force_hosts=_optional_strings(props.get("force_hosts"), "force_hosts"),

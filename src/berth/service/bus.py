@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -53,6 +54,11 @@ RPC_VERSION = "1.1"
 #: old for it refuses it by version (oslo.messaging's UnsupportedVersion, logged).
 BASE_VERSION = "1.0"
 
+
+
+def _cfg_error(exc: BaseException) -> str:
+    """oslo.config's error on one line, its location object as the file it names."""
+    return re.sub(r" from LocationInfo\(.*?detail='([^']*)'\)", r" in \1", one_line(exc))
 
 class Bus:
     """One transport and the clients and servers over it.
@@ -94,7 +100,11 @@ class Bus:
             raise ConfigError(f"[DEFAULT] transport_url {_shown(url or '')!r}: "
                               f"{one_line(exc)}") from None
         self.conf = conf
-        self.timeout = float(timeout if timeout is not None else conf.rpc_response_timeout)
+        try:
+            self.timeout = float(timeout if timeout is not None else conf.rpc_response_timeout)
+        except cfg.Error as exc:
+            raise ConfigError(f"[DEFAULT] rpc_response_timeout: {_cfg_error(exc)}",
+                              field="[DEFAULT] rpc_response_timeout") from None
         self._servers: list[Any] = []
         self._lock = threading.Lock()
 
@@ -116,6 +126,8 @@ class Bus:
               *, workers: int = 8, version: str = RPC_VERSION) -> Any:
         """Start serving ``endpoints`` on ``topic`` (shared queue), ``topic.server`` and
         the topic's fanout; returns the started oslo.messaging server."""
+        from oslo_config import cfg
+
         target = self._om.Target(topic=topic, server=server, version=version)
         for endpoint in endpoints:
             # oslo.messaging dispatches by the endpoint's own target, taking one
@@ -134,6 +146,8 @@ class Bus:
         except _broker_errors() as exc:  # refused login, no such vhost, ...
             raise BusUnavailable(f"cannot serve {topic} on {_shown(self.url)}: "
                                  f"{one_line(exc)}") from None
+        except cfg.Error as exc:  # a driver option's bad value, read as the server starts
+            raise ConfigError(f"message bus options: {_cfg_error(exc)}") from None
         with self._lock:
             self._servers.append(rpc_server)
         return rpc_server

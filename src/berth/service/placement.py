@@ -427,9 +427,13 @@ class PlacementClaimer:
     1.39 client is fine. Thread-safe: counters are guarded by a lock.
     """
 
-    def __init__(self, client: PlacementAccess, attempts: int = CLAIM_ATTEMPTS) -> None:
+    def __init__(self, client: PlacementAccess, attempts: int = CLAIM_ATTEMPTS, *,
+                 merge_existing: bool = False) -> None:
         self.client = client
         self.attempts = attempts
+        #: Nova's claim of a move: a consumer holding allocations keeps them and adds
+        #: the destination's (see :meth:`claim`); off for Berth's own boots.
+        self.merge_existing = merge_existing
         self.stats = ClaimStats()
         self._lock = threading.Lock()
 
@@ -448,32 +452,39 @@ class PlacementClaimer:
         Nova does: 1.36 sends no consumer type, so placement records "unknown"); True on
         204, False when placement refuses it.
 
-        Every claim is for a new instance, so it is sent as a new consumer (consumer
-        generation null, microversion >= 1.28). Placement refuses it with a
-        consumer-generation conflict when the consumer exists: its allocations belong to
-        another instance (a re-issued uuid, or a concurrent claim for the same one), and
-        the claim is refused and counted (``consumer_conflicts``) rather than merged into
+        The claim is sent as a new consumer (consumer generation null, microversion >=
+        1.28). Placement refuses it with a consumer-generation conflict when the
+        consumer exists. For Berth's own boots (the default) its allocations belong to
+        another instance (a re-issued uuid, or a concurrent claim for the same one): the
+        claim is refused and counted (``consumer_conflicts``) rather than merged into
         them, unless they are exactly this claim (an earlier attempt of it committed and
-        its answer was lost with the database connection). A refusal says why
-        (:class:`~berth.claims.ClaimRefusal`: for capacity, the class, the amount asked
-        and the amount free). Nova's ``claim_resources`` reads the consumer first and merges what it
-        finds, for its move operations (evacuate); Berth has none, and a merge would let
-        one instance take over another's allocations. A provider-generation race
-        (placement's "Inventory and/or allocations changed") is retried up to
-        ``attempts`` times in all and counted.
+        its answer was lost with the database connection).
+
+        With ``merge_existing`` (the scheduler of a real Nova), it is Nova's
+        ``claim_resources``: a consumer that holds allocations is an instance being
+        evacuated, whose source allocations stay; the claim adds the destination's
+        providers it does not hold yet and is written with the consumer generation just
+        read. Should the consumer change in between, this host is refused and the next
+        one tried (Nova fails the whole request with AllocationUpdateFailed).
+
+        A refusal says why (:class:`~berth.claims.ClaimRefusal`: for capacity, the class,
+        the amount asked and the amount free). A provider-generation race (placement's
+        "Inventory and/or allocations changed") is retried up to ``attempts`` times in
+        all and counted.
         """
         self._count("claims")
         wanted = allocation_request.get("allocations", {})
         allocations: dict[str, dict[str, int]] = {
             rp: dict(body.get("resources", {})) for rp, body in wanted.items()}
+        payload, generation = allocations, None
         attempt = 0
         while True:
             try:
                 self.client.put_allocations(
-                    consumer_uuid, allocations,
+                    consumer_uuid, payload,
                     project_id=spec.project_id or "unknown",
                     user_id=spec.user_id or "unknown",
-                    consumer_generation=None,
+                    consumer_generation=generation,
                     microversion=version,
                 )
             except ConflictError as exc:
@@ -482,6 +493,16 @@ class PlacementClaimer:
                     LOG.debug("claim for %s refused: %s", consumer_uuid, exc.detail)
                     return self._refusal(exc.detail, allocations)
                 if "consumer generation conflict" in exc.detail:
+                    if generation is None and self.merge_existing:
+                        merged = self._doubled_up(consumer_uuid, allocations)
+                        if merged is not None:
+                            payload, generation = merged
+                            continue
+                    elif generation is not None:
+                        self._count("consumer_conflicts")
+                        LOG.warning("claim for %s refused: the consumer changed after it was "
+                                    "read: %s", consumer_uuid, exc.detail)
+                        return ClaimRefusal("the consumer changed meanwhile")
                     if self._already_ours(consumer_uuid, allocations):
                         self._count("successes")
                         return True
@@ -506,6 +527,27 @@ class PlacementClaimer:
                 return ClaimRefusal("placement unreachable")
             self._count("successes")
             return True
+
+    def _doubled_up(self, consumer_uuid: str, allocations: Mapping[str, Mapping[str, int]]
+                    ) -> tuple[dict[str, dict[str, int]], int | None] | None:
+        """Nova's doubled-up allocation of a move (``_move_operation_alloc_request``):
+        the consumer's current allocations, plus the claim's on the providers it does not
+        hold yet (a sharing provider it uses already keeps its amounts); with the
+        consumer generation read. None when the consumer holds nothing (or cannot be
+        read)."""
+        try:
+            current = self.client.get_allocations(consumer_uuid)
+        except (PlacementAPIError, httpx.HTTPError, ServiceUnavailable):
+            return None
+        if not current.allocations:
+            return None
+        merged = {rp: dict(res) for rp, res in current.allocations.items()}
+        for rp, res in allocations.items():
+            if rp not in merged:
+                merged[rp] = dict(res)
+        LOG.debug("claim for %s: a move; source and destination held together: %s",
+                  consumer_uuid, merged)
+        return merged, current.consumer_generation
 
     def _refusal(self, detail: str, allocations: Mapping[str, Mapping[str, int]]) -> ClaimRefusal:
         """What placement's refusal says, with the amounts: the class and provider its

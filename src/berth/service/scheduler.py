@@ -133,8 +133,13 @@ class SchedulerService:
         freeze_heap: bool = True,
         uuid_rng: random.Random | None = None,
         taken_uuids: frozenset[str] = frozenset(),
+        check_zone: bool = True,
     ) -> None:
         self.config = config
+        #: Refuse a zone no enabled service is in, as Nova's API does (Berth's own APIs
+        #: and offline commands stand where it stands); not behind a real Nova's API,
+        #: whose scheduler takes the request as it comes.
+        self.check_zone = check_zone
         self.feed = feed
         self.candidates = candidates
         self.claimer = claimer
@@ -381,7 +386,8 @@ class SchedulerService:
         ("The requested availability zone is not available", a 400) before anything is
         scheduled. A move keeps the zone its instance was booted in, unchecked."""
         zone = spec.availability_zone
-        if not zone or spec.scheduler_hints and "_nova_check_type" in spec.scheduler_hints:
+        if (not self.check_zone or not zone
+                or spec.scheduler_hints and "_nova_check_type" in spec.scheduler_hints):
             return
         known = available_zones(snapshot, self.config.default_availability_zone)
         if zone not in known:
