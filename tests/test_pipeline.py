@@ -749,3 +749,19 @@ def test_a_member_claimed_on_a_host_that_has_not_reported_it_yet_counts_there(pe
     blind = InstanceGroup(policy="anti-affinity", uuid="g", members=["m1", "m2"])
     assert run(s, snap, spec(memory_mb=1024, num_instances=2, group=blind))[0].hosts == [
         ("a", "a"), ("b", "b")]
+
+
+def test_a_member_counted_from_its_claim_is_of_its_own_flavor():
+    """TypeAffinityFilter sees the member counted from its claim with its flavor id (as
+    the host's report will list it): a host holding a member of the request's flavor
+    still passes, one holding another flavor's does not."""
+    from berth.filters.type_affinity import TypeAffinityFilter
+
+    snap = cloud(host("a", free_ram_mb=8192), host("b", free_ram_mb=8192))
+    group = InstanceGroup(policy="soft-affinity", uuid="g", members=["m1", "m2"],
+                          hosts=["a", "b"], member_hosts={"m1": "a", "m2": "b"},
+                          member_flavors={"m1": 7, "m2": 8})
+    s = Scheduler(filters=[TypeAffinityFilter()], weighers=[FreeRam()])
+    req = spec(memory_mb=1024, group=group)
+    req.flavor.id = 7
+    assert run(s, snap, req)[0].hosts == [("a", "a")]

@@ -221,10 +221,12 @@ def _zone_of(aggregates: list[Any]) -> str | None:
     return None
 
 
-def _claimed_members(ws: WorkingSet, member_hosts: dict[str, str]) -> None:
+def _claimed_members(ws: WorkingSet, member_hosts: dict[str, str],
+                     flavors: dict[str, Any]) -> None:
     """The group's members claimed on a host the snapshot does not list them on yet (its
-    report since the build has not come): stubs on that host, so the group filters and
-    weighers count them (server-group bookkeeping, as a multi-create's own)."""
+    report since the build has not come): stubs on that host with their flavor id, so the
+    group filters and weighers count them (server-group bookkeeping, as a multi-create's
+    own)."""
     snapshot = ws.snapshot
     index = snapshot.instance_rows()
     missing = {u: h for u, h in member_hosts.items() if index.get(u) is None}
@@ -238,7 +240,7 @@ def _claimed_members(ws: WorkingSet, member_hosts: dict[str, str]) -> None:
     for uuid, host in missing.items():
         found = rows.get(host)
         if found is not None:
-            ws.add_instance(found, Instance(uuid=uuid))
+            ws.add_instance(found, Instance(uuid=uuid, instance_type_id=flavors.get(uuid)))
 
 
 class Scheduler:
@@ -342,7 +344,8 @@ class Scheduler:
                         builds_in_flight=builds_in_flight)
         ws.memo["instances"] = num_instances  # rankers memoize only for multi-creates
         if spec.instance_group is not None and spec.instance_group.member_hosts:
-            _claimed_members(ws, spec.instance_group.member_hosts)
+            _claimed_members(ws, spec.instance_group.member_hosts,
+                             spec.instance_group.member_flavors)
         req = _Request(spec, ws, rng, explain, Diagnosis() if explain else None,
                        claiming=claiming)
         req.levels.salt = self.tie_salt

@@ -33,10 +33,13 @@ def test_a_group_resolves_by_uuid_or_name_with_the_hosts_its_members_are_claimed
     h2.spawn(OTHER, Flavor(name="t", vcpus=1, memory_mb=512), "p")
     stack.groups.put(InstanceGroup(policy="anti-affinity", uuid=GROUP_UUID, name="web",
                                    members=[MEMBER, OTHER]))
+    # The spec its build record keeps while it builds gives its flavor.
+    stack.builds.begin([MEMBER], "req-1", spec='{"flavor": {"id": 42}}')
     for ref in (GROUP_UUID, "web"):
         group = stack.groups.resolve(ref)
         assert group.policy == "anti-affinity" and group.members == [MEMBER, OTHER]
-        assert group.hosts == ["h1"]
+        assert group.hosts == ["h1"] and group.member_hosts == {MEMBER: "h1"}
+        assert group.member_flavors == {MEMBER: 42}
     stack.client.delete_allocations(MEMBER)
     assert stack.groups.resolve("web").hosts == []
 

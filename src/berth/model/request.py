@@ -129,6 +129,9 @@ class InstanceGroup:
     #: from its claim, before the host's next report lists it (Nova's own scheduler
     #: reads a host's instances from its database until the compute has synced them).
     member_hosts: dict[str, str] = field(default_factory=dict)
+    #: Berth: the flavor id of those members, so the one counted from its claim is of
+    #: its own flavor (TypeAffinityFilter), as its host's report will say.
+    member_flavors: dict[str, Any] = field(default_factory=dict)
 
     VALID_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
 

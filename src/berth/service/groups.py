@@ -42,7 +42,8 @@ from berth.model.request import InstanceGroup
 from berth.placement.db import create_tables, lock_schema
 from berth.placement.dbfaults import retried
 from berth.placement.store_raw import RawConnection, RawPool, Unexpected, marks, raw_pool
-from berth.service.builds import BUILDING, builds, builds_metadata
+from berth.service.builds import BUILDING, add_spec_column, builds, builds_metadata
+from berth.service.instances import instances_metadata
 from berth.service.records import records_metadata
 
 groups_metadata = sa.MetaData()
@@ -115,6 +116,13 @@ _RAW_CLAIMED = (
     "LEFT OUTER JOIN berth_compute_nodes cn ON cn.uuid = root.uuid"
 )
 _RAW_CLAIMED_HOSTS = _RAW_CLAIMED + " WHERE a.consumer_id IN ({})"
+#: The specs Berth keeps of instances: an instance's row, else its build record's while
+#: it builds (:meth:`ServerGroupStore.flavors_of`).
+_RAW_MEMBER_SPECS = (
+    "SELECT uuid, spec FROM berth_instances WHERE uuid IN ({}) UNION ALL "
+    "SELECT instance_uuid, spec FROM berth_builds WHERE spec IS NOT NULL "
+    "AND instance_uuid IN ({})"
+)
 #: Members checked in by the late group check: not a build of Berth's (no record), or
 #: past ``building``, or admitted to a host while building (the first mark: BUILDING).
 _RAW_ADMITTED_HOSTS = (
@@ -225,9 +233,11 @@ class ServerGroupStore:
         self._raw = raw_pool(engine)
         create_tables(engine, groups_metadata)
         move_member_lists(engine)
-        # ClaimedHosts reads host names and build states there.
+        # ClaimedHosts reads host names and build states there; flavors_of the specs.
         create_tables(engine, records_metadata)
         create_tables(engine, builds_metadata)
+        add_spec_column(engine)
+        create_tables(engine, instances_metadata)
         self.placements = ClaimedHosts(engine)
 
     @retried(safe=True)
@@ -290,7 +300,8 @@ class ServerGroupStore:
 
     def resolve(self, ref: str, *, field: str = "hints.group") -> InstanceGroup:
         """The group ``ref`` (a uuid or a unique name) with ``hosts`` and
-        ``member_hosts``: where its members are claimed now. An InputError naming ``field`` when there is no such group or
+        ``member_hosts``: where its members are claimed now (and ``member_flavors``:
+        their flavor ids). An InputError naming ``field`` when there is no such group or
         the name is ambiguous."""
         found = self.find(ref)
         if not found:
@@ -304,7 +315,22 @@ class ServerGroupStore:
         group = found[0]
         group.member_hosts = self.placements.hosts_of(group.members)
         group.hosts = sorted(set(group.member_hosts.values()))
+        group.member_flavors = self.flavors_of(group.member_hosts)
         return group
+
+    @retried(safe=True)
+    def flavors_of(self, instance_uuids: Iterable[str]) -> dict[str, Any]:
+        """The flavor id of each of these instances that Berth built or builds (from the
+        spec its instance row, or its build record while it builds, keeps)."""
+        wanted = list(dict.fromkeys(instance_uuids))
+        found: dict[str, Any] = {}
+        for i in range(0, len(wanted), ClaimedHosts.CHUNK):
+            chunk = wanted[i:i + ClaimedHosts.CHUNK]
+            for uuid, spec in self._raw.run([(_RAW_MEMBER_SPECS.format(
+                    marks(len(chunk)), marks(len(chunk))), [*chunk, *chunk])])[0]:
+                if spec and str(uuid) not in found:
+                    found[str(uuid)] = json.loads(spec).get("flavor", {}).get("id")
+        return found
 
     @retried(safe=True)
     def add_members(self, uuid: str, members: Iterable[str]) -> None:
