@@ -87,6 +87,10 @@ def test_a_move_s_consumer_keeps_its_source_and_adds_the_destination_as_nova_cla
     assert claimer.claim("c", request, SPEC, "1.36") is True
     assert client.puts[1] == ({"src": {"VCPU": 2}, "shared": {"DISK_GB": 10},
                                "rp": {"VCPU": 1}}, 3)
+    # The request fails after the claim: the source's allocations are put back, not
+    # taken away with the destination's.
+    claimer.rollback(["c"])
+    assert client.puts[2] == ({"src": {"VCPU": 2}, "shared": {"DISK_GB": 10}}, 3)
     # The consumer changed between the read and the write: this host is refused.
     changed = FakeClient([CONSUMER, CONSUMER], held={"src": {"VCPU": 2}})
     claimer = PlacementClaimer(changed, merge_existing=True)  # type: ignore[arg-type]

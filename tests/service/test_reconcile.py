@@ -251,6 +251,44 @@ def test_a_build_the_database_cannot_record_is_still_built_and_recorded_when_it_
     assert scan(stack.builds, stack.groups, timeout=60).clean
 
 
+@pytest.mark.parametrize("reconciler_found", ["running", "nothing"])
+def test_a_build_a_reconciler_settled_first_is_kept_if_it_found_it_running(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch, reconciler_found: str) -> None:
+    """The owner settles after another process's reconciler took its build over (it was
+    cut off past the build timeout). Found running there, the build was recorded active
+    with its claim: it stays built. Else it was failed and its claim released: the build
+    does not count, and its host drops the instance."""
+    from berth.errors import BerthError
+
+    (agent,) = stack.register_hosts([node("h0")])
+    conductor = stack.conductor(stack.scheduler(seed=1))
+    real = stack.builds.settle
+
+    def settle(uuid: str, state: str, **kwargs: Any) -> bool:
+        if kwargs.get("host") is not None:  # the reconciler got there first
+            with stack.engine.begin() as conn:
+                conn.execute(sa.text("UPDATE berth_builds SET state = :s, host = :h "
+                                     "WHERE instance_uuid = :u"),
+                             {"s": ACTIVE if reconciler_found == "running" else FAILED,
+                              "h": kwargs["host"], "u": uuid})
+            return False
+        return real(uuid, state, **kwargs)
+
+    monkeypatch.setattr(stack.builds, "settle", settle)
+    (uuid,) = conductor.scheduler.new_instance_uuids(1)
+    if reconciler_found == "running":
+        (built,) = conductor.build_instances(RequestSpec(flavor=TINY, project_id="p",
+                                                         user_id="u"), [uuid])
+        assert built.instance_uuid == uuid and _held(stack, uuid)
+        assert uuid in agent.host_record(0.0).instances
+    else:
+        with pytest.raises(BerthError, match="abandoned"):
+            conductor.build_instances(RequestSpec(flavor=TINY, project_id="p", user_id="u"),
+                                      [uuid])
+        assert not _held(stack, uuid)
+        assert uuid not in agent.host_record(0.0).instances
+
+
 def test_a_deleted_instance_is_recorded_deleted_and_its_uuid_stays_taken(
         stack: Stack) -> None:
     """The audit compares active builds with claims: a deleted instance's record must

@@ -43,6 +43,23 @@ def test_a_boot_spec_round_trips() -> None:
             back.ignore_hosts) == ("p", "u", "az1", 3, ["h9"])
 
 
+def test_where_members_are_claimed_travels_apart_from_the_group() -> None:
+    """A receiver of an earlier version rebuilt the group with InstanceGroup(**group):
+    the group carries its first fields only, and the members' claims go beside it."""
+    spec = _spec()
+    assert spec.instance_group is not None
+    spec.instance_group.member_hosts = {"m1": "h1"}
+    spec.instance_group.member_flavors = {"m1": 2}
+    wire = spec_to_wire(spec)
+    assert set(wire["instance_group"]) == {"policy", "uuid", "name", "rules", "members",
+                                           "hosts", "project_id", "user_id"}
+    back = spec_from_wire(wire)
+    assert back.instance_group == spec.instance_group
+    # From a sender of an earlier version: no claims, nothing counted from them.
+    del wire["group_claims"]
+    assert spec_from_wire(wire).instance_group.member_hosts == {}  # type: ignore[union-attr]
+
+
 def test_a_spec_with_fields_the_bus_does_not_carry_is_refused() -> None:
     spec = _spec()
     spec.force_nodes = ["n1"]

@@ -211,6 +211,8 @@ class Cell:
     engine: Any
     #: Its database's URL (the mapping's, templated with ``[database] connection``).
     url: str = ""
+    #: When a cell whose read failed is tried again (the scheduler's clock).
+    retry_at: float = 0.0
     #: Per table, the newest stamp read so far (epoch seconds). The stamps are written
     #: by Nova's services with their own clocks, so every incremental read goes back
     #: ``overlap`` seconds before it, and a full read every ``resync_interval`` heals
@@ -318,6 +320,28 @@ def _changed(table: sa.Table, mark: float | None, overlap: float = OVERLAP) -> A
                   table.c.deleted_at >= since)
 
 
+#: Seconds a cell database may take to connect, and to answer a read: a host that drops
+#: packets holds no request longer than Nova's CELL_TIMEOUT (60 s) would.
+CONNECT_TIMEOUT = 10
+READ_TIMEOUT = 50
+#: Seconds a cell that failed is left out before it is tried again (each try costs a
+#: request up to CONNECT_TIMEOUT).
+CELL_RETRY = 30.0
+
+
+def cell_engine(url: str) -> Any:
+    """An engine for one of Nova's databases, with bounded connects and reads."""
+    parsed = sa.engine.make_url(url)
+    backend = parsed.get_backend_name()
+    args: dict[str, Any] = {}
+    if backend == "mysql":
+        args = {"connect_timeout": CONNECT_TIMEOUT, "read_timeout": READ_TIMEOUT,
+                "write_timeout": READ_TIMEOUT}
+    elif backend == "postgresql":
+        args = {"connect_timeout": CONNECT_TIMEOUT}
+    return sa.create_engine(url, pool_pre_ping=True, connect_args=args)
+
+
 class NovaFeed:
     """The scheduler's feed over Nova's databases (see the module's docstring)."""
 
@@ -331,7 +355,7 @@ class NovaFeed:
         self.overlap = overlap
         self.resync_interval = resync_interval
         self.clock = clock
-        self._engine = engine_factory or (lambda url: sa.create_engine(url, pool_pre_ping=True))
+        self._engine = engine_factory or cell_engine
         self.api = self._engine(api_url)
         self.cells: dict[str, Cell] = {}
         self.snapshot = HostSnapshot()
@@ -469,6 +493,9 @@ class NovaFeed:
                 self._aggregates_stale = False
             unreachable = set()
             for cell in self.cells.values():
+                if now < cell.retry_at:
+                    unreachable.add(cell.uuid)  # failed lately: not tried on every request
+                    continue
                 full = not cell.marks or now - cell.full_at >= self.resync_interval
                 try:
                     self._read_cell(cell, full)
@@ -477,6 +504,7 @@ class NovaFeed:
                     # others; its hosts come back with its database (read from the marks
                     # the last good read left).
                     unreachable.add(cell.uuid)
+                    cell.retry_at = now + CELL_RETRY
                     if cell.uuid not in self.snapshot.unreachable_cells:
                         LOG.warning("cell %s (%s): its database cannot be read, its hosts "
                                     "are left out until it can: %s", cell.name, cell.uuid,

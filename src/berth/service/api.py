@@ -445,14 +445,19 @@ class SchedulerApp(ViewRoutes):
                      refusal: SchedulingError | None, seconds: float) -> None:
         """A move's decision for the web view: where the instance went, or why not."""
         parts = path.split("/")
-        record = self.moves.instances.get(parts[2]) if self.moves is not None else None
-        if record is None or len(parts) != 4:
+        if self.moves is None or len(parts) != 4:
             return
-        spec = spec_from_dict(record.spec)  # the flavor it has now (a resize's new one)
-        if refusal is not None:
-            self.recent.refused(spec, refusal, seconds, operation=parts[3])
-        elif answer is not None:
-            self.recent.moved(spec, answer, seconds)
+        try:  # after the move: its answer must not turn into an error here
+            record = self.moves.instances.get(parts[2])
+            if record is None:
+                return
+            spec = spec_from_dict(record.spec)  # the flavor it has now (a resize's new one)
+            if refusal is not None:
+                self.recent.refused(spec, refusal, seconds, operation=parts[3])
+            elif answer is not None:
+                self.recent.moved(spec, answer, seconds)
+        except Exception:  # the web view's list only
+            LOG.warning("could not list the decision of %s", path, exc_info=True)
 
     def boot_spec(self, body: Any) -> RequestSpec:
         """A boot body as the request it asks for, with the server group ``hints.group``

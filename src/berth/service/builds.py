@@ -155,6 +155,10 @@ def add_spec_column(engine: Engine) -> None:
     with engine.connect().execution_options(immediate=True) as conn, conn.begin():
         lock_schema(conn)
         if "spec" not in {c["name"] for c in sa.inspect(conn).get_columns(builds.name)}:
+            if conn.dialect.name == "postgresql":
+                # The table's lock waits behind every open transaction on it (a process
+                # of an earlier version idle in one): bounded, not the schema lock's wait.
+                conn.execute(sa.text("SET LOCAL lock_timeout = '10s'"))
             conn.execute(sa.text("ALTER TABLE berth_builds ADD COLUMN spec TEXT"))
 
 
@@ -305,12 +309,20 @@ class BuildRecords:
                 continue
             with self._lock:
                 self._deferred.pop(instance_uuid, None)
-            if ours:
+            try:
+                record = None if ours else self.get(instance_uuid)
+            except ServiceUnavailable:
+                record = None
+            if ours or (record is not None and (record.state, record.host) == (state, host)):
+                # (Recorded already: a commit whose answer was lost, or a reconciler that
+                # found it running.)
                 LOG.info("build of %s on %s recorded now that the database is back",
                          instance_uuid, host)
             else:
                 LOG.warning("build of %s on %s was taken over by the reconciler before it "
-                            "could be recorded", instance_uuid, host)
+                            "could be recorded: %s", instance_uuid, host,
+                            "no record" if record is None else f"{record.state} "
+                            f"({record.reason or 'no reason'})")
             done.append(instance_uuid)
         return done
 

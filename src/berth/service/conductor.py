@@ -465,12 +465,14 @@ class Conductor:
                 continue
             error = BerthError(f"build of instance {result.instance_uuid} was abandoned (its "
                                f"process was silent past the build timeout)")
-            if ours:
+            if ours or self._completed_meanwhile(result):
                 kept.append(result)
             else:
                 LOG.error("build of %s on %s cannot be recorded (%s); its claim is "
-                          "released", result.instance_uuid, result.host, error.message)
+                          "released and its host drops it", result.instance_uuid, result.host,
+                          error.message)
                 self.claimer.delete(result.instance_uuid)
+                self._undo_build(result)
                 outcome.failed.append(BuildFailure(result.instance_uuid, error, result.tried))
             settled.add(result.instance_uuid)
         outcome.built = kept
@@ -479,6 +481,32 @@ class Conductor:
                 self._settle_one(failure.instance_uuid, FAILED, reason=failure.error.message)
                 settled.add(failure.instance_uuid)
         return instances is not None
+
+    def _completed_meanwhile(self, result: BuildResult) -> bool:
+        """Whether the reconciler of some process recorded this build as active on its
+        host while this one could not (it found the instance running there, with its
+        claim): it is built, and its claim and instance row stand."""
+        assert self.builds is not None
+        try:
+            record = self.builds.get(result.instance_uuid)
+        except ServiceUnavailable:
+            return False
+        if record is None or (record.state, record.host) != (ACTIVE, result.host):
+            return False
+        LOG.info("build of %s on %s was recorded by a reconciler meanwhile",
+                 result.instance_uuid, result.host)
+        return True
+
+    def _undo_build(self, result: BuildResult) -> None:
+        """Have the host drop an instance whose build does not count (best effort: the
+        driver may have no such call, or its host may not answer)."""
+        terminate = getattr(self.driver, "terminate", None)
+        if not callable(terminate):
+            return
+        try:
+            terminate(result.instance_uuid, result.host, result.nodename)
+        except Exception:  # logged; the build is refused all the same
+            LOG.exception("could not have %s drop %s", result.host, result.instance_uuid)
 
     def _settle_one(self, instance_uuid: str, state: str, *, host: str | None = None,
                     reason: str | None = None) -> bool:

@@ -42,7 +42,7 @@ from berth.model.request import InstanceGroup
 from berth.placement.db import create_tables, lock_schema
 from berth.placement.dbfaults import retried
 from berth.placement.store_raw import RawConnection, RawPool, Unexpected, marks, raw_pool
-from berth.service.builds import BUILDING, add_spec_column, builds, builds_metadata
+from berth.service.builds import BUILDING, builds, builds_metadata
 from berth.service.instances import instances_metadata
 from berth.service.records import records_metadata
 
@@ -235,8 +235,7 @@ class ServerGroupStore:
         move_member_lists(engine)
         # ClaimedHosts reads host names and build states there; flavors_of the specs.
         create_tables(engine, records_metadata)
-        create_tables(engine, builds_metadata)
-        add_spec_column(engine)
+        create_tables(engine, builds_metadata)  # (BuildRecords adds its spec column)
         create_tables(engine, instances_metadata)
         self.placements = ClaimedHosts(engine)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ _CAPACITY_REFUSAL = re.compile(
 
 #: Attempts of one claim when placement reports a concurrent update (Nova's ``@retries``).
 CLAIM_ATTEMPTS = 4
+#: Seconds a merged claim's earlier allocations are kept for its request's rollback.
+MERGE_MEMORY = 300.0
 
 
 @dataclass
@@ -434,6 +437,9 @@ class PlacementClaimer:
         #: Nova's claim of a move: a consumer holding allocations keeps them and adds
         #: the destination's (see :meth:`claim`); off for Berth's own boots.
         self.merge_existing = merge_existing
+        #: The allocations merged claims found (by consumer, with when): a rollback
+        #: puts them back rather than taking the source's away too.
+        self._before_merge: dict[str, tuple[float, dict[str, dict[str, int]]]] = {}
         self.stats = ClaimStats()
         self._lock = threading.Lock()
 
@@ -477,6 +483,7 @@ class PlacementClaimer:
         allocations: dict[str, dict[str, int]] = {
             rp: dict(body.get("resources", {})) for rp, body in wanted.items()}
         payload, generation = allocations, None
+        before: dict[str, dict[str, int]] = {}
         attempt = 0
         while True:
             try:
@@ -496,7 +503,7 @@ class PlacementClaimer:
                     if generation is None and self.merge_existing:
                         merged = self._doubled_up(consumer_uuid, allocations)
                         if merged is not None:
-                            payload, generation = merged
+                            payload, generation, before = merged
                             continue
                     elif generation is not None:
                         self._count("consumer_conflicts")
@@ -526,15 +533,22 @@ class PlacementClaimer:
                 LOG.warning("placement unreachable while claiming for %s: %s", consumer_uuid, exc)
                 return ClaimRefusal("placement unreachable")
             self._count("successes")
+            if generation is not None:
+                with self._lock:
+                    now = time.monotonic()
+                    self._before_merge = {c: v for c, v in self._before_merge.items()
+                                          if now - v[0] < MERGE_MEMORY}
+                    self._before_merge[consumer_uuid] = (now, before)
             return True
 
     def _doubled_up(self, consumer_uuid: str, allocations: Mapping[str, Mapping[str, int]]
-                    ) -> tuple[dict[str, dict[str, int]], int | None] | None:
+                    ) -> tuple[dict[str, dict[str, int]], int | None,
+                               dict[str, dict[str, int]]] | None:
         """Nova's doubled-up allocation of a move (``_move_operation_alloc_request``):
         the consumer's current allocations, plus the claim's on the providers it does not
         hold yet (a sharing provider it uses already keeps its amounts); with the
-        consumer generation read. None when the consumer holds nothing (or cannot be
-        read)."""
+        consumer generation read, and what it held before. None when the consumer holds
+        nothing (or cannot be read)."""
         try:
             current = self.client.get_allocations(consumer_uuid)
         except (PlacementAPIError, httpx.HTTPError, ServiceUnavailable):
@@ -547,7 +561,8 @@ class PlacementClaimer:
                 merged[rp] = dict(res)
         LOG.debug("claim for %s: a move; source and destination held together: %s",
                   consumer_uuid, merged)
-        return merged, current.consumer_generation
+        before = {rp: dict(res) for rp, res in current.allocations.items()}
+        return merged, current.consumer_generation, before
 
     def _refusal(self, detail: str, allocations: Mapping[str, Mapping[str, int]]) -> ClaimRefusal:
         """What placement's refusal says, with the amounts: the class and provider its
@@ -596,10 +611,29 @@ class PlacementClaimer:
         in one POST /allocations when they are as this claimer left them, else one
         DELETE each."""
         uuids = list(consumer_uuids)
+        with self._lock:
+            restore = {u: self._before_merge.pop(u)[1] for u in uuids if u in self._before_merge}
+        uuids = [u for u in uuids if u not in restore]
+        for consumer, before in restore.items():
+            self._restore(consumer, before)
         if len(uuids) > 1 and self._release_together(uuids):
             return
         for consumer in uuids:
             self.delete(consumer)
+
+    def _restore(self, consumer_uuid: str, before: dict[str, dict[str, int]]) -> None:
+        """Put back what a merged claim's consumer held before it (a move's source):
+        Nova never takes those away when a request fails."""
+        self._count("rollbacks")
+        try:
+            current = self.client.get_allocations(consumer_uuid)
+            self.client.put_allocations(
+                consumer_uuid, before, project_id=current.project_id or "unknown",
+                user_id=current.user_id or "unknown",
+                consumer_generation=current.consumer_generation)
+        except (PlacementAPIError, httpx.HTTPError, ServiceUnavailable) as exc:
+            LOG.warning("could not put back the allocations %s held before its move's "
+                        "claim: %s", consumer_uuid, exc)
 
     def _release_together(self, uuids: Sequence[str]) -> bool:
         """Empty every consumer's allocations in one transaction (a new consumer's

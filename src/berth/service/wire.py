@@ -47,8 +47,13 @@ def spec_to_wire(spec: RequestSpec) -> dict[str, Any]:
             "id": image.id, "name": image.name, "disk_format": image.disk_format,
             "properties": dict(image.properties.raw)},
         "scheduler_hints": spec.scheduler_hints,
-        "instance_group": (None if spec.instance_group is None
-                           else dataclasses.asdict(spec.instance_group)),
+        "instance_group": _group_to_wire(spec.instance_group),
+        # Where the members are claimed: a key of its own, which a receiver of an
+        # earlier version leaves unread (inside the group its InstanceGroup(**...) failed).
+        "group_claims": (None if spec.instance_group is None
+                         or not spec.instance_group.member_hosts else {
+                             "hosts": spec.instance_group.member_hosts,
+                             "flavors": spec.instance_group.member_flavors}),
         "project_id": spec.project_id,
         "user_id": spec.user_id,
         "availability_zone": spec.availability_zone,
@@ -58,18 +63,31 @@ def spec_to_wire(spec: RequestSpec) -> dict[str, Any]:
     }
 
 
+def _group_to_wire(group: InstanceGroup | None) -> dict[str, Any] | None:
+    """A server group as the first versions had it (``member_hosts`` and
+    ``member_flavors`` travel apart, as ``group_claims``)."""
+    if group is None:
+        return None
+    return {k: v for k, v in dataclasses.asdict(group).items()
+            if k not in ("member_hosts", "member_flavors")}
+
+
 def spec_from_wire(data: Mapping[str, Any]) -> RequestSpec:
     """The inverse of :func:`spec_to_wire`."""
     image = data.get("image")
     group = data.get("instance_group")
+    if group is not None:
+        group = {k: v for k, v in group.items() if k in _GROUP_FIELDS}
+        claims = data.get("group_claims") or {}
+        group["member_hosts"] = dict(claims.get("hosts") or {})
+        group["member_flavors"] = dict(claims.get("flavors") or {})
     return RequestSpec(
         flavor=Flavor(**data["flavor"]),
         image=None if image is None else ImageMeta(
             id=image.get("id"), name=image.get("name"), disk_format=image.get("disk_format"),
             properties=ImageMetaProps(image.get("properties") or {})),
         scheduler_hints=data.get("scheduler_hints"),
-        instance_group=None if group is None else InstanceGroup(
-            **{k: v for k, v in group.items() if k in _GROUP_FIELDS}),
+        instance_group=None if group is None else InstanceGroup(**group),
         project_id=data.get("project_id"),
         user_id=data.get("user_id"),
         availability_zone=data.get("availability_zone"),
