@@ -289,3 +289,30 @@ def test_a_zone_is_not_checked_again_behind_novas_api(deployment: dict[str, Any]
                                        instance_uuids=[instance], return_objects=True,
                                        return_alternates=False)
     assert answer[0][0]["nova_object.data"]["service_host"] != "a2"  # disabled
+
+
+def test_scheduler_workers_start_that_many_processes_and_stop_with_the_first(
+        deployment: dict[str, Any], tmp_path: Path) -> None:
+    """``[scheduler] workers`` forks that many processes, as nova-scheduler does; each
+    reads Nova's databases and serves the topic; SIGTERM to the first stops them all."""
+    conf = tmp_path / "workers.conf"
+    conf.write_text(deployment["conf"].read_text() + "[scheduler]\nworkers = 2\n")
+    log = tmp_path / "workers.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "berth.cli", "nova-scheduler", "--config-file", str(conf)],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while log.read_text().count("ready: nova-scheduler") < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        for _ in range(4):  # served by whichever process takes them
+            instance, answer = select(deployment)
+            assert answer[0][0]["nova_object.data"]["service_host"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    out = subprocess.run(["pgrep", "-f", f"--config-file {conf}"], capture_output=True,
+                         text=True)
+    assert out.stdout.strip() == "", "a worker process outlived the first"

@@ -55,7 +55,11 @@ def add_command(sub: Any) -> None:
     from berth.service.cli import positive_int
 
     p.add_argument("--workers", type=positive_int, default=8,
-                   help="RPC worker threads (default 8)")
+                   help="RPC worker threads of each process (default 8)")
+    p.add_argument("--processes", type=positive_int, default=None,
+                   help="scheduler processes serving the topic together (default "
+                        "[scheduler] workers, else 1)")
+    p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=None, help="random seed of the decisions")
     p.add_argument("--explain", action="store_true",
                    help="log every decision's explanation at INFO, keyed by instance uuid")
@@ -202,6 +206,7 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         return 2
     feed, bus = parts["feed"], parts["bus"]
     host = args.host or parts["options"].host
+    children: list[Any] = []
     try:
         try:
             snapshot = feed.refresh()
@@ -216,6 +221,9 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
             return 2
         print(f"ready: nova-scheduler {host} with {len(snapshot)} compute nodes in "
               f"{len(feed.cells)} cells", flush=True)
+        if args.worker_index == 0:
+            processes = args.processes or parts["config"].scheduler.workers or 1
+            children = _start_processes(args, host, processes)
         stop = threading.Event()
 
         def _stop(signum: int, _frame: Any) -> None:
@@ -235,8 +243,35 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         while not stop.wait(1.0):
             pass
     finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(timeout=30)
+            except Exception:  # a child that will not stop: it goes with its group
+                child.kill()
         bus.close()
         feed.close()
         for client in parts["clients"]:
             client.close()
     return 0
+
+
+def _start_processes(args: argparse.Namespace, host: str, processes: int) -> list[Any]:
+    """Processes 2..N of this scheduler (``[scheduler] workers``, as nova-scheduler forks
+    its workers): each reads Nova's databases and serves the topic with the others; the
+    seed offset so that each breaks ties in its own order."""
+    import subprocess
+
+    children = []
+    for i in range(1, processes):
+        argv = [sys.executable, "-m", "berth.cli", "nova-scheduler", "--host", host,
+                "--workers", str(args.workers), "--worker-index", str(i)]
+        for path in args.config_file:
+            argv += ["--config-file", path]
+        if args.seed is not None:
+            argv += ["--seed", str(args.seed + i)]
+        if args.explain:
+            argv.append("--explain")
+        children.append(subprocess.Popen(argv))
+    return children
