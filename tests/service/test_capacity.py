@@ -78,7 +78,7 @@ def test_counts_spread_limits_and_unusable_capacity(capsys: pytest.CaptureFixtur
     assert by["small"]["fits"] == 4 + 4 + 2
     assert by["small"]["hosts_limited_by"]["placement: insufficient VCPU"] == 3
     # Only the disabled host takes nothing: all its capacity is unusable.
-    assert report["unusable"] == {"hosts": 1,
+    assert report["unusable"] == {"computed": True, "hosts": 1,
                                   "free": {"DISK_GB": 100, "MEMORY_MB": 8192, "VCPU": 8}}
 
 
