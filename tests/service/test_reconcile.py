@@ -251,6 +251,35 @@ def test_a_build_the_database_cannot_record_is_still_built_and_recorded_when_it_
     assert scan(stack.builds, stack.groups, timeout=60).clean
 
 
+def test_a_deferred_build_a_reconciler_failed_meanwhile_is_dropped_by_its_host(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database stayed away past the build timeout: another process's reconciler
+    failed the build (it had not found it running) and released its claim before its
+    owner could record it. The owner has the host drop the instance."""
+    (agent,) = stack.register_hosts([node("h0")])
+    conductor = stack.conductor(stack.scheduler(seed=1))
+    real = stack.builds.settle
+    down = [True]
+
+    def settle(*args: Any, **kwargs: Any) -> bool:
+        if down[0] and kwargs.get("host") is not None:
+            raise ServiceUnavailable("the database connection was lost; try again shortly")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stack.builds, "settle", settle)
+    (built,) = conductor.build_instances(RequestSpec(flavor=TINY, project_id="p", user_id="u"))
+    uuid = built.instance_uuid
+    assert uuid in agent.host_record(0.0).instances
+    with stack.engine.begin() as conn:  # the other process's reconciler
+        conn.execute(sa.text("UPDATE berth_builds SET state = 'failed' "
+                             "WHERE instance_uuid = :u"), {"u": uuid})
+    stack.client.delete_allocations(uuid)
+    down[0] = False
+    assert stack.builds.settle_deferred() == [uuid]
+    assert uuid not in agent.host_record(0.0).instances
+    assert stack.instances.get(uuid) is None
+
+
 @pytest.mark.parametrize("reconciler_found", ["running", "nothing"])
 def test_a_build_a_reconciler_settled_first_is_kept_if_it_found_it_running(
         stack: Stack, monkeypatch: pytest.MonkeyPatch, reconciler_found: str) -> None:

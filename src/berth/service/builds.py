@@ -200,7 +200,8 @@ class BuildRecords:
         #: Builds that finished while the database could not record them: per instance,
         #: the settle to write (state, host, the statements written with it), tried again
         #: on every heartbeat (:meth:`settle_deferred`).
-        self._deferred: dict[str, tuple[str, str | None, Sequence[tuple[str, Sequence[Any]]]]] = {}
+        self._deferred: dict[str, tuple[str, str | None, Sequence[tuple[str, Sequence[Any]]],
+                                        Callable[[], None] | None]] = {}
         self._lock = threading.Lock()
         self.start = 0
         if not register:
@@ -285,12 +286,15 @@ class BuildRecords:
             raise
 
     def defer(self, instance_uuid: str, state: str, *, host: str | None = None,
-              also: Sequence[tuple[str, Sequence[Any]]] = ()) -> None:
+              also: Sequence[tuple[str, Sequence[Any]]] = (),
+              undo: Callable[[], None] | None = None) -> None:
         """Settle the record later: the build finished but the database could not record
         it. Its record keeps the heartbeat meanwhile (the reconciler must not take a
-        finished build for an abandoned one), and :meth:`settle_deferred` writes it."""
+        finished build for an abandoned one), and :meth:`settle_deferred` writes it.
+        ``undo``: what drops the instance should a reconciler have failed its build
+        meanwhile (its claim released)."""
         with self._lock:
-            self._deferred[instance_uuid] = (state, host, also)
+            self._deferred[instance_uuid] = (state, host, also, undo)
             self._in_flight.add(instance_uuid)
 
     def settle_deferred(self) -> list[str]:
@@ -300,7 +304,7 @@ class BuildRecords:
         with self._lock:
             pending = dict(self._deferred)
         done: list[str] = []
-        for instance_uuid, (state, host, also) in pending.items():
+        for instance_uuid, (state, host, also, undo) in pending.items():
             try:
                 ours = self.settle(instance_uuid, state, host=host, also=also)
             except ServiceUnavailable:
@@ -320,9 +324,14 @@ class BuildRecords:
                          instance_uuid, host)
             else:
                 LOG.warning("build of %s on %s was taken over by the reconciler before it "
-                            "could be recorded: %s", instance_uuid, host,
+                            "could be recorded: %s; its host drops it", instance_uuid, host,
                             "no record" if record is None else f"{record.state} "
                             f"({record.reason or 'no reason'})")
+                if undo is not None:
+                    try:
+                        undo()
+                    except Exception:  # logged; the next report shows what the host kept
+                        LOG.exception("could not have %s drop %s", host, instance_uuid)
             done.append(instance_uuid)
         return done
 

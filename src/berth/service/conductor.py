@@ -38,6 +38,7 @@ to fail on given hosts or for a host's first N attempts, for tests and simulatio
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import threading
@@ -459,7 +460,8 @@ class Conductor:
                 LOG.warning("build of %s on %s finished, but its record cannot be written "
                             "now (%s); it is written when the database is back",
                             result.instance_uuid, result.host, exc.message)
-                self.builds.defer(result.instance_uuid, ACTIVE, host=result.host, also=also)
+                self.builds.defer(result.instance_uuid, ACTIVE, host=result.host, also=also,
+                                  undo=functools.partial(self._undo_build, result))
                 kept.append(result)
                 settled.add(result.instance_uuid)
                 continue
