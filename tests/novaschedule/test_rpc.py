@@ -135,6 +135,15 @@ def test_the_4_0_legacy_dicts_choose_hosts_and_claim_nothing(wired: dict[str, An
     assert len(answer) == 2 and all(a["host"] in {"c2", "c3"} for a in answer)
 
 
+def test_a_request_for_no_instance_gets_no_selection(wired: dict[str, Any]) -> None:
+    """Without instance uuids, Nova schedules ``num_instances`` hosts: none for 0."""
+    primitive = spec()
+    primitive["nova_object.data"]["num_instances"] = 0
+    answer = wired["client"].prepare(version="4.3").call(
+        {}, "select_destinations", spec_obj=primitive, return_objects=True)
+    assert answer == []
+
+
 def test_no_valid_host_travels_as_novas_exception(wired: dict[str, Any]) -> None:
     instance = str(uuid.uuid4())
     with pytest.raises(wired["om"].RemoteError) as caught:

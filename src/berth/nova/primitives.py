@@ -131,6 +131,20 @@ def _count(value: Any, where: str) -> int:
     return max(1, count)
 
 
+def instances_asked(spec_obj: Any, request_spec: Any) -> int:
+    """The ``num_instances`` a request spec (a RequestSpec primitive, else the legacy
+    dict) asks for, as given; 1 when it cannot be read (the spec's own reading then says
+    what is wrong)."""
+    try:
+        if spec_obj is not None:
+            value = data_of(spec_obj, "RequestSpec", "spec_obj").get("num_instances", 1)
+        else:
+            value = (request_spec or {}).get("num_instances", 1)
+        return _int(value, "num_instances")
+    except (PrimitiveError, AttributeError):
+        return 1
+
+
 def flavor_from_primitive(value: Any, where: str = "flavor") -> Flavor:
     """A Flavor (1.x)."""
     d = data_of(value, "Flavor", where)

@@ -93,6 +93,9 @@ class NovaSchedulerEndpoint:
     def _select(self, ctxt: Any, request_spec: Any = None, filter_properties: Any = None,
                 spec_obj: Any = _UNSET, instance_uuids: list[str] | None = None,
                 return_objects: bool = False, return_alternates: bool = False) -> Any:
+        given = None if spec_obj is _UNSET else spec_obj
+        if not instance_uuids and prim.instances_asked(given, request_spec) <= 0:
+            return []  # Nova schedules none (its loop runs num_instances times)
         if spec_obj is _UNSET or spec_obj is None:
             spec = prim.request_spec_from_legacy(request_spec, filter_properties)
         else:
