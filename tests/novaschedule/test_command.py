@@ -313,6 +313,30 @@ def test_scheduler_workers_start_that_many_processes_and_stop_with_the_first(
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-    out = subprocess.run(["pgrep", "-f", f"--config-file {conf}"], capture_output=True,
+    out = subprocess.run(["pgrep", "-f", str(conf)], capture_output=True,
                          text=True)
     assert out.stdout.strip() == "", "a worker process outlived the first"
+
+
+def test_scheduler_workers_do_not_outlive_a_first_process_that_was_killed(
+        deployment: dict[str, Any], tmp_path: Path) -> None:
+    """SIGKILL (or the OOM killer) takes the first process without its clean-up: the
+    others notice and stop, rather than serve on beside the next start's."""
+    conf = tmp_path / "killed.conf"
+    conf.write_text(deployment["conf"].read_text() + "[scheduler]\nworkers = 2\n")
+    log = tmp_path / "killed.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "berth.cli", "nova-scheduler", "--config-file", str(conf)],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 60
+    while log.read_text().count("ready: nova-scheduler") < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["pgrep", "-f", str(conf)], capture_output=True,
+                         text=True).stdout.strip():
+        assert time.monotonic() < deadline, "a worker process outlived the killed first one"
+        time.sleep(0.5)

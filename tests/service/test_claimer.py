@@ -91,6 +91,15 @@ def test_a_move_s_consumer_keeps_its_source_and_adds_the_destination_as_nova_cla
     # taken away with the destination's.
     claimer.rollback(["c"])
     assert client.puts[2] == ({"src": {"VCPU": 2}, "shared": {"DISK_GB": 10}}, 3)
+    # A later claim of the consumer as new (its allocations moved away meanwhile) forgets
+    # what the merged one found: its rollback deletes.
+    assert claimer.claim("c", request, SPEC, "1.36") is True  # merged again
+    client.held = {}
+    assert claimer.claim("c", REQ, SPEC, "1.36") is True  # a fresh claim
+    deleted: list[str] = []
+    client.delete_allocations = deleted.append  # type: ignore[attr-defined]
+    claimer.rollback(["c"])
+    assert deleted == ["c"]
     # The consumer changed between the read and the write: this host is refused.
     changed = FakeClient([CONSUMER, CONSUMER], held={"src": {"VCPU": 2}})
     claimer = PlacementClaimer(changed, merge_existing=True)  # type: ignore[arg-type]

@@ -280,6 +280,37 @@ def test_a_deferred_build_a_reconciler_failed_meanwhile_is_dropped_by_its_host(
     assert stack.instances.get(uuid) is None
 
 
+def test_a_build_whose_record_cannot_be_read_after_a_refused_settle_waits(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settle was refused (the record changed) and the record cannot be read to see
+    how: nothing is released or dropped on a guess; the build waits for the next round."""
+    (agent,) = stack.register_hosts([node("h0")])
+    conductor = stack.conductor(stack.scheduler(seed=1))
+    real_settle, real_get = stack.builds.settle, stack.builds.get
+    down = [True]
+
+    def settle(uuid: str, state: str, **kwargs: Any) -> bool:
+        if down[0] and kwargs.get("host") is not None:
+            return False
+        return real_settle(uuid, state, **kwargs)
+
+    def get(uuid: str) -> Any:
+        if down[0]:
+            raise ServiceUnavailable("the database connection was lost; try again shortly")
+        return real_get(uuid)
+
+    monkeypatch.setattr(stack.builds, "settle", settle)
+    monkeypatch.setattr(stack.builds, "get", get)
+    (built,) = conductor.build_instances(RequestSpec(flavor=TINY, project_id="p", user_id="u"))
+    uuid = built.instance_uuid
+    assert _held(stack, uuid) and uuid in agent.host_record(0.0).instances
+    assert stack.builds.deferred == [uuid]
+    down[0] = False
+    assert stack.builds.settle_deferred() == [uuid]
+    record = real_get(uuid)
+    assert record is not None and record.state == ACTIVE and stack.instances.get(uuid)
+
+
 @pytest.mark.parametrize("reconciler_found", ["running", "nothing"])
 def test_a_build_a_reconciler_settled_first_is_kept_if_it_found_it_running(
         stack: Stack, monkeypatch: pytest.MonkeyPatch, reconciler_found: str) -> None:

@@ -58,6 +58,9 @@ def test_where_members_are_claimed_travels_apart_from_the_group() -> None:
     # From a sender of an earlier version: no claims, nothing counted from them.
     del wire["group_claims"]
     assert spec_from_wire(wire).instance_group.member_hosts == {}  # type: ignore[union-attr]
+    # A group that carries them itself keeps them.
+    wire["instance_group"]["member_hosts"] = {"m1": "h1"}
+    assert spec_from_wire(wire).instance_group.member_hosts == {"m1": "h1"}  # type: ignore[union-attr]
 
 
 def test_a_spec_with_fields_the_bus_does_not_carry_is_refused() -> None:

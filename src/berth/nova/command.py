@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import sys
@@ -232,6 +233,9 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         def _reset(signum: int, _frame: Any) -> None:
             LOG.info("SIGHUP: reading the cells and every host again")
             threading.Thread(target=feed.reset, name="berth-nova-reset", daemon=True).start()
+            for child in children:  # each process reads the cells itself
+                if child.poll() is None:
+                    child.send_signal(signal.SIGHUP)
 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
@@ -240,8 +244,15 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         if interval > 0:
             threading.Thread(target=_discover, args=(feed, interval, stop),
                              name="berth-discover-hosts", daemon=True).start()
+        parent = os.getppid()
         while not stop.wait(1.0):
-            pass
+            if args.worker_index and os.getppid() != parent:
+                LOG.warning("the first process of this scheduler is gone: stopping")
+                break  # a worker does not outlive the process that started it
+            for child in children:
+                if child.poll() is not None and not getattr(child, "reported", False):
+                    LOG.error("scheduler process %d exited with %s", child.pid, child.returncode)
+                    child.reported = True
     finally:
         for child in children:
             child.terminate()
@@ -261,9 +272,19 @@ def _start_processes(args: argparse.Namespace, host: str, processes: int) -> lis
     """Processes 2..N of this scheduler (``[scheduler] workers``, as nova-scheduler forks
     its workers): each reads Nova's databases and serves the topic with the others; the
     seed offset so that each breaks ties in its own order."""
+    children: list[Any] = []
+    try:
+        _spawn(args, host, processes, children)
+    except OSError:
+        for child in children:
+            child.terminate()
+        raise
+    return children
+
+
+def _spawn(args: argparse.Namespace, host: str, processes: int, children: list[Any]) -> None:
     import subprocess
 
-    children = []
     for i in range(1, processes):
         argv = [sys.executable, "-m", "berth.cli", "nova-scheduler", "--host", host,
                 "--workers", str(args.workers), "--worker-index", str(i)]
@@ -274,4 +295,3 @@ def _start_processes(args: argparse.Namespace, host: str, processes: int) -> lis
         if args.explain:
             argv.append("--explain")
         children.append(subprocess.Popen(argv))
-    return children

@@ -334,11 +334,15 @@ def cell_engine(url: str) -> Any:
     parsed = sa.engine.make_url(url)
     backend = parsed.get_backend_name()
     args: dict[str, Any] = {}
-    if backend == "mysql":
+    if backend in ("mysql", "mariadb"):
         args = {"connect_timeout": CONNECT_TIMEOUT, "read_timeout": READ_TIMEOUT,
                 "write_timeout": READ_TIMEOUT}
     elif backend == "postgresql":
-        args = {"connect_timeout": CONNECT_TIMEOUT}
+        # A peer that stops answering mid-read: unacknowledged data times the socket
+        # out (tcp_user_timeout), an idle one is probed (keepalives).
+        args = {"connect_timeout": CONNECT_TIMEOUT, "keepalives": 1, "keepalives_idle": 10,
+                "keepalives_interval": 5, "keepalives_count": 3,
+                "tcp_user_timeout": READ_TIMEOUT * 1000}
     return sa.create_engine(url, pool_pre_ping=True, connect_args=args)
 
 
@@ -486,6 +490,7 @@ class NovaFeed:
                 self.load_cells()
                 for cell in self.cells.values():
                     cell.marks.clear()
+                    cell.retry_at = 0.0  # an operator's SIGHUP: every cell tried now
                 self._aggregates_stale = True
                 self._reset = False
             if self._aggregates_stale:

@@ -146,6 +146,13 @@ def _record(row: sa.Row[tuple[object, ...]]) -> BuildRecord:
                        float(m["created_at"]), float(m["updated_at"]), m.get("spec"))
 
 
+def _undo(undo: Callable[[], None], host: str | None, instance_uuid: str) -> None:
+    try:
+        undo()
+    except Exception:  # logged; the next report shows what the host kept
+        LOG.exception("could not have %s drop %s", host, instance_uuid)
+
+
 def add_spec_column(engine: Engine) -> None:
     """Give a ``berth_builds`` written by an earlier Berth its ``spec`` column (under
     the schema lock of :func:`~berth.placement.db.create_tables`: processes starting
@@ -311,12 +318,14 @@ class BuildRecords:
                 with self._lock:
                     self._in_flight.add(instance_uuid)  # still waiting: keep it fresh
                 continue
-            with self._lock:
-                self._deferred.pop(instance_uuid, None)
             try:
                 record = None if ours else self.get(instance_uuid)
             except ServiceUnavailable:
-                record = None
+                with self._lock:
+                    self._in_flight.add(instance_uuid)  # cannot tell yet: the next round
+                continue
+            with self._lock:
+                self._deferred.pop(instance_uuid, None)
             if ours or (record is not None and (record.state, record.host) == (state, host)):
                 # (Recorded already: a commit whose answer was lost, or a reconciler that
                 # found it running.)
@@ -328,10 +337,10 @@ class BuildRecords:
                             "no record" if record is None else f"{record.state} "
                             f"({record.reason or 'no reason'})")
                 if undo is not None:
-                    try:
-                        undo()
-                    except Exception:  # logged; the next report shows what the host kept
-                        LOG.exception("could not have %s drop %s", host, instance_uuid)
+                    # Off this round's thread: a host that does not answer must not hold
+                    # up this process's heartbeats (its other builds would look abandoned).
+                    threading.Thread(target=_undo, args=(undo, host, instance_uuid),
+                                     name="berth-undo-build", daemon=True).start()
             done.append(instance_uuid)
         return done
 

@@ -467,7 +467,12 @@ class Conductor:
                 continue
             error = BerthError(f"build of instance {result.instance_uuid} was abandoned (its "
                                f"process was silent past the build timeout)")
-            if ours or self._completed_meanwhile(result):
+            completed = False if ours else self._completed_meanwhile(result)
+            if completed is None:  # the record cannot be read now: decided later
+                self.builds.defer(result.instance_uuid, ACTIVE, host=result.host, also=also,
+                                  undo=functools.partial(self._undo_build, result))
+                kept.append(result)
+            elif ours or completed:
                 kept.append(result)
             else:
                 LOG.error("build of %s on %s cannot be recorded (%s); its claim is "
@@ -484,15 +489,16 @@ class Conductor:
                 settled.add(failure.instance_uuid)
         return instances is not None
 
-    def _completed_meanwhile(self, result: BuildResult) -> bool:
+    def _completed_meanwhile(self, result: BuildResult) -> bool | None:
         """Whether the reconciler of some process recorded this build as active on its
         host while this one could not (it found the instance running there, with its
-        claim): it is built, and its claim and instance row stand."""
+        claim): it is built, and its claim and instance row stand. None when the record
+        cannot be read now."""
         assert self.builds is not None
         try:
             record = self.builds.get(result.instance_uuid)
         except ServiceUnavailable:
-            return False
+            return None
         if record is None or (record.state, record.host) != (ACTIVE, result.host):
             return False
         LOG.info("build of %s on %s was recorded by a reconciler meanwhile",

@@ -533,12 +533,13 @@ class PlacementClaimer:
                 LOG.warning("placement unreachable while claiming for %s: %s", consumer_uuid, exc)
                 return ClaimRefusal("placement unreachable")
             self._count("successes")
-            if generation is not None:
+            if generation is not None or self._before_merge:
                 with self._lock:
                     now = time.monotonic()
                     self._before_merge = {c: v for c, v in self._before_merge.items()
-                                          if now - v[0] < MERGE_MEMORY}
-                    self._before_merge[consumer_uuid] = (now, before)
+                                          if now - v[0] < MERGE_MEMORY and c != consumer_uuid}
+                    if generation is not None:
+                        self._before_merge[consumer_uuid] = (now, before)
             return True
 
     def _doubled_up(self, consumer_uuid: str, allocations: Mapping[str, Mapping[str, int]]

@@ -78,9 +78,10 @@ def spec_from_wire(data: Mapping[str, Any]) -> RequestSpec:
     group = data.get("instance_group")
     if group is not None:
         group = {k: v for k, v in group.items() if k in _GROUP_FIELDS}
-        claims = data.get("group_claims") or {}
-        group["member_hosts"] = dict(claims.get("hosts") or {})
-        group["member_flavors"] = dict(claims.get("flavors") or {})
+        claims = data.get("group_claims")
+        if claims:
+            group["member_hosts"] = dict(claims.get("hosts") or {})
+            group["member_flavors"] = dict(claims.get("flavors") or {})
     return RequestSpec(
         flavor=Flavor(**data["flavor"]),
         image=None if image is None else ImageMeta(
