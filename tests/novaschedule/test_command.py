@@ -294,7 +294,8 @@ def test_a_zone_is_not_checked_again_behind_novas_api(deployment: dict[str, Any]
 def test_scheduler_workers_start_that_many_processes_and_stop_with_the_first(
         deployment: dict[str, Any], tmp_path: Path) -> None:
     """``[scheduler] workers`` forks that many processes, as nova-scheduler does; each
-    reads Nova's databases and serves the topic; SIGTERM to the first stops them all."""
+    reads Nova's databases and serves the topic; one that dies is started again;
+    SIGTERM to the first stops them all."""
     conf = tmp_path / "workers.conf"
     conf.write_text(deployment["conf"].read_text() + "[scheduler]\nworkers = 2\n")
     log = tmp_path / "workers.log"
@@ -310,6 +311,15 @@ def test_scheduler_workers_start_that_many_processes_and_stop_with_the_first(
         for _ in range(4):  # served by whichever process takes them
             instance, answer = select(deployment)
             assert answer[0][0]["nova_object.data"]["service_host"]
+        # A worker that dies is started again, as Nova's launcher does.
+        worker = subprocess.run(["pgrep", "-f", "--", f"--worker-index 1 --config-file {conf}"],
+                                capture_output=True, text=True).stdout.split()
+        assert len(worker) == 1, worker
+        os.kill(int(worker[0]), signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while log.read_text().count("ready: nova-scheduler") < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0

@@ -35,6 +35,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -249,10 +250,16 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
             if args.worker_index and os.getppid() != parent:
                 LOG.warning("the first process of this scheduler is gone: stopping")
                 break  # a worker does not outlive the process that started it
-            for child in children:
-                if child.poll() is not None and not getattr(child, "reported", False):
-                    LOG.error("scheduler process %d exited with %s", child.pid, child.returncode)
-                    child.reported = True
+            for index, child in enumerate(children):
+                if child.poll() is None or time.monotonic() < getattr(child, "retry_at", 0.0):
+                    continue
+                # As Nova's launcher does: a worker that dies is started again (not
+                # more often than every RESTART_PAUSE seconds).
+                LOG.error("scheduler process %d exited with %s; starting another", child.pid,
+                          child.returncode)
+                again = _worker(args, host, index + 1)
+                again.retry_at = time.monotonic() + RESTART_PAUSE
+                children[index] = again
     finally:
         for child in children:
             child.terminate()
@@ -266,6 +273,11 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         for client in parts["clients"]:
             client.close()
     return 0
+
+
+#: Seconds between two starts of one worker process (one that dies at once is not
+#: started in a loop).
+RESTART_PAUSE = 5.0
 
 
 def _start_processes(args: argparse.Namespace, host: str, processes: int) -> list[Any]:
@@ -283,15 +295,20 @@ def _start_processes(args: argparse.Namespace, host: str, processes: int) -> lis
 
 
 def _spawn(args: argparse.Namespace, host: str, processes: int, children: list[Any]) -> None:
+    for i in range(1, processes):
+        children.append(_worker(args, host, i))
+
+
+def _worker(args: argparse.Namespace, host: str, index: int) -> Any:
+    """Start worker process ``index`` (its seed offset by it)."""
     import subprocess
 
-    for i in range(1, processes):
-        argv = [sys.executable, "-m", "berth.cli", "nova-scheduler", "--host", host,
-                "--workers", str(args.workers), "--worker-index", str(i)]
-        for path in args.config_file:
-            argv += ["--config-file", path]
-        if args.seed is not None:
-            argv += ["--seed", str(args.seed + i)]
-        if args.explain:
-            argv.append("--explain")
-        children.append(subprocess.Popen(argv))
+    argv = [sys.executable, "-m", "berth.cli", "nova-scheduler", "--host", host,
+            "--workers", str(args.workers), "--worker-index", str(index)]
+    for path in args.config_file:
+        argv += ["--config-file", path]
+    if args.seed is not None:
+        argv += ["--seed", str(args.seed + index)]
+    if args.explain:
+        argv.append("--explain")
+    return subprocess.Popen(argv)
