@@ -291,23 +291,35 @@ def test_a_zone_is_not_checked_again_behind_novas_api(deployment: dict[str, Any]
     assert answer[0][0]["nova_object.data"]["service_host"] != "a2"  # disabled
 
 
+def _wait_ready(proc: subprocess.Popen[bytes], log: Path, processes: int) -> None:
+    """Until ``processes`` "ready" lines are in ``log`` (each process writes one)."""
+    deadline = time.monotonic() + 60
+    while log.read_text().count("ready: nova-scheduler") < processes:
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+
+
+def _two_processes(deployment: dict[str, Any], base: Path
+                   ) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """``berth nova-scheduler`` with ``[scheduler] workers = 2``, both processes ready:
+    (the first process, its nova.conf, its log)."""
+    conf, log = base.with_suffix(".conf"), base.with_suffix(".log")
+    conf.write_text(deployment["conf"].read_text() + "[scheduler]\nworkers = 2\n")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "berth.cli", "nova-scheduler", "--config-file", str(conf)],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    _wait_ready(proc, log, 2)
+    return proc, conf, log
+
+
 def test_scheduler_workers_start_that_many_processes_and_stop_with_the_first(
         deployment: dict[str, Any], tmp_path: Path) -> None:
     """``[scheduler] workers`` forks that many processes, as nova-scheduler does; each
     reads Nova's databases and serves the topic; one that dies is started again;
     SIGTERM to the first stops them all."""
-    conf = tmp_path / "workers.conf"
-    conf.write_text(deployment["conf"].read_text() + "[scheduler]\nworkers = 2\n")
-    log = tmp_path / "workers.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "berth.cli", "nova-scheduler", "--config-file", str(conf)],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc, conf, log = _two_processes(deployment, tmp_path / "workers")
     try:
-        deadline = time.monotonic() + 60
-        while log.read_text().count("ready: nova-scheduler") < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
         for _ in range(4):  # served by whichever process takes them
             instance, answer = select(deployment)
             assert answer[0][0]["nova_object.data"]["service_host"]
@@ -316,10 +328,7 @@ def test_scheduler_workers_start_that_many_processes_and_stop_with_the_first(
                                 capture_output=True, text=True).stdout.split()
         assert len(worker) == 1, worker
         os.kill(int(worker[0]), signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while log.read_text().count("ready: nova-scheduler") < 3:
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        _wait_ready(proc, log, 3)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
@@ -332,17 +341,7 @@ def test_scheduler_workers_do_not_outlive_a_first_process_that_was_killed(
         deployment: dict[str, Any], tmp_path: Path) -> None:
     """SIGKILL (or the OOM killer) takes the first process without its clean-up: the
     others notice and stop, rather than serve on beside the next start's."""
-    conf = tmp_path / "killed.conf"
-    conf.write_text(deployment["conf"].read_text() + "[scheduler]\nworkers = 2\n")
-    log = tmp_path / "killed.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "berth.cli", "nova-scheduler", "--config-file", str(conf)],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 60
-    while log.read_text().count("ready: nova-scheduler") < 2:
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
+    proc, conf, _ = _two_processes(deployment, tmp_path / "killed")
     proc.kill()
     proc.wait(timeout=30)
     deadline = time.monotonic() + 30

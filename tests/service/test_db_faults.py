@@ -91,59 +91,91 @@ def test_a_sqlite_lock_past_its_timeout_is_a_503_and_reads_still_work(
     assert api.post("/boot", json=TINY).status_code == 200
 
 
-@pytest.mark.postgres
-def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Path) -> None:
+#: Room for ~10,000 tiny boots: the traffic must never fill the cloud (a NoValidHost
+#: would be a 409), however fast the boots go (~900 in 5 s).
+ROOMY_CLOUD = ('hosts:\n  - {host: "n{index}", count: 4, vcpus: 640, '
+               'memory_mb: 5242880, local_gb: 20000}\n')
+
+
+@contextlib.contextmanager
+def _serve(tmp_path: Path, db: str) -> Iterator[tuple[Any, str]]:
+    """A ``berth serve`` process on ``db`` with :data:`ROOMY_CLOUD`, once it answers;
+    (the process, its URL)."""
     import os
     import subprocess
     import sys
 
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(ROOMY_CLOUD)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2",
+         "--db", db, "--port", str(port), "--cloud", str(cloud)],
+        # A file, not a pipe nobody reads: the access log of this much traffic would
+        # fill a pipe and block the server.
+        stdout=(tmp_path / "serve.log").open("w"), stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        yield proc, url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+class _Traffic:
+    """Threads calling the server until stopped, one per call kind: its answers as
+    (status, Retry-After), and the text of every answer neither 200 nor 503."""
+
+    def __init__(self, url: str, calls: tuple[str, ...], pause: float = 0.0) -> None:
+        self.url, self.pause = url, pause
+        self.answers: list[tuple[int, str | None]] = []
+        self.odd: list[str] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(c,)) for c in calls]
+        for thread in self.threads:
+            thread.start()
+
+    def _run(self, call: str) -> None:
+        with httpx.Client(base_url=self.url, timeout=60, headers=ADMIN) as client:
+            while not self.stop.is_set():
+                if call == "boot":
+                    r = client.post("/boot", json=TINY)
+                elif call == "group":
+                    r = client.post("/server-groups",
+                                    json={"name": "g", "policy": "anti-affinity"})
+                elif call == "hosts":
+                    r = client.get("/hosts")
+                else:
+                    r = client.get("/placement/resource_providers", headers=PLACEMENT)
+                self.answers.append((r.status_code, r.headers.get("retry-after")))
+                if r.status_code not in (200, 503):
+                    self.odd.append(f"{call} {r.status_code} {r.text[:300]}")
+                time.sleep(self.pause)
+
+    def finish(self, timeout: float = 60) -> list[int]:
+        """Stop the threads; the statuses answered."""
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=timeout)
+        return [status for status, _ in self.answers]
+
+
+@pytest.mark.postgres
+def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Path) -> None:
     from pgdb import fresh_pg_database
 
-    cloud = tmp_path / "cloud.yaml"
-    # Room for ~10,000 tiny boots: the traffic must never fill the cloud (a NoValidHost
-    # would be a 409), however fast the boots go (~900 in the 5 s here).
-    cloud.write_text('hosts:\n  - {host: "n{index}", count: 4, vcpus: 640, '
-                     'memory_mb: 5242880, local_gb: 20000}\n')
-    with fresh_pg_database("berth_faults") as db:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2", "--db", db, "--port", str(port),
-             # A file, not a pipe nobody reads: the access log of this much traffic
-             # would fill a pipe and block the server.
-             "--cloud", str(cloud)], stdout=(tmp_path / "serve.log").open("w"),
-            stderr=subprocess.STDOUT,
-            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    with fresh_pg_database("berth_faults") as db, _serve(tmp_path, db) as (proc, url):
         admin = sa.create_engine(db, isolation_level="AUTOCOMMIT")
         try:
-            deadline = time.monotonic() + 90
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                        break
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
-            statuses: list[int] = []
-            odd: list[str] = []
-            stop = threading.Event()
-
-            def traffic(call: str) -> None:
-                with httpx.Client(base_url=url, timeout=60, headers=ADMIN) as client:
-                    while not stop.is_set():
-                        if call == "boot":
-                            r = client.post("/boot", json=TINY)
-                        elif call == "hosts":
-                            r = client.get("/hosts")
-                        else:
-                            r = client.get("/placement/resource_providers", headers=PLACEMENT)
-                        statuses.append(r.status_code)
-                        if r.status_code not in (200, 503):
-                            odd.append(r.text[:500])
-
-            workers = [threading.Thread(target=traffic, args=(c,))
-                       for c in ("boot", "boot", "hosts", "providers")]
-            for w in workers:
-                w.start()
+            traffic = _Traffic(url, ("boot", "boot", "hosts", "providers"))
             for _ in range(5):
                 time.sleep(0.8)
                 with admin.connect() as conn:
@@ -151,18 +183,14 @@ def test_terminated_postgres_backends_are_retried_or_503_never_500(tmp_path: Pat
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                         "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
             time.sleep(0.5)
-            stop.set()
-            for w in workers:
-                w.join(timeout=60)
+            statuses = traffic.finish()
             assert 500 not in statuses, sorted(set(statuses))
-            assert set(statuses) <= {200, 503} and statuses.count(200) > 20, odd
+            assert set(statuses) <= {200, 503} and statuses.count(200) > 20, traffic.odd
             # Served normally afterwards, by the same process.
             assert httpx.post(url + "/boot", json=TINY, timeout=60, headers=ADMIN).status_code == 200
             assert proc.poll() is None
         finally:
             admin.dispose()
-            proc.terminate()
-            proc.wait(timeout=30)
 
 
 class _Outage:
@@ -228,75 +256,27 @@ def test_a_database_that_goes_down_is_503_and_served_again_when_it_is_back(
     a real ``berth serve`` with boots, group creations and both APIs' reads in flight:
     every answer is a success or a 503 with Retry-After (a connection that cannot be
     made was a 500), and the same process serves again once it is back."""
-    import os
-    import subprocess
-    import sys
-
     from pgdb import fresh_pg_database
 
-    cloud = tmp_path / "cloud.yaml"
-    cloud.write_text('hosts:\n  - {host: "n{index}", count: 4, vcpus: 640, '
-                     'memory_mb: 5242880, local_gb: 20000}\n')
     with fresh_pg_database("berth_outage") as db:
         parsed = sa.engine.make_url(db)
         relay = _Outage((parsed.host or "127.0.0.1", parsed.port or 5432))
         relayed = parsed.set(port=relay.port).render_as_string(hide_password=False)
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "berth.cli", "serve", "--auth-strategy", "noauth2",
-             "--db", relayed, "--port", str(port), "--cloud", str(cloud)],
-            stdout=(tmp_path / "serve.log").open("w"), stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
-            deadline = time.monotonic() + 90
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                        break
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
-            answers: list[tuple[int, str | None]] = []
-            odd: list[str] = []
-            stop = threading.Event()
-
-            def traffic(call: str) -> None:
-                with httpx.Client(base_url=url, timeout=60, headers=ADMIN) as client:
-                    while not stop.is_set():
-                        if call == "boot":
-                            r = client.post("/boot", json=TINY)
-                        elif call == "group":
-                            r = client.post("/server-groups",
-                                            json={"name": "g", "policy": "anti-affinity"})
-                        elif call == "hosts":
-                            r = client.get("/hosts")
-                        else:
-                            r = client.get("/placement/resource_providers", headers=PLACEMENT)
-                        answers.append((r.status_code, r.headers.get("retry-after")))
-                        if r.status_code not in (200, 503):
-                            odd.append(f"{call} {r.status_code} {r.text[:300]}")
-                        time.sleep(0.02)
-
-            workers = [threading.Thread(target=traffic, args=(c,))
-                       for c in ("boot", "group", "hosts", "providers")]
-            for w in workers:
-                w.start()
-            time.sleep(1.0)
-            relay.down()
-            time.sleep(3.0)
-            relay.up()
-            time.sleep(2.0)
-            stop.set()
-            for w in workers:
-                w.join(timeout=90)
-            statuses = [status for status, _ in answers]
-            assert not odd, odd[:5]
-            assert 503 in statuses and statuses.count(200) > 20
-            assert all(after for status, after in answers if status == 503)
-            # Served normally afterwards, by the same process.
-            assert httpx.post(url + "/boot", json=TINY, timeout=60, headers=ADMIN).status_code == 200
-            assert proc.poll() is None
+            with _serve(tmp_path, relayed) as (proc, url):
+                traffic = _Traffic(url, ("boot", "group", "hosts", "providers"), pause=0.02)
+                time.sleep(1.0)
+                relay.down()
+                time.sleep(3.0)
+                relay.up()
+                time.sleep(2.0)
+                statuses = traffic.finish(timeout=90)
+                assert not traffic.odd, traffic.odd[:5]
+                assert 503 in statuses and statuses.count(200) > 20
+                assert all(after for status, after in traffic.answers if status == 503)
+                # Served normally afterwards, by the same process.
+                assert httpx.post(url + "/boot", json=TINY, timeout=60,
+                                  headers=ADMIN).status_code == 200
+                assert proc.poll() is None
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
             relay.down()

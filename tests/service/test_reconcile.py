@@ -219,14 +219,9 @@ def test_a_boot_records_its_builds_and_settles_them(stack: Stack) -> None:
     assert failed is not None and failed.state == FAILED and "No valid host" in (failed.reason or "")
 
 
-def test_a_build_the_database_cannot_record_is_still_built_and_recorded_when_it_is_back(
-        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The database goes while a boot settles its builds: the instance runs and holds
-    its claim, so the boot answers it as built (an error would be retried by a client,
-    and build it twice); the record waits, keeps its heartbeat (the reconciler must not
-    take it for abandoned) and is written on the next heartbeat round."""
-    stack.register_hosts([node("h0")])
-    conductor = stack.conductor(stack.scheduler(seed=1))
+def _settles_down(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """A database that cannot take a build's settle (``ServiceUnavailable``) while the
+    flag this returns holds True."""
     real = stack.builds.settle
     down = [True]
 
@@ -236,6 +231,18 @@ def test_a_build_the_database_cannot_record_is_still_built_and_recorded_when_it_
         return real(*args, **kwargs)
 
     monkeypatch.setattr(stack.builds, "settle", settle)
+    return down
+
+
+def test_a_build_the_database_cannot_record_is_still_built_and_recorded_when_it_is_back(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database goes while a boot settles its builds: the instance runs and holds
+    its claim, so the boot answers it as built (an error would be retried by a client,
+    and build it twice); the record waits, keeps its heartbeat (the reconciler must not
+    take it for abandoned) and is written on the next heartbeat round."""
+    stack.register_hosts([node("h0")])
+    conductor = stack.conductor(stack.scheduler(seed=1))
+    down = _settles_down(stack, monkeypatch)
     (built,) = conductor.build_instances(RequestSpec(flavor=TINY, project_id="p", user_id="u"))
     uuid = built.instance_uuid
     assert _held(stack, uuid) and stack.builds.deferred == [uuid]
@@ -258,15 +265,7 @@ def test_a_deferred_build_a_reconciler_failed_meanwhile_is_dropped_by_its_host(
     owner could record it. The owner has the host drop the instance."""
     (agent,) = stack.register_hosts([node("h0")])
     conductor = stack.conductor(stack.scheduler(seed=1))
-    real = stack.builds.settle
-    down = [True]
-
-    def settle(*args: Any, **kwargs: Any) -> bool:
-        if down[0] and kwargs.get("host") is not None:
-            raise ServiceUnavailable("the database connection was lost; try again shortly")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(stack.builds, "settle", settle)
+    down = _settles_down(stack, monkeypatch)
     (built,) = conductor.build_instances(RequestSpec(flavor=TINY, project_id="p", user_id="u"))
     uuid = built.instance_uuid
     assert uuid in agent.host_record(0.0).instances

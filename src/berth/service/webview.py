@@ -24,6 +24,7 @@ the what-if form, and the capacity by flavor. It is one self-contained HTML file
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import itertools
 import threading
@@ -183,11 +184,13 @@ class CapacityRuns:
         return True
 
 
+@functools.cache
 def page() -> bytes:
-    """The web view's HTML."""
+    """The web view's HTML (read once)."""
     return resources.files("berth.service").joinpath("webview.html").read_bytes()
 
 
+@functools.cache
 def page_headers(html: bytes) -> list[tuple[str, str]]:
     """The page's security headers: its one inline script allowed by its hash (no other
     script runs, should a name ever reach the page unescaped), nothing fetched from
