@@ -21,7 +21,7 @@ from berth.placement.db import prepare
 from berth.placement.local import LocalPlacement
 from berth.placement.store import PlacementStore
 
-AGG = str(uuid.uuid4())
+AGG = "4f1c9a52-7d1e-4b8e-9c55-3a0e6b2d8f10"  # fixed: test ids must not vary per process
 
 
 Pair = tuple[PlacementClient, LocalPlacement]
