@@ -155,6 +155,37 @@ def test_claims_in_another_store_are_applied_from_the_log_with_one_query(engine:
     theirs.close()
 
 
+def test_a_deleted_provider_s_id_given_to_a_new_one_is_another_provider(engine: Any) -> None:
+    """SQLite gives the id of a deleted highest-numbered provider to the next one created.
+    A cache following the log must see another provider there: before, it kept the old
+    uuid on that id, so a claim naming the deleted provider went onto the new one."""
+    rps = _providers(engine, 2, "reuse")
+    mine, theirs = PlacementStore(engine), PlacementStore(engine)
+    mine.provider_graph()
+    _claim(mine, rps[0])  # the general path caches the project and user ids
+    mine.provider_graph()
+    gone = theirs.get_provider(rps[1])
+    assert gone is not None
+    theirs.delete_provider(rps[1])
+    new = theirs.create_provider("reuse-new", None, None)
+    theirs.set_inventories(new.uuid, 0, INV, (1, 39))
+    if engine.dialect.name == "sqlite":
+        assert theirs.get_provider(new.uuid).id == gone.id  # type: ignore[union-attr]
+    assert mine.provider_graph().providers == _fresh(engine)
+    with pytest.raises(errors.BadRequest, match="does not exist"):
+        _claim(mine, rps[1])
+    consumer = _claim(mine, new.uuid, vcpu=3)
+    assert {p.uuid: p.usages for p in mine.provider_graph().providers}[new.uuid] == {
+        "VCPU": 3, "MEMORY_MB": 64}
+    theirs.delete_consumer_allocations(consumer)
+    theirs.delete_provider(new.uuid)  # the cache's uuid index must have followed it
+    assert mine.provider_graph().providers == _fresh(engine)
+    with pytest.raises(errors.BadRequest, match="does not exist"):
+        _claim(mine, new.uuid)
+    mine.close()
+    theirs.close()
+
+
 def test_an_inventory_change_among_claims_reloads_that_provider(engine: Any) -> None:
     rps = _providers(engine, 2, "mixed")
     mine, theirs = PlacementStore(engine), PlacementStore(engine)

@@ -246,6 +246,15 @@ class GraphMixin(StoreBase):
                 providers[rp_id] = new
                 self._ids_by_uuid[new.uuid] = rp_id
                 self._structural = True
+            elif new.uuid != cur.uuid:
+                # SQLite hands a deleted provider's id to the next new one (its highest
+                # rowid is reused): another provider now, not a change of this one.
+                providers[rp_id] = new
+                if self._ids_by_uuid.get(cur.uuid) == rp_id:
+                    del self._ids_by_uuid[cur.uuid]
+                self._ids_by_uuid[new.uuid] = rp_id
+                dirty.pop(rp_id, None)
+                self._structural = True
             elif new != cur:
                 providers[rp_id] = new
                 dirty[rp_id] = new
