@@ -179,16 +179,23 @@ class ArrayResult:
 SearchResult = FlatResult | GeneralResult | ArrayResult
 
 
-def check_group_names(graph: ProviderGraph, group: RequestGroup) -> None:
-    """Unknown resource class or trait names in ``group`` -> the reference's 400s."""
+def check_group_names(graph: ProviderGraph, group: RequestGroup) -> bool:
+    """Unknown resource class or trait names in ``group`` -> the reference's 400s; False
+    when the group can have no candidate before its traits are looked at.
+
+    Placement's order: the classes, then ``member_of`` (no provider in its aggregates
+    ends the search with an empty answer), then the traits."""
     for rc in group.resources:
         if rc not in graph.known_classes:
             raise BadRequest(
                 f"Invalid resource class in resources parameter: No such resource class {rc}."
             )
+    if group.member_of and not member_of_mask(graph, group).any():
+        return False
     for any_of in group.required:
         check_trait_names(graph, any_of)
     check_trait_names(graph, group.forbidden)
+    return True
 
 
 def check_trait_names(graph: ProviderGraph, names: Iterable[str]) -> None:
@@ -205,8 +212,8 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
     groups = list(query.groups.values())
     if len(groups) == 1 and groups[0].suffix == "" and not graph.has_trees and not graph.sharing:
         group = groups[0]
-        check_group_names(graph, group)
-        if allowed is not None and not allowed.any():
+        # root_required matching no root ends the search before any group is looked at.
+        if (allowed is not None and not allowed.any()) or not check_group_names(graph, group):
             return FlatResult(np.empty(0, dtype=np.int64), dict(group.resources))
         mask = _single_provider_mask(graph, group, apply_in_tree=True)
         if allowed is not None:
@@ -222,9 +229,10 @@ def search(graph: ProviderGraph, query: CandidateQuery, microversion: Microversi
     sharing = set(graph.sharing)
     per_group: list[list[GroupRequest]] = []
     before: list[frozenset[int]] = []
+    if allowed is not None and not allowed.any():
+        return GeneralResult([])
     for group in groups:
-        check_group_names(graph, group)
-        if allowed is not None and not allowed.any():
+        if not check_group_names(graph, group):
             return GeneralResult([])
         before.append(frozenset(sharing))
         if group.use_same_provider or (not graph.has_trees and not sharing):
@@ -467,9 +475,10 @@ def _array_search(graph: ProviderGraph, query: CandidateQuery, groups: list[Requ
     ``same_subtree``, as arrays: what the per-group paths and :func:`_merge` give (the
     same requests in the same order), as an :class:`ArrayResult`."""
     parts: list[tuple[IntArray, IntArray, tuple[str, ...]]] = []
+    if allowed is not None and not allowed.any():
+        return GeneralResult([])
     for group in groups:
-        check_group_names(graph, group)
-        if allowed is not None and not allowed.any():
+        if not check_group_names(graph, group):
             return GeneralResult([])
         if group.use_same_provider or not graph.has_trees:
             found = _single_provider_arrays(graph, group, allowed)

@@ -176,6 +176,7 @@ def show_provider(req: Request, store: PlacementStore, params: Mapping[str, str]
 def update_provider(req: Request, store: PlacementStore, params: Mapping[str, str]) -> Response:
     """PUT /resource_providers/{uuid}: 200; 400; 404; 409."""
     v = req.version
+    _require_rp(store, params["uuid"])  # a missing provider answers 404 before a bad body
     data = req.json_body()
     schemas.validate_body(
         schemas.PUT_PROVIDER_V1_14 if v >= (1, 14) else schemas.PUT_PROVIDER_V1_0, data
@@ -694,5 +695,5 @@ def reshape(req: Request, store: PlacementStore, params: Mapping[str, str]) -> R
         _consumer_write(_rp_key(consumer), body, v)
         for consumer, body in data["allocations"].items()
     ]
-    store.reshape(new_inventories, writes, v)
+    store.reshape(new_inventories, writes)
     return empty_response(204)

@@ -181,7 +181,10 @@ PUT_INVENTORIES: dict[str, Any] = {
         "inventories": {
             "type": "object",
             "patternProperties": {"^[A-Z0-9_]+$": PUT_INVENTORY_RECORD},
-            "additionalProperties": False,
+            # Placement's schema lets any other key through (it is then an unknown class,
+            # after the generation and capacity checks); its record is still checked here,
+            # where Placement would fail on a malformed one with a 500.
+            "additionalProperties": PUT_INVENTORY_RECORD,
         },
     },
     "required": ["resource_provider_generation", "inventories"],

@@ -257,9 +257,11 @@ class AllocationsMixin(FastWritesMixin):
             self._id_cache.update(new_ids)
 
     def _inspect_consumers(
-        self, conn: Connection, writes: Sequence[ConsumerWrite]
+        self, conn: Connection, writes: Sequence[ConsumerWrite], *, create_only: bool = False
     ) -> dict[str, _ConsumerState]:
-        """Check consumer generations, create missing consumers, update project/user/type."""
+        """Check consumer generations, create missing consumers, update project/user/type
+        (with ``create_only``, only create: Placement changes an existing consumer in the
+        transaction that writes its allocations, and a failed write leaves it as it was)."""
         states: dict[str, _ConsumerState] = {}
         for w in writes:
             project = self._external_id(conn, projects, w.project_id)
@@ -284,7 +286,7 @@ class AllocationsMixin(FastWritesMixin):
                     changes["user_id"] = user
                 if ctype_id is not None and row.consumer_type_id != ctype_id:
                     changes["consumer_type_id"] = ctype_id
-                if changes:
+                if changes and not create_only:
                     changes["updated_at"] = utcnow()
                     conn.execute(
                         sa.update(consumers).where(consumers.c.id == row.id).values(**changes)
@@ -344,7 +346,7 @@ class AllocationsMixin(FastWritesMixin):
                     contextlib.suppress(errors.PlacementError, sa.exc.IntegrityError),
                     self._write() as conn,
                 ):
-                    self._inspect_consumers(conn, writes)
+                    self._inspect_consumers(conn, writes, create_only=True)
                 raise
             except sa.exc.IntegrityError:
                 # Another request created the same consumer between our read and insert.
@@ -490,7 +492,12 @@ class AllocationsMixin(FastWritesMixin):
             if not self._bump(conn, rp_id, bump_ids[rp_id], usage_only=True):
                 raise _Retry()
         # Consumers in a fixed order, like providers, so concurrent writers cannot deadlock.
+        # A consumer cleared with an empty ``allocations`` that held none is neither bumped
+        # nor deleted: Placement writes (and counts) only consumers with allocation rows.
+        held = {r.consumer_id for r in old_rows}
         for w in sorted(writes, key=lambda w: w.consumer_uuid):
+            if not w.allocations and w.consumer_uuid not in held:
+                continue
             state = states[w.consumer_uuid]
             result = conn.execute(
                 _BUMP_CONSUMER,

@@ -116,17 +116,17 @@ class InventoriesMixin(StoreBase):
         with self._write() as conn:
             self._lock_for_links(conn, inventories)
             prov = self._require_provider(conn, uuid)
+            if not _capacity_ok(inv, version):
+                raise errors.BadRequest(
+                    f"Unable to create inventory for resource provider {uuid}: "
+                    + _capacity_message(version, inv.resource_class, uuid)
+                )
             by_name, _ = self._rc_maps(conn)
             rc_id = by_name.get(inv.resource_class)
             if rc_id is None:
                 raise errors.BadRequest(
                     f"Unable to create inventory for resource provider {uuid}: No such resource "
                     f"class {inv.resource_class}."
-                )
-            if not _capacity_ok(inv, version):
-                raise errors.BadRequest(
-                    f"Unable to create inventory for resource provider {uuid}: "
-                    + _capacity_message(version, inv.resource_class, uuid)
                 )
             existing = self._inventories(conn, prov.id)
             if inv.resource_class in existing:
@@ -164,6 +164,13 @@ class InventoriesMixin(StoreBase):
                 raise errors.Conflict(
                     "resource provider generation conflict", code=errors.CONCURRENT_UPDATE
                 )
+            # Placement's order: the capacities, then the classes, then what is in use.
+            for rc, inv in new.items():
+                if not _capacity_ok(inv, version):
+                    raise errors.BadRequest(
+                        f"Unable to update inventory for resource provider {uuid}: "
+                        + _capacity_message(version, rc, uuid)
+                    )
             by_name, by_id = self._rc_maps(conn)
             for rc in new:
                 if rc not in by_name:
@@ -171,7 +178,7 @@ class InventoriesMixin(StoreBase):
                         f"Unknown resource class in inventory for resource provider {uuid}: No "
                         f"such resource class {rc}."
                     )
-            self._replace_inventory(conn, prov, new, by_name, by_id, version, reshaper=False)
+            self._replace_inventory(conn, prov, new, by_name, by_id)
             if not self._bump(conn, prov.id, generation):
                 raise errors.Conflict(
                     "resource provider generation conflict", code=errors.CONCURRENT_UPDATE
@@ -185,10 +192,10 @@ class InventoriesMixin(StoreBase):
         new: Mapping[str, InventoryRecord],
         by_name: Mapping[str, int],
         by_id: Mapping[int, str],
-        version: tuple[int, int],
-        *,
-        reshaper: bool,
     ) -> None:
+        """Write ``new`` as the provider's whole inventory; 409 when a class it drops is
+        in use. Capacities are the caller's to check (the reshaper checks none, as
+        Placement's does not)."""
         old = self._inventories(conn, prov.id)
         removed = [by_name[rc] for rc in old if rc not in new]
         in_use = self._in_use(conn, prov.id, removed)
@@ -199,14 +206,6 @@ class InventoriesMixin(StoreBase):
                 "in use.",
                 code=errors.INVENTORY_INUSE,
             )
-        for rc, inv in new.items():
-            if not _capacity_ok(inv, version):
-                prefix = (
-                    "malformed reshaper data: "
-                    if reshaper
-                    else f"Unable to update inventory for resource provider {prov.uuid}: "
-                )
-                raise errors.BadRequest(prefix + _capacity_message(version, rc, prov.uuid))
         if removed:
             conn.execute(
                 sa.delete(inventories).where(
@@ -298,7 +297,7 @@ class InventoriesMixin(StoreBase):
         with self._write() as conn:
             prov = self._require_provider(conn, uuid)
             by_name, by_id = self._rc_maps(conn)
-            self._replace_inventory(conn, prov, {}, by_name, by_id, (1, 39), reshaper=False)
+            self._replace_inventory(conn, prov, {}, by_name, by_id)
             if not self._bump(conn, prov.id, prov.generation):
                 raise errors.Conflict(
                     "resource provider generation conflict", code=errors.CONCURRENT_UPDATE

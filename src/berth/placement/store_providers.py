@@ -52,33 +52,32 @@ class ProvidersMixin(StoreBase):
                 if root_id is None:
                     return []
                 stmt = stmt.where(rp.c.root_provider_id == root_id)
+            # Placement's order, where a filter no provider meets ends with an empty list
+            # before the names of the filters after it are checked: the required traits
+            # (unknown: 400; none has them: []), the forbidden traits (unknown: 400),
+            # member_of (no member: []), then the resource classes (unknown: 400).
+            if filters.required is not None:
+                req = filters.required
+                self._check_trait_names(conn, {t for any_of in req.required for t in any_of})
+                if req.required:
+                    have = [rp.c.id.in_(self._trait_members(any_of)) for any_of in req.required]
+                    if conn.execute(sa.select(rp.c.id).where(*have).limit(1)).first() is None:
+                        return []
+                    stmt = stmt.where(*have)
+                if req.forbidden:
+                    self._check_trait_names(conn, set(req.forbidden))
+                    stmt = stmt.where(rp.c.id.not_in(self._trait_members(req.forbidden)))
             if filters.member_of is not None:
-                for any_of in filters.member_of.required:
-                    stmt = stmt.where(rp.c.id.in_(self._agg_members(any_of)))
+                if filters.member_of.required:
+                    within = [rp.c.id.in_(self._agg_members(any_of))
+                              for any_of in filters.member_of.required]
+                    if conn.execute(sa.select(rp.c.id).where(*within).limit(1)).first() is None:
+                        return []
+                    stmt = stmt.where(*within)
                 if filters.member_of.forbidden:
                     stmt = stmt.where(
                         rp.c.id.not_in(self._agg_members(filters.member_of.forbidden))
                     )
-            if filters.required is not None:
-                req = filters.required
-                names = req.names()
-                if names:
-                    found = {
-                        r[0]
-                        for r in conn.execute(
-                            sa.select(traits.c.name).where(traits.c.name.in_(names))
-                        )
-                    }
-                    missing = sorted(names - found)
-                    if missing:
-                        raise errors.BadRequest(
-                            'Invalid trait(s) in "required" parameter: No such trait(s): '
-                            f"{', '.join(missing)}."
-                        )
-                for any_of in req.required:
-                    stmt = stmt.where(rp.c.id.in_(self._trait_members(any_of)))
-                if req.forbidden:
-                    stmt = stmt.where(rp.c.id.not_in(self._trait_members(req.forbidden)))
             if filters.resources:
                 by_name, _ = self._rc_maps(conn)
                 for rc_name, amount in filters.resources.items():
@@ -94,6 +93,20 @@ class ProvidersMixin(StoreBase):
                     stmt = stmt.where(rp.c.id.in_(self._fitting(rc_id, amount)))
             rows = conn.execute(stmt.order_by(rp.c.id)).all()
         return [self._record(r) for r in rows]
+
+    @staticmethod
+    def _check_trait_names(conn: Connection, names: set[str]) -> None:
+        """400 naming the traits of ``names`` that do not exist."""
+        if not names:
+            return
+        found = {r[0] for r in conn.execute(sa.select(traits.c.name).where(
+            traits.c.name.in_(sorted(names))))}
+        missing = sorted(names - found)
+        if missing:
+            raise errors.BadRequest(
+                f'Invalid trait(s) in "required" parameter: No such trait(s): '
+                f"{', '.join(missing)}."
+            )
 
     @staticmethod
     def _agg_members(agg_uuids: Iterable[str]) -> sa.Select[Any]:
@@ -145,6 +158,9 @@ class ProvidersMixin(StoreBase):
         """Create a provider (generation 0); 409 duplicate_name, 400 bad parent."""
         rp_uuid = uuid or str(uuid_mod.uuid4())
         prefix = f'Unable to create resource provider "{name}", {rp_uuid}: '
+        if not name:  # the schema lets "" through; Placement's object refuses it first
+            raise errors.BadRequest(prefix + "Object action create failed because: name is "
+                                    "required")
         if parent_uuid is not None and parent_uuid == rp_uuid:
             raise errors.BadRequest(
                 prefix + "Object action create failed because: parent provider UUID cannot be "
@@ -342,6 +358,15 @@ class ProvidersMixin(StoreBase):
             if row is None:
                 raise errors.NotFound(f"No resource provider with uuid {uuid} found for delete")
             rp_id = row.id
+            # Placement looks for children first, then allocations.
+            if conn.execute(
+                sa.select(rp.c.id).where(rp.c.parent_provider_id == rp_id).limit(1)
+            ).first():
+                raise errors.Conflict(
+                    f"Unable to delete parent resource provider {uuid}: It has child resource "
+                    "providers.",
+                    code=errors.PROVIDER_CANNOT_DELETE_PARENT,
+                )
             if conn.execute(
                 sa.select(allocations.c.id)
                 .where(allocations.c.resource_provider_id == rp_id)
@@ -351,14 +376,6 @@ class ProvidersMixin(StoreBase):
                     f"Unable to delete resource provider {uuid}: Resource provider has "
                     "allocations.",
                     code=errors.PROVIDER_IN_USE,
-                )
-            if conn.execute(
-                sa.select(rp.c.id).where(rp.c.parent_provider_id == rp_id).limit(1)
-            ).first():
-                raise errors.Conflict(
-                    f"Unable to delete parent resource provider {uuid}: It has child resource "
-                    "providers.",
-                    code=errors.PROVIDER_CANNOT_DELETE_PARENT,
                 )
             conn.execute(sa.delete(inventories).where(inventories.c.resource_provider_id == rp_id))
             conn.execute(

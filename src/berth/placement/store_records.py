@@ -175,9 +175,10 @@ def _capacity_message(version: tuple[int, int], rc: str, rp_uuid: str) -> str:
 
 
 def _capacity_ok(inv: InventoryRecord, version: tuple[int, int]) -> bool:
-    if version >= (1, 26):
-        return inv.reserved <= inv.total
-    return inv.reserved < inv.total
+    """Placement's write-time check of ``int((total - reserved) * allocation_ratio)``:
+    positive below 1.26, not negative from 1.26 (so the ratio counts, a negative one too)."""
+    capacity = int((inv.total - inv.reserved) * inv.allocation_ratio)
+    return capacity >= 0 if version >= (1, 26) else capacity > 0
 
 
 def _fields(inv: InventoryRecord) -> dict[str, Any]:

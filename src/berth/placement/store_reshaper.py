@@ -26,8 +26,6 @@ from berth.placement.store_records import (
     ConsumerWrite,
     InventoryRecord,
     ProviderRecord,
-    _capacity_message,
-    _capacity_ok,
     _ConsumerState,
     _fields,
     _Retry,
@@ -44,13 +42,13 @@ class ReshaperMixin(InventoriesMixin, AllocationsMixin):
         self,
         new_inventories: Mapping[str, tuple[int, dict[str, InventoryRecord]]],
         writes: Sequence[ConsumerWrite],
-        version: tuple[int, int],
     ) -> None:
-        """Atomically move inventory and allocations (POST /reshaper)."""
+        """Atomically move inventory and allocations (POST /reshaper). Inventory
+        capacities are not checked: Placement's reshaper does not check them."""
         for _attempt in range(RETRY_COUNT):
             try:
                 with self._write() as conn:
-                    self._reshape(conn, new_inventories, writes, version)
+                    self._reshape(conn, new_inventories, writes)
                 return
             except _Retry:
                 continue
@@ -61,7 +59,6 @@ class ReshaperMixin(InventoriesMixin, AllocationsMixin):
         conn: Connection,
         new_inventories: Mapping[str, tuple[int, dict[str, InventoryRecord]]],
         writes: Sequence[ConsumerWrite],
-        version: tuple[int, int],
     ) -> None:
         provs: dict[str, ProviderRecord] = {}
         for rp_uuid in new_inventories:
@@ -156,11 +153,6 @@ class ReshaperMixin(InventoriesMixin, AllocationsMixin):
             new_inventories.items(), key=lambda item: provs[item[0]].id
         ):
             prov = provs[rp_uuid]
-            for rc, inv in invs.items():
-                if not _capacity_ok(inv, version):
-                    raise errors.BadRequest(
-                        "malformed reshaper data: " + _capacity_message(version, rc, rp_uuid)
-                    )
             if invs:
                 merged = dict(self._inventories(conn, prov.id))
                 merged.update(invs)
@@ -185,7 +177,7 @@ class ReshaperMixin(InventoriesMixin, AllocationsMixin):
             new_inventories.items(), key=lambda item: provs[item[0]].id
         ):
             prov = provs[rp_uuid]
-            self._replace_inventory(conn, prov, invs, by_name, by_id, version, reshaper=True)
+            self._replace_inventory(conn, prov, invs, by_name, by_id)
             if not self._bump(conn, prov.id, gens[rp_uuid]):
                 raise _Retry()
 

@@ -1,0 +1,228 @@
+"""What a differential run against the real Placement 16 found (the same random request
+sequences sent to both; each case here answered differently before its fix).
+
+Most are about order: which check Placement makes first decides the answer when a
+request breaks two rules, or when an empty answer comes before a name is looked up.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from placement.support import Api, code, detail
+
+
+def new_uuid() -> str:
+    return str(uuid.uuid4())
+
+
+def _custom_trait(api: Api) -> str:
+    """A trait that exists and that no provider has."""
+    name = f"CUSTOM_ORDER_{uuid.uuid4().hex[:12].upper()}"
+    assert api.put(f"/traits/{name}", mv="1.6").status_code == 201
+    return name
+
+
+def _alloc(rp: str, gen: int | None, project: str = "p1", user: str = "u1",
+           ctype: str = "INSTANCE", **resources: int) -> dict[str, Any]:
+    return {"allocations": {rp: {"resources": resources}} if resources else {},
+            "project_id": project, "user_id": user, "consumer_generation": gen,
+            "consumer_type": ctype}
+
+
+# ------------------------------------------------------------------ consumers
+
+
+def test_an_empty_write_for_a_consumer_without_allocations_keeps_it(any_api: Api) -> None:
+    """Placement writes only consumers that have allocation rows: an empty write for a
+    new consumer creates it (generation 0) and neither bumps nor deletes it."""
+    api = any_api
+    consumer = new_uuid()
+    empty = {"allocations": {}, "project_id": "p1", "user_id": "u1", "consumer_generation": None}
+    assert api.put(f"/allocations/{consumer}", mv="1.28", json=empty).status_code == 204
+    r = api.put(f"/allocations/{consumer}", mv="1.28", json=empty)
+    assert r.status_code == 409 and "expected 0 but got None" in detail(r)
+    assert code(r) == "placement.concurrent_update"
+    # At generation 0 it is written again, and stays at 0.
+    again = {**empty, "consumer_generation": 0}
+    assert api.put(f"/allocations/{consumer}", mv="1.28", json=again).status_code == 204
+    assert api.put(f"/allocations/{consumer}", mv="1.28", json=again).status_code == 204
+    # The same through POST /allocations.
+    other = new_uuid()
+    assert api.post("/allocations", mv="1.28", json={other: empty}).status_code == 204
+    r = api.post("/allocations", mv="1.28", json={other: empty})
+    assert r.status_code == 409 and "expected 0 but got None" in detail(r)
+
+
+def test_a_write_that_fails_on_a_missing_provider_leaves_an_existing_consumer(
+    any_api: Api,
+) -> None:
+    """Placement changes a consumer's project, user and type in the transaction that
+    writes its allocations: a write refused for a missing provider changes none."""
+    api = any_api
+    rp = api.provider(VCPU=8)
+    consumer, project = new_uuid(), f"p-{new_uuid()}"
+    assert api.put(f"/allocations/{consumer}", mv="1.38",
+                   json=_alloc(rp, None, project=project, VCPU=1)).status_code == 204
+    ghost = new_uuid()
+    moved = _alloc(ghost, 1, project="p2", user="u2", ctype="MIGRATION", VCPU=1)
+    r = api.put(f"/allocations/{consumer}", mv="1.38", json=moved)
+    assert r.status_code == 400 and "that does not exist" in detail(r)
+    r = api.post("/allocations", mv="1.38", json={consumer: moved})
+    assert r.status_code == 400 and "that does not exist" in detail(r)
+    got = api.get(f"/allocations/{consumer}", mv="1.38").json()
+    assert (got["project_id"], got["user_id"], got["consumer_type"]) == (
+        project, "u1", "INSTANCE")
+    assert got["consumer_generation"] == 1
+    usages = api.get(f"/usages?project_id={project}", mv="1.38").json()["usages"]
+    assert usages == {"INSTANCE": {"VCPU": 1, "consumer_count": 1}}
+
+
+# ------------------------------------------------------------------ providers
+
+
+def test_a_provider_needs_a_name_that_is_not_empty(any_api: Api) -> None:
+    rp = new_uuid()
+    r = any_api.post("/resource_providers", mv="1.20", json={"name": "", "uuid": rp})
+    assert r.status_code == 400
+    assert (f'Unable to create resource provider "", {rp}: Object action create failed '
+            "because: name is required") in detail(r)
+    assert any_api.get(f"/resource_providers/{rp}", mv="1.20").status_code == 404
+
+
+def test_updating_a_missing_provider_is_404_before_its_body_is_read(api: Api) -> None:
+    missing = new_uuid()
+    for body in (b"[1,", b'{"bogus": 1}', b"null"):
+        r = api.put(f"/resource_providers/{missing}", mv="1.39", content=body,
+                    headers={"Content-Type": "application/json"})
+        assert r.status_code == 404, (body, r.text)
+        assert f"No resource provider with uuid {missing} found" in detail(r)
+
+
+def test_deleting_a_parent_with_allocations_names_its_children_first(any_api: Api) -> None:
+    api = any_api
+    parent = api.provider(VCPU=8)
+    api.provider(parent=parent)
+    assert api.put(f"/allocations/{new_uuid()}", mv="1.38",
+                   json=_alloc(parent, None, VCPU=1)).status_code == 204
+    r = api.delete(f"/resource_providers/{parent}", mv="1.39")
+    assert r.status_code == 409
+    assert code(r) == "placement.resource_provider.cannot_delete_parent"
+
+
+# ------------------------------------------------------------------ inventories
+
+
+def test_an_inventory_s_capacity_counts_its_allocation_ratio(any_api: Api) -> None:
+    """capacity = int((total - reserved) * allocation_ratio): > 0 below 1.26, >= 0 from."""
+    api = any_api
+    rp = api.provider()
+
+    def put(mv: str, gen: int, **record: Any) -> Any:
+        return api.put(f"/resource_providers/{rp}/inventories", mv=mv,
+                       json={"resource_provider_generation": gen,
+                             "inventories": {"VCPU": {"total": 8, **record}}})
+
+    r = put("1.25", 0, allocation_ratio=0.1)
+    assert r.status_code == 400
+    assert "The reserved value is greater than or equal to total." in detail(r)
+    r = put("1.39", 0, allocation_ratio=-1)
+    assert r.status_code == 400 and "The reserved value is greater than total." in detail(r)
+    # 8 * 0.1 rounds down to a capacity of 0: allowed from 1.26.
+    assert put("1.26", 0, allocation_ratio=0.1).status_code == 200
+    # A negative ratio over a negative remainder is a positive capacity to Placement.
+    assert put("1.39", 1, reserved=9, allocation_ratio=-1).status_code == 200
+    # POST: the capacity is checked before the class is found to exist already.
+    r = api.post(f"/resource_providers/{rp}/inventories", mv="1.25",
+                 json={"resource_class": "VCPU", "total": 8, "allocation_ratio": 0})
+    assert r.status_code == 400 and "greater than or equal to total" in detail(r)
+
+
+def test_put_inventories_checks_capacity_before_what_is_in_use(any_api: Api) -> None:
+    api = any_api
+    rp = api.provider(DISK_GB=8)
+    assert api.put(f"/allocations/{new_uuid()}", mv="1.38",
+                   json=_alloc(rp, None, DISK_GB=1)).status_code == 204
+    r = api.put(f"/resource_providers/{rp}/inventories", mv="1.39",
+                json={"resource_provider_generation": 2,
+                      "inventories": {"VCPU": {"total": 4, "reserved": 5}}})
+    assert r.status_code == 400 and "greater than total" in detail(r)
+    r = api.put(f"/resource_providers/{rp}/inventories", mv="1.39",
+                json={"resource_provider_generation": 2,
+                      "inventories": {"VCPU": {"total": 4}}})
+    assert r.status_code == 409 and code(r) == "placement.inventory.inuse"
+
+
+def test_an_inventory_key_that_is_no_class_name_passes_the_schema(any_api: Api) -> None:
+    """Placement's schema lets it through: a stale generation answers first, then it is
+    an unknown class. A malformed record under it is still a 400 (Placement: a 500)."""
+    api = any_api
+    rp = api.provider(VCPU=8)
+    url = f"/resource_providers/{rp}/inventories"
+    r = api.put(url, mv="1.39", json={"resource_provider_generation": 0,
+                                      "inventories": {"vcpu": {"total": 8}}})
+    assert r.status_code == 409 and code(r) == "placement.concurrent_update"
+    r = api.put(url, mv="1.39", json={"resource_provider_generation": 1,
+                                      "inventories": {"vcpu": {"total": 8}}})
+    assert r.status_code == 400 and "No such resource class vcpu" in detail(r)
+    r = api.put(url, mv="1.39", json={"resource_provider_generation": 1,
+                                      "inventories": {"vcpu": "eight"}})
+    assert r.status_code == 400 and "JSON does not validate" in detail(r)
+
+
+def test_the_reshaper_does_not_check_capacity(any_api: Api) -> None:
+    api = any_api
+    rp = api.provider(VCPU=8)
+    body = {"inventories": {rp: {"resource_provider_generation": 1,
+                                 "inventories": {"VCPU": {"total": 8, "reserved": 9}}}},
+            "allocations": {}}
+    assert api.post("/reshaper", mv="1.30", json=body).status_code == 204
+    got = api.get(f"/resource_providers/{rp}/inventories", mv="1.30").json()
+    assert got["inventories"]["VCPU"]["reserved"] == 9
+
+
+# ------------------------------------------------------------------ queries
+
+
+def test_list_providers_answers_empty_before_checking_later_names(api: Api) -> None:
+    """Placement's order: required traits (none has them: []), forbidden traits,
+    member_of (no member: []), then resource classes."""
+    trait = _custom_trait(api)
+    api.provider(VCPU=8)
+    for query in (f"member_of={new_uuid()}&resources=CUSTOM_NOPE:1",
+                  f"required={trait},!CUSTOM_NOPE",
+                  f"required={trait}&resources=CUSTOM_NOPE:1",
+                  f"required={trait},!{trait}"):
+        r = api.get(f"/resource_providers?{query}", mv="1.39")
+        assert r.status_code == 200 and r.json() == {"resource_providers": []}, (query, r.text)
+    # Unknown names are still 400 where Placement reaches them.
+    r = api.get("/resource_providers?required=CUSTOM_NOPE", mv="1.39")
+    assert r.status_code == 400 and "No such trait(s): CUSTOM_NOPE" in detail(r)
+    r = api.get("/resource_providers?required=!CUSTOM_NOPE", mv="1.39")
+    assert r.status_code == 400 and "No such trait(s): CUSTOM_NOPE" in detail(r)
+    r = api.get("/resource_providers?resources=CUSTOM_NOPE:1", mv="1.39")
+    assert r.status_code == 400 and "No such resource class CUSTOM_NOPE" in detail(r)
+
+
+def test_candidates_answer_empty_before_checking_later_names(api: Api) -> None:
+    """Placement's order: root_required (no root: empty), then per group its classes,
+    its member_of (no member: empty), its traits; a group with no candidates ends the
+    search before the next group's names are looked at."""
+    trait = _custom_trait(api)
+    api.provider(VCPU=8)
+    empty = {"allocation_requests": [], "provider_summaries": {}}
+    for query in (f"resources=VCPU:1&member_of={new_uuid()}&required=CUSTOM_NOPE",
+                  f"resources1=VCPU:1&member_of1={new_uuid()}&required1=CUSTOM_NOPE"
+                  "&group_policy=none",
+                  f"resources=CUSTOM_NOPE:1&root_required={trait}",
+                  f"resources=VCPU:1&required=CUSTOM_NOPE&root_required={trait}",
+                  "resources1=VCPU:100000&resources2=CUSTOM_NOPE:1&group_policy=none"):
+        r = api.get(f"/allocation_candidates?{query}", mv="1.39")
+        assert r.status_code == 200 and r.json() == empty, (query, r.text)
+    r = api.get(f"/allocation_candidates?resources=CUSTOM_NOPE:1&member_of={new_uuid()}",
+                mv="1.39")
+    assert r.status_code == 400 and "No such resource class CUSTOM_NOPE" in detail(r)
+    r = api.get("/allocation_candidates?resources=VCPU:1&root_required=CUSTOM_NOPE",
+                mv="1.39")
+    assert r.status_code == 400 and "No such trait(s): CUSTOM_NOPE" in detail(r)
