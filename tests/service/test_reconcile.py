@@ -400,6 +400,53 @@ def test_audit_lists_then_fixes_planted_orphans_and_leaks(
         assert _held(first, consumer) == {}
 
 
+def test_audit_purges_old_records_of_deleted_and_failed_instances_that_hold_nothing(
+        stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    """Build records are kept so that uuids are never issued twice; those of instances
+    long deleted or failed are purged on request, unless their instance still holds a
+    claim or a group place (the reconciler releases those through the record)."""
+    stack.register_hosts([node("h0")])
+    stack.groups.put(InstanceGroup(policy="anti-affinity", uuid=GROUP, name="g"))
+    old, day = Clock(1_000_000.0), 86400.0
+    uuids = [f"00000000-0000-4000-8000-0000000002{i:02d}" for i in range(7)]
+    failed, deleted, claimed, member, active, recent, building = uuids
+    then = BuildRecords(stack.engine, clock=old)
+    then.begin(uuids, "req-old", None)
+    for u in (failed, claimed, member, recent):
+        then.settle(u, FAILED, reason="driver error")
+    for u in (deleted, active):
+        then.settle(u, ACTIVE, host="h0")
+    _claim(stack, claimed)
+    _claim(stack, active)
+    stack.groups.add_members(GROUP, [member])
+    with stack.engine.begin() as conn:
+        conn.execute(sa.text(f"UPDATE berth_builds SET state = '{DELETED}' "
+                             "WHERE instance_uuid = :u"), {"u": deleted})
+        conn.execute(sa.text("UPDATE berth_builds SET updated_at = :t WHERE instance_uuid = :u"),
+                     {"t": old.now + 10 * day, "u": recent})
+    db = str(stack.engine.url)
+    for bad, why in (("x", "'x' is not a number of days"),
+                     ("nan", "'nan': the days must be 0 to 100000")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["audit", "--db", db, "--purge", bad])
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.strip().endswith(f"argument --purge: {why}")
+    # Settled before day 5: the failed and the deleted instance's records only.
+    purged = then.purge(old.now + 5 * day)
+    assert purged == 2
+    assert stack.builds.existing(uuids) == {claimed, member, active, recent, building}
+    # The command: every settled record that holds nothing, however recent (0 days).
+    rc = main(["audit", "--db", db, "--json", "--purge", "0"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["purged"]["build_records"] == 1 and rc == 8  # the leak of `claimed` stays
+    assert stack.builds.existing(uuids) == {claimed, member, active, building}
+    # --fix first releases the claim, the group place and the abandoned build.
+    assert main(["audit", "--db", db, "--fix", "--purge", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "purged: 3 build records of deleted and failed instances settled before" in text
+    assert stack.builds.existing(uuids) == {active}
+
+
 def test_audit_of_a_missing_database_is_one_line(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "--db", str(tmp_path / "none.sqlite")]) == 2

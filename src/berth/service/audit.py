@@ -1,6 +1,6 @@
 """``berth audit``: the claims no build stands behind, listed and (with ``--fix``) released.
 
-    berth audit [--db URL] [--fix] [--json] [--build-timeout SECONDS]
+    berth audit [--db URL] [--fix] [--json] [--build-timeout SECONDS] [--purge DAYS]
 
 Reads the shared database (:func:`berth.service.reconcile.scan`) and prints:
 
@@ -12,7 +12,9 @@ Reads the shared database (:func:`berth.service.reconcile.scan`) and prints:
 * active builds without allocations (reported, never changed).
 
 ``--fix`` releases all of it, orphans included (the reconciler of a running server
-releases everything but orphans by itself). Exit status 0 when the database is clean
+releases everything but orphans by itself). ``--purge DAYS`` deletes the build records
+of deleted and failed instances settled more than DAYS days ago, which nothing reads any
+more (:meth:`berth.service.builds.BuildRecords.purge`); a running server keeps them. Exit status 0 when the database is clean
 (after fixing, with ``--fix``), 8 when something was found and left as it is. Nova's
 counterpart is ``nova-manage placement audit [--delete]``.
 """
@@ -22,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from berth.placement.db import error_line, shown_url
@@ -45,7 +49,22 @@ def add_command(subparsers: Any, default_db: str, seconds_type: Any) -> None:
                    metavar="SECONDS",
                    help="a build not updated for this long counts as abandoned "
                         f"(default {DEFAULT_BUILD_TIMEOUT:g})")
+    a.add_argument("--purge", type=_days, default=None, metavar="DAYS",
+                   help="delete the build records of deleted and failed instances settled "
+                        "more than DAYS days ago (kept while they hold allocations or a "
+                        "group place)")
     a.set_defaults(func=cmd_audit)
+
+
+def _days(text: str) -> float:
+    """``--purge``'s value: a number of days, 0 or more."""
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if not 0 <= days <= 100_000:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text!r}: the days must be 0 to 100000")
+    return days
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -84,26 +103,40 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return 2
     store = PlacementStore(engine)
     try:
-        builds = BuildRecords(engine, register=args.fix)  # a listing writes nothing
+        # A listing writes nothing.
+        builds = BuildRecords(engine, register=args.fix or args.purge is not None)
         groups = ServerGroupStore(engine)
         findings = scan(builds, groups, timeout=args.build_timeout)
         repairs = None
         if args.fix and not findings.clean:
             repairs = repair(findings, builds, groups, LocalPlacement(store), orphans=True,
                              timeout=args.build_timeout, instances=InstanceStore(engine))
+        purged = None
+        if args.purge is not None:
+            before = time.time() - args.purge * 86400
+            purged = {"before": _iso(before), "build_records": builds.purge(before)}
         if args.json:
             out: dict[str, Any] = {"findings": findings.as_dict()}
             if repairs is not None:
                 out["fixed"] = repairs.as_dict()
+            if purged is not None:
+                out["purged"] = purged
             print(json.dumps(out, indent=2))
         else:
             _print(findings, repairs)
+            if purged is not None:
+                print(f"purged: {purged['build_records']} build records of deleted and failed "
+                      f"instances settled before {purged['before']}")
         if findings.clean or (repairs is not None and not findings.missing):
             return 0
         return FINDINGS_EXIT
     finally:
         store.close()
         engine.dispose()
+
+
+def _iso(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds")
 
 
 def _print(findings: Any, repairs: Any) -> None:

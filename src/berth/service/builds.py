@@ -453,6 +453,37 @@ class BuildRecords:
             return False
         return True
 
+    def purge(self, before: float, *, batch: int = 1000) -> int:
+        """Delete the records of deleted and failed instances settled before ``before``
+        (seconds since the epoch); how many went.
+
+        A record is kept while its instance still holds an allocation or a place in a
+        server group: the reconciler releases those of failed builds by their records (a
+        purged one would leave an orphan only ``berth audit --fix`` releases). Purging
+        cannot let a uuid be issued twice: a seeded scheduler draws its uuids from its
+        start number, which is never reused (``berth_owners`` keeps every start), and an
+        unseeded one draws them at random. Nova's counterpart is ``nova-manage db
+        archive_deleted_rows`` followed by ``purge``.
+        """
+        from berth.placement.db import allocations
+        from berth.service.groups import group_members
+
+        kept = (
+            builds.c.state.in_((FAILED, DELETED)),
+            builds.c.updated_at < before,
+            ~sa.exists().where(allocations.c.consumer_id == builds.c.instance_uuid),
+            ~sa.exists().where(group_members.c.instance_uuid == builds.c.instance_uuid),
+        )
+        purged = 0
+        while True:  # in batches: no long transaction over a big table
+            with self.engine.begin() as conn:
+                uuids = list(conn.execute(
+                    sa.select(builds.c.instance_uuid).where(*kept).limit(batch)).scalars())
+                if not uuids:
+                    return purged
+                purged += conn.execute(sa.delete(builds).where(
+                    builds.c.instance_uuid.in_(uuids), *kept)).rowcount
+
     @retried(safe=True)
     def in_state(self, state: str, instance_uuids: Iterable[str]) -> list[BuildRecord]:
         """The records of ``instance_uuids`` that are in ``state``."""
