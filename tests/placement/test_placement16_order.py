@@ -226,3 +226,65 @@ def test_candidates_answer_empty_before_checking_later_names(api: Api) -> None:
     r = api.get("/allocation_candidates?resources=VCPU:1&root_required=CUSTOM_NOPE",
                 mv="1.39")
     assert r.status_code == 400 and "No such trait(s): CUSTOM_NOPE" in detail(r)
+
+
+# ------------------------------------------------------------------ second round
+
+
+def test_a_project_first_seen_in_a_refused_write_is_not_cached(any_api: Api) -> None:
+    """Two consumers of one refused POST share a new project: the second found the row
+    the first inserted and cached its id, which the rollback took away (SQLite then gave
+    it to the next project). Later writes booked the project's usage elsewhere."""
+    api = any_api
+    rp = api.provider(VCPU=1)
+    px, py = f"px-{new_uuid()}", f"py-{new_uuid()}"
+
+    def body(project: str) -> dict[str, Any]:
+        return {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": project,
+                "user_id": f"u-{project}", "consumer_generation": None}
+
+    r = api.post("/allocations", mv="1.28",
+                 json={new_uuid(): body(px), new_uuid(): body(px)})
+    assert r.status_code == 409
+    other = new_uuid()
+    assert api.put(f"/allocations/{other}", mv="1.28", json=body(py)).status_code == 204
+    assert api.delete(f"/allocations/{other}", mv="1.28").status_code == 204
+    mine = new_uuid()
+    assert api.put(f"/allocations/{mine}", mv="1.28", json=body(px)).status_code == 204
+    got = api.get(f"/allocations/{mine}", mv="1.28").json()
+    assert (got["project_id"], got["user_id"]) == (px, f"u-{px}")
+    assert api.get(f"/usages?project_id={px}", mv="1.9").json()["usages"] == {"VCPU": 1}
+    assert api.get(f"/usages?project_id={py}", mv="1.9").json()["usages"] == {}
+    assert api.delete(f"/allocations/{mine}", mv="1.28").status_code == 204
+
+
+def test_a_resource_class_renamed_to_its_own_name_is_saved(api: Api) -> None:
+    name = f"CUSTOM_SAME_{uuid.uuid4().hex[:8].upper()}"
+    assert api.post("/resource_classes", mv="1.2", json={"name": name}).status_code == 201
+    r = api.put(f"/resource_classes/{name}", mv="1.6", json={"name": name})
+    assert r.status_code == 200 and r.json()["name"] == name
+
+
+def test_a_trait_prefix_is_matched_as_placement_s_like(api: Api) -> None:
+    """``name=startswith:`` is SQL LIKE 'prefix%' in Placement: ``_`` and ``%`` match
+    any character."""
+    stem = f"CUSTOM_LIKE{uuid.uuid4().hex[:6].upper()}"
+    for suffix in ("_T1", "_TX", "ZT1"):
+        assert api.put(f"/traits/{stem}{suffix}", mv="1.6").status_code == 201
+    names = api.get(f"/traits?name=startswith:{stem}_T_", mv="1.6").json()["traits"]
+    assert set(names) == {f"{stem}_T1", f"{stem}_TX", f"{stem}ZT1"}
+    names = api.get(f"/traits?name=startswith:{stem}%1", mv="1.6").json()["traits"]
+    assert set(names) == {f"{stem}_T1", f"{stem}ZT1"}
+
+
+def test_a_resourceless_group_with_only_forbidden_filters_has_no_candidates(
+    api: Api,
+) -> None:
+    """Placement keeps a resourceless group's providers from its required traits and
+    aggregates; with forbidden ones only, that set is empty and keeps none."""
+    api.provider(VCPU=4)
+    for group in ("required1=!HW_CPU_X86_SSE", f"member_of1=!{new_uuid()}"):
+        r = api.get(f"/allocation_candidates?resources=VCPU:1&{group}&same_subtree=1",
+                    mv="1.36")
+        assert r.status_code == 200, r.text
+        assert r.json() == {"allocation_requests": [], "provider_summaries": {}}, group

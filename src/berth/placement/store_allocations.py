@@ -241,7 +241,10 @@ class AllocationsMixin(FastWritesMixin):
         col = table.c.external_id if "external_id" in table.c else table.c.name
         found = conn.execute(sa.select(table.c.id).where(col == external)).scalar()
         if found is not None:
-            if len(self._id_cache) < 100_000:
+            # A row this transaction inserted (for an earlier consumer of the same
+            # request) waits for the commit too: a rollback takes it away, and SQLite
+            # gives its id to the next row, another project's.
+            if key_ not in conn.info.get(_NEW_IDS, {}) and len(self._id_cache) < 100_000:
                 self._id_cache[key_] = int(found)
             return int(found)
         key = "external_id" if "external_id" in table.c else "name"
