@@ -302,6 +302,10 @@ def _single_provider_mask(
     graph: ProviderGraph, group: RequestGroup, *, apply_in_tree: bool
 ) -> BoolArray:
     """Providers that alone satisfy the group (resources, traits, aggregates, in_tree)."""
+    if not group.resources and not group.required and not group.member_of:
+        # Resourceless with only forbidden traits or aggregates: Placement's filter of
+        # the providers to keep is then an empty set, and keeps none (quirk).
+        return np.zeros(graph.size, dtype=np.bool_)
     mask = _filter_mask(graph, group)
     if not group.resources:
         # Resourceless group: trait/aggregate filters only, in_tree ignored (quirk).

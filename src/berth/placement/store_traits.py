@@ -227,7 +227,8 @@ class TraitsMixin(StoreBase):
         if names_in is not None:
             stmt = stmt.where(traits.c.name.in_(list(names_in)))
         if prefix is not None:
-            stmt = stmt.where(traits.c.name.startswith(prefix, autoescape=True))
+            # Placement's LIKE 'prefix%': a "_" or "%" in the prefix is a wildcard.
+            stmt = stmt.where(traits.c.name.like(prefix + "%"))
         if associated is not None:
             linked = sa.select(resource_provider_traits.c.trait_id)
             stmt = stmt.where(traits.c.id.in_(linked) if associated else traits.c.id.not_in(linked))
@@ -341,7 +342,7 @@ class TraitsMixin(StoreBase):
                 raise errors.NotFound(f"No such resource class {old}.")
             if old in STANDARD_RCS or row.id < db.CUSTOM_RC_MIN_ID:
                 raise errors.BadRequest(f"Cannot update standard resource class {old}")
-            if conn.execute(
+            if new != old and conn.execute(  # its own name again: Placement saves it
                 sa.select(resource_classes.c.id).where(resource_classes.c.name == new)
             ).first():
                 raise errors.Conflict(f"Resource class already exists: {new}")
