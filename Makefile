@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # make test's pytest processes (pytest-xdist; a test file stays in one). Much of the
 # suite's time is spent waiting on the processes it starts (heartbeats, brokers, peer
-# services), so two of them overlap well on two cores: 16 min became 7 here.
+# services), so two of them overlap well on two cores: 16 min became 7 here. Tests marked
+# `alone` (a broker restart) run afterwards by themselves.
 TEST_WORKERS ?= 2
 # `make run` installs what Berth needs to run; `make test` adds the development tools,
 # the OpenStack clients the tests drive, and the PostgreSQL driver.
@@ -95,7 +96,8 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP) $(PEERS) browser
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone"
+	$(BIN)/pytest -m alone
 
 # The web view's browser test drives Debian's Chromium (Playwright's own browser download
 # does not work here); when it cannot be installed the test skips and says why.
@@ -107,7 +109,8 @@ browser:
 test: $(STAMP) $(PEERS) browser
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone"
+	$(BIN)/pytest -m alone
 
 bench: $(STAMP) $(NOVA_STAMP)
 	$(BIN)/python bench/core.py --nova $(NOVA_VENV)/bin/python

@@ -23,9 +23,10 @@ import sqlalchemy as sa
 from berth.nova import hoststate as hs
 from berth.nova.rpc import TOPIC
 from berth.service.bus import Bus, _oslo_messaging
+from berth.service.localcluster import rabbit_vhost
 
 from .novadb import CELL2, mariadb_databases, mariadb_up, node_row, service_row
-from .test_rpc import RABBIT, rabbit_up, spec
+from .test_rpc import rabbit_up, spec
 
 pytestmark = [
     pytest.mark.skipif(not rabbit_up(), reason="RabbitMQ is not running on 127.0.0.1:5672"),
@@ -68,7 +69,10 @@ def register(placement: str, node: dict[str, Any]) -> None:
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     pytest.importorskip("pymysql", reason="PyMySQL is not installed")
     work = tmp_path_factory.mktemp("novasched")
-    with mariadb_databases("api", "cell1", "cell2") as urls:
+    # A virtual host of its own: the scheduler topic's queue is named after the topic
+    # alone, and test_rpc's scheduler may serve it at the same time.
+    with mariadb_databases("api", "cell1", "cell2") as urls, \
+            rabbit_vhost("berth_novasched") as rabbit:
         api = sa.create_engine(urls["api"])
         cell1 = sa.create_engine(urls["cell1"])
         hs.NOVA_TABLES.create_all(api, tables=[hs.cell_mappings, hs.aggregates,
@@ -101,7 +105,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
         exchange = f"nova_test_{uuid.uuid4().hex[:8]}"
         conf = work / "nova.conf"
         conf.write_text(f"""[DEFAULT]
-transport_url = {RABBIT}
+transport_url = {rabbit}
 control_exchange = {exchange}
 host = berth-sched-1
 [api_database]
@@ -133,7 +137,7 @@ host_subset_size = 1
                      str(conf), "--explain"], stdout=out, stderr=subprocess.STDOUT,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
             ready = wait_line(proc, "ready:", log)
-            bus = Bus(RABBIT, exchange=exchange, timeout=30)
+            bus = Bus(rabbit, exchange=exchange, timeout=30)
             om = _oslo_messaging()
             client = om.get_rpc_client(bus.transport, om.Target(topic=TOPIC, version="4.0"),
                                        timeout=30)

@@ -19,6 +19,7 @@ from berth.config import SchedulerConfig
 from berth.nova import primitives as prim
 from berth.nova.rpc import TOPIC, NovaSchedulerEndpoint, serve
 from berth.service.bus import Bus, _oslo_messaging
+from berth.service.localcluster import rabbit_vhost
 from berth.service.offline import offline_cloud
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nova"
@@ -26,7 +27,6 @@ CLOUD = """
 hosts:
   - {host: "c{index}", count: 3, vcpus: 8, memory_mb: 16384, local_gb: 200}
 """
-RABBIT = "rabbit://guest:guest@127.0.0.1:5672/"
 
 
 def rabbit_up() -> bool:
@@ -63,16 +63,18 @@ class Sink:
 
 @pytest.fixture(scope="module")
 def wired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A scheduler over a three-host cloud, served on a run-private exchange; a probe
-    client like Nova's."""
+    """A scheduler over a three-host cloud, served in a run-private virtual host (the
+    topic's queue is named after the topic alone, so another test's scheduler on the
+    same host would share it); a probe client like Nova's."""
     cloud = tmp_path_factory.mktemp("nova") / "cloud.yaml"
     cloud.write_text(CLOUD)
     exchange = f"nova_test_{uuid.uuid4().hex[:8]}"
     config = SchedulerConfig.default()
-    with offline_cloud(str(cloud), config, now=1.7e9) as offline:
+    with offline_cloud(str(cloud), config, now=1.7e9) as offline, \
+            rabbit_vhost("berth_rpc") as url:
         service = offline.stack.scheduler(seed=1)
         sink = Sink()
-        bus = Bus(RABBIT, exchange=exchange, timeout=30)
+        bus = Bus(url, exchange=exchange, timeout=30)
         server = serve(bus, NovaSchedulerEndpoint(service, sink), "berth-test")
         om = _oslo_messaging()
         client = om.get_rpc_client(bus.transport, om.Target(topic=TOPIC, version="4.0"),

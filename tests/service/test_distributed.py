@@ -172,6 +172,7 @@ def _wait(predicate: Any, timeout: float) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.alone  # it restarts the broker every other test's processes use
 def test_distributed_boots_hold_under_kills_and_a_broker_restart(cluster: LocalCluster) -> None:
     api = cluster.alive_urls()[0]
     cluster.wait_hosts(api, HOSTS)
