@@ -9,6 +9,7 @@ kills real ``berth serve`` processes.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -423,10 +424,11 @@ def test_audit_purges_old_records_of_deleted_and_failed_instances_that_hold_noth
         conn.execute(sa.text(f"UPDATE berth_builds SET state = '{DELETED}' "
                              "WHERE instance_uuid = :u"), {"u": deleted})
         conn.execute(sa.text("UPDATE berth_builds SET updated_at = :t WHERE instance_uuid = :u"),
-                     {"t": old.now + 10 * day, "u": recent})
+                     {"t": time.time() - 0.5 * day, "u": recent})
     db = str(stack.engine.url)
     for bad, why in (("x", "'x' is not a number of days"),
-                     ("nan", "'nan': the days must be 0 to 100000")):
+                     ("nan", "'nan': the days must be 1 to 100000"),
+                     ("0.5", "'0.5': the days must be 1 to 100000")):
         with pytest.raises(SystemExit) as exit_:
             main(["audit", "--db", db, "--purge", bad])
         assert exit_.value.code == 2
@@ -435,16 +437,29 @@ def test_audit_purges_old_records_of_deleted_and_failed_instances_that_hold_noth
     purged = then.purge(old.now + 5 * day)
     assert purged == 2
     assert stack.builds.existing(uuids) == {claimed, member, active, recent, building}
-    # The command: every settled record that holds nothing, however recent (0 days).
-    rc = main(["audit", "--db", db, "--json", "--purge", "0"])
+    # The command: records settled more than a day ago that hold nothing (none left).
+    rc = main(["audit", "--db", db, "--json", "--purge", "1"])
     out = json.loads(capsys.readouterr().out)
-    assert out["purged"]["build_records"] == 1 and rc == 8  # the leak of `claimed` stays
-    assert stack.builds.existing(uuids) == {claimed, member, active, building}
-    # --fix first releases the claim, the group place and the abandoned build.
-    assert main(["audit", "--db", db, "--fix", "--purge", "0"]) == 0
+    assert out["purged"]["build_records"] == 0 and rc == 8  # the leak of `claimed` stays
+    assert stack.builds.existing(uuids) == {claimed, member, active, recent, building}
+    # --fix first releases the claim and the group place; the abandoned build it fails
+    # now is settled today, so it stays (its late claim would not become an orphan).
+    assert main(["audit", "--db", db, "--fix", "--purge", "1"]) == 0
     text = capsys.readouterr().out
-    assert "purged: 3 build records of deleted and failed instances settled before" in text
-    assert stack.builds.existing(uuids) == {active}
+    assert "purged: 2 build records of deleted and failed instances settled before" in text
+    assert stack.builds.existing(uuids) == {active, recent, building}
+
+
+def test_a_database_error_during_an_audit_is_one_line(
+        stack: Stack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def fails(*_args: Any) -> int:
+        raise sa.exc.OperationalError("DELETE FROM berth_builds", {},
+                                      Exception("database is locked\nmore"))
+
+    monkeypatch.setattr(BuildRecords, "purge", fails)
+    assert main(["audit", "--db", str(stack.engine.url), "--purge", "30"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(": database is locked") and "\n" not in err
 
 
 def test_audit_of_a_missing_database_is_one_line(tmp_path: Path,

@@ -51,19 +51,22 @@ def add_command(subparsers: Any, default_db: str, seconds_type: Any) -> None:
                         f"(default {DEFAULT_BUILD_TIMEOUT:g})")
     a.add_argument("--purge", type=_days, default=None, metavar="DAYS",
                    help="delete the build records of deleted and failed instances settled "
-                        "more than DAYS days ago (kept while they hold allocations or a "
-                        "group place)")
+                        "more than DAYS days ago, at least 1 (kept while they hold "
+                        "allocations or a group place)")
     a.set_defaults(func=cmd_audit)
 
 
 def _days(text: str) -> float:
-    """``--purge``'s value: a number of days, 0 or more."""
+    """``--purge``'s value: a number of days, 1 or more.
+
+    Not less: a build whose owner stalled past the build timeout is failed by a
+    reconciler and may still claim; purged by then, its claim would be an orphan."""
     try:
         days = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
-    if not 0 <= days <= 100_000:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"{text!r}: the days must be 0 to 100000")
+    if not 1 <= days <= 100_000:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text!r}: the days must be 1 to 100000")
     return days
 
 
@@ -71,8 +74,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """Scan, print, and fix when asked."""
     from pathlib import Path
 
+    import sqlalchemy as sa
     from sqlalchemy.engine import make_url
 
+    from berth.errors import ServiceUnavailable
     from berth.placement.db import create_db_engine, current_revision
     from berth.placement.local import LocalPlacement
     from berth.placement.store import PlacementStore
@@ -103,8 +108,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return 2
     store = PlacementStore(engine)
     try:
-        # A listing writes nothing.
-        builds = BuildRecords(engine, register=args.fix or args.purge is not None)
+        builds = BuildRecords(engine, register=args.fix)  # a listing writes nothing
         groups = ServerGroupStore(engine)
         findings = scan(builds, groups, timeout=args.build_timeout)
         repairs = None
@@ -130,6 +134,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if findings.clean or (repairs is not None and not findings.missing):
             return 0
         return FINDINGS_EXIT
+    except (sa.exc.SQLAlchemyError, ServiceUnavailable) as exc:
+        # What was fixed or purged before stays done; each step is its own transaction.
+        print(f"berth audit: {shown_url(args.db)!r}: {error_line(exc)}", file=sys.stderr)
+        return 1
     finally:
         store.close()
         engine.dispose()

@@ -476,13 +476,22 @@ class BuildRecords:
         )
         purged = 0
         while True:  # in batches: no long transaction over a big table
-            with self.engine.begin() as conn:
-                uuids = list(conn.execute(
-                    sa.select(builds.c.instance_uuid).where(*kept).limit(batch)).scalars())
-                if not uuids:
-                    return purged
-                purged += conn.execute(sa.delete(builds).where(
-                    builds.c.instance_uuid.in_(uuids), *kept)).rowcount
+            done = self._purge_batch(kept, batch)
+            if not done:
+                return purged
+            purged += done
+
+    @retried(safe=True)  # a batch deletes only what its conditions still allow
+    def _purge_batch(self, kept: Sequence[Any], batch: int) -> int:
+        # BEGIN IMMEDIATE on SQLite: a deferred transaction whose read saw another
+        # process's commit could not write (no busy wait, "database is locked").
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            uuids = list(conn.execute(
+                sa.select(builds.c.instance_uuid).where(*kept).limit(batch)).scalars())
+            if not uuids:
+                return 0
+            return int(conn.execute(sa.delete(builds).where(
+                builds.c.instance_uuid.in_(uuids), *kept)).rowcount)
 
     @retried(safe=True)
     def in_state(self, state: str, instance_uuids: Iterable[str]) -> list[BuildRecord]:
