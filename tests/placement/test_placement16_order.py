@@ -288,3 +288,50 @@ def test_a_resourceless_group_with_only_forbidden_filters_has_no_candidates(
                     mv="1.36")
         assert r.status_code == 200, r.text
         assert r.json() == {"allocation_requests": [], "provider_summaries": {}}, group
+
+
+# ------------------------------------------------------------------ a review's finds
+
+
+def test_an_infinite_allocation_ratio_is_refused_where_placement_fails(any_api: Api) -> None:
+    """``-1e400`` reads as an infinity, and a ratio below -MAX_FLOAT times a large total
+    makes one: Placement answers 500 (int(-inf)), and a reshaper that stored one made
+    every later candidates request fail. Berth refuses both with a 400."""
+    api = any_api
+    rp = api.provider(VCPU=8)
+    url = f"/resource_providers/{rp}/inventories"
+    for ratio in (b"-1e400", b"-1e308"):
+        body = (b'{"resource_provider_generation": 1, "inventories": {"VCPU": '
+                b'{"total": 10, "allocation_ratio": ' + ratio + b"}}}")
+        r = api.put(url, mv="1.39", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, (ratio, r.text)
+        reshape = (b'{"inventories": {"' + rp.encode() + b'": {"resource_provider_generation":'
+                   b' 1, "inventories": {"VCPU": {"total": 10, "allocation_ratio": ' + ratio
+                   + b'}}}}, "allocations": {}}')
+        r = api.post("/reshaper", mv="1.30", content=reshape,
+                     headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, (ratio, r.text)
+    assert "Number out of range: -1e400" in detail(api.put(
+        url, mv="1.39", content=b'{"resource_provider_generation": 1, "inventories": '
+        b'{"VCPU": {"total": 1, "allocation_ratio": -1e400}}}',
+        headers={"Content-Type": "application/json"}))
+    r = api.get(f"/allocation_candidates?resources=VCPU:1&member_of={new_uuid()}", mv="1.39")
+    assert r.status_code == 200
+
+
+def test_the_reshaper_checks_each_provider_s_generation_in_turn(any_api: Api) -> None:
+    api = any_api
+    rp = api.provider(VCPU=8)
+    body = {"inventories": {rp: {"resource_provider_generation": 0,
+                                 "inventories": {"VCPU": {"total": 8}}},
+                            new_uuid(): {"resource_provider_generation": 0,
+                                         "inventories": {"VCPU": {"total": 8}}}},
+            "allocations": {}}
+    r = api.post("/reshaper", mv="1.30", json=body)
+    assert r.status_code == 409 and code(r) == "placement.concurrent_update", r.text
+
+
+def test_an_empty_name_filter_is_ignored(api: Api) -> None:
+    rp = api.provider()
+    listed = api.get("/resource_providers?name=", mv="1.39").json()["resource_providers"]
+    assert rp in {p["uuid"] for p in listed}

@@ -163,7 +163,9 @@ BASE_INVENTORY: dict[str, Any] = {
         "min_unit": {"type": "integer", "maximum": MAX_INT, "minimum": 1},
         "max_unit": {"type": "integer", "maximum": MAX_INT, "minimum": 1},
         "step_size": {"type": "integer", "maximum": MAX_INT, "minimum": 1},
-        "allocation_ratio": {"type": "number", "maximum": MAX_FLOAT},
+        # Placement sets no minimum; a ratio below -MAX_FLOAT times a large total is an
+        # infinite capacity, which Placement cannot turn into an integer (a 500).
+        "allocation_ratio": {"type": "number", "maximum": MAX_FLOAT, "minimum": -MAX_FLOAT},
     },
     "required": ["total", "resource_provider_generation"],
     "additionalProperties": False,

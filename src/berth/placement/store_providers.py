@@ -41,9 +41,9 @@ class ProvidersMixin(StoreBase):
         rp = resource_providers
         stmt = self._provider_select()
         with self._read() as conn:
-            if filters.name is not None:
+            if filters.name:  # Placement ignores an empty name or uuid
                 stmt = stmt.where(rp.c.name == filters.name)
-            if filters.uuid is not None:
+            if filters.uuid:
                 stmt = stmt.where(rp.c.uuid == filters.uuid)
             if filters.in_tree is not None:
                 root_id = conn.execute(

@@ -61,7 +61,8 @@ class ReshaperMixin(InventoriesMixin, AllocationsMixin):
         writes: Sequence[ConsumerWrite],
     ) -> None:
         provs: dict[str, ProviderRecord] = {}
-        for rp_uuid in new_inventories:
+        # Each provider in turn, as Placement: found, then at the given generation.
+        for rp_uuid, (gen, _invs) in new_inventories.items():
             prov = self._get_provider(conn, rp_uuid)
             if prov is None:
                 raise errors.BadRequest(
@@ -69,14 +70,13 @@ class ReshaperMixin(InventoriesMixin, AllocationsMixin):
                     f"provider {rp_uuid}.",
                     code=errors.RESOURCE_PROVIDER_NOT_FOUND,
                 )
-            provs[rp_uuid] = prov
-        for rp_uuid, (gen, _invs) in new_inventories.items():
-            if provs[rp_uuid].generation != gen:
+            if prov.generation != gen:
                 raise errors.Conflict(
                     f"resource provider generation conflict for provider {rp_uuid}: actual: "
-                    f"{provs[rp_uuid].generation}, given: {gen}",
+                    f"{prov.generation}, given: {gen}",
                     code=errors.CONCURRENT_UPDATE,
                 )
+            provs[rp_uuid] = prov
         # Consumers: generation checks and creation inside this same transaction.
         states: dict[str, _ConsumerState] = {}
         for w in writes:

@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import email.utils
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,7 +170,8 @@ class Request:
     def json_body(self) -> Any:
         """Decode the body as JSON or raise Placement's ``Malformed JSON`` 400."""
         try:
-            value = json.loads(self.body.decode("utf-8"), parse_constant=_reject_constant)
+            value = json.loads(self.body.decode("utf-8"), parse_constant=_reject_constant,
+                               parse_float=_finite_float)
         except (ValueError, UnicodeDecodeError) as exc:
             raise errors.BadRequest(f"Malformed JSON: {exc}") from None
         except RecursionError:
@@ -179,6 +181,14 @@ class Request:
         if bad is not None:
             raise errors.BadRequest(f"Malformed JSON: {bad}")
         return value
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number past the float range (``-1e400``) would be an infinity."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"Number out of range: {text}")
+    return value
 
 
 def _reject_constant(name: str) -> Any:
