@@ -82,6 +82,17 @@ def test_membership_is_in_the_triple_not_by_position() -> None:
     assert both_paths(ImagePropertiesFilter(), snap, req) == [True]
 
 
+def test_a_host_s_triples_are_canonicalized_as_nova_loads_them() -> None:
+    """Nova's HVSpec fields canonicalize what a compute reported (found by a differential
+    run against Nova 34: Berth compared canonical image values with raw host values)."""
+    snap = cloud(host("h1", supported_instances=[["X86_64", "QEMU", "HVM"]]),
+                 host("h2", supported_instances=[["amd64", "kvm", "pv"]]))
+    f = ImagePropertiesFilter()
+    assert both_paths(f, snap, spec(image_props={"img_hv_type": "qemu"})) == [True, False]
+    assert both_paths(f, snap, spec(image_props={"hw_vm_mode": "xen"})) == [False, True]
+    assert both_paths(f, snap, spec(image_props={"hw_architecture": "x86_64"})) == [True, True]
+
+
 def test_all_requested_values_must_be_in_one_triple() -> None:
     snap = cloud(host("h1", supported_instances=[["x86_64", "qemu", "hvm"], ["aarch64", "kvm", "hvm"]]))
     f = ImagePropertiesFilter()

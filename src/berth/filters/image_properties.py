@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -69,6 +70,21 @@ def canonical_hv_type(value: Any) -> str | None:
 def canonical_vm_mode(value: Any) -> str | None:
     """Lower-case; pv -> xen, hv and baremetal -> hvm; None stays."""
     return _canonicalize("hw_vm_mode", value, _VM_MODE_ALIASES, VM_MODES)
+
+
+def host_triple(triple: Sequence[Any]) -> tuple[Any, ...]:
+    """A host's ``supported_instances`` triple as Nova compares it: ``HVSpec`` fields
+    canonicalize what a compute reports (``QEMU`` -> ``qemu``, ``amd64`` -> ``x86_64``,
+    ``pv`` -> ``xen``). A value Nova would refuse to load is kept as it is (it matches
+    no image value)."""
+    out: list[Any] = []
+    for value, aliases, valid in zip(
+            triple, (_ARCH_ALIASES, _HV_ALIASES, _VM_MODE_ALIASES),
+            (frozenset(ARCHITECTURES), HV_TYPES, VM_MODES), strict=False):
+        name = value.lower() if isinstance(value, str) else value
+        name = aliases.get(name, name) if isinstance(name, str) else name
+        out.append(name if name in valid else value)
+    return (*out, *triple[3:])
 
 
 def version_to_str(version: int) -> str:
@@ -194,7 +210,8 @@ def check_host(
     version_ok: bool | None = None
     bits_ok: bool | None = None
     host_bits: float | None = None
-    for triple in supported_instances:
+    for raw in supported_instances:
+        triple = host_triple(raw)
         if not all(p in triple for p in wanted):
             continue
         if version_ok is None:
@@ -267,8 +284,8 @@ class ImagePropertiesFilter(BaseHostFilter):
         triples = snapshot.table("supported_instances")
         matching = snapshot.table_cached(
             ("ImagePropertiesFilter.triples", wanted, len(triples)),
-            lambda: np.array([any(all(p in t for p in wanted) for t in si) if si else False
-                              for si in triples], dtype=bool))
+            lambda: np.array([any(all(p in host_triple(t) for p in wanted) for t in si)
+                              if si else False for si in triples], dtype=bool))
         ok: np.ndarray = matching[hosts.codes("supported_instances")]
         raising: list[int] = []  # positions of hosts whose check raises
         if req.version_conditions:
