@@ -273,6 +273,15 @@ def test_without_candidates_in_use_the_fit_is_evaluated_once_without_a_mapping()
     assert passes_bulk(NUMATopologyFilter(), snap, pci_request()) == [True]
 
 
+def test_a_host_without_pci_pools_serves_no_pci_request() -> None:
+    """Nova's host state always holds a PciDeviceStats (empty without pools), so a NUMA
+    fit with a PCI request fails there; Berth's None skipped the check (found by a
+    differential run against Nova 34)."""
+    snap = cloud(host("h1", numa_topology=numa(SMT_HOST)), pci_host("h2", ["rp0"]))
+    assert passes_per_host(NUMATopologyFilter(), snap, pci_request()) == [False, True]
+    assert passes_bulk(NUMATopologyFilter(), snap, pci_request()) == [False, True]
+
+
 # ------------------------------------------------------------------------ multi-create
 def test_consumption_in_a_multi_create_pins_cpus_between_instances() -> None:
     # Each host has 8 dedicated CPUs; three 4-vCPU pinned instances need two hosts.

@@ -319,9 +319,11 @@ def numa_fit_instance_to_host(
             fitted.append(cell)
         if len(fitted) != len(instance.cells):
             continue
-        if pci_requests and pci_stats is not None and not pci_stats.support_requests(
+        # A host without PCI pools serves no PCI request (Nova's host state always holds
+        # a PciDeviceStats, empty then).
+        if pci_requests and (pci_stats is None or not pci_stats.support_requests(
             pci_requests, provider_mapping, fitted, host_numa=host
-        ):
+        )):
             continue
         if network_metadata and not _network_affinity_ok(host, perm, network_metadata):
             continue
