@@ -188,3 +188,17 @@ def test_reports_that_keep_changing_stats_leave_no_table_entries_behind() -> Non
         assert f.filter_all_hosts(hosts, req).tolist() == [True, True]
     assert len(snap.table("stats")) > 50
     assert len(snap._table_cache) <= 2
+
+
+def test_keys_under_service_fail_as_in_nova() -> None:
+    """Nova's host state keeps its service as a ReadOnlyDict (a UserDict, not a dict):
+    the filter looks a key up as an attribute, then in the dict's `stats` (an
+    AttributeError), and fails every host; only the UserDict's own `data` resolves
+    (found by a differential run against Nova 34)."""
+    snap = cloud(host("h1"), host("h2"))
+    f = ComputeCapabilitiesFilter()
+    for value in ("False", "True"):
+        req = spec(extra_specs={"capabilities:service:disabled": value})
+        assert both_paths(f, snap, req) == [False, False]
+    req = spec(extra_specs={"capabilities:service:data:disabled": "False"})
+    assert both_paths(f, snap, req) == [True, True]

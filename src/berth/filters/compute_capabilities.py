@@ -128,7 +128,15 @@ def _decode(text: str) -> Any:
 def resolve(host_state: HostState, path: tuple[str, ...]) -> Any:
     """Walk ``path`` into the host (reference §5 step 4); None when it leads nowhere."""
     cap = _first(host_state, path[0])
-    for name in path[1:]:
+    rest = path[1:]
+    if path[0] == "service" and rest:
+        # Nova's host state keeps its service as a ReadOnlyDict, a UserDict and not a
+        # dict: the filter looks its keys up as attributes (none), then in its `stats`
+        # (an AttributeError), and fails. Only `data` (the UserDict's own dict) resolves.
+        if rest[0] != "data":
+            return None
+        rest = rest[1:]
+    for name in rest:
         if cap is None:
             return None
         if isinstance(cap, str):
