@@ -279,3 +279,16 @@ def test_the_hosts_of_an_unreachable_cell_are_not_scheduled() -> None:
     assert decision.diagnosis is not None
     assert any("its cell's database did not answer" in line
                for line in diagnosis_lines(decision.diagnosis, verbose=True))
+
+
+def test_metrics_read_as_novas_monitor_metrics() -> None:
+    """MonitorMetricList.from_json: the CPU percents Nova stores as fractions come back
+    multiplied by 100, and every value is an integer (truncated). Found by a differential
+    run against Nova 34: Berth weighed 0.9 where Nova weighs 90."""
+    metrics = [hs._metric(m) for m in (
+        {"name": "cpu.percent", "value": 0.29, "source": "libvirt"},
+        {"name": "cpu.frequency", "value": 2400.7, "timestamp": "2026-01-01T00:00:00"},
+        {"name": "cpu.idle.percent", "value": 0.5})]
+    assert [(m.name, m.value) for m in metrics] == [
+        ("cpu.percent", 28), ("cpu.frequency", 2400), ("cpu.idle.percent", 50)]
+    assert metrics[0].source == "libvirt"

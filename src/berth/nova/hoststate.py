@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -73,6 +74,25 @@ def _epoch(value: Any) -> float | None:
 
 def _stamp(epoch: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).replace(tzinfo=None)
+
+
+#: Metrics Nova stores as fractions of 1 and reads back as percents.
+_PERCENT_METRICS = frozenset(["cpu.user.percent", "cpu.kernel.percent", "cpu.idle.percent",
+                              "cpu.iowait.percent", "cpu.percent"])
+
+
+def _metric(m: dict[str, Any]) -> MetricItem:
+    """A compute node's stored metric as Nova's host state holds it
+    (``MonitorMetricList.from_json``): the CPU percents multiplied by 100, and every
+    value an integer (``MonitorMetric.value`` is an IntegerField: truncated)."""
+    value = m.get("value")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if m.get("name") in _PERCENT_METRICS:
+            value = value * 100
+        if math.isfinite(value):
+            value = int(value)
+    return MetricItem(name=m.get("name"), value=value,  # type: ignore[arg-type]
+                      timestamp=m.get("timestamp"), source=m.get("source"))
 
 
 def _json(value: Any, default: Any) -> Any:
@@ -162,8 +182,7 @@ def record_of(node: Mapping[str, Any], service: Mapping[str, Any] | None, cell_u
         cpu_info=node.get("cpu_info") or "{}",
         supported_instances=_json(node.get("supported_instances"), []),
         stats=_json(node.get("stats"), {}),
-        metrics=[MetricItem(**{k: m.get(k) for k in ("name", "value", "timestamp", "source")})
-                 for m in _json(node.get("metrics"), [])],
+        metrics=[_metric(m) for m in _json(node.get("metrics"), [])],
         numa_topology=topology,
         pci_stats=PciDeviceStats.from_pools(pools, topology) if pools is not None else None,
         cpu_allocation_ratio=float(node.get("cpu_allocation_ratio") or 0.0),
