@@ -250,6 +250,19 @@ def test_flavor_and_image_affinity_policies_must_agree() -> None:
                                  config(GPU), ImageMetaProps({"hw_pci_numa_affinity_policy": "socket"}))
 
 
+def test_affinity_policies_are_checked_without_an_alias_too() -> None:
+    """Nova's API checks them for every boot (found by a differential run against Nova
+    34: Berth scheduled a boot whose flavor and image policies conflict)."""
+    plain = Flavor("f", 1, 512, extra_specs={"hw:pci_numa_affinity_policy": "socket"})
+    with pytest.raises(ExtraSpecError, match="conflicts with the flavor"):
+        pci_requests_from_flavor(plain, config(GPU),
+                                 ImageMetaProps({"hw_pci_numa_affinity_policy": "required"}))
+    bad = Flavor("f", 1, 512, extra_specs={"hw:pci_numa_affinity_policy": "close"})
+    with pytest.raises(ExtraSpecError, match="must be one of"):
+        pci_requests_from_flavor(bad, config(GPU))
+    assert pci_requests_from_flavor(plain, config(GPU)).requests == []
+
+
 def test_placement_allocation_is_followed_device_by_device() -> None:
     stats = PciDeviceStats.from_pools([pool(2, rp_uuid="rp-a"), pool(1, rp_uuid="rp-b"), pool(5)])
     mapping = {"r1-0": ["rp-a"], "r1-1": ["rp-b"], "": ["root"]}

@@ -224,11 +224,13 @@ def pci_requests_from_flavor(
     """
     specs = getattr(flavor, "extra_specs", None) or {}
     value = specs.get("pci_passthrough:alias")
+    # Checked with or without an alias: Nova's API refuses a bad or conflicting policy
+    # for every boot (hardware.get_pci_numa_policy_constraint).
+    policy = _pci_numa_policy(flavor, image_props)
     if value is None:
         return InstancePCIRequests([])
     key = "pci_passthrough:alias"
     aliases = parse_aliases(_config_aliases(config))
-    policy = _pci_numa_policy(flavor, image_props)
     requests: list[InstancePCIRequest] = []
     for index, part in enumerate(str(value).split(",")):
         name, sep, count_text = part.partition(":")
