@@ -14,6 +14,7 @@ weigher from two class attributes.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -33,11 +34,20 @@ def multiplier_from_aggregates(
 ) -> float:
     """The minimum float value of metadata key ``name`` over ``aggregates``.
 
-    ``conf_value`` when no aggregate carries the key, or when any value fails to convert.
+    ``conf_value`` when no aggregate carries the key, or when any value fails to convert
+    or is not finite (a deliberate deviation: Nova takes ``nan`` and ``inf``, and its
+    order of hosts then depends on their input order).
     """
     return numeric_override(
-        aggregates, name, conf_value, cast_to=float, what=f"{name} weight multiplier"
+        aggregates, name, conf_value, cast_to=_finite, what=f"{name} weight multiplier"
     )
+
+
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
 
 
 def get_weight_multiplier(host_state: HostState, name: str, conf_value: float) -> float:
