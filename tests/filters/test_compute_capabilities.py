@@ -202,3 +202,12 @@ def test_keys_under_service_fail_as_in_nova() -> None:
         assert both_paths(f, snap, req) == [False, False]
     req = spec(extra_specs={"capabilities:service:data:disabled": "False"})
     assert both_paths(f, snap, req) == [True, True]
+
+
+def test_updated_shows_as_nova_s_datetime() -> None:
+    snap = cloud(host("h1", updated=1.7e9))  # 2023-11-14 22:13:20 UTC
+    f = ComputeCapabilitiesFilter()
+    assert both_paths(f, snap, spec(extra_specs={"capabilities:updated": "<in> 2023-11-14"})) \
+        == [True]
+    assert both_paths(f, snap, spec(extra_specs={"capabilities:updated": "<in> 1700"})) \
+        == [False]

@@ -426,3 +426,14 @@ def test_a_host_ip_that_is_no_address_is_a_host_state_error() -> None:
 
     with pytest.raises(HostStateError, match="host h1: host_ip '10.0.0' is not an IP address"):
         evaluate(["=", "$host_ip", "$host_ip"], cloud(host("h1", host_ip="10.0.0")))
+
+
+def test_updated_is_a_datetime_as_in_nova() -> None:
+    """Nova's host state holds the compute node's updated_at, a datetime: ordering it
+    against a number raises (a SchedulerHintError here), equality is simply false.
+    Berth compared its epoch seconds (found by a differential run against Nova 34)."""
+    snap = cloud(host("h1", updated=1.7e9))
+    with pytest.raises(SchedulerHintError, match="'>' not supported between instances of "
+                                                 "'datetime.datetime' and 'int'"):
+        evaluate([">", "$updated", 5], snap)
+    assert evaluate(["=", "$updated", 1700000000], snap) == [False]

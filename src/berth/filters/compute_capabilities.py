@@ -23,6 +23,7 @@ import numpy as np
 
 from berth.extra_specs.ops import Requirement, compile_requirement, validate_requirement
 from berth.filters.base import BaseHostFilter, Reject
+from berth.filters.utils import nova_updated
 from berth.snapshot import FLOAT_COLUMNS, INT_COLUMNS
 
 if TYPE_CHECKING:
@@ -107,6 +108,8 @@ def _first(host_state: HostState, name: str) -> Any:
     value = getattr(host_state, name, None) if name in HOST_STATE_FIELDS else None
     if value is None:
         value = host_state.stats.get(name)
+    elif name == "updated":
+        value = nova_updated(value)  # a datetime in Nova, shown as one
     return value
 
 

@@ -47,6 +47,7 @@ import numpy as np
 from berth.errors import SchedulerHintError
 from berth.filters.base import BaseHostFilter, Reject
 from berth.filters.simple_cidr import host_address
+from berth.filters.utils import nova_updated
 from berth.snapshot import FLOAT_COLUMNS, INT_COLUMNS
 
 if TYPE_CHECKING:
@@ -111,6 +112,8 @@ def _parse_string(string: str, host_state: HostState) -> Any:
     if path[0] == "host_ip":
         # Nova's host state holds an IP address object, not a string (see the module).
         obj = host_address(host_state.host, obj)
+    elif path[0] == "updated":
+        obj = nova_updated(obj)  # a datetime in Nova: compared with a number, it raises
     for item in path[1:]:
         obj = obj.get(item)  # AttributeError on a non-dict, as in Nova
         if obj is None:

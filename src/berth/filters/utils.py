@@ -11,7 +11,9 @@ the rows (``result[inverse]``).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -120,3 +122,13 @@ def numeric_override_all(
     return per_signature_array(
         hosts, lambda aggs: numeric_override(aggs, key, default, cast_to, what), dtype=float
     )
+
+
+def nova_updated(value: Any) -> Any:
+    """A host's ``updated`` as Nova's host state holds it: an aware UTC datetime (the
+    compute node's ``updated_at``), where Berth keeps seconds since the epoch. Filters
+    that show or compare it as a value (JsonFilter's ``$updated``, a capability) read
+    this, so a comparison with a number raises and a string is a date, as in Nova."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return dt.datetime.fromtimestamp(value, dt.UTC)
+    return value
