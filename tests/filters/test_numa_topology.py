@@ -282,6 +282,23 @@ def test_a_host_without_pci_pools_serves_no_pci_request() -> None:
     assert passes_bulk(NUMATopologyFilter(), snap, pci_request()) == [False, True]
 
 
+def test_pairs_nova_remembered_as_misfits_are_skipped_as_nova_skips_them() -> None:
+    """Nova remembers (host cell id, guest cell id) fits and misfits within one fit, and
+    a guest cell that fits takes the host cell's id. Here, cells tried in the order 1,
+    0, 2: guest 0 fits host cell 1 (and becomes id 1), guest 1 then misfits host cell 0,
+    remembered as (0, 1); when guest 0 (now id 1) comes to host cell 0 that pair is
+    skipped, so the fit guest 0 on 0 and guest 1 on 1 is never tried. Nova refuses the
+    host (found by a differential run against Nova 34); Berth passed it."""
+    cells = [{"id": i, "cpuset": [2 * i, 2 * i + 1], "siblings": [[2 * i], [2 * i + 1]],
+              "memory": memory} for i, memory in enumerate((2048, 8192, 512))]
+    snap = cloud(host("h1", numa_topology=numa({"cells": cells})))
+    req = request(vcpus=2, memory_mb=4096, extra_specs={
+        "hw:numa_nodes": "2", "hw:numa_cpus.0": "0", "hw:numa_cpus.1": "1",
+        "hw:numa_mem.0": "1024", "hw:numa_mem.1": "3072"})
+    f = NUMATopologyFilter()
+    assert passes_per_host(f, snap, req) == passes_bulk(f, snap, req) == [False]
+
+
 # ------------------------------------------------------------------------ multi-create
 def test_consumption_in_a_multi_create_pins_cpus_between_instances() -> None:
     # Each host has 8 dedicated CPUs; three 4-vCPU pinned instances need two hosts.

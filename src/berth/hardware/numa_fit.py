@@ -302,20 +302,43 @@ def numa_fit_instance_to_host(
     # permutations ask for that exact size. Kept here per call, so the caller's request
     # stays untouched (Nova's filter works on a copy of the request per host).
     requested = [c.pagesize for c in instance.cells]
+    # Nova remembers, per call, which (host cell id, guest cell id) pairs fitted and
+    # which did not, and skips the fit of a pair it has seen. A guest cell that fits
+    # takes the host cell's id, so the pairs it is remembered under change as the
+    # permutations go on: a pair can be skipped that would fit now (a differential run
+    # against Nova 34 found a host Nova refuses this way). A remembered fit is taken as
+    # the guest cell was last fitted, with the new cell's id (Nova reuses the object).
+    ids = [c.id for c in instance.cells]
+    last_fit: list[InstanceNUMACell | None] = [None] * len(instance.cells)
+    fit_pairs: set[tuple[int, int]] = set()
+    misfit_pairs: set[tuple[int, int]] = set()
     for perm in itertools.permutations(cells, len(instance.cells)):
         fitted: list[InstanceNUMACell] = []
         for i, (host_cell, instance_cell) in enumerate(zip(perm, instance.cells)):
+            pair = (host_cell.id, ids[i])
+            if pair in misfit_pairs:
+                break
+            remembered = last_fit[i]
+            if pair in fit_pairs and remembered is not None:
+                ids[i] = host_cell.id
+                fitted.append(dataclasses.replace(remembered.copy(), id=host_cell.id))
+                continue
             asked, pagesize = requested[i], None
             if asked:
                 pagesize = _pagesize_request_fits(host_cell, asked, instance_cell.memory)
                 if pagesize is None:
+                    misfit_pairs.add(pair)
                     break
                 requested[i] = pagesize
             # Emulator threads get their pCPU on the host cell of guest cell 0.
             reserved = 1 if isolate_emulator and not fitted else 0
             cell = _fit_cell(host_cell, instance_cell, pagesize, limits, reserved)
             if cell is None:
+                misfit_pairs.add(pair)
                 break
+            ids[i] = host_cell.id
+            last_fit[i] = cell
+            fit_pairs.add(pair)
             fitted.append(cell)
         if len(fitted) != len(instance.cells):
             continue
