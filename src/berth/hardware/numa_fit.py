@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from berth.hardware.pci import InstancePCIRequest, PciDeviceStats
@@ -75,7 +75,8 @@ def _pack_instance_onto_cores(
     thread per fully free core (and the whole core is consumed); ``prefer`` (the default)
     tries the cores with the most free siblings first and falls back to any free threads.
     Emulator threads need ``num_cpu_reserved`` further free pCPUs. As in Nova, a cell
-    with no dedicated vCPU to pin does not fit (an empty pinning counts as a failure).
+    with no dedicated vCPU to pin (a mixed guest's shared-only cell) fits with an empty
+    pinning: only no pinning at all (None) fails.
     """
     threads_per_core = max((len(s) for s in host_cell.siblings), default=1) or 1
     # sibling_sets[k]: the sibling sets with at least k free threads, in host order.
@@ -105,14 +106,14 @@ def _pack_instance_onto_cores(
                 continue
             pinning = _get_pinning(threads_no, sibling_sets[threads_no], wanted)
             reserved = _get_reserved(sibling_sets.get(1, []), pinning, num_cpu_reserved)
-            if not pinning or (num_cpu_reserved and not reserved):
+            if pinning is None or (num_cpu_reserved and not reserved):
                 continue
             break
         if policy != REQUIRE and not pinning:
             singles = [{cpu} for sib in sibling_sets.get(1, []) for cpu in sorted(sib)]
             pinning = _get_pinning(1, singles, wanted)
             reserved = _get_reserved(singles, pinning, num_cpu_reserved)
-    if not pinning or (num_cpu_reserved and not reserved):
+    if pinning is None or (num_cpu_reserved and not reserved):
         return None
     fitted = instance_cell.copy()
     fitted.cpu_pinning = dict(pinning)
@@ -145,13 +146,22 @@ def _pagesize_request_fits(host_cell: NUMACell, request: int, memory_mb: int) ->
     return None
 
 
+class _CellFit(NamedTuple):
+    """What :func:`_fit_cell` found: the fitted cell or None, and the cell as CPU
+    packing left it, which Nova writes into the guest cell even when a later check of
+    the same fit fails (None when no packing ran or it found no pCPUs)."""
+
+    fitted: InstanceNUMACell | None
+    packed: InstanceNUMACell | None = None
+
+
 def _fit_cell(
     host_cell: NUMACell,
     instance_cell: InstanceNUMACell,
     pagesize: int | None,
     limits: NUMATopologyLimits | None,
     cpuset_reserved: int = 0,
-) -> InstanceNUMACell | None:
+) -> _CellFit:
     """Nova's ``_numa_fit_instance_cell``: the fitted copy of the cell, or None.
 
     ``pagesize`` is the page size (KiB) that :func:`_pagesize_request_fits` found for
@@ -168,42 +178,44 @@ def _fit_cell(
             # Overcommit is allowed on small pages, except for pinned guests.
             smallest = min(p.size_kb for p in host_cell.mempages)
             if not host_cell.can_fit_pagesize(smallest, instance_cell.memory * 1024, use_free=pinned):
-                return None
+                return _CellFit(None)
         elif pinned:
             if host_cell.avail_memory < instance_cell.memory:
-                return None
+                return _CellFit(None)
         elif host_cell.memory < instance_cell.memory:
             # A shared instance may not overcommit against itself on one cell.
-            return None
+            return _CellFit(None)
 
     if pinned and len(instance_cell.pcpuset) + cpuset_reserved > len(host_cell.pcpuset):
-        return None
+        return _CellFit(None)
     if instance_cell.cpu_policy in (SHARED, MIXED, None) and len(instance_cell.cpuset) > len(host_cell.cpuset):
-        return None
+        return _CellFit(None)
 
     fitted: InstanceNUMACell | None = instance_cell
+    packed: InstanceNUMACell | None = None
     if pinned:
         if len(instance_cell.pcpuset) + cpuset_reserved > host_cell.avail_pcpus:
-            return None
+            return _CellFit(None)
         fitted = _pack_instance_onto_cores(host_cell, instance_cell, cpuset_reserved)
         if fitted is None:
-            return None
+            return _CellFit(None)
+        packed = fitted
     if instance_cell.cpu_policy in (SHARED, MIXED, None) and limits is not None:
         if limits.cpu_allocation_ratio is not None:
             cpu_limit = len(host_cell.cpuset) * limits.cpu_allocation_ratio
             if host_cell.cpu_usage + len(instance_cell.cpuset) > cpu_limit:
-                return None
+                return _CellFit(None, packed)
         if limits.ram_allocation_ratio is not None:
             ram_limit = host_cell.memory * limits.ram_allocation_ratio
             if host_cell.memory_usage + instance_cell.memory > ram_limit:
-                return None
+                return _CellFit(None, packed)
     if fitted is instance_cell:
         fitted = instance_cell.copy()
     assert fitted is not None
     fitted.id = host_cell.id
     if pagesize is not None:
         fitted.pagesize = pagesize
-    return fitted
+    return _CellFit(fitted, packed)
 
 
 def _network_affinity_ok(
@@ -303,25 +315,26 @@ def numa_fit_instance_to_host(
     # stays untouched (Nova's filter works on a copy of the request per host).
     requested = [c.pagesize for c in instance.cells]
     # Nova remembers, per call, which (host cell id, guest cell id) pairs fitted and
-    # which did not, and skips the fit of a pair it has seen. A guest cell that fits
-    # takes the host cell's id, so the pairs it is remembered under change as the
-    # permutations go on: a pair can be skipped that would fit now (a differential run
-    # against Nova 34 found a host Nova refuses this way). A remembered fit is taken as
-    # the guest cell was last fitted, with the new cell's id (Nova reuses the object).
-    ids = [c.id for c in instance.cells]
-    last_fit: list[InstanceNUMACell | None] = [None] * len(instance.cells)
+    # which did not, and skips the fit of a pair it has seen; a remembered fit is taken
+    # as the guest cell is, unchecked. Nova's guest cells are objects its fits write
+    # into: a page size once its check passes, the pinning, reserved pCPUs and the host
+    # cell's id once CPU packing succeeds (even if a later check of that fit fails), the
+    # id again on a fit. So the pairs change as the permutations go on, and a pair can
+    # be skipped that would fit now, or taken for a guest cell not fitted yet. `state`
+    # is those objects (differential runs against Nova 34 found hosts decided both ways).
+    state = [c.copy() for c in instance.cells]
     fit_pairs: set[tuple[int, int]] = set()
     misfit_pairs: set[tuple[int, int]] = set()
     for perm in itertools.permutations(cells, len(instance.cells)):
         fitted: list[InstanceNUMACell] = []
         for i, (host_cell, instance_cell) in enumerate(zip(perm, instance.cells)):
-            pair = (host_cell.id, ids[i])
+            guest = state[i]
+            pair = (host_cell.id, guest.id)
             if pair in misfit_pairs:
                 break
-            remembered = last_fit[i]
-            if pair in fit_pairs and remembered is not None:
-                ids[i] = host_cell.id
-                fitted.append(dataclasses.replace(remembered.copy(), id=host_cell.id))
+            if pair in fit_pairs:
+                guest.id = host_cell.id
+                fitted.append(guest.copy())
                 continue
             asked, pagesize = requested[i], None
             if asked:
@@ -329,17 +342,20 @@ def numa_fit_instance_to_host(
                 if pagesize is None:
                     misfit_pairs.add(pair)
                     break
-                requested[i] = pagesize
+                requested[i] = guest.pagesize = pagesize
             # Emulator threads get their pCPU on the host cell of guest cell 0.
             reserved = 1 if isolate_emulator and not fitted else 0
-            cell = _fit_cell(host_cell, instance_cell, pagesize, limits, reserved)
-            if cell is None:
+            found = _fit_cell(host_cell, instance_cell, pagesize, limits, reserved)
+            if found.packed is not None:
+                guest.cpu_pinning = dict(found.packed.cpu_pinning)
+                guest.cpuset_reserved = found.packed.cpuset_reserved
+                guest.id = host_cell.id
+            if found.fitted is None:
                 misfit_pairs.add(pair)
                 break
-            ids[i] = host_cell.id
-            last_fit[i] = cell
+            guest.id = host_cell.id
             fit_pairs.add(pair)
-            fitted.append(cell)
+            fitted.append(guest.copy())
         if len(fitted) != len(instance.cells):
             continue
         # A host without PCI pools serves no PCI request (Nova's host state always holds
