@@ -21,6 +21,7 @@ import numpy as np
 
 from berth.model.aggregate import Aggregate
 from berth.model.compute import Instance
+from berth.model.hvspec import host_triple
 from berth.snapshot import FLOAT_COLUMNS, INT_COLUMNS, HostSnapshot
 
 if TYPE_CHECKING:
@@ -431,8 +432,11 @@ class HostState:
 
     @property
     def supported_instances(self) -> list[list[str]]:
-        """``[arch, hv_type, vm_mode]`` triples; ``[]`` if none."""
-        return [list(t) for t in self._ws.snapshot.interned_value("supported_instances", self._row)]
+        """``[arch, hv_type, vm_mode]`` triples as Nova's host state holds them
+        (canonicalized: ``QEMU`` is ``qemu``, see :func:`berth.model.hvspec.host_triple`);
+        ``[]`` if none."""
+        return [list(host_triple(t))
+                for t in self._ws.snapshot.interned_value("supported_instances", self._row)]
 
     @property
     def aggregates(self) -> list[Aggregate]:

@@ -211,3 +211,15 @@ def test_updated_shows_as_nova_s_datetime() -> None:
         == [True]
     assert both_paths(f, snap, spec(extra_specs={"capabilities:updated": "<in> 1700"})) \
         == [False]
+
+
+def test_supported_instances_show_as_nova_s_canonical_triples() -> None:
+    """Nova's host state holds the canonical triples (HVSpec), for every filter that
+    reads them; Berth's held the raw ones (found by a review)."""
+    snap = cloud(host("h1", supported_instances=[["x86_64", "QEMU", "hvm"]]),
+                 host("h2", supported_instances=[["amd64", "qemu", "hvm"]]))
+    f = ComputeCapabilitiesFilter()
+    for value, expected in (("<in> qemu", [True, True]), ("<in> x86_64", [True, True]),
+                            ("<in> amd64", [False, False])):
+        req = spec(extra_specs={"capabilities:supported_instances": value})
+        assert both_paths(f, snap, req) == expected, value

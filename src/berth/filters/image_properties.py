@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,21 +23,19 @@ from packaging.version import InvalidVersion, Version
 from berth.config import ARCHITECTURES
 from berth.errors import HostStateError, ImagePropertyError, InputError
 from berth.filters.base import BaseHostFilter, Reject
+from berth.model.hvspec import (
+    ARCH_ALIASES,
+    HV_ALIASES,
+    HV_TYPES,
+    VM_MODE_ALIASES,
+    VM_MODES,
+    host_triple,
+)
 
 if TYPE_CHECKING:
     from berth.host_state import Hosts, HostState
     from berth.model.request import RequestSpec
 
-HV_TYPES = frozenset([
-    "baremetal", "bhyve", "docker", "fake", "hyperv", "ironic", "kqemu", "kvm", "lxc", "lxd",
-    "openvz", "parallels", "vz", "phyp", "qemu", "test", "uml", "vmware", "vbox", "xen",
-    "zvm", "prsm",
-])  # fmt: skip
-VM_MODES = frozenset(["hvm", "xen", "uml", "exe"])
-_ARCH_ALIASES = {"i386": "i686", "i486": "i686", "i586": "i686", "x86_32": "i686",
-                 "x86_32p": "i686", "amd64": "x86_64"}
-_HV_ALIASES = {"xapi": "xen"}
-_VM_MODE_ALIASES = {"pv": "xen", "hv": "hvm", "baremetal": "hvm"}
 _PREDICATE_PART = re.compile(r"^\s*(<=|>=|<|>|!=|==)\s*(\S+?)\s*$")
 _COMPARATORS = {
     "<=": Version.__le__, ">=": Version.__ge__, "<": Version.__lt__, ">": Version.__gt__,
@@ -59,32 +56,17 @@ def _canonicalize(prop: str, value: Any, aliases: dict[str, str], valid: Any) ->
 
 def canonical_architecture(value: Any) -> str | None:
     """Lower-case; i386/i486/i586/x86_32/x86_32p -> i686, amd64 -> x86_64; None stays."""
-    return _canonicalize("hw_architecture", value, _ARCH_ALIASES, frozenset(ARCHITECTURES))
+    return _canonicalize("hw_architecture", value, ARCH_ALIASES, frozenset(ARCHITECTURES))
 
 
 def canonical_hv_type(value: Any) -> str | None:
     """Lower-case; xapi -> xen; None stays."""
-    return _canonicalize("img_hv_type", value, _HV_ALIASES, HV_TYPES)
+    return _canonicalize("img_hv_type", value, HV_ALIASES, HV_TYPES)
 
 
 def canonical_vm_mode(value: Any) -> str | None:
     """Lower-case; pv -> xen, hv and baremetal -> hvm; None stays."""
-    return _canonicalize("hw_vm_mode", value, _VM_MODE_ALIASES, VM_MODES)
-
-
-def host_triple(triple: Sequence[Any]) -> tuple[Any, ...]:
-    """A host's ``supported_instances`` triple as Nova compares it: ``HVSpec`` fields
-    canonicalize what a compute reports (``QEMU`` -> ``qemu``, ``amd64`` -> ``x86_64``,
-    ``pv`` -> ``xen``). A value Nova would refuse to load is kept as it is (it matches
-    no image value)."""
-    out: list[Any] = []
-    for value, aliases, valid in zip(
-            triple, (_ARCH_ALIASES, _HV_ALIASES, _VM_MODE_ALIASES),
-            (frozenset(ARCHITECTURES), HV_TYPES, VM_MODES), strict=False):
-        name = value.lower() if isinstance(value, str) else value
-        name = aliases.get(name, name) if isinstance(name, str) else name
-        out.append(name if name in valid else value)
-    return (*out, *triple[3:])
+    return _canonicalize("hw_vm_mode", value, VM_MODE_ALIASES, VM_MODES)
 
 
 def version_to_str(version: int) -> str:

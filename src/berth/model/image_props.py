@@ -31,6 +31,7 @@ from typing import Any
 
 from berth.config import ARCHITECTURES
 from berth.errors import ImagePropertyError
+from berth.model.hvspec import ARCH_ALIASES, HV_ALIASES, HV_TYPES, VM_MODE_ALIASES, VM_MODES
 
 #: Nova's ``ImageMetaProps.NUMA_NODES_MAX``: per-node keys past this index are not read.
 NUMA_NODES_MAX = 128
@@ -122,15 +123,10 @@ class Enum:
 
 
 def _hv_types() -> Iterable[str]:
-    # One list for the filter and the property (imported late: filters import the model).
-    from berth.filters.image_properties import HV_TYPES
-
-    return sorted(HV_TYPES)
+    return sorted(HV_TYPES)  # one list for the filter and the property
 
 
 def _vm_modes() -> Iterable[str]:
-    from berth.filters.image_properties import VM_MODES
-
     return sorted(VM_MODES)
 
 
@@ -199,9 +195,7 @@ def list_of_nullable_string_dicts(value: Any) -> list[dict[str, str | None]]:
 
 # --------------------------------------------------------------------------- the fields
 _DISK_BUS = Enum(("fdc", "ide", "sata", "scsi", "usb", "virtio", "xen", "lxc", "uml"))
-_ARCH_ALIASES = {"i386": "i686", "i486": "i686", "i586": "i686", "x86_32": "i686",
-                 "x86_32p": "i686", "amd64": "x86_64"}
-_ARCHITECTURE = Enum(ARCHITECTURES, _ARCH_ALIASES, lower=True)
+_ARCHITECTURE = Enum(ARCHITECTURES, ARCH_ALIASES, lower=True)
 #: VMware adapter names the VIF model field still takes (lower-cased first).
 _VIF_LEGACY = {"virtuale1000": "e1000", "virtuale1000e": "e1000e", "virtualpcnet32": "pcnet",
                "virtualsriovethernetcard": "sriov", "virtualvmxnet": "vmxnet",
@@ -265,7 +259,7 @@ FIELD_TYPES: dict[str, Callable[[Any], Any]] = {
     "hw_vif_multiqueue_enabled": flexible_boolean,
     "hw_viommu_model": Enum(("intel", "smmuv3", "virtio", "auto")),
     "hw_virtio_packed_ring": flexible_boolean,
-    "hw_vm_mode": Enum(_vm_modes, {"pv": "xen", "hv": "hvm", "baremetal": "hvm"}, lower=True),
+    "hw_vm_mode": Enum(_vm_modes, VM_MODE_ALIASES, lower=True),
     "hw_watchdog_action": Enum(("none", "pause", "poweroff", "reset", "disabled")),
     "hw_sound_model": Enum(("sb16", "es1370", "pcspk", "ac97", "ich6", "ich9", "usb",
                             "virtio")),
@@ -284,7 +278,7 @@ FIELD_TYPES: dict[str, Callable[[Any], Any]] = {
     "img_config_drive": Enum(("optional", "mandatory")),
     "img_hide_hypervisor_id": flexible_boolean,
     "img_hv_requested_version": version_predicate,
-    "img_hv_type": Enum(_hv_types, {"xapi": "xen"}, lower=True),
+    "img_hv_type": Enum(_hv_types, HV_ALIASES, lower=True),
     "img_linked_clone": flexible_boolean,
     "img_mappings": list_of_nullable_string_dicts,
     "img_owner_id": string,
