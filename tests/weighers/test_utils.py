@@ -81,6 +81,11 @@ def test_any_finite_float_python_accepts_is_taken_as_is(value):
     assert both(snap) == [float(value)]
 
 
+def test_an_infinite_value_beside_a_finite_one_leaves_the_finite_minimum():
+    snap = cloud(host("a").in_aggregate("x", **{KEY: "inf"}).in_aggregate("y", **{KEY: "2"}))
+    assert both(snap, conf=7.0) == [2.0]
+
+
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e400"])
 def test_a_value_that_is_no_finite_number_falls_back_with_a_warning(value, caplog):
     """A deliberate deviation: Nova takes it, and a NaN weight then leaves its order of

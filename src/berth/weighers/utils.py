@@ -14,6 +14,7 @@ weigher from two class attributes.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -21,6 +22,8 @@ import numpy as np
 
 from berth.filters.utils import numeric_override
 from berth.weighers.base import BaseHostWeigher
+
+LOG = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterable
@@ -34,18 +37,23 @@ def multiplier_from_aggregates(
 ) -> float:
     """The minimum float value of metadata key ``name`` over ``aggregates``.
 
-    ``conf_value`` when no aggregate carries the key, or when any value fails to convert
-    or is not finite (a deliberate deviation: Nova takes ``nan`` and ``inf``, and its
-    order of hosts then depends on their input order).
+    ``conf_value`` when no aggregate carries the key, when any value fails to convert
+    or is NaN, or when the minimum is infinite (a deliberate deviation: Nova takes them,
+    and its order of hosts then depends on their input order). ``inf`` beside a finite
+    value is fine: the minimum is the finite one, in Nova too.
     """
-    return numeric_override(
-        aggregates, name, conf_value, cast_to=_finite, what=f"{name} weight multiplier"
-    )
+    what = f"{name} weight multiplier"
+    value = numeric_override(aggregates, name, conf_value, cast_to=_not_nan, what=what)
+    if math.isfinite(value):
+        return value
+    LOG.warning("could not use %s aggregate metadata %s: %s is not a finite number; "
+                "using %s", what, name, value, conf_value)
+    return float(conf_value)
 
 
-def _finite(value: Any) -> float:
+def _not_nan(value: Any) -> float:
     number = float(value)
-    if not math.isfinite(number):
+    if math.isnan(number):
         raise ValueError(f"{value!r} is not a finite number")
     return number
 
