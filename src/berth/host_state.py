@@ -312,8 +312,6 @@ class WorkingSet:
             self.set_num("free_disk_mb", row, self.col("free_disk_mb")[row] - disk_mb)
             self.set_num("vcpus_used", row, self.col("vcpus_used")[row] + flavor.vcpus)
             self.set_num("num_instances", row, self.col("num_instances")[row] + 1)
-            if self.builds_in_flight:
-                self.set_num("num_io_ops", row, self.col("num_io_ops")[row] + 1)
             host_numa = self.obj("numa_topology", row)
             pci_stats = self.obj("pci_stats", row)
             pci_requests = getattr(spec.pci_requests, "requests", None) or []
@@ -323,20 +321,29 @@ class WorkingSet:
             if host_numa is not None and spec.numa_topology is not None:
                 from berth.hardware import numa
 
-                instance_numa, new_host_numa = numa.consume(
+                # In Nova's order: the fit is stored on the request before its usage
+                # is applied, which may still fail (and the instance count is kept).
+                spec.numa_topology = numa.numa_fit_instance_to_host(
                     host_numa,
                     spec.numa_topology,
                     limits=self.limits(row).get("numa_topology"),
-                    pci_requests=pci_requests if pci_stats is not None else None,
+                    pci_requests=pci_requests or None,
                     pci_stats=pci_stats,
                     provider_mapping=mapping,
                 )
-                spec.numa_topology = instance_numa
-                self.set_obj("numa_topology", row, new_host_numa)
-            if pci_requests and pci_stats is not None:
+                self.set_obj("numa_topology", row, numa.numa_usage_from_instance_numa(
+                    host_numa, spec.numa_topology))
+            if pci_requests:
+                from berth.hardware.pci import PciDeviceStats
+
+                # Nova's host state always has device stats: without pools, the
+                # request cannot be applied and the consumption fails here.
+                stats = pci_stats if pci_stats is not None else PciDeviceStats.from_pools([])
                 cells = getattr(spec.numa_topology, "cells", None)
-                self.set_obj("pci_stats", row,
-                             pci_stats.apply_requests(pci_requests, cells, mapping))
+                self.set_obj("pci_stats", row, stats.apply_requests(pci_requests, cells, mapping))
+            # Last, as in Nova: a consumption that failed above counts no io operation.
+            if self.builds_in_flight:
+                self.set_num("num_io_ops", row, self.col("num_io_ops")[row] + 1)
         except Exception as exc:  # Nova swallows consumption errors; so do we, loudly.
             LOG.warning("failed to consume resources on %s: %s", self.obj("host", row), exc)
             return

@@ -426,3 +426,21 @@ def test_the_o_n_factorizations_equal_np_unique(codes: list[int], size: int) -> 
     _, _, expected_groups = np.unique(keys, return_index=True, return_inverse=True)
     assert groups.tolist() == expected_groups.reshape(-1).tolist()
     assert [int(keys[i]) for i in first] == sorted(set(keys.tolist()))
+
+
+def test_a_consumption_that_fails_counts_the_instance_but_no_io_operation() -> None:
+    """Nova's order: the instance count first, the io operation last; a PCI request a
+    host has no pools for fails the consumption in between (its host state always has
+    device stats), and the host's update time is left as it was."""
+    snap = cloud(host("h1", numa_topology=numa(SMT_HOST)), pci_host("h2", ["rp0"]))
+    ws = WorkingSet(snap, NOW + 100)
+    req = pci_request()
+    for row in (0, 1):
+        before = (ws.col("num_instances")[row], ws.col("num_io_ops")[row])
+        ws.consume(row, copy.deepcopy(req))
+        after = (ws.col("num_instances")[row], ws.col("num_io_ops")[row])
+        updated = ws.host_state(row).updated
+        if row == 0:
+            assert after == (before[0] + 1, before[1]) and updated != NOW + 100
+        else:
+            assert after == (before[0] + 1, before[1] + 1) and updated == NOW + 100
