@@ -308,20 +308,18 @@ def numa_fit_instance_to_host(
     network_metadata = limits.network_metadata if limits is not None else None
     cells = order_host_cells(host, instance, pci_requests, pci_stats, pack)
     isolate_emulator = instance.emulator_threads_isolated
-    # The page size each guest cell asks for. Nova writes the size it picks for a cell
-    # (for small, large or any) into the request as soon as the cell's pages fit, before
-    # its CPUs are checked, and does not undo it when the permutation fails: the next
-    # permutations ask for that exact size. Kept here per call, so the caller's request
-    # stays untouched (Nova's filter works on a copy of the request per host).
-    requested = [c.pagesize for c in instance.cells]
-    # Nova remembers, per call, which (host cell id, guest cell id) pairs fitted and
-    # which did not, and skips the fit of a pair it has seen; a remembered fit is taken
-    # as the guest cell is, unchecked. Nova's guest cells are objects its fits write
-    # into: a page size once its check passes, the pinning, reserved pCPUs and the host
-    # cell's id once CPU packing succeeds (even if a later check of that fit fails), the
-    # id again on a fit. So the pairs change as the permutations go on, and a pair can
-    # be skipped that would fit now, or taken for a guest cell not fitted yet. `state`
-    # is those objects (differential runs against Nova 34 found hosts decided both ways).
+    # Nova's guest cells are objects its fits write into, and it does not undo what a
+    # failed permutation wrote: the page size picked for small, large or any as soon as
+    # the cell's pages fit (before its CPUs are checked), so the next permutations ask
+    # for that exact size; the pinning, reserved pCPUs and host cell id once CPU packing
+    # succeeds (even if a later check of that fit fails); the id again on a fit. `state`
+    # is those objects, per call, so the caller's request stays untouched (Nova's
+    # filter works on a copy of the request per host).
+    # Nova also remembers which (host cell id, guest cell id) pairs fitted and which did
+    # not, and skips the fit of a pair it has seen, taking a remembered fit as the guest
+    # cell is, unchecked. As the ids change, a pair can be skipped that would fit now,
+    # or taken for a guest cell not fitted yet (differential runs against Nova 34 found
+    # hosts decided both ways).
     state = [c.copy() for c in instance.cells]
     fit_pairs: set[tuple[int, int]] = set()
     misfit_pairs: set[tuple[int, int]] = set()
@@ -336,13 +334,13 @@ def numa_fit_instance_to_host(
                 guest.id = host_cell.id
                 fitted.append(guest.copy())
                 continue
-            asked, pagesize = requested[i], None
-            if asked:
-                pagesize = _pagesize_request_fits(host_cell, asked, instance_cell.memory)
+            pagesize = None
+            if guest.pagesize:
+                pagesize = _pagesize_request_fits(host_cell, guest.pagesize, instance_cell.memory)
                 if pagesize is None:
                     misfit_pairs.add(pair)
                     break
-                requested[i] = guest.pagesize = pagesize
+                guest.pagesize = pagesize
             # Emulator threads get their pCPU on the host cell of guest cell 0.
             reserved = 1 if isolate_emulator and not fitted else 0
             found = _fit_cell(host_cell, instance_cell, pagesize, limits, reserved)
