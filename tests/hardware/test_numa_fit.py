@@ -22,6 +22,7 @@ from berth.hardware.numa import (
     NUMATopologyLimits,
     NUMAUsageError,
     consume,
+    guest_state,
     numa_fit_instance_to_host,
     numa_usage_from_instance_numa,
     order_host_cells,
@@ -640,3 +641,28 @@ def test_whatever_fits_can_be_consumed_and_pins_only_free_dedicated_cpus(
             newly = set().union(*(set(c.cpu_pinning.values()) | (c.cpuset_reserved or set())
                                   for c in placed)) if placed else set()
             assert newly <= new.pinned_cpus - old.pinned_cpus
+
+
+def test_fits_on_one_guest_state_carry_what_each_wrote_as_nova_objects_do() -> None:
+    """Nova 34 fits its request objects in place. Three calls on one request, read off
+    Nova in its own environment: the first fits on host cells (1, 0) and leaves those
+    ids in the guest cells, so the second, whose (host cell, guest cell) pairs are then
+    other pairs, finds no fit; nor does the third. A fresh request fits every
+    time, and the caller's request is never changed."""
+    host = topo(
+        cell(0, cpus="0-1", pcpus="0-1", memory=8192, cpu_usage=2, memory_usage=2800),
+        cell(1, cpus="2-3", pcpus="2-3", memory=2048, cpu_usage=1, memory_usage=118,
+             siblings=["2,3"], pinned="2-3"),
+    )
+    inst = guest(shared(2, 1024), shared(1, 2048, cell_id=1, start=2))
+    limits = NUMATopologyLimits(4.0, 1.0)
+    before = inst.copy()
+    state = guest_state(inst)
+    first = numa_fit_instance_to_host(host, inst, limits, guest_cells=state)
+    assert first is not None and [c.id for c in first.cells] == [1, 0]
+    assert [c.id for c in state] == [1, 0]
+    assert [numa_fit_instance_to_host(host, inst, limits, guest_cells=state)
+            for _ in range(2)] == [None, None]
+    fresh = [numa_fit_instance_to_host(host, inst, limits) for _ in range(3)]
+    assert all(f is not None and [c.id for c in f.cells] == [1, 0] for f in fresh)
+    assert inst == before

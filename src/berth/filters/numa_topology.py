@@ -25,6 +25,12 @@ although a fresh choice would fit there. Berth keeps this on purpose: it is what
 Nova deployment does, and Berth's contract is Nova's decision host by host, so a host
 Nova refuses is refused here too rather than "fixed" into a placement Nova would never
 make (a mixed fleet, or a move back to Nova, would otherwise see different answers).
+
+The same side effect reaches across a host's allocation candidates: Nova fits them one
+after another on one copy of the request, so each fit starts from the host cell ids,
+page sizes and pinning the previous one left in the guest cells. A host whose first
+candidate does not fit can keep its second (on a fresh request it would not), and the
+reverse; Berth fits a host's candidates in the same order on one guest state too.
 """
 
 from __future__ import annotations
@@ -36,13 +42,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from berth.filters.base import BaseHostFilter, Reject
-from berth.hardware.columns import NONE_CODE, keep_candidates, object_codes
+from berth.hardware.columns import NONE_CODE, object_codes
 from berth.hardware.numa import (
     DEDICATED,
     REQUIRE,
+    InstanceNUMACell,
     InstanceNUMATopology,
     NUMATopology,
     NUMATopologyLimits,
+    guest_state,
     numa_fit_instance_to_host,
     numa_topology_from_request,
 )
@@ -77,10 +85,18 @@ class _Facts:
         pci_stats: PciDeviceStats | None,
         limits: NUMATopologyLimits,
         mapping: Any,
+        state: list[InstanceNUMACell] | None = None,
     ) -> bool:
         return numa_fit_instance_to_host(
-            host, self.req, limits, self.pci or None, pci_stats, provider_mapping=mapping
+            host, self.req, limits, self.pci or None, pci_stats, provider_mapping=mapping,
+            guest_cells=state,
         ) is not None
+
+    def new_state(self) -> list[InstanceNUMACell]:
+        """The guest cells one host's candidates are fitted on in turn (see
+        :meth:`NUMATopologyFilter.check`)."""
+        assert self.req is not None
+        return guest_state(self.req)
 
     def reject(self, host: NUMATopology) -> Reject:
         req = self.req
@@ -174,11 +190,13 @@ class NUMATopologyFilter(BaseHostFilter):
             if host_state.working_set.candidates is None:
                 ok = facts.fits(host, pci_stats, limits, None)
             else:
-                kept = keep_candidates(
-                    host_state.allocation_candidates,
-                    lambda mapping: facts.fits(host, pci_stats, limits, mapping),
-                    mapping_keyer(facts.pci) if facts.pci and pci_stats is not None else None,
-                )
+                # Nova fits a host's candidates one after another on one copy of the
+                # request, whose guest cells keep what each fit wrote into them (host
+                # cell ids, page sizes, pinning): a later candidate can fit where the
+                # first did not, or the reverse, whatever its mapping.
+                state = facts.new_state()
+                kept = [cand for cand in host_state.allocation_candidates
+                        if facts.fits(host, pci_stats, limits, cand.get("mappings"), state)]
                 host_state.allocation_candidates = kept
                 ok = bool(kept)
             if not ok:
@@ -265,35 +283,63 @@ class NUMATopologyFilter(BaseHostFilter):
     ) -> np.ndarray:
         """Keep each row's fitting candidates; True where some remain.
 
-        Groups whose answer cannot depend on the mapping (no PCI requests, or no pools)
-        are fitted once and decided for all their rows with NumPy; the others go candidate
-        by candidate, once per (group, mapping key).
+        A host's candidates are fitted in turn on one guest state (see :meth:`check`),
+        so the answer for its k-th candidate depends on the fits before it. Where the
+        mapping cannot change a fit (no PCI requests, or no pools), that is a sequence
+        per group: its first answer decides every single-candidate host of the group
+        with NumPy, and hosts with more candidates read further down the sequence. The
+        others are fitted candidate by candidate, once per (group, mapping keys so far).
         """
         matters = np.fromiter((bool(facts.pci) and p is not None for p in group_pci),
                               dtype=bool, count=len(group_pci))
+        plain: dict[int, tuple[list[InstanceNUMACell], list[bool]]] = {}
+
+        def plain_answers(g: int, count: int) -> list[bool]:
+            state, answers = plain.setdefault(g, (facts.new_state(), []))
+            while len(answers) < count:
+                answers.append(facts.fits(group_host[g], group_pci[g], group_limits[g], None, state))
+            return answers[:count]
+
         plain_ok = np.fromiter(
-            (not m and facts.fits(h, p, lim, None)
-             for m, h, p, lim in zip(matters, group_host, group_pci, group_limits)),
+            (not m and plain_answers(g, 1)[0] for g, m in enumerate(matters.tolist())),
             dtype=bool, count=len(group_host),
         )
-        has = np.fromiter((bool(candidates.get(row)) for row in rows), dtype=bool, count=len(rows))
-        passed = has & plain_ok[inverse]
-        by_mapping = matters[inverse] & has
-        for i in np.flatnonzero(~passed & ~by_mapping).tolist():
+        counts = np.fromiter((len(candidates.get(row) or ()) for row in rows), dtype=np.int64,
+                             count=len(rows))
+        passed = (counts == 1) & plain_ok[inverse]
+        by_mapping = matters[inverse] & (counts > 0)
+        several = ~matters[inverse] & (counts > 1)
+        for i in np.flatnonzero(~passed & ~by_mapping & ~several).tolist():
             candidates[rows[i]] = []  # Nova's filter_candidates leaves the empty list
+        for i in np.flatnonzero(several).tolist():
+            row = rows[i]
+            cands = candidates[row]
+            answers = plain_answers(int(inverse[i]), len(cands))
+            kept = [cand for cand, ok in zip(cands, answers) if ok]
+            if len(kept) != len(cands):
+                candidates[row] = kept
+            passed[i] = bool(kept)
         if by_mapping.any():
             keyer = mapping_keyer(facts.pci)
-            memo: dict[tuple[int, Any], bool] = {}
+            # (group, the mapping keys of the candidates fitted so far) -> the answer
+            # and the guest state after it.
+            memo: dict[tuple[int, tuple[Any, ...]], tuple[bool, list[InstanceNUMACell]]] = {}
             for i in np.flatnonzero(by_mapping).tolist():
                 row, g = rows[i], int(inverse[i])
                 kept = []
                 cands = candidates[row]
+                keys: tuple[Any, ...] = ()
+                state = facts.new_state()
                 for cand in cands:
                     mapping = cand.get("mappings")
-                    key = (g, keyer(mapping))
-                    ok = memo.get(key)
-                    if ok is None:
-                        ok = memo[key] = facts.fits(group_host[g], group_pci[g], group_limits[g], mapping)
+                    keys += (keyer(mapping),)
+                    known = memo.get((g, keys))
+                    if known is None:
+                        state = [c.copy() for c in state]
+                        ok = facts.fits(group_host[g], group_pci[g], group_limits[g], mapping, state)
+                        memo[(g, keys)] = (ok, state)
+                    else:
+                        ok, state = known
                     if ok:
                         kept.append(cand)
                 if len(kept) != len(cands):

@@ -23,7 +23,8 @@ Functions, with Nova 34's semantics (reference §3.18, §2.3):
   properties to an InstanceNUMATopology (or None), with Nova's precedence and conflicts;
 * :func:`numa_fit_instance_to_host` — place the instance cells on host cells (cell
   ordering, permutations, page sizes, CPU pinning with thread policies, oversubscription
-  limits, emulator threads, PCI and network affinity);
+  limits, emulator threads, PCI and network affinity); with :func:`guest_state`, several
+  fits of one request carry what each wrote into the guest cells, as Nova's objects do;
 * :func:`numa_usage_from_instance_numa` and :func:`consume` — the host topology after the
   instance is placed (pinned CPUs, memory, CPU usage, huge pages);
 * :func:`prepare_request` — fill ``spec.numa_topology`` and ``spec.pci_requests``.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 from berth.hardware.numa_fit import (
     consume,
+    guest_state,
     numa_fit_instance_to_host,
     numa_usage_from_instance_numa,
     order_host_cells,
@@ -103,6 +105,7 @@ __all__ = [
     "consume",
     "cpu_constraints",
     "format_cpu_spec",
+    "guest_state",
     "numa_fit_instance_to_host",
     "numa_topology_from_request",
     "numa_usage_from_instance_numa",

@@ -288,6 +288,7 @@ def numa_fit_instance_to_host(
     provider_mapping: Mapping[str, Sequence[str]] | None = None,
     *,
     pack: bool | None = None,
+    guest_cells: list[InstanceNUMACell] | None = None,
 ) -> InstanceNUMATopology | None:
     """Fit the instance's cells onto host cells; the fitted topology (cell ids are host
     cell ids, with CPU pinning and chosen page sizes) or None.
@@ -297,7 +298,13 @@ def numa_fit_instance_to_host(
     cells and network NUMA affinity holds. ``pack`` defaults to ``limits.pack``.
     As in Nova, the page size picked for a guest cell that asks for ``small``, ``large``
     or ``any`` is the size asked for in every later permutation, even when the
-    permutation that picked it failed (on CPUs, say). The arguments are never modified.
+    permutation that picked it failed (on CPUs, say).
+
+    ``guest_cells`` (from :func:`guest_state`) stands for Nova's request objects when one
+    request is fitted several times: it starts as the instance's cells and this call
+    writes into it what Nova's fit writes into them, so the next call on the same list
+    starts where Nova's would. Without it each call starts from the instance's cells.
+    The other arguments are never modified.
     """
     if not host or not instance:
         return None
@@ -320,7 +327,7 @@ def numa_fit_instance_to_host(
     # cell is, unchecked. As the ids change, a pair can be skipped that would fit now,
     # or taken for a guest cell not fitted yet (differential runs against Nova 34 found
     # hosts decided both ways).
-    state = [c.copy() for c in instance.cells]
+    state = guest_cells if guest_cells is not None else guest_state(instance)
     fit_pairs: set[tuple[int, int]] = set()
     misfit_pairs: set[tuple[int, int]] = set()
     for perm in itertools.permutations(cells, len(instance.cells)):
@@ -366,6 +373,12 @@ def numa_fit_instance_to_host(
             continue
         return InstanceNUMATopology(fitted, instance.emulator_threads_policy)
     return None
+
+
+def guest_state(instance: InstanceNUMATopology) -> list[InstanceNUMACell]:
+    """Fresh guest-cell state for :func:`numa_fit_instance_to_host`: copies of the
+    instance's cells, which fits write their ids, page sizes and pinning into."""
+    return [c.copy() for c in instance.cells]
 
 
 # -------------------------------------------------------------------------- consumption
