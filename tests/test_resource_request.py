@@ -404,3 +404,19 @@ def test_the_query_and_the_guest_numa_topology_pin_the_same_vcpus(
     thread_policy = topology.cells[0].cpu_thread_policy
     assert (HYPERTHREADING in group.forbidden_traits) == (thread_policy == "isolate")
     assert (HYPERTHREADING in group.required_traits) == (thread_policy == "require")
+
+
+@pytest.mark.parametrize("model, trait", [
+    ("amd-sev", "HW_CPU_X86_AMD_SEV"), ("amd-sev-es", "HW_CPU_X86_AMD_SEV_ES"),
+    ("amd-sev-snp", "HW_CPU_X86_AMD_SEV_SNP"), ("intel-tdx", "HW_CPU_X86_INTEL_TDX"),
+])
+def test_every_memory_encryption_model_of_nova_34_requires_its_trait(model: str, trait: str) -> None:
+    """Nova 34's four models (``MemEncryptionModel``), from the flavor and the image."""
+    by_flavor = from_request_spec(_spec(extra_specs={
+        "hw:mem_encryption": "true", "hw:mem_encryption_model": model})).groups[""]
+    by_image = from_request_spec(_spec(image={
+        "hw_mem_encryption": True, "hw_mem_encryption_model": model,
+        "hw_firmware_type": "uefi", "hw_firmware_stateless": True})).groups[""]
+    for group in (by_flavor, by_image):
+        assert trait in group.required_traits
+        assert group.resources["MEM_ENCRYPTION_CONTEXT"] == 1

@@ -316,7 +316,8 @@ def _truthy(value: Any) -> bool:
 #: Image/flavor values that translate to a required root trait.
 _TPM_VERSION = {"1.2": "COMPUTE_SECURITY_TPM_1_2", "2.0": "COMPUTE_SECURITY_TPM_2_0"}
 _TPM_MODEL = {"tpm-tis": "COMPUTE_SECURITY_TPM_TIS", "tpm-crb": "COMPUTE_SECURITY_TPM_CRB"}
-_MEM_ENC_MODEL = {"amd-sev": "HW_CPU_X86_AMD_SEV", "amd-sev-es": "HW_CPU_X86_AMD_SEV_ES"}
+_MEM_ENC_MODEL = {"amd-sev": "HW_CPU_X86_AMD_SEV", "amd-sev-es": "HW_CPU_X86_AMD_SEV_ES",
+                  "amd-sev-snp": "HW_CPU_X86_AMD_SEV_SNP", "intel-tdx": "HW_CPU_X86_INTEL_TDX"}
 
 
 def _translate_other(req: ResourceRequest, spec: RequestSpec) -> None:

@@ -332,7 +332,7 @@ def builtin_validators() -> list[ExtraSpecValidator]:
         v("hw:maxphysaddr_mode", "Physical address bits: passthrough or emulate.",
           _enum("passthrough", "emulate")),
         v("hw:mem_encryption", "Encrypt guest memory (AMD SEV).", _BOOL),
-        v("hw:mem_encryption_model", "Memory encryption model.", _enum("amd-sev", "amd-sev-es")),
+        v("hw:mem_encryption_model", "Memory encryption model.", _enum("amd-sev", "amd-sev-es", "amd-sev-snp", "intel-tdx")),
         v("hw:tpm_version", "vTPM version.", _enum("1.2", "2.0")),
         v("hw:tpm_model", "vTPM model.", _enum("tpm-tis", "tpm-crb")),
         v("hw:tpm_secret_security", "Who holds the vTPM secret (default user).",

@@ -234,7 +234,7 @@ FIELD_TYPES: dict[str, Callable[[Any], Any]] = {
     "hw_maxphysaddr_mode": Enum(("passthrough", "emulate")),
     "hw_maxphysaddr_bits": non_negative_integer,
     "hw_mem_encryption": flexible_boolean,
-    "hw_mem_encryption_model": Enum(("amd-sev", "amd-sev-es")),
+    "hw_mem_encryption_model": Enum(("amd-sev", "amd-sev-es", "amd-sev-snp", "intel-tdx")),
     "hw_mem_page_size": string,
     "hw_numa_nodes": integer,
     "hw_numa_cpus": _list_of(cpu_set, "CPU sets"),
