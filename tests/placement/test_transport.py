@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ import pytest
 from waitress.server import create_server
 
 from berth.placement.client import ConflictError, PlacementClient
-from berth.placement.transport import KeptConnections
+from berth.placement.transport import TLS, KeptConnections
 
 
 def _app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
@@ -292,13 +293,15 @@ def test_a_server_that_never_answers_is_a_read_timeout() -> None:
         listener.close()
 
 
-def _tls_server(tmp_path: Any) -> tuple[Any, threading.Thread, str]:
+def _tls_server(tmp_path: Any, client_certs: bool = False) -> tuple[Any, threading.Thread, str]:
     """An HTTPS server of ``_app`` (a self-signed certificate for 127.0.0.1) in a
-    thread, and the certificate's file."""
+    thread, and the certificate's file (its key beside it, ``key.pem``). With
+    ``client_certs``, clients must show that certificate too."""
     import ssl
     import subprocess
     from wsgiref.simple_server import WSGIRequestHandler, make_server
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
@@ -311,6 +314,9 @@ def _tls_server(tmp_path: Any) -> tuple[Any, threading.Thread, str]:
     srv = make_server("127.0.0.1", 0, _app, handler_class=Quiet)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
+    if client_certs:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cert)
     srv.socket = context.wrap_socket(srv.socket, server_side=True)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
@@ -328,6 +334,48 @@ def test_https_verifies_the_server_with_the_authorities_python_trusts(
         http = KeptConnections(url, headers={}, timeout=5)
         assert http.request("GET", "/x").json()["path"] == "/placement/x"
         http.close()
+    finally:
+        srv.shutdown()
+        thread.join(timeout=5)
+
+
+def test_https_with_the_configured_authorities_no_check_or_a_client_certificate(
+        tmp_path: Any) -> None:
+    """``[placement] cafile``, ``insecure`` and ``certfile``/``keyfile`` (as
+    :class:`~berth.placement.transport.TLS`) on both clients."""
+    srv, thread, cert = _tls_server(tmp_path / "a")
+    url = f"https://127.0.0.1:{srv.server_address[1]}/placement"
+    try:
+        for tls in (TLS(verify=cert), TLS(verify=False), TLS(verify=str(tmp_path / "a"))):
+            if tls.verify == str(tmp_path / "a"):
+                # A directory of authorities is looked up by hashed names.
+                import subprocess
+
+                digest = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", cert],
+                                        check=True, capture_output=True, text=True).stdout.strip()
+                (tmp_path / "a" / f"{digest}.0").symlink_to(cert)
+            http = KeptConnections(url, headers={}, timeout=5, tls=tls)
+            assert http.request("GET", "/x").json()["path"] == "/placement/x"
+            http.close()
+            with httpx.Client(verify=tls.ssl_context(), timeout=5) as client:
+                assert client.get(url + "/x").json()["path"] == "/placement/x"
+    finally:
+        srv.shutdown()
+        thread.join(timeout=5)
+    srv, thread, cert = _tls_server(tmp_path / "b", client_certs=True)
+    url = f"https://127.0.0.1:{srv.server_address[1]}/placement"
+    key = str(tmp_path / "b" / "key.pem")
+    try:
+        with pytest.raises(httpx.HTTPError):
+            KeptConnections(url, headers={}, timeout=5, tls=TLS(cert)).request("GET", "/x")
+        for tls in (TLS(cert, (cert, key)), TLS(cert, str(tmp_path / "b" / "both.pem"))):
+            if isinstance(tls.cert, str):
+                (tmp_path / "b" / "both.pem").write_text(Path(cert).read_text() + Path(key).read_text())
+            http = KeptConnections(url, headers={}, timeout=5, tls=tls)
+            assert http.request("GET", "/x").json()["path"] == "/placement/x"
+            http.close()
+            with httpx.Client(verify=tls.ssl_context(), timeout=5) as client:
+                assert client.get(url + "/x").json()["path"] == "/placement/x"
     finally:
         srv.shutdown()
         thread.join(timeout=5)

@@ -6,9 +6,10 @@ It reads the nova.conf a nova-scheduler reads:
   (the server name; the machine's name by default), ``rpc_response_timeout``;
 * ``[api_database] connection`` (cells, aggregates) and ``[database] connection``
   (which fills the cells' templated connections);
-* ``[placement]``: keystoneauth credentials (``auth_type``, ``auth_url``, ...) and where
+* ``[placement]``: keystoneauth credentials (``auth_type``, ``auth_url``, ...), where
   Placement is (``endpoint_override``, else the catalog's ``placement`` endpoint of
-  ``valid_interfaces`` in ``region_name``);
+  ``valid_interfaces`` in ``region_name``) and the session options every Placement call
+  uses (``cafile``, ``insecure``, ``certfile``, ``keyfile``, ``timeout``);
 * ``[filter_scheduler]``, ``[scheduler]``, ``[compute]``, ``[workarounds]``, ``[pci]``:
   the scheduler's own options, as every Berth command reads them.
 
@@ -37,11 +38,14 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc as sa_exc
 
 from berth.errors import BerthError, ConfigError
+
+if TYPE_CHECKING:
+    from berth.webauth.client import PlacementAccess
 
 LOG = logging.getLogger("berth.nova")
 
@@ -90,14 +94,16 @@ class NovaOptions:
         self.host: str = conf.host or socket.gethostname()
 
 
-def placement_endpoint(files: Sequence[str]) -> tuple[str, Any]:
-    """Where Placement is and the credentials to reach it, as Nova's report client finds
-    them: ``[placement] endpoint_override``, else the Keystone catalog."""
+def placement_endpoint(files: Sequence[str]) -> tuple[str, PlacementAccess]:
+    """Where Placement is and how to reach it, as Nova's report client finds them:
+    ``[placement] endpoint_override``, else the Keystone catalog; the credentials, and
+    the session's TLS options and timeout (``cafile``, ``insecure``, ``certfile``,
+    ``keyfile``, ``timeout``), which Nova's client uses for Placement's calls too."""
     from keystoneauth1 import exceptions as ks_exc
     from keystoneauth1 import loading
     from oslo_config import cfg
 
-    from berth.webauth.client import KeystoneAuth
+    from berth.webauth.client import KeystoneAuth, PlacementAccess, session_tls
 
     conf = cfg.ConfigOpts()
     loading.register_auth_conf_options(conf, "placement")
@@ -107,16 +113,17 @@ def placement_endpoint(files: Sequence[str]) -> tuple[str, Any]:
     conf.set_default("valid_interfaces", ["internal", "public"], group="placement")
     try:
         conf([], project="nova", default_config_files=list(files), use_env=False)
+        tls, timeout = session_tls(conf, "placement")
         override = conf.placement.endpoint_override
         if not conf.placement.auth_type:
             if not override:
                 raise ConfigError("[placement]: neither auth_type nor endpoint_override is set",
                                   field="[placement]")
-            return str(override), None
+            return str(override), PlacementAccess(None, tls, timeout)
         plugin = loading.load_auth_from_conf_options(conf, "placement")
         session = loading.load_session_from_conf_options(conf, "placement", auth=plugin)
         if override:
-            return str(override), KeystoneAuth(plugin, session)
+            return str(override), PlacementAccess(KeystoneAuth(plugin, session), tls, timeout)
         adapter = loading.load_adapter_from_conf_options(conf, "placement", session=session,
                                                          auth=plugin)
         url = adapter.get_endpoint()
@@ -129,7 +136,7 @@ def placement_endpoint(files: Sequence[str]) -> tuple[str, Any]:
     if not url:
         raise ConfigError("[placement]: the catalog has no placement endpoint of "
                           f"{', '.join(conf.placement.valid_interfaces)}", field="[placement]")
-    return str(url), KeystoneAuth(plugin, session)
+    return str(url), PlacementAccess(KeystoneAuth(plugin, session), tls, timeout)
 
 
 def build(files: Sequence[str], *, seed: int | None = None, explain: bool = False) -> dict[str, Any]:
@@ -148,16 +155,17 @@ def build(files: Sequence[str], *, seed: int | None = None, explain: bool = Fals
 
     config = SchedulerConfig.from_files(list(files))
     options = NovaOptions(files)
-    url, auth = placement_endpoint(files)
+    url, access = placement_endpoint(files)
     opened: list[Any] = []
     try:
         try:
-            client = PlacementClient(url, auth=auth)
+            client = PlacementClient(url, **access.client_options())
         except ValueError as exc:
             raise ConfigError(f"[placement] endpoint: {exc}",
                               field="[placement] endpoint_override") from None
         opened.append(client)
-        candidates = PlacementClient(url, auth=auth, microversion=CANDIDATES_MICROVERSION)
+        candidates = PlacementClient(url, microversion=CANDIDATES_MICROVERSION,
+                                     **access.client_options())
         opened.append(candidates)
         try:
             feed = NovaFeed(options.api_url, options.main_url)

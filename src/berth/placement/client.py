@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import orjson
 
-from berth.placement.transport import KeptConnections, Response, TokenSource
+from berth.placement.transport import SYSTEM_TLS, TLS, KeptConnections, Response, TokenSource
 
 DEFAULT_MICROVERSION = "1.39"
 
@@ -141,6 +141,7 @@ class PlacementClient:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
         auth: httpx.Auth | None = None,
+        tls: TLS = SYSTEM_TLS,
     ) -> None:
         """``auth`` (e.g. :class:`berth.webauth.client.KeystoneAuth`) replaces the noauth2
         ``token`` with Keystone's.
@@ -149,7 +150,8 @@ class PlacementClient:
         (:mod:`berth.placement.transport`: a third of httpx's CPU per call; several
         ``base_url`` share the calls, one refusing connections is passed over); with
         a ``transport`` (an app in process, a mock) or an ``auth`` that is not a token
-        source, through httpx and one URL. A URL that is not http(s) is a ValueError."""
+        source, through httpx and one URL. A URL that is not http(s) is a ValueError.
+        ``tls``: the authorities and client certificate of an https URL."""
         headers = {
             "X-Auth-Token": token,
             "OpenStack-API-Version": f"placement {microversion}",
@@ -162,7 +164,7 @@ class PlacementClient:
             if auth is not None:
                 del headers["X-Auth-Token"]
             self._http = KeptConnections(base_url, headers=headers, timeout=timeout,
-                                         auth=auth)
+                                         auth=auth, tls=tls)
         else:
             if not isinstance(base_url, str):
                 if len(base_url) != 1:
@@ -171,7 +173,7 @@ class PlacementClient:
                 base_url = base_url[0]
             self._http = httpx.Client(
                 base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
-                transport=transport, auth=auth,
+                transport=transport, auth=auth, verify=tls.ssl_context(),
             )
 
     def close(self) -> None:

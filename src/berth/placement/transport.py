@@ -29,9 +29,11 @@ refuses connections is passed over for the next (nothing was sent to it).
 from __future__ import annotations
 
 import math
+import os
 import ssl
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlencode, urlsplit
 
@@ -45,6 +47,40 @@ _NOT_CONNECTED = frozenset({pycurl.E_COULDNT_CONNECT, pycurl.E_COULDNT_RESOLVE_H
 #: ... for a connection that broke before the whole answer came.
 _BROKE = frozenset({pycurl.E_GOT_NOTHING, pycurl.E_SEND_ERROR, pycurl.E_RECV_ERROR,
                     pycurl.E_PARTIAL_FILE})
+
+
+@dataclass(frozen=True)
+class TLS:
+    """How a client checks the server and shows itself over HTTPS: ``verify`` True (the
+    authorities Python's TLS trusts), a file or directory of authorities, or False (no
+    check); ``cert`` a client certificate file (with its key), or (certificate, key)."""
+
+    verify: bool | str = True
+    cert: str | tuple[str, str] | None = None
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """The same for httpx: True, or a context."""
+        if self.verify is True and not self.cert:
+            return True
+        if isinstance(self.verify, str):
+            if os.path.isdir(self.verify):
+                context = ssl.create_default_context(capath=self.verify)
+            else:
+                context = ssl.create_default_context(cafile=self.verify)
+        else:
+            context = ssl.create_default_context()
+            if self.verify is False:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+        if isinstance(self.cert, tuple):
+            context.load_cert_chain(self.cert[0], self.cert[1])
+        elif self.cert:
+            context.load_cert_chain(self.cert)
+        return context
+
+
+#: Verify with the authorities Python's TLS trusts; no client certificate.
+SYSTEM_TLS = TLS()
 
 
 @runtime_checkable
@@ -96,7 +132,7 @@ class _Handle:
 
     __slots__ = ("curl", "endpoint", "head", "body")
 
-    def __init__(self, endpoint: int, timeout: float) -> None:
+    def __init__(self, endpoint: int, timeout: float, tls: TLS) -> None:
         self.endpoint = endpoint
         self.head: list[bytes] = []
         self.body: list[bytes] = []
@@ -111,12 +147,23 @@ class _Handle:
         curl.setopt(pycurl.LOW_SPEED_TIME, max(1, math.ceil(timeout)))
         curl.setopt(pycurl.HEADERFUNCTION, self.head.append)
         curl.setopt(pycurl.WRITEFUNCTION, self.body.append)
-        # The authorities Python's own TLS verifies with (SSL_CERT_FILE/DIR included).
-        paths = ssl.get_default_verify_paths()
-        if paths.cafile:
-            curl.setopt(pycurl.CAINFO, paths.cafile)
-        elif paths.capath:
-            curl.setopt(pycurl.CAPATH, paths.capath)
+        if tls.verify is False:
+            curl.setopt(pycurl.SSL_VERIFYPEER, 0)
+            curl.setopt(pycurl.SSL_VERIFYHOST, 0)
+        elif isinstance(tls.verify, str):
+            curl.setopt(pycurl.CAPATH if os.path.isdir(tls.verify) else pycurl.CAINFO, tls.verify)
+        else:
+            # The authorities Python's own TLS verifies with (SSL_CERT_FILE/DIR included).
+            paths = ssl.get_default_verify_paths()
+            if paths.cafile:
+                curl.setopt(pycurl.CAINFO, paths.cafile)
+            elif paths.capath:
+                curl.setopt(pycurl.CAPATH, paths.capath)
+        if isinstance(tls.cert, tuple):
+            curl.setopt(pycurl.SSLCERT, tls.cert[0])
+            curl.setopt(pycurl.SSLKEY, tls.cert[1])
+        elif tls.cert:
+            curl.setopt(pycurl.SSLCERT, tls.cert)  # the key in the same file
 
     def close(self) -> None:
         self.curl.close()
@@ -127,7 +174,7 @@ class KeptConnections:
     per thread."""
 
     def __init__(self, base_url: str | Sequence[str], *, headers: Mapping[str, str],
-                 timeout: float, auth: TokenSource | None = None) -> None:
+                 timeout: float, auth: TokenSource | None = None, tls: TLS | None = None) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
             raise ValueError("no base URL")
@@ -137,6 +184,7 @@ class KeptConnections:
         self._headers = [f"{k}: {v}" for k, v in headers.items()] + ["Expect:"]
         self._timeout = timeout
         self._auth = auth
+        self._tls = tls or SYSTEM_TLS
         self._local = threading.local()
         self._all: set[_Handle] = set()
         self._lock = threading.Lock()
@@ -242,7 +290,7 @@ class KeptConnections:
             with self._lock:
                 first = self._turn
                 self._turn = (first + 1) % len(self._endpoints)
-            handle = self._local.handle = _Handle(first, self._timeout)
+            handle = self._local.handle = _Handle(first, self._timeout, self._tls)
             with self._lock:
                 self._all.add(handle)
         return handle

@@ -196,7 +196,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
     from berth.service.metrics import Metrics, compute_collector
     from berth.service.reports import BusRecordStore
     from berth.service.seeding import cloud_nodes, file_services, register_sharing
-    from berth.webauth.client import placement_auth
+    from berth.webauth.client import placement_access
 
     _logging()
     try:
@@ -228,12 +228,12 @@ def cmd_compute(args: argparse.Namespace) -> int:
         return _fail("compute", f"cannot start: {exc}")
     records = BusRecordStore(engine, bus)
     try:
-        auth = placement_auth(args.config_file)
+        access = placement_access(args.config_file)
     except BerthError as exc:
         bus.close()
         return _fail("compute", str(exc))
     try:
-        client = PlacementClient(args.placement_url, auth=auth)
+        client = PlacementClient(args.placement_url, **access.client_options())
     except ValueError as exc:
         bus.close()
         return _fail("compute", f"--placement-url: {exc}")

@@ -2,8 +2,10 @@
 
 * A service talking to Placement (``berth compute``) authenticates as Nova's services
   do, with the keystoneauth options of ``[placement]`` in its config files
-  (``auth_type = password``, ``auth_url``, ``username``, ...): :func:`placement_auth`.
-  Without ``[placement] auth_type`` it sends the noauth2 token ``admin``.
+  (``auth_type = password``, ``auth_url``, ``username``, ...), and reaches it with the
+  session options there (``cafile``, ``insecure``, ``certfile``, ``keyfile``,
+  ``timeout``): :func:`placement_access`. Without ``[placement] auth_type`` it sends the
+  noauth2 token ``admin``.
 * A person at the command line (``berth boot``, ``berth server ...``): ``--token``, else
   ``OS_AUTH_TOKEN``, else a token from Keystone with the usual ``OS_AUTH_URL``,
   ``OS_USERNAME``, ``OS_PASSWORD``, ``OS_PROJECT_NAME`` (and domain) variables, else the
@@ -14,14 +16,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from berth.errors import ConfigError, InputError
+from berth.errors import ConfigError, InputError, one_line
+from berth.placement.transport import SYSTEM_TLS, TLS
+
+#: Seconds a Placement call may wait for a connection or the next byte of its answer.
+DEFAULT_TIMEOUT = 30.0
 
 #: The token a development (noauth2) server knows as its administrator.
 NOAUTH2_ADMIN = "admin"
+
+
+class KeystoneUnavailable(httpx.TransportError):
+    """Keystone gave no token (unreachable, the credentials refused, no endpoint): to
+    the caller, Placement cannot be reached now and nothing was sent to it. Nova's report
+    client treats these failures alike (``safe_connect``): no candidates, a claim not
+    made; a scheduler keeps serving and the next request asks Keystone again."""
 
 
 class KeystoneAuth(httpx.Auth):
@@ -45,9 +59,10 @@ class KeystoneAuth(httpx.Auth):
         try:
             token = self._plugin.get_token(self._session)
         except ks_exc.ClientException as exc:
-            raise ConfigError(f"[placement] credentials: Keystone refused them: {exc}") from None
+            raise KeystoneUnavailable(f"[placement] credentials: no token from Keystone: "
+                                      f"{one_line(exc)}") from None
         if not token:
-            raise ConfigError("[placement] credentials: Keystone gave no token")
+            raise KeystoneUnavailable("[placement] credentials: Keystone gave no token")
         return str(token)
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
@@ -59,8 +74,42 @@ class KeystoneAuth(httpx.Auth):
             yield request
 
 
-def placement_auth(config_files: Sequence[str]) -> KeystoneAuth | None:
-    """The keystoneauth credentials of ``[placement]``, or None when none are set."""
+@dataclass(frozen=True)
+class PlacementAccess:
+    """How a service reaches Placement: its credentials (None: the noauth2 token) and
+    the options of its HTTP client (:meth:`client_options`)."""
+
+    auth: KeystoneAuth | None
+    tls: TLS = SYSTEM_TLS
+    timeout: float = DEFAULT_TIMEOUT
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~berth.placement.client.PlacementClient`."""
+        return {"auth": self.auth, "tls": self.tls, "timeout": self.timeout}
+
+
+def session_tls(conf: Any, group: str) -> tuple[TLS, float]:
+    """keystoneauth's session options of ``[group]`` (``cafile``, ``insecure``,
+    ``certfile``, ``keyfile``, ``timeout``), which Nova's clients use for every call of
+    that service, not only for Keystone's: the TLS settings and the timeout (unset:
+    Berth's 30 s). A file that does not exist is a ConfigError naming its option."""
+    opts = getattr(conf, group)
+    for name in ("cafile", "certfile", "keyfile"):
+        path = getattr(opts, name)
+        if path and not os.path.exists(path):
+            raise ConfigError(f"[{group}] {name}: {path}: no such file or directory",
+                              field=f"[{group}] {name}")
+    verify: bool | str = False if opts.insecure else (opts.cafile or True)
+    cert: str | tuple[str, str] | None = None
+    if opts.certfile:  # as keystoneauth: a key file only with a certificate
+        cert = (opts.certfile, opts.keyfile) if opts.keyfile else opts.certfile
+    timeout = float(opts.timeout) if opts.timeout else DEFAULT_TIMEOUT
+    return TLS(verify, cert), timeout
+
+
+def placement_access(config_files: Sequence[str]) -> PlacementAccess:
+    """The credentials (keystoneauth options of ``[placement]``; None when
+    ``auth_type`` is unset) and the session's TLS options and timeout."""
     from keystoneauth1 import loading
     from oslo_config import cfg
 
@@ -69,15 +118,23 @@ def placement_auth(config_files: Sequence[str]) -> KeystoneAuth | None:
     loading.register_session_conf_options(conf, "placement")
     try:
         conf([], project="berth", default_config_files=list(config_files), use_env=False)
+        tls, timeout = session_tls(conf, "placement")
         if not conf.placement.auth_type:
-            return None
+            return PlacementAccess(None, tls, timeout)
         plugin = loading.load_auth_from_conf_options(conf, "placement")
         session = loading.load_session_from_conf_options(conf, "placement", auth=plugin)
+    except ConfigError:
+        raise
     except (cfg.Error, ValueError) as exc:
         raise ConfigError(f"[placement] {str(exc).splitlines()[0]}") from None
     except Exception as exc:  # keystoneauth's missing-option and unknown-plugin errors
         raise ConfigError(f"[placement] credentials: {str(exc).splitlines()[0]}") from None
-    return KeystoneAuth(plugin, session)
+    return PlacementAccess(KeystoneAuth(plugin, session), tls, timeout)
+
+
+def placement_auth(config_files: Sequence[str]) -> KeystoneAuth | None:
+    """The keystoneauth credentials of ``[placement]``, or None when none are set."""
+    return placement_access(config_files).auth
 
 
 def cli_token(given: str | None, environ: Mapping[str, str] | None = None) -> str:
