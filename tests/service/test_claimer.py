@@ -6,14 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from berth.claims import ClaimRefusal
+from berth.errors import ServiceUnavailable
 from berth.model.request import Flavor, RequestSpec
 from berth.placement import db
 from berth.placement.client import ConflictError, ConsumerAllocations
 from berth.placement.local import LocalProviders
 from berth.placement.store import PlacementStore
 from berth.service.placement import CLAIM_ATTEMPTS, PlacementClaimer
+from berth.webauth.client import KeystoneUnavailable
 
 SPEC = RequestSpec(flavor=Flavor(name="f", vcpus=1, memory_mb=1), project_id="p", user_id="u")
 REQ = {"allocations": {"rp": {"resources": {"VCPU": 1}}}}
@@ -151,3 +154,86 @@ def test_refusals_without_amounts_still_say_why() -> None:
     refused = PlacementClaimer(FakeClient([RACE] * 10)).claim(  # type: ignore[arg-type]
         "c", REQ, SPEC, "1.36")
     assert not refused and "concurrent updates" in refused.render()  # type: ignore[union-attr]
+
+
+class LostAnswer(FakeClient):
+    """The PUT reaches placement (or not: ``commits``) and its answer is lost."""
+
+    def __init__(self, commits: bool, readable: bool = True,
+                 error: Exception | None = None) -> None:
+        super().__init__([])
+        self.commits, self.readable, self.reads = commits, readable, 0
+        self.error = error or httpx.ReadTimeout("no answer within 30 s")
+
+    def get_allocations(self, consumer: str) -> ConsumerAllocations:
+        self.reads += 1
+        if not self.readable:
+            raise httpx.ConnectError("refused")
+        return super().get_allocations(consumer)
+
+    def put_allocations(self, consumer: str, allocations: dict[str, Any], *,
+                        consumer_generation: int | None, **_: Any) -> None:
+        self.puts.append((allocations, consumer_generation))
+        if self.commits and len(self.puts) == 1:
+            self.held = {rp: dict(res) for rp, res in allocations.items()}
+        raise self.error
+
+
+def test_a_claim_whose_answer_was_lost_is_read_back_before_the_next_host() -> None:
+    # Committed: this host's claim; with a Nova scheduler's merging claimer too, so the
+    # next host's claim is never added to it (allocations on two hosts).
+    for merge in (False, True):
+        client = LostAnswer(commits=True)
+        claimer = PlacementClaimer(client, merge_existing=merge)  # type: ignore[arg-type]
+        assert claimer.claim("c", REQ, SPEC, "1.36") is True
+        assert client.reads == 1 and claimer.stats.successes == 1
+    # Not committed: refused, and the next host may be tried.
+    client = LostAnswer(commits=False, error=httpx.RemoteProtocolError("the connection broke"))
+    got = PlacementClaimer(client).claim("c", REQ, SPEC, "1.36")  # type: ignore[arg-type]
+    assert isinstance(got, ClaimRefusal) and got.reason == "placement unreachable"
+    assert client.reads == 1
+
+
+def test_a_claim_whose_answer_was_lost_and_cannot_be_read_stops_the_request() -> None:
+    client = LostAnswer(commits=True, readable=False)
+    with pytest.raises(ServiceUnavailable, match="no answer to the claim for c"):
+        PlacementClaimer(client).claim("c", REQ, SPEC, "1.36")  # type: ignore[arg-type]
+
+
+def test_a_claim_never_sent_is_refused_without_reading_it_back() -> None:
+    for error in (httpx.ConnectError("refused"), httpx.ConnectTimeout("no connection"),
+                  KeystoneUnavailable("[placement] credentials: no token from Keystone")):
+        client = LostAnswer(commits=False, error=error)
+        got = PlacementClaimer(client).claim("c", REQ, SPEC, "1.36")  # type: ignore[arg-type]
+        assert isinstance(got, ClaimRefusal) and client.reads == 0
+
+
+def test_keystone_failing_is_no_candidates_and_no_claim_as_nova_s_safe_connect() -> None:
+    """Keystone unreachable or refusing the credentials: the query answers nothing (the
+    scheduler's NoValidHost), a claim is refused and a rollback gives up; nothing
+    raises a configuration error into the scheduler."""
+    from keystoneauth1 import exceptions as ks_exc
+
+    from berth.placement.client import PlacementClient
+    from berth.service.placement import PlacementCandidates
+    from berth.webauth.client import KeystoneAuth
+
+    class Plugin:
+        def __init__(self, failure: Exception) -> None:
+            self.failure = failure
+
+        def get_token(self, session: Any) -> str:
+            raise self.failure
+
+        def invalidate(self) -> None:
+            pass
+
+    for failure in (ks_exc.ConnectFailure("keystone down"), ks_exc.Unauthorized("refused")):
+        client = PlacementClient("http://127.0.0.1:9", auth=KeystoneAuth(Plugin(failure), None),
+                                 microversion="1.36")
+        answer = PlacementCandidates(client).get([("resources", "VCPU:1")])
+        assert answer.error is not None and "no token from Keystone" in answer.error
+        claimer = PlacementClaimer(client)
+        assert not claimer.claim("c", REQ, SPEC, "1.36")
+        assert claimer.delete("c") is False
+        client.close()

@@ -48,6 +48,10 @@ from berth.placement.client import (
 )
 from berth.placement.local import LocalPlacement
 from berth.snapshot import HostSnapshot
+from berth.webauth.client import KeystoneUnavailable
+
+#: Transport errors raised before anything of the request was sent.
+NOTHING_SENT = (httpx.ConnectError, httpx.ConnectTimeout, KeystoneUnavailable)
 
 LOG = logging.getLogger(__name__)
 #: Placement's refusal of an allocation for capacity: the class and the provider.
@@ -530,17 +534,46 @@ class PlacementClaimer:
                 return ClaimRefusal(f"placement error {exc.status}")
             except httpx.HTTPError as exc:
                 self._count("errors")
+                if not isinstance(exc, NOTHING_SENT):
+                    # The PUT may have been applied, its answer lost (a read timeout, a
+                    # connection that broke). Before another host is tried, read the
+                    # consumer: a claim that committed is this host's, and one that did
+                    # not is refused; if it cannot be read, the request stops here (as
+                    # Nova's does), or the next host's claim would be added to it.
+                    held = self._holds(consumer_uuid, payload)
+                    if held is None:
+                        raise ServiceUnavailable(
+                            f"placement gave no answer to the claim for {consumer_uuid} "
+                            f"({one_line(exc)}) and its allocations cannot be read") from None
+                    if held:
+                        LOG.info("claim for %s had committed before its answer was lost",
+                                 consumer_uuid)
+                        return self._claimed(consumer_uuid, generation, before)
                 LOG.warning("placement unreachable while claiming for %s: %s", consumer_uuid, exc)
                 return ClaimRefusal("placement unreachable")
-            self._count("successes")
-            if generation is not None or self._before_merge:
-                with self._lock:
-                    now = time.monotonic()
-                    self._before_merge = {c: v for c, v in self._before_merge.items()
-                                          if now - v[0] < MERGE_MEMORY and c != consumer_uuid}
-                    if generation is not None:
-                        self._before_merge[consumer_uuid] = (now, before)
-            return True
+            return self._claimed(consumer_uuid, generation, before)
+
+    def _claimed(self, consumer_uuid: str, generation: int | None,
+                 before: dict[str, dict[str, int]]) -> bool:
+        """Count a claim made; a merged one remembers what the consumer held before."""
+        self._count("successes")
+        if generation is not None or self._before_merge:
+            with self._lock:
+                now = time.monotonic()
+                self._before_merge = {c: v for c, v in self._before_merge.items()
+                                      if now - v[0] < MERGE_MEMORY and c != consumer_uuid}
+                if generation is not None:
+                    self._before_merge[consumer_uuid] = (now, before)
+        return True
+
+    def _holds(self, consumer_uuid: str, allocations: Mapping[str, Mapping[str, int]]) -> bool | None:
+        """Whether the consumer holds exactly ``allocations``; None if it cannot be read."""
+        try:
+            current = self.client.get_allocations(consumer_uuid).allocations
+        except (PlacementAPIError, httpx.HTTPError, ServiceUnavailable):
+            return None
+        return {rp: dict(r) for rp, r in (current or {}).items()} == {
+            rp: dict(r) for rp, r in allocations.items()}
 
     def _doubled_up(self, consumer_uuid: str, allocations: Mapping[str, Mapping[str, int]]
                     ) -> tuple[dict[str, dict[str, int]], int | None,
@@ -597,12 +630,7 @@ class PlacementClaimer:
         claim committed although its answer was lost (a connection dropped during the
         commit, retried as a new consumer). Issued uuids are unique (build records), so
         another instance never holds the same uuid with the same allocations."""
-        try:
-            current = self.client.get_allocations(consumer_uuid).allocations
-        except (PlacementAPIError, httpx.HTTPError, ServiceUnavailable):
-            return False
-        if current and {rp: dict(r) for rp, r in current.items()} == {
-                rp: dict(r) for rp, r in allocations.items()}:
+        if allocations and self._holds(consumer_uuid, allocations):
             LOG.info("claim for %s had committed before its answer was lost", consumer_uuid)
             return True
         return False
