@@ -168,7 +168,7 @@ def build(files: Sequence[str], *, seed: int | None = None, explain: bool = Fals
                                      **access.client_options())
         opened.append(candidates)
         try:
-            feed = NovaFeed(options.api_url, options.main_url)
+            feed = NovaFeed(options.api_url, options.main_url, ratios=_ratios(config))
         except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
             raise ConfigError(f"[api_database] connection: {str(exc).splitlines()[0]}",
                               field="[api_database] connection") from None
@@ -191,6 +191,14 @@ def build(files: Sequence[str], *, seed: int | None = None, explain: bool = Fals
         raise
     return {"config": config, "options": options, "feed": feed, "service": service,
             "endpoint": endpoint, "bus": bus, "clients": [client, candidates]}
+
+
+def _ratios(config: Any) -> dict[str, float]:
+    """The allocation ratio of each kind a compute node without its own gets (Nova's
+    ComputeNode: ``x_allocation_ratio``, else ``initial_x_allocation_ratio``)."""
+    from berth.service.compute import resolved_ratio
+
+    return {kind: resolved_ratio(None, kind, config) for kind in ("cpu", "ram", "disk")}
 
 
 def _discover(feed: Any, interval: float, stop: threading.Event) -> None:

@@ -152,10 +152,18 @@ def pci_pools(value: Any) -> list[dict[str, Any]] | None:
     return pools
 
 
+#: Allocation ratios a compute node whose own is NULL or 0.0 gets, when the caller
+#: gives none: Nova's ``initial_*_allocation_ratio`` defaults.
+INITIAL_RATIOS: Mapping[str, float] = {"cpu": 4.0, "ram": 1.0, "disk": 1.0}
+
+
 def record_of(node: Mapping[str, Any], service: Mapping[str, Any] | None, cell_uuid: str,
-              instances: Mapping[str, Instance]) -> HostRecord:
+              instances: Mapping[str, Instance],
+              ratios: Mapping[str, float] = INITIAL_RATIOS) -> HostRecord:
     """One ``compute_nodes`` row (with its service row) as a host record, the way
-    Nova's HostState reads a ComputeNode."""
+    Nova's HostState reads a ComputeNode. A ratio that is NULL or 0.0 (a row no resource
+    tracker has updated since) is ``ratios``' of its kind, as Nova's ComputeNode loads
+    it: ``[DEFAULT] x_allocation_ratio``, else ``initial_x_allocation_ratio``."""
     from berth.hardware.numa import NUMATopology
     from berth.hardware.pci import PciDeviceStats
 
@@ -185,9 +193,9 @@ def record_of(node: Mapping[str, Any], service: Mapping[str, Any] | None, cell_u
         metrics=[_metric(m) for m in _json(node.get("metrics"), [])],
         numa_topology=topology,
         pci_stats=PciDeviceStats.from_pools(pools, topology) if pools is not None else None,
-        cpu_allocation_ratio=float(node.get("cpu_allocation_ratio") or 0.0),
-        ram_allocation_ratio=float(node.get("ram_allocation_ratio") or 0.0),
-        disk_allocation_ratio=float(node.get("disk_allocation_ratio") or 0.0),
+        cpu_allocation_ratio=float(node.get("cpu_allocation_ratio") or ratios["cpu"]),
+        ram_allocation_ratio=float(node.get("ram_allocation_ratio") or ratios["ram"]),
+        disk_allocation_ratio=float(node.get("disk_allocation_ratio") or ratios["disk"]),
         instances=dict(instances), updated=_epoch(node.get("updated_at")))
     if service is not None and not service.get("deleted"):
         record.service = ServiceRecord(
@@ -371,8 +379,10 @@ class NovaFeed:
     def __init__(self, api_url: str, main_url: str | None = None, *,
                  min_interval: float = 1.0, clock: Callable[[], float] = time.time,
                  engine_factory: Callable[[str], Any] | None = None,
-                 overlap: float = OVERLAP, resync_interval: float = RESYNC_INTERVAL) -> None:
+                 overlap: float = OVERLAP, resync_interval: float = RESYNC_INTERVAL,
+                 ratios: Mapping[str, float] = INITIAL_RATIOS) -> None:
         self.api_url = api_url
+        self.ratios = dict(ratios)
         self.main_url = main_url
         self.min_interval = min_interval
         self.overlap = overlap
@@ -447,7 +457,7 @@ class NovaFeed:
                 cell.engine.dispose()
                 self.cells.pop(uuid)
                 for node in cell.nodes.values():
-                    self._write(record_of(node, None, cell.uuid, {}))
+                    self._write(record_of(node, None, cell.uuid, {}, self.ratios))
                 cell = None
             if cell is None:
                 self.cells[uuid] = Cell(uuid, str(row["name"] or ""), bool(row["disabled"]),
@@ -458,7 +468,7 @@ class NovaFeed:
         for gone in set(self.cells) - seen:
             cell = self.cells.pop(gone)
             for node in cell.nodes.values():
-                self._write(record_of(node, None, cell.uuid, {}))
+                self._write(record_of(node, None, cell.uuid, {}, self.ratios))
             cell.engine.dispose()
         self.snapshot.disabled_cells = frozenset(u for u, c in self.cells.items() if c.disabled)
 
@@ -585,7 +595,7 @@ class NovaFeed:
             alive = {int(n["id"]) for n in nodes}
             for node_id in [i for i in cell.nodes if i not in alive]:
                 dropped = cell.nodes.pop(node_id)
-                self._write(record_of(dropped, None, cell.uuid, {}))
+                self._write(record_of(dropped, None, cell.uuid, {}, self.ratios))
                 cell.node_hosts[str(dropped["host"])].discard(node_id)
             alive = {int(s["id"]) for s in svcs}
             for sid in [i for i in cell.services if i not in alive]:
@@ -632,7 +642,8 @@ class NovaFeed:
             service = mine.get(int(node.get("service_id") or -1)) or by_host
             if node.get("deleted"):
                 service = None
-            self._write(record_of(node, service, cell.uuid, cell.instances.get(host, {})))
+            self._write(record_of(node, service, cell.uuid, cell.instances.get(host, {}),
+                                    self.ratios))
 
     def _write(self, record: HostRecord) -> None:
         row = self.snapshot.upsert(record)
