@@ -116,6 +116,8 @@ connection = {urls['cell1']}
 endpoint_override = {placement}
 [filter_scheduler]
 host_subset_size = 1
+[scheduler]
+workers = 1
 """)
         log = work / "scheduler.log"
         proc = None

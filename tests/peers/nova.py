@@ -225,7 +225,8 @@ class NovaStack:
             "neutron": {"auth_type": "admin_token", "token": "admin",
                         "endpoint_override": f"http://127.0.0.1:{self.ports['neutron']}"},
             "oslo_concurrency": {"lock_path": str(self.workdir / "lock")},
-            "scheduler": {"discover_hosts_in_cells_interval": "-1"},
+            # One scheduler process (unset: one per CPU, for either scheduler).
+            "scheduler": {"discover_hosts_in_cells_interval": "-1", "workers": "1"},
             "wsgi": {"api_paste_config": str(self.workdir / "api-paste.ini")},
             "filter_scheduler": {"host_subset_size": "1"},
             "oslo_messaging_rabbit": {"heartbeat_timeout_threshold": "0"},

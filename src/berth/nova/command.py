@@ -22,7 +22,11 @@ may run side by side, as nova-schedulers do.
 
 SIGHUP reads the cells again and then every host, as nova-scheduler's reset does. With
 ``[scheduler] discover_hosts_in_cells_interval`` > 0, new compute hosts are mapped to
-their cells that often (every Berth scheduler may do it; a mapping is made once).
+their cells at start and then that often, by the first process of each scheduler (Nova
+elects one scheduler by its service row, which Berth does not write; a mapping is made
+once however many schedulers try). ``[scheduler] workers`` processes serve the topic
+(unset: one per CPU, as nova-scheduler forks), each with ``[DEFAULT]
+executor_thread_pool_size`` RPC threads; ``--config-dir`` reads a ``nova.conf.d``.
 SIGTERM and SIGINT stop it. ``--explain`` logs every decision's explanation at INFO,
 keyed by instance uuid.
 """
@@ -54,17 +58,21 @@ def add_command(sub: Any) -> None:
     """Register ``nova-scheduler``."""
     p = sub.add_parser("nova-scheduler", help="serve Nova's scheduler RPC interface in place "
                        "of nova-scheduler (reads nova.conf)")
-    p.add_argument("--config-file", action="append", required=True,
+    p.add_argument("--config-file", action="append", default=[],
                    help="nova.conf (repeatable, later files win)")
+    p.add_argument("--config-dir", action="append", default=[],
+                   help="a directory whose *.conf files are read after the --config-file "
+                        "ones, in name order (nova.conf.d; repeatable)")
     p.add_argument("--host", help="this server's name (default [DEFAULT] host, else the "
                                   "machine's name)")
     from berth.service.cli import positive_int
 
-    p.add_argument("--workers", type=positive_int, default=8,
-                   help="RPC worker threads of each process (default 8)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="RPC worker threads of each process (default [DEFAULT] "
+                        "executor_thread_pool_size, 64)")
     p.add_argument("--processes", type=positive_int, default=None,
                    help="scheduler processes serving the topic together (default "
-                        "[scheduler] workers, else 1)")
+                        "[scheduler] workers, else the number of CPUs, as nova-scheduler)")
     p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=None, help="random seed of the decisions")
     p.add_argument("--explain", action="store_true",
@@ -79,7 +87,8 @@ class NovaOptions:
         from oslo_config import cfg
 
         conf = cfg.ConfigOpts()
-        conf.register_opts([cfg.StrOpt("host"), cfg.StrOpt("transport_url", secret=True)])
+        conf.register_opts([cfg.StrOpt("host"), cfg.StrOpt("transport_url", secret=True),
+                            cfg.IntOpt("executor_thread_pool_size", default=64, min=1)])
         conf.register_opts([cfg.StrOpt("connection", secret=True)], group="api_database")
         conf.register_opts([cfg.StrOpt("connection", secret=True)], group="database")
         try:
@@ -92,6 +101,8 @@ class NovaOptions:
         self.api_url: str = conf.api_database.connection
         self.main_url: str | None = conf.database.connection
         self.host: str = conf.host or socket.gethostname()
+        #: The RPC server's threads (oslo.messaging's option).
+        self.rpc_threads: int = conf.executor_thread_pool_size
 
 
 def placement_endpoint(files: Sequence[str]) -> tuple[str, PlacementAccess]:
@@ -202,13 +213,30 @@ def _ratios(config: Any) -> dict[str, float]:
 
 
 def _discover(feed: Any, interval: float, stop: threading.Event) -> None:
-    """Map new compute hosts to their cells every ``interval`` seconds
-    (``[scheduler] discover_hosts_in_cells_interval``)."""
-    while not stop.wait(interval):
+    """Map new compute hosts to their cells at once and then every ``interval`` seconds
+    (``[scheduler] discover_hosts_in_cells_interval``), as Nova's periodic task."""
+    while True:
         try:
             feed.discover_hosts()
         except Exception:  # the databases may be away for a while: try again next time
             LOG.exception("discovering hosts failed")
+        if stop.wait(interval):
+            return
+
+
+def config_files(files: Sequence[str], dirs: Sequence[str]) -> list[str]:
+    """The files ``--config-file`` and ``--config-dir`` name, in the order oslo.config
+    reads them: the files, then each directory's ``*.conf`` in name order."""
+    out = list(files)
+    for directory in dirs:
+        if not os.path.isdir(directory):
+            raise ConfigError(f"--config-dir {directory}: not a directory", field="--config-dir")
+        out += sorted(os.path.join(directory, name) for name in os.listdir(directory)
+                      if name.endswith(".conf"))
+    if not out:
+        raise ConfigError("--config-file: nova.conf is needed (--config-file or --config-dir)",
+                          field="--config-file")
+    return out
 
 
 def cmd_nova_scheduler(args: argparse.Namespace) -> int:
@@ -218,6 +246,7 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
 
     _logging()
     try:
+        args.config_file = config_files(args.config_file, args.config_dir)
         parts = build(args.config_file, seed=args.seed, explain=args.explain)
     except BerthError as exc:
         print(f"berth nova-scheduler: {exc.message}", file=sys.stderr)
@@ -233,14 +262,16 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
                   f"{str(exc).splitlines()[0]}", file=sys.stderr)
             return 2
         try:
-            serve(bus, parts["endpoint"], host, workers=args.workers)
+            serve(bus, parts["endpoint"], host,
+                  workers=args.workers or parts["options"].rpc_threads)
         except BerthError as exc:  # the broker refused us (credentials, vhost)
             print(f"berth nova-scheduler: {exc}", file=sys.stderr)
             return 2
         print(f"ready: nova-scheduler {host} with {len(snapshot)} compute nodes in "
               f"{len(feed.cells)} cells", flush=True)
         if args.worker_index == 0:
-            processes = args.processes or parts["config"].scheduler.workers or 1
+            processes = (args.processes or parts["config"].scheduler.workers
+                         or os.cpu_count() or 1)
             children = _start_processes(args, host, processes)
         stop = threading.Event()
 
@@ -258,7 +289,7 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGHUP, _reset)
         interval = parts["config"].scheduler.discover_hosts_in_cells_interval
-        if interval > 0:
+        if interval > 0 and args.worker_index == 0:  # one process of each scheduler
             threading.Thread(target=_discover, args=(feed, interval, stop),
                              name="berth-discover-hosts", daemon=True).start()
         parent = os.getppid()
@@ -320,7 +351,9 @@ def _worker(args: argparse.Namespace, host: str, index: int) -> Any:
     import subprocess
 
     argv = [sys.executable, "-m", "berth.cli", "nova-scheduler", "--host", host,
-            "--workers", str(args.workers), "--worker-index", str(index)]
+            "--worker-index", str(index)]
+    if args.workers is not None:
+        argv += ["--workers", str(args.workers)]
     for path in args.config_file:
         argv += ["--config-file", path]
     if args.seed is not None:
