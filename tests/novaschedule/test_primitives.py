@@ -141,3 +141,34 @@ def test_a_request_for_more_instances_than_any_cloud_runs_is_refused() -> None:
         primitives.request_spec_from_primitive(spec)
     spec["nova_object.data"]["num_instances"] = 10_000
     assert primitives.request_spec_from_primitive(spec).num_instances == 10_000
+
+
+def test_a_spec_without_a_user_claims_as_the_caller_and_placement_hears_its_request_id() -> None:
+    """Nova's ``claim_resources`` takes the context's user when the spec has none (specs
+    older than Rocky), and its report client sends the context's global request id to
+    Placement with every call made for the request."""
+    from berth.model.selection import Selection
+    from berth.nova.rpc import NovaSchedulerEndpoint
+    from berth.pipeline import Decision
+    from berth.placement.client import GLOBAL_REQUEST_ID
+
+    seen: list[tuple[Any, Any]] = []
+
+    class Scheduler:
+        def select_destinations(self, spec: Any, instance_uuids: Any = None,
+                                **_: Any) -> Decision:
+            seen.append((spec.user_id, GLOBAL_REQUEST_ID.get()))
+            chosen = Selection("cn", "h", "n", "cell", {}, None, None, "nova")
+            return Decision([[chosen]], list(instance_uuids or []), None, {})
+
+    endpoint = NovaSchedulerEndpoint(Scheduler())  # type: ignore[arg-type]
+    primitive = golden("request_spec_boot.json")
+    del primitive["nova_object.data"]["user_id"]
+    ctxt = {"user_id": "u-ctx", "request_id": "req-2", "global_request_id": "req-1"}
+    endpoint.select_destinations(ctxt, spec_obj=primitive, instance_uuids=["i1"],
+                                 return_objects=True)
+    endpoint.select_destinations({"user": "u-old", "request_id": "req-3"},
+                                 spec_obj=golden("request_spec_boot.json"),
+                                 instance_uuids=["i2"], return_objects=True)
+    assert seen == [("u-ctx", "req-1"), ("u1", "req-3")]
+    assert GLOBAL_REQUEST_ID.get() is None  # not left behind for the thread's next call

@@ -36,7 +36,8 @@ def _app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
                        "method": environ["REQUEST_METHOD"], "body": body.decode(),
                        "port": environ.get("REMOTE_PORT"),
                        "version": environ.get("HTTP_OPENSTACK_API_VERSION"),
-                       "type": environ.get("CONTENT_TYPE", "")}).encode()
+                       "type": environ.get("CONTENT_TYPE", ""),
+                       "request_id": environ.get("HTTP_X_OPENSTACK_REQUEST_ID")}).encode()
     start_response("200 OK", [("Content-Type", "application/json"),
                               ("Content-Length", str(len(data)))])
     return [] if environ["REQUEST_METHOD"] == "HEAD" else [data]  # HEAD: the headers alone
@@ -379,3 +380,21 @@ def test_https_with_the_configured_authorities_no_check_or_a_client_certificate(
     finally:
         srv.shutdown()
         thread.join(timeout=5)
+
+
+def test_the_callers_global_request_id_goes_with_every_call_in_its_thread(server: str) -> None:
+    from berth.placement.client import GLOBAL_REQUEST_ID
+
+    with PlacementClient(server) as client:
+        assert client._call("GET", "/x").json()["request_id"] is None
+        token = GLOBAL_REQUEST_ID.set("req-6f1c2f0e-1b7a-4c33-9d5e-0c6a1e2b3c4d")
+        try:
+            assert client._call("GET", "/x").json()["request_id"] == GLOBAL_REQUEST_ID.get()
+            other: list[Any] = []
+            thread = threading.Thread(target=lambda: other.append(
+                client._call("GET", "/x").json()["request_id"]))
+            thread.start()
+            thread.join()
+            assert other == [None]
+        finally:
+            GLOBAL_REQUEST_ID.reset(token)

@@ -32,6 +32,7 @@ from berth.errors import NoValidHost as BerthNoValidHost
 from berth.errors import SchedulingError
 from berth.nova import primitives as prim
 from berth.pipeline import Decision
+from berth.placement.client import GLOBAL_REQUEST_ID
 from berth.service.bus import _oslo_messaging
 
 LOG = logging.getLogger(__name__)
@@ -102,6 +103,10 @@ class NovaSchedulerEndpoint:
             spec = prim.request_spec_from_primitive(spec_obj)
         if instance_uuids:
             spec.num_instances = len(instance_uuids)
+        if not spec.user_id:  # Nova's claim_resources: the caller's user then
+            spec.user_id = _context_value(ctxt, "user_id", "user")
+        # Nova's report client sends the caller's global request id to Placement.
+        token = GLOBAL_REQUEST_ID.set(_context_value(ctxt, "global_request_id", "request_id"))
         try:
             decision = self.scheduler.select_destinations(
                 spec, list(instance_uuids) if instance_uuids else None,
@@ -115,6 +120,8 @@ class NovaSchedulerEndpoint:
             raise NoValidHost(exc.reason or "") from None
         except SchedulingError as exc:  # a policy no filter can honour, ...
             raise NoValidHost(exc.message) from None
+        finally:
+            GLOBAL_REQUEST_ID.reset(token)
         if decision.diagnosis is not None:
             _log_explanation(decision.instance_uuids, decision.diagnosis)
         if return_objects:
@@ -152,6 +159,18 @@ class NovaSchedulerEndpoint:
             apply(self.sink)
         except Exception:  # a cast has no caller to answer: log, keep serving
             LOG.exception("%s failed", name)
+
+
+def _context_value(ctxt: Any, *names: str) -> str | None:
+    """The first of ``names`` set in the caller's request context (Nova sends its
+    RequestContext as a dict)."""
+    if not isinstance(ctxt, dict):
+        return None
+    for name in names:
+        value = ctxt.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def _log_explanation(instance_uuids: Sequence[str], diagnosis: Any) -> None:

@@ -17,6 +17,7 @@ a constructor argument, so tests can pass ``httpx.WSGITransport`` or a mock tran
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,12 @@ class ConflictError(PlacementAPIError):
     def is_generation_conflict(self) -> bool:
         """Whether a retry with fresh generations may succeed."""
         return self.code == "placement.concurrent_update"
+
+
+#: The request id of the caller's caller (Nova's ``context.global_id``), which every
+#: Placement call made meanwhile in this thread sends as ``X-OpenStack-Request-ID``, as
+#: Nova's report client does, so Placement's log lines name the request they serve.
+GLOBAL_REQUEST_ID: ContextVar[str | None] = ContextVar("berth_global_request_id", default=None)
 
 
 _BY_STATUS: dict[int, type[PlacementAPIError]] = {
@@ -198,6 +205,9 @@ class PlacementClient:
         headers: Mapping[str, str] | None = None,
         repeatable: bool = False,
     ) -> httpx.Response | Response:
+        global_id = GLOBAL_REQUEST_ID.get()
+        if global_id:
+            headers = {**(headers or {}), "X-OpenStack-Request-ID": global_id}
         if repeatable and isinstance(self._http, KeptConnections):
             resp: httpx.Response | Response = self._http.request(
                 method, path, json=json, params=params, headers=headers, repeatable=True)
