@@ -25,8 +25,8 @@ SIGHUP reads the cells again and then every host, as nova-scheduler's reset does
 their cells at start and then that often, by the first process of each scheduler (Nova
 elects one scheduler by its service row, which Berth does not write; a mapping is made
 once however many schedulers try). ``[scheduler] workers`` processes serve the topic
-(unset: one per CPU, as nova-scheduler forks), each with ``[DEFAULT]
-executor_thread_pool_size`` RPC threads; ``--config-dir`` reads a ``nova.conf.d``.
+(unset: one), each with ``[DEFAULT] executor_thread_pool_size`` RPC threads;
+``--config-dir`` reads a ``nova.conf.d``.
 SIGTERM and SIGINT stop it. ``--explain`` logs every decision's explanation at INFO,
 keyed by instance uuid.
 """
@@ -72,7 +72,7 @@ def add_command(sub: Any) -> None:
                         "executor_thread_pool_size, 64)")
     p.add_argument("--processes", type=positive_int, default=None,
                    help="scheduler processes serving the topic together (default "
-                        "[scheduler] workers, else the number of CPUs, as nova-scheduler)")
+                        "[scheduler] workers, else 1)")
     p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=None, help="random seed of the decisions")
     p.add_argument("--explain", action="store_true",
@@ -270,8 +270,9 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         print(f"ready: nova-scheduler {host} with {len(snapshot)} compute nodes in "
               f"{len(feed.cells)} cells", flush=True)
         if args.worker_index == 0:
-            processes = (args.processes or parts["config"].scheduler.workers
-                         or os.cpu_count() or 1)
+            # Unset: one process, where nova-scheduler forks one per CPU (a deliberate
+            # deviation, docs/architecture.md: each process reads Nova's databases).
+            processes = args.processes or parts["config"].scheduler.workers or 1
             children = _start_processes(args, host, processes)
         stop = threading.Event()
 
