@@ -105,6 +105,8 @@ def test_a_flat_cloud_keeps_the_same_first_n(servers: dict[str, str]) -> None:
                   {"resources": "VCPU:1,MEMORY_MB:20000", "limit": "30"},
                   {"resources": "DISK_GB:200,VCPU:2", "limit": "40"},
                   {"resources": "MEMORY_MB:1024", "limit": "299"},
+                  # A lone numbered group: the same single-provider path, the same order.
+                  {"resources1": "MEMORY_MB:1024", "limit": "25"},
                   {"resources": "DISK_GB:10", "resources1": "VCPU:1,MEMORY_MB:1024",
                    "group_policy": "none", "limit": "70"}):
         assert _requests(servers["berth"], query) == _requests(servers["placement"], query), query
@@ -138,6 +140,45 @@ def test_a_nested_cloud_keeps_the_same_first_n(servers: dict[str, str]) -> None:
     query = {"resources": "VCPU:1,MEMORY_MB:1024,DISK_GB:10"}
     ours, theirs = _requests(servers["berth"], query), _requests(servers["placement"], query)
     assert sorted(ours[0]) == sorted(theirs[0]) and ours[1] == theirs[1]
+
+
+def _answer(url: str, query: dict[str, str], mv: str) -> list[Any]:
+    """The requests (without mappings, absent before 1.34) and the summarized providers."""
+    resp = httpx.get(url + "/allocation_candidates", params=query, timeout=60,
+                     headers={**HEADERS, "OpenStack-API-Version": f"placement {mv}"})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    return [[sorted((u, sorted(a["resources"].items())) for u, a in r["allocations"].items())
+             for r in body["allocation_requests"]], sorted(body["provider_summaries"])]
+
+
+def test_old_microversions_and_numbered_groups_over_trees_keep_the_same_requests(
+        servers: dict[str, str]) -> None:
+    """Below 1.29 Placement forms the nested-aware answer, drops the requests that take
+    from two providers of one tree (keeping its order), then limits, and summarizes the
+    remaining requests' providers whose tree a kept request uses. A lone numbered group
+    is ordered as its single-provider path forms its list. (A differential run found
+    both: another request kept, summaries missing.)"""
+    rng = random.Random(8)
+    providers: list[dict[str, Any]] = []
+    for i in range(60):
+        root = _uuid(rng)
+        providers.append({"uuid": root, "name": f"cn{i:04d}", "inventory": {
+            "DISK_GB": rng.choice([100, 500]), "VCPU": rng.choice([0, 8])}})
+        if not providers[-1]["inventory"]["VCPU"]:
+            del providers[-1]["inventory"]["VCPU"]
+        for j in range(rng.choice([1, 2, 3])):
+            providers.append({"uuid": _uuid(rng), "name": f"cn{i:04d}_numa{j}", "parent": root,
+                              "inventory": {"VCPU": rng.choice([4, 8])}})
+    _load(servers, providers)
+    for mv, query in (("1.28", {"resources": "VCPU:1,DISK_GB:1", "limit": "1"}),
+                      ("1.28", {"resources": "VCPU:1,DISK_GB:1", "limit": "12"}),
+                      ("1.17", {"resources": "VCPU:1", "limit": "5"}),
+                      ("1.28", {"resources": "VCPU:6", "limit": "9"}),
+                      ("1.25", {"resources1": "VCPU:1", "limit": "7"}),
+                      ("1.38", {"resources1": "VCPU:5", "limit": "10"})):
+        assert _answer(servers["berth"], query, mv) == _answer(servers["placement"], query, mv), \
+            (mv, query)
 
 
 def test_filters_over_trees_keep_the_same_order(servers: dict[str, str]) -> None:

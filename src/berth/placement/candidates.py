@@ -110,7 +110,7 @@ def allocation_candidates(
     """
     query = parse_query(params, microversion)
     with _gc_paused():
-        result = _cut(graph, search(graph, query, microversion), query, options)
+        result = _cut(graph, search(graph, query, microversion), query, options, microversion)
         return _render(graph, query, result, microversion)
 
 
@@ -128,7 +128,7 @@ def search_candidates(
     """
     query = parse_query(params, microversion)
     with _gc_paused():
-        return query, _cut(graph, search(graph, query, microversion), query, options)
+        return query, _cut(graph, search(graph, query, microversion), query, options, microversion)
 
 
 def render_result(
@@ -163,7 +163,7 @@ def _encode(
     microversion: Microversion,
     options: CandidateOptions,
 ) -> bytes:
-    result = _cut(graph, search(graph, query, microversion), query, options)
+    result = _cut(graph, search(graph, query, microversion), query, options, microversion)
     if microversion >= (1, 27) and isinstance(result, (ArrayResult, GeneralResult)) and len(result):
         # Requests through orjson (the C ``json`` encoder needs ~10x longer here);
         # summaries from the per-provider fragments the flat path caches too. A tree
@@ -175,7 +175,8 @@ def _encode(
         else:
             requests = orjson.dumps(
                 [_render_candidate(graph.uuids, c, microversion) for c in result.candidates])
-            in_summary = _summary_providers(graph, result.candidates, microversion)
+            in_summary = _summary_providers(graph, result.candidates, microversion,
+                                            result.summary)
         summaries = _summary_fragments(graph, np.asarray(in_summary, dtype=np.int64),
                                        microversion)
         return b"".join([b'{"allocation_requests":', requests,
@@ -383,10 +384,15 @@ def _quote(name: str) -> str:
 
 
 def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
-         options: CandidateOptions) -> SearchResult:
+         options: CandidateOptions, microversion: Microversion = (1, 29)) -> SearchResult:
     """Apply max_allocation_candidates (Placement stops forming requests after that
     many), then ``limit`` (or the random variants). Either keeps the requests Placement
-    would keep, in its order (:mod:`berth.placement.candidates_order`)."""
+    would keep, in its order (:mod:`berth.placement.candidates_order`).
+
+    Below 1.29 over trees, Placement forms the nested-aware answer, drops the requests
+    that take from two providers of one tree (keeping the order), and only then
+    limits; its summaries are then those of the providers the remaining requests use
+    whose tree a kept request uses."""
     size = len(result.providers) if isinstance(result, FlatResult) else len(result)
     cap = options.max_allocation_candidates if 0 <= options.max_allocation_candidates < size \
         else None
@@ -396,6 +402,44 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
     randomize = options.randomize_allocation_candidates
     if keep == size and not randomize:
         return result
+    if (microversion < (1, 29) and graph.has_trees and not randomize
+            and not isinstance(result, FlatResult)):
+        return _cut_not_nested_aware(graph, result, query, options, keep)
+    return _ordered(graph, result, query, options, cap, keep)
+
+
+def _cut_not_nested_aware(graph: ProviderGraph, result: ArrayResult | GeneralResult,
+                          query: CandidateQuery, options: CandidateOptions,
+                          keep: int) -> SearchResult:
+    """:func:`_cut` below 1.29 over trees (see there): ``result`` is the answer with the
+    nested requests dropped, in no particular order."""
+    full = search(graph, query, (1, 29))
+    assert not isinstance(full, FlatResult)  # a cloud with trees
+    size = len(full)
+    cap = options.max_allocation_candidates if 0 <= options.max_allocation_candidates < size \
+        else None
+    whole = _ordered(graph, full, query, options, cap, size if cap is None else cap)
+    assert not isinstance(whole, FlatResult)
+    root = graph.root
+    kept = [i for i, c in enumerate(whole.candidates)
+            if len({root[p] for p in c.amounts}) == len(c.amounts)][:keep]
+    used = {p for c in result.candidates for p in c.amounts}
+    out: ArrayResult | GeneralResult
+    if isinstance(whole, ArrayResult):
+        out = whole.take(kept)
+    else:
+        out = GeneralResult([whole.candidates[i] for i in kept])
+    roots = {root[p] for c in out.candidates for p in c.amounts}
+    out.summary = sorted(p for p in used if root[p] in roots)
+    return out
+
+
+def _ordered(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
+             options: CandidateOptions, cap: int | None, keep: int) -> SearchResult:
+    """The first ``keep`` requests of ``result`` in Placement's order (random ones with
+    ``randomize_allocation_candidates``), of at most ``cap`` formed."""
+    size = len(result.providers) if isinstance(result, FlatResult) else len(result)
+    randomize = options.randomize_allocation_candidates
     order: list[int]
     if randomize:
         rng = random.Random(options.seed)
@@ -465,7 +509,7 @@ def _render(
         in_summary = picked
     else:
         requests = [_render_candidate(uuids, c, mv) for c in result.candidates]
-        in_summary = _summary_providers(graph, result.candidates, mv)
+        in_summary = _summary_providers(graph, result.candidates, mv, result.summary)
     return {
         "allocation_requests": requests,
         "provider_summaries": _summaries(graph, query, in_summary, mv),
@@ -491,10 +535,14 @@ def _render_candidate(uuids: list[str], cand: Candidate, mv: Microversion) -> di
 
 
 def _summary_providers(
-    graph: ProviderGraph, candidates: list[Candidate], mv: Microversion
+    graph: ProviderGraph, candidates: list[Candidate], mv: Microversion,
+    summary: list[int] | None = None,
 ) -> list[int]:
-    """Providers to summarize: whole trees of the used providers (1.29+ or no trees),
-    otherwise only the providers the requests use."""
+    """Providers to summarize: ``summary`` when the cut set them, else whole trees of
+    the used providers (1.29+ or no trees), otherwise only the providers the requests
+    use."""
+    if summary is not None:
+        return summary
     used = {p for c in candidates for p in c.amounts}
     if mv < (1, 29) and graph.has_trees:
         return sorted(used)

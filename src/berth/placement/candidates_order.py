@@ -232,6 +232,11 @@ def general_order(graph: ProviderGraph, amounts: Sequence[dict[int, dict[str, in
         keys = list(by_class) if combos is not None and by_class is not None \
             else _class_keys(graph, group, amounts)
         walk = _tree_walk(graph, group, keys, allowed)
+    elif group.suffix and group.resources and amounts and all(len(a) == 1 for a in amounts):
+        providers = np.fromiter((next(iter(a)) for a in amounts), dtype=np.int64,
+                                count=len(amounts))
+        return _single_provider_order(graph, group, providers[:, None],
+                                      np.asarray(anchors, dtype=np.int64), hashes, cap)
     return _answer_order(hashes, anchors, walk, len(amounts), cap)
 
 
@@ -265,11 +270,43 @@ def tree_order(graph: ProviderGraph, group: RequestGroup, combos: npt.NDArray[np
     found = _TREE_ORDERS.get(key)
     if found is None:
         hashes = _combo_hashes(graph, group, combos)
-        walk = _tree_walk(graph, group, list(map(tuple, combos.tolist())), allowed) \
-            if walks else None
-        found = _answer_order(hashes, anchors.tolist(), walk, len(combos), cap)
+        if walks:
+            walk = _tree_walk(graph, group, list(map(tuple, combos.tolist())), allowed)
+            found = _answer_order(hashes, anchors.tolist(), walk, len(combos), cap)
+        elif group.suffix:
+            found = _single_provider_order(graph, group, combos, anchors, hashes, cap)
+        else:
+            found = _answer_order(hashes, anchors.tolist(), None, len(combos), cap)
         _TREE_ORDERS.put(key, found)
     return found[:keep]
+
+
+def _single_provider_order(graph: ProviderGraph, group: RequestGroup,
+                           combos: npt.NDArray[np.int64], anchors: npt.NDArray[np.int64],
+                           hashes: Sequence[int], cap: int | None) -> list[int]:
+    """Placement's order of a numbered group's requests (one provider each, its
+    single-provider path, as :func:`flat_order` for the unnumbered group of a flat
+    cloud): formed as a list in the order of its set of ``(id, root id)`` pairs of the
+    providers with room for the group's last class, gathered by anchor (first seen
+    first) and added to the answer's set."""
+    ids, roots = id_arrays(graph)
+    last_rc, amount = list(group.resources.items())[-1]
+    fit = graph.fit_mask(last_rc, amount)
+    tree = _in_tree_root(graph, group)
+    if tree is not None:
+        fit = fit & (graph.root_array == tree)
+    at = np.flatnonzero(fit)
+    walk = at[_pair_walk(ids[at], ids[roots[at]])]
+    position = np.full(graph.size, -1, dtype=np.int64)
+    position[combos[:, 0]] = np.arange(len(combos))
+    sequence = position[walk]
+    sequence = sequence[sequence >= 0]
+    if len(sequence) != len(combos):  # not that shape after all: the engine's order
+        return _answer_order(hashes, anchors.tolist(), None, len(combos), cap)
+    by_anchor: dict[int, list[int]] = {}
+    for i in sequence.tolist():
+        by_anchor.setdefault(int(anchors[i]), []).append(i)
+    return set_order(hashes, [i for members in by_anchor.values() for i in members][:cap])
 
 
 def merged_order(graph: ProviderGraph, combos: npt.NDArray[np.int64], classes: Sequence[str],

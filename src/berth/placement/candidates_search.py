@@ -100,6 +100,9 @@ class GeneralResult:
 
     candidates: list[Candidate]
     merge: MergeTrace | None = None
+    #: The providers the summaries list when Placement's rule is not the usual one
+    #: (below 1.29 over trees, after a ``limit``); ascending.
+    summary: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.candidates)
@@ -130,6 +133,8 @@ class ArrayResult:
     #: (``picks[i, g]``); Placement's order is formed from them.
     parts: tuple[tuple[IntArray, IntArray], ...] | None = None
     picks: IntArray | None = None
+    #: As :attr:`GeneralResult.summary`.
+    summary: list[int] | None = None
     _built: list[Candidate] | None = None
 
     def __len__(self) -> int:
@@ -145,6 +150,8 @@ class ArrayResult:
     def summary_providers(self, graph: ProviderGraph, whole_trees: bool) -> list[int]:
         """The providers the summaries list: every member of the requests' trees, or
         (``whole_trees`` false) only the providers the requests use; ascending."""
+        if self.summary is not None:
+            return self.summary
         if not whole_trees:
             return np.unique(self.combos).tolist()  # type: ignore[no-any-return]
         members = graph.tree_members
