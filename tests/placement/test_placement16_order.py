@@ -335,3 +335,55 @@ def test_an_empty_name_filter_is_ignored(api: Api) -> None:
     rp = api.provider()
     listed = api.get("/resource_providers?name=", mv="1.39").json()["resource_providers"]
     assert rp in {p["uuid"] for p in listed}
+
+
+# ------------------------------------------------------------------ third round
+
+
+def test_error_details_are_on_one_line_as_webob_leaves_them(api: Api) -> None:
+    """WebOb strips an error's text before Placement puts it in JSON: newlines become
+    spaces (a schema error's dump of the schema comes out on one line)."""
+    r = api.get("/allocation_candidates?resources=VCPU:1&bogus=1", mv="1.16")
+    assert r.status_code == 400
+    text = detail(r)
+    explanation, rest = text.split("\n\n ", 1)
+    assert "\n" not in rest and "('bogus' was unexpected)  Failed validating" in rest
+    r = api.post("/resource_providers", json={"name": "x", "bogus": 1}, mv="1.39")
+    assert r.status_code == 400 and "\n" not in detail(r).split("\n\n ", 1)[1]
+
+
+def test_a_limit_is_any_number_of_digits_placement_reads(api: Api) -> None:
+    """Placement's limit schema bounds no length (``minLength: 1``): 41 digits keep every
+    candidate; past Python's 4,300 digits Placement fails (a 500), Berth answers 400."""
+    api.provider(VCPU=8)
+    r = api.get("/allocation_candidates?resources=VCPU:1&limit=1" + "0" * 40, mv="1.39")
+    assert r.status_code == 200 and r.json()["allocation_requests"]
+    r = api.get("/allocation_candidates?resources=VCPU:1&limit=" + "1" * 4301, mv="1.39")
+    assert r.status_code == 400 and "limit has 4301 digits" in detail(r)
+    r = api.get("/allocation_candidates?resources=VCPU:1&limit=", mv="1.39")
+    assert r.status_code == 400 and "'minLength'" in detail(r)
+
+
+def test_a_sharing_provider_that_is_not_a_root_is_answered(any_api: Api) -> None:
+    """Placement 16 fails here (a KeyError building summaries: it builds them only for
+    the trees whose root it has); Berth answers, the sharing child's tree summarized
+    (docs/architecture.md, deviations from Placement)."""
+    api = any_api
+    agg = new_uuid()
+    compute = api.provider(MEMORY_MB=4)
+    other = api.provider()
+    share = api.provider(parent=other, DISK_GB=4)
+    for rp, gen in ((compute, 1), (share, 1)):
+        r = api.put(f"/resource_providers/{rp}/aggregates", mv="1.39",
+                    json={"resource_provider_generation": gen, "aggregates": [agg]})
+        assert r.status_code == 200, r.text
+    r = api.put(f"/resource_providers/{share}/traits", mv="1.39",
+                json={"resource_provider_generation": 2, "traits": ["MISC_SHARES_VIA_AGGREGATE"]})
+    assert r.status_code == 200, r.text
+    r = api.get(f"/allocation_candidates?resources=MEMORY_MB:1,DISK_GB:1&member_of={agg}",
+                mv="1.39")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [sorted(a["allocations"]) for a in body["allocation_requests"]] == [
+        sorted([compute, share])]
+    assert set(body["provider_summaries"]) == {compute, other, share}

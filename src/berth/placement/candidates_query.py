@@ -58,7 +58,7 @@ def _build_schemas() -> list[tuple[Microversion, dict[str, Any]]]:
         "type": ["integer", "string"],
         "pattern": "^[1-9][0-9]*$",
         "minimum": 1,
-        "maxLength": 32,
+        "minLength": 1,
     }
     s117 = copy.deepcopy(s116)
     s117["properties"]["required"] = {"type": ["string"]}
@@ -249,7 +249,11 @@ def _parse_request_wide(params: Mapping[str, list[str]], query: CandidateQuery) 
     """``limit`` and ``group_policy`` (first value), ``root_required``, ``same_subtree``."""
     limits = params.get("limit") or []
     if limits:
-        query.limit = int(limits[0])
+        try:
+            query.limit = int(limits[0])
+        except ValueError:  # past Python's 4,300 digits (Placement: a 500)
+            raise BadRequest(f"Invalid query string parameters: limit has {len(limits[0])} "
+                             "digits; at most 4300 are read") from None
     policies = params.get("group_policy") or []
     if policies:
         query.group_policy = policies[0]

@@ -12,6 +12,7 @@ import datetime as dt
 import email.utils
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -318,11 +319,28 @@ def error_format(accept: str | None) -> str:
     return "text/html" if html >= js else JSON_TYPE
 
 
-def error_detail(status: int, message: str, *, accept: str = "", ctype: str = "") -> str:
-    """WebOb's generic sentence, a blank line, the specific message and two spaces."""
+_BR = re.compile(r"<br.*?>", re.I | re.S)
+_COMMENT = re.compile(r"<!--|-->")
+_TAG = re.compile(r"<.*?>", re.S)
+
+
+def strip_tags(value: str) -> str:
+    """What WebOb does to an error's text before Placement puts it in a JSON (or plain
+    text) answer: newlines become spaces, ``<br>`` a newline, and tags and comment marks
+    go (a schema error's multi-line text comes out on one line)."""
+    value = value.replace("\n", " ").replace("\r", "")
+    return _TAG.sub("", _COMMENT.sub("", _BR.sub("\n", value)))
+
+
+def error_detail(status: int, message: str, *, accept: str = "", ctype: str = "",
+                 strip: bool = True) -> str:
+    """WebOb's generic sentence, a blank line, the specific message (``strip``: as
+    :func:`strip_tags` leaves it, as in JSON and plain text) and two spaces."""
     if status == 405:
         # WebOb's 405 text already is "The method X is not allowed ... \n\n <generic>".
         return message
+    if strip:
+        message = strip_tags(message)
     explanation = EXPLANATIONS.get(status, "").format(accept=accept, ctype=ctype)
     if status == 415:
         explanation += " "
@@ -341,13 +359,14 @@ def render_error(
     """Build Placement's error response (reference 1.6) in the format Accept prefers."""
     title = REASONS.get(status, "Error")
     accept_hdr = req.header("Accept")
+    kind = error_format(accept_hdr)
     detail = error_detail(
         status,
         message,
         accept=accept_hdr or "",
         ctype=str(req.header("Content-Type")),
+        strip=kind != "text/html",
     )
-    kind = error_format(accept_hdr)
     resp = Response(status=status, headers=list(headers))
     if kind == JSON_TYPE:
         entry: dict[str, Any] = {"status": status, "title": title, "detail": detail}
