@@ -88,6 +88,21 @@ def test_a_compute_agent_whose_placement_is_unreachable_is_one_line(tmp_path: Pa
     assert _one_line(done.stderr).startswith("berth compute: cannot start: 127.0.0.1:")
 
 
+def test_a_compute_agent_whose_placement_authority_file_is_missing_is_one_line(
+        tmp_path: Path) -> None:
+    reason = rabbit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    conf = tmp_path / "compute.conf"
+    conf.write_text("[placement]\ncafile = /no/such/ca.pem\n")
+    done = _berth("compute", "--host", "x1", "--db", f"sqlite:///{tmp_path}/db.sqlite",
+                  "--placement-url", "https://127.0.0.1:1/placement", "--config-file", str(conf),
+                  "--transport-url", "rabbit://guest:guest@127.0.0.1:5672/")
+    assert done.returncode == 2
+    assert _one_line(done.stderr) == ("berth compute: [placement] cafile: /no/such/ca.pem: no "
+                                      "such file or directory"), done.stderr
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["serve", "--reconcile-interval", "1e12"], "expected at most 10,000,000 seconds"),
     (["serve", "--build-delay", "1e308"], "expected at most 10,000,000 seconds"),
