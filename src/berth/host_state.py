@@ -334,13 +334,21 @@ class WorkingSet:
                 self.set_obj("numa_topology", row, numa.numa_usage_from_instance_numa(
                     host_numa, spec.numa_topology))
             if pci_requests:
-                from berth.hardware.pci import PciDeviceStats
+                from berth.hardware.pci import PciDeviceStats, PciRequestFailed
 
                 # Nova's host state always has device stats: without pools, the
                 # request cannot be applied and the consumption fails here.
                 stats = pci_stats if pci_stats is not None else PciDeviceStats.from_pools([])
                 cells = getattr(spec.numa_topology, "cells", None)
-                self.set_obj("pci_stats", row, stats.apply_requests(pci_requests, cells, mapping))
+                try:
+                    self.set_obj("pci_stats", row, stats.apply_requests(pci_requests, cells,
+                                                                        mapping))
+                except PciRequestFailed as failed:
+                    # What the requests before the failed one took stays taken, as in
+                    # Nova (it applies them to the host's pools in place).
+                    if failed.partial is not None and pci_stats is not None:
+                        self.set_obj("pci_stats", row, failed.partial)
+                    raise
             # Last, as in Nova: a consumption that failed above counts no io operation.
             if self.builds_in_flight:
                 self.set_num("num_io_ops", row, self.col("num_io_ops")[row] + 1)

@@ -104,6 +104,25 @@ def test_consumption_in_a_multi_create_takes_devices_between_instances() -> None
     assert sorted(h for h, _ in decision.hosts) == ["h1", "h2"]
 
 
+def test_a_consumption_that_fails_keeps_what_earlier_requests_took_as_nova() -> None:
+    """Nova applies a spec's PCI requests one by one to the host's own pools and does
+    not put back what the earlier ones took when a later one fails (the failure is
+    swallowed, no io operation counted). A differential run against Nova 34 found the
+    next instance's PCI weights differing after such a host. Here a NIC request is
+    served and a second device the host lacks is not."""
+    snap = cloud(host("h1", pci_stats=pools(1, 2)))
+    ws = WorkingSet(snap, NOW + 100)
+    req = spec(pci_requests=InstancePCIRequests([
+        InstancePCIRequest(1, [{"vendor_id": "8086", "product_id": "1520"}], request_id="nic"),
+        InstancePCIRequest(1, [{"vendor_id": "8086", "product_id": "154d"}], request_id="gpu"),
+    ]))
+    ws.consume(0, req)
+    stats = ws.obj("pci_stats", 0)
+    assert stats.free_count() == 2  # one of three taken, by the first request
+    assert (ws.col("num_instances")[0], ws.col("num_io_ops")[0]) == (1, 0)
+    assert ws.host_state(0).updated != NOW + 100  # the failure left it as it was
+
+
 # ------------------------------------------------------------------------ bulk == per host
 POOL_SETS: list[list[dict[str, Any]] | None] = [
     None,

@@ -62,9 +62,15 @@ _ALIAS_KEYS = frozenset({"name", "capability_type", "product_id", "vendor_id", "
 
 
 class PciRequestFailed(SchedulingError):
-    """PCI requests were applied to a host whose pools cannot serve them."""
+    """PCI requests were applied to a host whose pools cannot serve them. ``partial``:
+    the pools with the requests before the failed one taken, as Nova leaves a host's
+    pools (its ``apply_requests`` works on them in place)."""
 
     code = "berth.scheduling.pci_request_failed"
+
+    def __init__(self, message: str, *, partial: PciDeviceStats | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial
 
 
 def _as_bool(value: Any) -> bool:
@@ -379,7 +385,9 @@ class PciDeviceStats:
     ) -> PciDeviceStats:
         """A new PciDeviceStats with the requested devices taken (emptied pools drop out).
 
-        Raises :class:`PciRequestFailed` if a request cannot be served.
+        Raises :class:`PciRequestFailed` if a request cannot be served, with the
+        requests before it taken (``partial``: Nova applies them one by one to the
+        host's own pools and does not put back what the earlier ones took).
         """
         pools = copy.deepcopy(self.pools)
         host = host_numa if host_numa is not None else self.numa_topology
@@ -388,7 +396,8 @@ class PciDeviceStats:
                 raise PciRequestFailed(
                     f"PCI request for {request.count} device(s)"
                     f"{' of alias ' + repr(request.alias_name) if request.alias_name else ''} "
-                    "cannot be served by this host's pools")
+                    "cannot be served by this host's pools",
+                    partial=PciDeviceStats(pools, self.numa_topology))
         return PciDeviceStats(pools, self.numa_topology)
 
 
