@@ -312,3 +312,27 @@ def test_an_unset_allocation_ratio_is_the_configured_else_the_initial_one() -> N
     record = hs.record_of(node, None, CELL1, {}, _ratios(config))
     assert (record.cpu_allocation_ratio, record.ram_allocation_ratio,
             record.disk_allocation_ratio) == (16.0, 1.5, 2.0)
+
+
+def test_a_node_whose_usage_was_never_updated_is_not_scheduled(feed: Any) -> None:
+    """``free_disk_gb`` NULL: created, its resource tracker not run yet. Nova's host
+    state ignores its usage and has no uuid a candidate could name (alone: NoValidHost;
+    beside others its CPU weigher fails the request); Berth leaves it out until the
+    row is updated."""
+    nova, env = feed
+    snap = nova.refresh()
+    row = snap.row_of("a2", "a2.node")
+    assert snap.num("has_service")[row] == 1
+    later = NOW + dt.timedelta(seconds=30)
+    with env["cells"][CELL1].begin() as conn:
+        conn.execute(sa.update(hs.compute_nodes).where(hs.compute_nodes.c.host == "a2").values(
+            free_disk_gb=None, updated_at=later))
+    env["clock"][0] += 30
+    snap = nova.refresh()
+    assert snap.num("has_service")[snap.row_of("a2", "a2.node")] == 0
+    with env["cells"][CELL1].begin() as conn:
+        conn.execute(sa.update(hs.compute_nodes).where(hs.compute_nodes.c.host == "a2").values(
+            free_disk_gb=100, updated_at=later + dt.timedelta(seconds=30)))
+    env["clock"][0] += 30
+    snap = nova.refresh()
+    assert snap.num("has_service")[snap.row_of("a2", "a2.node")] == 1

@@ -640,7 +640,10 @@ class NovaFeed:
         for node_id in cell.node_hosts.get(host, ()):
             node = cell.nodes[node_id]
             service = mine.get(int(node.get("service_id") or -1)) or by_host
-            if node.get("deleted"):
+            if node.get("deleted") or node.get("free_disk_gb") is None:
+                # Deleted, or created and not updated yet: Nova's host state ignores such
+                # a node's usage and has no uuid a candidate could name (a deviation:
+                # docs/architecture.md).
                 service = None
             self._write(record_of(node, service, cell.uuid, cell.instances.get(host, {}),
                                     self.ratios))
