@@ -207,9 +207,9 @@ def _int(low: int | None = None, high: int | None = None) -> dict[str, Any]:
 def _quota_validators() -> list[ExtraSpecValidator]:
     """``quota:*``: hypervisor resource limits Nova's API accepts (no scheduler reads them).
 
-    The VMware driver takes a limit, a reservation, a shares level (any string) and a
-    shares count per resource; the libvirt driver takes non-negative CPU tuning, disk I/O
-    throttling and VIF bandwidth numbers.
+    The VMware driver takes a limit, a reservation, a shares level and a shares count per
+    resource; the libvirt driver takes CPU tuning, disk I/O throttling and VIF bandwidth
+    numbers. The rules are Nova 34's (``nova/api/validation/extra_specs/quota.py``).
     """
     v = ExtraSpecValidator
     out: list[ExtraSpecValidator] = []
@@ -217,18 +217,19 @@ def _quota_validators() -> list[ExtraSpecValidator]:
         what = resource.replace("_", " ")
         out += [
             v(f"quota:{resource}_limit", f"Upper limit of {what} for the guest (VMware).",
-              _int()),
+              _int(0)),
             v(f"quota:{resource}_reservation", f"Guaranteed {what} for the guest (VMware).",
               _int()),
-            v(f"quota:{resource}_shares_level", f"Shares level of {what} under contention, "
-              "such as low, normal, high or custom (VMware).", {"type": str}),
+            v(f"quota:{resource}_shares_level", f"Shares level of {what} under contention "
+              "(VMware).", _enum("custom", "high", "normal", "low")),
             v(f"quota:{resource}_shares_share", f"Number of {what} shares when the shares "
-              "level is custom (VMware).", _int()),
+              "level is custom (VMware).", _int(0)),
         ]
-    out += [v(f"quota:cpu_{key}", f"CPU {text} (libvirt).", _int(0)) for key, text in (
-        ("shares", "time share weight relative to other guests"),
-        ("period", "enforcement interval in microseconds"),
-        ("quota", "bandwidth per period in microseconds"),
+    out += [v(f"quota:cpu_{key}", f"CPU {text} (libvirt).", rule) for key, text, rule in (
+        ("shares", "time share weight relative to other guests", _int(0)),
+        ("period", "enforcement interval in microseconds", _int(0)),
+        # Nova sets no minimum: a negative quota means no limit to libvirt.
+        ("quota", "bandwidth per period in microseconds", _int()),
     )]
     out += [v(f"quota:disk_{stat}_{metric}_sec", f"Disk {stat} throttle in {metric} per "
               "second (libvirt).", _int(0))
@@ -320,7 +321,7 @@ def builtin_validators() -> list[ExtraSpecValidator]:
         v("hw:numa_cpus.{N}", "vCPUs of guest NUMA node N (a CPU set).",
           {"type": str, "pattern": _CPUSET},
           parameters=[{"name": "N", "pattern": r"\d+", "description": "a NUMA node index"}]),
-        v("hw:numa_mem.{N}", "Memory (MB) of guest NUMA node N.", _int(0),
+        v("hw:numa_mem.{N}", "Memory (MB) of guest NUMA node N.", _int(1),
           parameters=[{"name": "N", "pattern": r"\d+", "description": "a NUMA node index"}]),
         v("hw:mem_page_size", "Guest page size: small, large, any, or a size such as 2MB.",
           {"type": str, "pattern": r"(?:large|small|any|\d+(?:[kKMGT]i?)?(?:b|bit|B)?)"}),
@@ -351,15 +352,21 @@ def builtin_validators() -> list[ExtraSpecValidator]:
         v("hw:viommu_model", "Virtual IOMMU model.", _enum("intel", "smmuv3", "virtio", "auto")),
         v("hw:time_hpet", "Expose an HPET timer.", _BOOL),
         v("hw:ephemeral_encryption", "Encrypt ephemeral storage.", _BOOL),
-        v("hw:ephemeral_encryption_format", "Ephemeral encryption format.", _enum("luks", "plain")),
+        v("hw:ephemeral_encryption_format", "Ephemeral encryption format.",
+          _enum("plain", "luks", "luksv2")),
+        # Nova's pattern, ([a-zA-Z0-9_]+(,)?)+, written without nested repetition (the
+        # same strings, in linear time).
         v("hw:pmem", "Virtual persistent memory namespaces: labels, comma-separated (each "
           "asks placement for one CUSTOM_PMEM_NAMESPACE_<LABEL>).",
-          {"type": str, "pattern": r"[^,\s]+(?:\s*,\s*[^,\s]+)*"}),
+          {"type": str, "pattern": r"[a-zA-Z0-9_]+(?:,[a-zA-Z0-9_]+)*,?"}),
+        v("hw:usb_model", "USB controller model (none: no controller).",
+          _enum("none", "nec-xhci", "qemu-xhci")),
+        v("hw:redirected_usb_ports", "Redirected USB ports of the guest.", _int(0, 15)),
         v("hw_rng:allowed", "Allow a random number generator device.", _BOOL),
         v("hw_rng:rate_bytes", "RNG bytes allowed per period.", _int(0)),
         v("hw_rng:rate_period", "RNG rate period (ms).", _int(0)),
         v("hw_video:ram_max_mb", "Maximum video RAM (MB).", _int(0)),
-        v("os:secure_boot", "UEFI secure boot.", _enum("required", "disabled", "optional")),
+        v("os:secure_boot", "UEFI secure boot.", _enum("disabled", "required")),
         *_quota_validators(),
         *_vmware_validators(),
         *_powervm_validators(),
@@ -370,10 +377,12 @@ def builtin_validators() -> list[ExtraSpecValidator]:
         v("trust:trusted_host", "Required attestation level of the host.",
           _enum("trusted", "untrusted", "unknown")),
         v("accel:device_profile", "Cyborg device profile name (adds COMPUTE_ACCELERATORS).",
-          {"type": str, "pattern": r"\S+"}),
+          {"type": str}),
         # Placement translation (reference §8.5).
+        # No minimum, as in Nova: a negative amount is accepted here and left out of the
+        # request (with a warning) when the flavor is scheduled.
         v("resources{group}:{resource_class}", "Amount of a resource class in a request "
-          "group.", _int(0),
+          "group.", _int(),
           parameters=[_GROUP, {"name": "resource_class", "pattern": resource_classes,
                                "description": "a standard resource class or CUSTOM_*"}]),
         v("trait{group}:{trait}", "Require or forbid a trait in a request group.",
@@ -382,6 +391,8 @@ def builtin_validators() -> list[ExtraSpecValidator]:
                                "description": "a standard trait or CUSTOM_*"}]),
         v("group_policy", "How numbered request groups share providers.",
           _enum("none", "isolate")),
+        v("hide_hypervisor_id", "Hide the hypervisor signature from the guest (the old "
+          "name of hw:hide_hypervisor_id).", _BOOL, deprecated=True),
         # Matched by filters against host or aggregate values.
         v("capabilities:{key}", "A host capability (ComputeCapabilitiesFilter), with the "
           "extra-spec operator grammar.", {"type": str, "grammar": True},
