@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from berth.nova import hoststate as hs
 from berth.nova.rpc import TOPIC
+from berth.nova.service_row import SERVICE_TABLES, SERVICE_VERSION, service_rows
 from berth.service.bus import Bus, _oslo_messaging
 from berth.service.localcluster import rabbit_vhost
 
@@ -77,7 +78,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
         cell1 = sa.create_engine(urls["cell1"])
         hs.NOVA_TABLES.create_all(api, tables=[hs.cell_mappings, hs.aggregates,
                                                hs.aggregate_hosts, hs.aggregate_metadata])
-        hs.NOVA_TABLES.create_all(cell1, tables=[hs.compute_nodes, hs.services, hs.instances])
+        hs.NOVA_TABLES.create_all(cell1, tables=[hs.compute_nodes, hs.instances])
+        SERVICE_TABLES.create_all(cell1)  # Nova's whole services table
         with api.begin() as conn:
             conn.execute(sa.insert(hs.cell_mappings), [
                 {"id": 1, "uuid": hs.CELL0_UUID, "name": "cell0", "database_connection": "x://",
@@ -108,6 +110,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
 transport_url = {rabbit}
 control_exchange = {exchange}
 host = berth-sched-1
+report_interval = 1
 [api_database]
 connection = {urls['api']}
 [database]
@@ -199,10 +202,11 @@ def test_hosts_appear_without_a_restart_and_a_cell_after_sighup(
         deployment: dict[str, Any]) -> None:
     # A new compute node in cell1: read by the next request.
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    node = node_row(4, "a4", 4, memory_mb=65536, free_ram_mb=65536, created_at=now,
+    # (Service id 40: the scheduler's own services row took the next free id.)
+    node = node_row(4, "a4", 40, memory_mb=65536, free_ram_mb=65536, created_at=now,
                     updated_at=now)
     with deployment["cell1"].begin() as conn:
-        conn.execute(sa.insert(hs.services), [service_row(4, "a4")])
+        conn.execute(sa.insert(hs.services), [service_row(40, "a4")])
         conn.execute(sa.insert(hs.compute_nodes), [node])
         conn.execute(sa.update(hs.services).values(last_seen_up=sa.func.utc_timestamp(),
                                                    updated_at=sa.func.utc_timestamp()))
@@ -355,3 +359,31 @@ def test_scheduler_workers_do_not_outlive_a_first_process_that_was_killed(
                          text=True).stdout.strip():
         assert time.monotonic() < deadline, "a worker process outlived the killed first one"
         time.sleep(0.5)
+
+
+def test_the_scheduler_keeps_its_services_row_as_nova_scheduler(
+        deployment: dict[str, Any]) -> None:
+    """Its own row in the services table of [database] connection (binary
+    nova-scheduler, topic scheduler, Nova 34's service version), heartbeat every
+    report_interval, so `openstack compute service list` shows it up; the compute
+    services' rows are not touched, and the host state reads none of it."""
+    cell1 = deployment["cell1"]
+
+    def row() -> Any:
+        with cell1.connect() as conn:
+            return conn.execute(sa.select(service_rows).where(
+                service_rows.c.binary == "nova-scheduler")).mappings().all()
+
+    (first,) = row()
+    assert (first["host"], first["topic"], first["version"], first["deleted"]) == (
+        "berth-sched-1", "scheduler", SERVICE_VERSION, 0)
+    assert uuid.UUID(first["uuid"])
+    deadline = time.monotonic() + 20
+    while row()[0]["report_count"] < first["report_count"] + 2:
+        assert time.monotonic() < deadline, deployment["log"].read_text()
+        time.sleep(0.5)
+    (later,) = row()
+    assert later["last_seen_up"] is not None and later["id"] == first["id"]
+    # The scheduler's row is no host of the feed.
+    hosts = {s["nova_object.data"]["service_host"] for s in select(deployment)[1][0]}
+    assert hosts and "berth-sched-1" not in hosts

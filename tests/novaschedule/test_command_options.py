@@ -68,3 +68,49 @@ def test_hosts_are_discovered_at_start_then_every_interval() -> None:
     calls.clear()
     _discover(Feed(), 3600, stop)
     assert calls == [1]
+
+
+def test_the_services_row_is_taken_over_kept_up_and_elects_as_nova() -> None:
+    import datetime as dt
+
+    import sqlalchemy as sa
+
+    from berth.nova.service_row import SERVICE_TABLES, SERVICE_VERSION, ServiceRow, service_rows
+
+    engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool)
+    SERVICE_TABLES.create_all(engine)
+    clock = [1_800_000_000.0]
+    stamp = dt.datetime.fromtimestamp(clock[0], dt.UTC).replace(tzinfo=None)
+    with engine.begin() as conn:  # the replaced nova-scheduler's row, and another's
+        conn.execute(sa.insert(service_rows), [
+            {"host": "ctl1", "binary": "nova-scheduler", "topic": "scheduler",
+             "report_count": 7, "version": 70, "created_at": stamp, "deleted": 0,
+             "last_seen_up": stamp - dt.timedelta(hours=1)},
+            {"host": "ctl0", "binary": "nova-scheduler", "topic": "scheduler",
+             "report_count": 3, "version": 74, "created_at": stamp, "deleted": 0,
+             "last_seen_up": stamp - dt.timedelta(seconds=5)},
+            {"host": "ctl1", "binary": "nova-compute", "topic": "compute", "report_count": 1,
+             "version": 74, "created_at": stamp, "deleted": 0, "last_seen_up": None}])
+    mine = ServiceRow(engine, "ctl1", clock=lambda: clock[0])
+    mine.register()
+    other = ServiceRow(engine, "ctl2", clock=lambda: clock[0])
+    other.register()  # a new host: a new row
+    with engine.connect() as conn:
+        rows = {(r.host, r.binary): r for r in conn.execute(sa.select(service_rows))}
+    assert rows[("ctl1", "nova-scheduler")].version == SERVICE_VERSION  # taken over
+    assert rows[("ctl1", "nova-scheduler")].id == mine.row_id
+    assert rows[("ctl2", "nova-scheduler")].report_count == 0 and rows[("ctl2", "nova-scheduler")].uuid
+    # ctl0 beat 5 s ago: the first of those up; once it is down, ctl1 (beating).
+    assert mine.beat() and mine.beat()
+    assert mine.leader(60) == "ctl0"
+    clock[0] += 120
+    assert mine.beat()
+    assert mine.leader(60) == "ctl1"
+    with engine.connect() as conn:
+        count = conn.execute(sa.select(service_rows.c.report_count).where(
+            service_rows.c.id == mine.row_id)).scalar()
+    assert count == 10
+    with engine.begin() as conn:  # an operator deletes the row: not written again
+        conn.execute(sa.update(service_rows).where(service_rows.c.id == mine.row_id).values(
+            deleted=mine.row_id))
+    assert mine.beat() is False and mine.gone and mine.beat() is False

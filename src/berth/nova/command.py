@@ -22,9 +22,11 @@ may run side by side, as nova-schedulers do.
 
 SIGHUP reads the cells again and then every host, as nova-scheduler's reset does. With
 ``[scheduler] discover_hosts_in_cells_interval`` > 0, new compute hosts are mapped to
-their cells at start and then that often, by the first process of each scheduler (Nova
-elects one scheduler by its service row, which Berth does not write; a mapping is made
-once however many schedulers try). ``[scheduler] workers`` processes serve the topic
+their cells at start and then that often, by the scheduler elected as Nova elects it
+(the first by host name of the ``nova-scheduler`` services rows that are up). Like
+nova-scheduler, it keeps its own row in the services table of ``[database] connection``
+(:mod:`berth.nova.service_row`: heartbeat every ``[DEFAULT] report_interval``), so
+``openstack compute service list`` shows it up. ``[scheduler] workers`` processes serve the topic
 (unset: one), each with ``[DEFAULT] executor_thread_pool_size`` RPC threads;
 ``--config-dir`` reads a ``nova.conf.d``.
 SIGTERM and SIGINT stop it. ``--explain`` logs every decision's explanation at INFO,
@@ -212,16 +214,54 @@ def _ratios(config: Any) -> dict[str, float]:
     return {kind: resolved_ratio(None, kind, config) for kind in ("cpu", "ram", "disk")}
 
 
-def _discover(feed: Any, interval: float, stop: threading.Event) -> None:
+def _discover(feed: Any, interval: float, stop: threading.Event, row: Any = None,
+              service_down_time: float = 60.0) -> None:
     """Map new compute hosts to their cells at once and then every ``interval`` seconds
-    (``[scheduler] discover_hosts_in_cells_interval``), as Nova's periodic task."""
+    (``[scheduler] discover_hosts_in_cells_interval``), as Nova's periodic task: only
+    the elected scheduler (the first by host name of those up, from the services rows)
+    when this one has a row, else this one."""
     while True:
         try:
-            feed.discover_hosts()
+            leader = row.leader(service_down_time) if row is not None else None
+            if leader is None or leader == row.host:
+                feed.discover_hosts()
+            else:
+                LOG.debug("current leader is %s, skipping discover hosts on %s", leader,
+                          row.host)
         except Exception:  # the databases may be away for a while: try again next time
             LOG.exception("discovering hosts failed")
         if stop.wait(interval):
             return
+
+
+def _service_row(main_url: str | None, host: str) -> Any:
+    """This scheduler's row in Nova's services table (:mod:`berth.nova.service_row`),
+    registered; None without ``[database] connection`` or when it cannot be written
+    (scheduling needs no row: a warning, and the scheduler runs on)."""
+    from berth.nova.hoststate import cell_engine
+    from berth.nova.service_row import ServiceRow
+
+    if not main_url:
+        LOG.warning("[database] connection is not set: no nova-scheduler service row")
+        return None
+    row = ServiceRow(cell_engine(main_url), host)
+    try:
+        row.register()
+    except Exception as exc:  # a schema or database problem: one line
+        LOG.warning("cannot write this scheduler's services row: %s", str(exc).splitlines()[0])
+        row.engine.dispose()
+        return None
+    return row
+
+
+def _heartbeat(row: Any, interval: float, stop: threading.Event) -> None:
+    """``[DEFAULT] report_interval``: the row's heartbeat, as nova-scheduler's."""
+    while not stop.wait(interval):
+        try:
+            if not row.beat():
+                return
+        except Exception as exc:  # the database away for a while: the next beat
+            LOG.warning("services row heartbeat failed: %s", str(exc).splitlines()[0])
 
 
 def config_files(files: Sequence[str], dirs: Sequence[str]) -> list[str]:
@@ -254,6 +294,7 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
     feed, bus = parts["feed"], parts["bus"]
     host = args.host or parts["options"].host
     children: list[Any] = []
+    row: Any = None
     try:
         try:
             snapshot = feed.refresh()
@@ -289,9 +330,16 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGHUP, _reset)
-        interval = parts["config"].scheduler.discover_hosts_in_cells_interval
+        config = parts["config"]
+        if args.worker_index == 0:  # one process of each scheduler keeps its row
+            row = _service_row(parts["options"].main_url, host)
+            if row is not None:
+                threading.Thread(target=_heartbeat, args=(row, config.report_interval, stop),
+                                 name="berth-service-row", daemon=True).start()
+        interval = config.scheduler.discover_hosts_in_cells_interval
         if interval > 0 and args.worker_index == 0:  # one process of each scheduler
-            threading.Thread(target=_discover, args=(feed, interval, stop),
+            threading.Thread(target=_discover,
+                             args=(feed, interval, stop, row, config.service_down_time),
                              name="berth-discover-hosts", daemon=True).start()
         parent = os.getppid()
         while not stop.wait(1.0):
@@ -320,6 +368,8 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         feed.close()
         for client in parts["clients"]:
             client.close()
+        if row is not None:
+            row.engine.dispose()
     return 0
 
 
