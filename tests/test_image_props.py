@@ -186,7 +186,8 @@ def test_a_false_boolean_in_text_asks_for_nothing() -> None:
     req = resource_request_from_spec(_spec(hw_mem_encryption="off", hw_firmware_stateless="0"))
     assert "MEM_ENCRYPTION_CONTEXT" not in req.unsuffixed.resources
     assert "COMPUTE_SECURITY_STATELESS_FIRMWARE" not in req.unsuffixed.required_traits
-    req = resource_request_from_spec(_spec(hw_mem_encryption="Yes", hw_firmware_stateless="on"))
+    req = resource_request_from_spec(_spec(hw_mem_encryption="Yes", hw_firmware_stateless="on",
+                                           hw_firmware_type="uefi"))
     assert req.unsuffixed.resources["MEM_ENCRYPTION_CONTEXT"] == 1
     assert "COMPUTE_SECURITY_STATELESS_FIRMWARE" in req.unsuffixed.required_traits
 

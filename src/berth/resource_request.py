@@ -36,7 +36,7 @@ import os_resource_classes
 import os_traits
 
 from berth.config import SchedulerConfig
-from berth.errors import ExtraSpecError, InputError, NoValidHost
+from berth.errors import ExtraSpecError, ImagePropertyError, InputError, NoValidHost
 from berth.hardware.numa import (
     DEDICATED,
     EMULATOR_ISOLATE,
@@ -320,44 +320,95 @@ _MEM_ENC_MODEL = {"amd-sev": "HW_CPU_X86_AMD_SEV", "amd-sev-es": "HW_CPU_X86_AMD
                   "amd-sev-snp": "HW_CPU_X86_AMD_SEV_SNP", "intel-tdx": "HW_CPU_X86_INTEL_TDX"}
 
 
+def _unique_value(spec: RequestSpec, key: str, prefix: str = "hw") -> tuple[Any, str]:
+    """Nova's ``_get_unique_flavor_image_meta``: the flavor's ``{prefix}:{key}`` or the
+    image's ``{prefix}_{key}``, and which of the two names it came from. Both set and
+    different is Nova's FlavorImageConflict: an ImagePropertyError naming the property."""
+    flavor_key, image_key = f"{prefix}:{key}", f"{prefix}_{key}"
+    flavor_value = spec.flavor.extra_specs.get(flavor_key)
+    image_value = spec.image.properties.get(image_key) if spec.image is not None else None
+    if image_value and flavor_value and str(image_value) != str(flavor_value):
+        raise ImagePropertyError(
+            image_key, image_value,
+            f"conflicts with the flavor's {flavor_key} {flavor_value!r} (both set, and they "
+            "differ: Nova's FlavorImageConflict)")
+    if flavor_value:
+        return flavor_value, flavor_key
+    return image_value, image_key
+
+
+def _one_of(value: Any, name: str, allowed: Sequence[str], what: str) -> str:
+    """``value`` if it is one of ``allowed``; else Nova's ``Invalid``, as the error of
+    the flavor key or image property ``name`` it came from."""
+    if str(value) in allowed:
+        return str(value)
+    problem = f"invalid {what}; allowed values: {', '.join(allowed)}"
+    if ":" in name:
+        raise ExtraSpecError(f"{name}={value!r}: {problem}", key=name)
+    raise ImagePropertyError(name, value, problem)
+
+
 def _translate_other(req: ResourceRequest, spec: RequestSpec) -> None:
     """Memory encryption, vTPM, secure boot, maxphysaddr, stateless firmware, socket
-    PCI NUMA affinity: each adds a required trait (memory encryption also a resource)."""
+    PCI NUMA affinity: each adds a required trait (memory encryption also a resource).
+    The flavor and the image may each set a value, as in Nova; where Nova refuses two
+    different ones (and values it does not know), so does Berth."""
     group = req.unsuffixed
     mem_enc = _spec_value(spec, "hw:mem_encryption", "hw_mem_encryption")
     if mem_enc is not None and _truthy(mem_enc):
         group.resources["MEM_ENCRYPTION_CONTEXT"] = 1
-        model = _spec_value(spec, "hw:mem_encryption_model", "hw_mem_encryption_model") or "amd-sev"
+        model = _unique_value(spec, "mem_encryption_model")[0] or "amd-sev"
         trait = _MEM_ENC_MODEL.get(str(model))
         if trait:
             group.required_traits.add(trait)
-    version = _spec_value(spec, "hw:tpm_version", "hw_tpm_version")
+    version, where = _unique_value(spec, "tpm_version")
     if version is not None:
-        if str(version) in _TPM_VERSION:
-            group.required_traits.add(_TPM_VERSION[str(version)])
-        model = _spec_value(spec, "hw:tpm_model", "hw_tpm_model") or "tpm-tis"
-        if str(model) in _TPM_MODEL:
-            group.required_traits.add(_TPM_MODEL[str(model)])
-    secure_boot = _spec_value(spec, "os:secure_boot", "os_secure_boot")
-    if secure_boot is not None and str(secure_boot).lower() == "required":
+        version = _one_of(version, where, tuple(_TPM_VERSION), "TPM version")
+        model, where = _unique_value(spec, "tpm_model")
+        model = "tpm-tis" if model is None else _one_of(model, where, tuple(_TPM_MODEL),
+                                                        "TPM model")
+        if model == "tpm-crb" and version != "2.0":
+            _one_of(model, where, ("tpm-tis",), "TPM model: CRB is only valid with TPM "
+                    "version 2.0")
+        group.required_traits.add(_TPM_VERSION[version])
+        group.required_traits.add(_TPM_MODEL[model])
+    secure_boot, where = _unique_value(spec, "secure_boot", prefix="os")
+    if secure_boot is not None and _one_of(secure_boot, where, ("required", "disabled",
+                                                                "optional"),
+                                           "secure boot policy") == "required":
         group.required_traits.add("COMPUTE_SECURITY_UEFI_SECURE_BOOT")
-    mode = _spec_value(spec, "hw:maxphysaddr_mode", "hw_maxphysaddr_mode")
-    if mode == "passthrough":
-        group.required_traits.add("COMPUTE_ADDRESS_SPACE_PASSTHROUGH")
-    elif mode == "emulate":
-        group.required_traits.add("COMPUTE_ADDRESS_SPACE_EMULATED")
-    if spec.image is not None and _truthy(spec.image.properties.get("hw_firmware_stateless", False)):
+    mode, where = _unique_value(spec, "maxphysaddr_mode")
+    if mode is not None:
+        mode = _one_of(mode, where, ("passthrough", "emulate"), "maxphysaddr mode")
+        group.required_traits.add("COMPUTE_ADDRESS_SPACE_PASSTHROUGH" if mode == "passthrough"
+                                  else "COMPUTE_ADDRESS_SPACE_EMULATED")
+    # Nova ignores (with a warning) stateless firmware on an image not booting UEFI.
+    props = spec.image.properties if spec.image is not None else None
+    if (props is not None and props.get("hw_firmware_type") == "uefi"
+            and _truthy(props.get("hw_firmware_stateless", False))):
         group.required_traits.add("COMPUTE_SECURITY_STATELESS_FIRMWARE")
-    policy = _spec_value(spec, "hw:pci_numa_affinity_policy", "hw_pci_numa_affinity_policy")
-    if policy == "socket":
+    flavor_policy = spec.flavor.extra_specs.get("hw:pci_numa_affinity_policy")
+    image_policy = props.get("hw_pci_numa_affinity_policy") if props is not None else None
+    if flavor_policy and image_policy and flavor_policy != image_policy:
+        raise ImagePropertyError("hw_pci_numa_affinity_policy", image_policy,
+                                 "differs from the flavor's hw:pci_numa_affinity_policy "
+                                 f"{flavor_policy!r} (Nova's ImagePCINUMAPolicyForbidden)")
+    policy = flavor_policy or image_policy
+    if policy and _one_of(policy, "hw:pci_numa_affinity_policy" if flavor_policy else
+                          "hw_pci_numa_affinity_policy",
+                          ("required", "legacy", "preferred", "socket"),
+                          "PCI NUMA affinity policy") == "socket":
         group.required_traits.add("COMPUTE_SOCKET_PCI_NUMA_AFFINITY")
 
 
 def _translate_vpmems(req: ResourceRequest, spec: RequestSpec) -> None:
-    """``hw:pmem`` labels: ``CUSTOM_PMEM_NAMESPACE_<LABEL>`` = the label's count, in the
+    """``hw:pmem`` labels: ``CUSTOM_PMEM_NAMESPACE_<LABEL>`` = how many labels name that
+    class once normalized (``small`` and ``SMALL`` are one class, counted twice), in the
     unsuffixed group, replacing any amount the extra specs gave that class."""
-    for label, count in Counter(vpmem_labels(spec.flavor.extra_specs)).items():
-        rc = os_resource_classes.normalize_name(f"PMEM_NAMESPACE_{label}")
+    counts: Counter[str] = Counter(
+        os_resource_classes.normalize_name(f"PMEM_NAMESPACE_{label}")
+        for label in vpmem_labels(spec.flavor.extra_specs))
+    for rc, count in counts.items():
         req.unsuffixed.resources[rc] = count
 
 
