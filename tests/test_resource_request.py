@@ -461,3 +461,22 @@ def test_flavor_and_image_resolve_as_nova_34_does() -> None:
              "invalid PCI NUMA affinity policy")):
         with pytest.raises(error, match=text):
             from_request_spec(_spec(extra_specs=extra, image=image))
+
+
+def test_a_group_of_traits_alone_asks_for_empty_resources_as_nova() -> None:
+    """Nova always sends ``resources$S``: a numbered group of traits alone asks for
+    ``resources1=`` empty, which Placement refuses (Nova then finds no host), and a group
+    left with nothing (all amounts 0) is not sent at all."""
+    query = _query(_spec(extra_specs={"trait1:CUSTOM_X": "required"}))
+    assert ("resources1", "") in query and ("required1", "CUSTOM_X") in query
+    query = _query(_spec(extra_specs={"resources:VCPU": "0", "resources:MEMORY_MB": "0",
+                                      "resources:DISK_GB": "0", "resources1:VCPU": "1"}))
+    assert [k for k, _ in query if k.startswith("resources")] == ["resources1"]
+    from berth.placement.candidates_query import parse_query
+    from berth.placement.errors import BadRequest
+
+    with pytest.raises(BadRequest, match="empty string"):
+        grouped: dict[str, list[str]] = {}
+        for key, value in _query(_spec(extra_specs={"trait1:CUSTOM_X": "required"})):
+            grouped.setdefault(key, []).append(value)
+        parse_query(grouped, (1, 36))

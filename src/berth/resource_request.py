@@ -104,12 +104,14 @@ class RequestGroup:
                     or self.aggregates or self.forbidden_aggregates or self.in_tree)
 
     def to_queryparams(self) -> list[tuple[str, str]]:
-        """This group's ``resources$S``, ``required$S``, ``member_of$S``, ``in_tree$S``."""
+        """This group's ``resources$S``, ``required$S``, ``member_of$S``, ``in_tree$S``.
+
+        ``resources$S`` is always sent, as Nova sends it: a group of traits alone (say a
+        flavor's ``trait1:CUSTOM_X=required`` without ``resources1:``) asks for
+        ``resources1=`` empty, which Placement refuses, so Nova finds no host for it."""
         s = self.suffix
-        params: list[tuple[str, str]] = []
-        if self.resources:
-            params.append((f"resources{s}", ",".join(
-                f"{rc}:{amount}" for rc, amount in sorted(self.resources.items()))))
+        params: list[tuple[str, str]] = [(f"resources{s}", ",".join(
+            f"{rc}:{amount}" for rc, amount in sorted(self.resources.items())))]
         traits = sorted(self.required_traits) + sorted(f"!{t}" for t in self.forbidden_traits)
         if traits:
             params.append((f"required{s}", ",".join(traits)))
@@ -195,7 +197,11 @@ class ResourceRequest:
         for subtree in self.same_subtree:
             params.append(("same_subtree", ",".join(sorted(subtree))))
         for grp in self.groups.values():
-            params.extend(grp.to_queryparams())
+            # Nova's strip_zeros drops every group left with nothing to ask, the
+            # unsuffixed one included.
+            if grp.resources or grp.required_traits or grp.forbidden_traits or \
+                    grp.aggregates or grp.forbidden_aggregates:
+                params.extend(grp.to_queryparams())
         return sorted(params)
 
     def to_querystring(self) -> str:
