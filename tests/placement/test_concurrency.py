@@ -92,6 +92,31 @@ def test_exactly_one_trait_writer_wins(two_servers: list[Server]) -> None:
     assert sorted(statuses) == [200] + [409] * (WRITERS - 1)
 
 
+def test_one_new_inventory_class_posted_by_many_writers_is_created_once(
+        two_servers: list[Server]) -> None:
+    """POST of the same new class by racing writers: one 201, the others Placement's
+    409 (on PostgreSQL the loser met the unique key and answered 500)."""
+    api = Api(two_servers[0].url)
+    for _ in range(3):
+        rp = api.provider(VCPU=1)
+        gen = api.generation(rp)
+        jobs = [(f"/resource_providers/{rp}/inventories",
+                 {"resource_class": "DISK_GB", "total": 10, "resource_provider_generation": gen})
+                for _ in range(WRITERS)]
+        statuses = race([s.url for s in two_servers], "POST", jobs)
+        assert sorted(statuses) == [201] + [409] * (WRITERS - 1)
+
+
+def test_one_new_trait_put_by_many_writers_is_created_by_one(two_servers: list[Server]) -> None:
+    """PUT /traits/{name} by racing writers: 201 for the one that created it, 204 for
+    the others (Placement's TraitExists), never several 201s."""
+    for _ in range(3):
+        name = f"CUSTOM_RACE_{uuid.uuid4().hex[:10].upper()}"
+        statuses = race([s.url for s in two_servers], "PUT",
+                        [(f"/traits/{name}", {}) for _ in range(WRITERS)])
+        assert sorted(statuses) == [201] + [204] * (WRITERS - 1)
+
+
 def test_claims_never_exceed_capacity(two_servers: list[Server]) -> None:
     api = Api(two_servers[0].url)
     capacity = 3

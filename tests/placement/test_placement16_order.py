@@ -265,9 +265,11 @@ def test_a_resource_class_renamed_to_its_own_name_is_saved(api: Api) -> None:
     assert r.status_code == 200 and r.json()["name"] == name
 
 
-def test_a_trait_prefix_is_matched_as_placement_s_like(api: Api) -> None:
+def test_a_trait_prefix_is_matched_as_placement_s_like(any_api: Api) -> None:
     """``name=startswith:`` is SQL LIKE 'prefix%' in Placement: ``_`` and ``%`` match
-    any character."""
+    any character, and letters in either case (SQLite's and MySQL's LIKE; on PostgreSQL
+    Berth's matched case until a differential run on it)."""
+    api = any_api
     stem = f"CUSTOM_LIKE{uuid.uuid4().hex[:6].upper()}"
     for suffix in ("_T1", "_TX", "ZT1"):
         assert api.put(f"/traits/{stem}{suffix}", mv="1.6").status_code == 201
@@ -275,6 +277,8 @@ def test_a_trait_prefix_is_matched_as_placement_s_like(api: Api) -> None:
     assert set(names) == {f"{stem}_T1", f"{stem}_TX", f"{stem}ZT1"}
     names = api.get(f"/traits?name=startswith:{stem}%1", mv="1.6").json()["traits"]
     assert set(names) == {f"{stem}_T1", f"{stem}ZT1"}
+    names = api.get(f"/traits?name=startswith:{stem.lower()}_tx", mv="1.6").json()["traits"]
+    assert set(names) == {f"{stem}_TX"}
 
 
 def test_a_resourceless_group_with_only_forbidden_filters_has_no_candidates(
@@ -387,3 +391,34 @@ def test_a_sharing_provider_that_is_not_a_root_is_answered(any_api: Api) -> None
     assert [sorted(a["allocations"]) for a in body["allocation_requests"]] == [
         sorted([compute, share])]
     assert set(body["provider_summaries"]) == {compute, other, share}
+
+
+def test_not_found_and_in_use_texts_are_placement_s(any_api: Api) -> None:
+    """Texts a differential run on PostgreSQL and SQLite found differing: a missing
+    provider's inner text, PUT/DELETE traits of one (Placement's NotFound leaves the
+    handler bare), DELETE of an inventory that is not there or of an unknown class, and
+    DELETE of every inventory while one is in use."""
+    api = any_api
+    missing = new_uuid()
+    r = api.get(f"/resource_providers/{missing}/inventories", mv="1.39")
+    assert detail(r).endswith(f"No resource provider with uuid {missing} found : No resource "
+                              f"provider with uuid {missing} found  ")
+    for method in ("put", "delete"):
+        r = getattr(api, method)(f"/resource_providers/{missing}/traits", mv="1.39",
+                                 **({"json": {"traits": [], "resource_provider_generation": 0}}
+                                    if method == "put" else {}))
+        assert r.status_code == 404
+        assert detail(r).endswith(f"No resource provider with uuid {missing} found  ")
+    rp = api.provider(DISK_GB=10)
+    r = api.delete(f"/resource_providers/{rp}/inventories/VCPU", mv="1.39")
+    assert detail(r).endswith("No inventory of class VCPU found for delete: No inventory of "
+                              "class VCPU found for delete  ")
+    r = api.delete(f"/resource_providers/{rp}/inventories/CUSTOM_NOPE", mv="1.39")
+    assert detail(r).endswith("No inventory of class CUSTOM_NOPE found for delete: No such "
+                              "resource class CUSTOM_NOPE.  ")
+    consumer = new_uuid()
+    assert api.put(f"/allocations/{consumer}", mv="1.38",
+                   json=_alloc(rp, None, DISK_GB=1)).status_code == 204
+    r = api.delete(f"/resource_providers/{rp}/inventories", mv="1.39")
+    assert r.status_code == 409
+    assert detail(r).endswith(f"Inventory for 'DISK_GB' on resource provider '{rp}' in use.  ")

@@ -59,7 +59,7 @@ def always(_v: tuple[int, int]) -> bool:
 
 
 def _not_found_rp(uuid: str, form: str = "plain") -> errors.NotFound:
-    inner = f"No such resource provider {uuid}."
+    inner = f"No resource provider with uuid {uuid} found"  # Placement's NotFound text
     if form == "space":
         return errors.NotFound(f"No resource provider with uuid {uuid} found : {inner}")
     if form == "colon":
@@ -391,8 +391,8 @@ def set_provider_traits(req: Request, store: PlacementStore, params: Mapping[str
     result = store.set_provider_traits(
         params["uuid"], data["traits"], data["resource_provider_generation"]
     )
-    if result is None:
-        raise _not_found_rp(params["uuid"], "colon")
+    if result is None:  # Placement's NotFound leaves the handler as it is
+        raise _not_found_rp(params["uuid"])
     generation, names = result
     resp = json_response({"traits": names, "resource_provider_generation": generation})
     add_cache_headers(req, resp, utcnow())
@@ -404,7 +404,7 @@ def delete_provider_traits(
 ) -> Response:
     """DELETE .../traits (>= 1.6): 204; 404; 409."""
     if not store.delete_provider_traits(params["uuid"]):
-        raise _not_found_rp(params["uuid"], "colon")
+        raise _not_found_rp(params["uuid"])  # as Placement's, from outside the handler
     return empty_response(204)
 
 

@@ -377,14 +377,19 @@ class StoreBase:
         )
         return result.rowcount == 1
 
-    def _insert_ignore(self, conn: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    def _insert_ignore(self, conn: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> int:
+        """Insert the rows that do not exist yet; how many went in (for one row exact,
+        for several as the driver counts an executemany, -1 when it does not)."""
         if not rows:
-            return
+            return 0
         if self.is_sqlite:
             from sqlalchemy.dialects.sqlite import insert as dialect_insert
         else:
             from sqlalchemy.dialects.postgresql import insert as dialect_insert  # type: ignore[assignment]
-        conn.execute(dialect_insert(table).on_conflict_do_nothing(), rows)
+        stmt = dialect_insert(table).on_conflict_do_nothing()
+        if len(rows) == 1:  # the rows it returns say whether it went in
+            return len(conn.execute(stmt.returning(*table.primary_key.columns), rows[0]).all())
+        return int(conn.execute(stmt, rows).rowcount)
 
     # ------------------------------------------------------------------ hot path plumbing
 

@@ -136,7 +136,15 @@ class InventoriesMixin(StoreBase):
                     code=errors.CONCURRENT_UPDATE,
                 )
             now = utcnow()
-            self._insert_inventory(conn, prov.id, rc_id, inv, now)
+            try:
+                self._insert_inventory(conn, prov.id, rc_id, inv, now)
+            except sa.exc.IntegrityError:
+                # Created by a concurrent request since it was read (read committed on
+                # PostgreSQL): Placement's DBDuplicateEntry, a 409.
+                raise errors.Conflict(
+                    f"Update conflict: Inventory for '{inv.resource_class}' on resource "
+                    f"provider '{uuid}' already exists.",
+                    code=errors.CONCURRENT_UPDATE) from None
             if not self._bump(conn, prov.id, prov.generation):
                 raise errors.Conflict(
                     f"Update conflict: {CONCURRENT_MSG}", code=errors.CONCURRENT_UPDATE
@@ -192,17 +200,19 @@ class InventoriesMixin(StoreBase):
         new: Mapping[str, InventoryRecord],
         by_name: Mapping[str, int],
         by_id: Mapping[int, str],
+        in_use_prefix: str = "update conflict: ",
     ) -> None:
         """Write ``new`` as the provider's whole inventory; 409 when a class it drops is
-        in use. Capacities are the caller's to check (the reshaper checks none, as
-        Placement's does not)."""
+        in use (the message after ``in_use_prefix``, as the caller's handler in
+        Placement words it). Capacities are the caller's to check (the reshaper checks
+        none, as Placement's does not)."""
         old = self._inventories(conn, prov.id)
         removed = [by_name[rc] for rc in old if rc not in new]
         in_use = self._in_use(conn, prov.id, removed)
         if in_use:
             names = ", ".join(by_id[i] for i in in_use)
             raise errors.Conflict(
-                f"update conflict: Inventory for '{names}' on resource provider '{prov.uuid}' "
+                f"{in_use_prefix}Inventory for '{names}' on resource provider '{prov.uuid}' "
                 "in use.",
                 code=errors.INVENTORY_INUSE,
             )
@@ -271,10 +281,10 @@ class InventoriesMixin(StoreBase):
             rc_id = by_name.get(rc)
             existing = self._inventories(conn, prov.id)
             if rc_id is None or rc not in existing:
-                raise errors.NotFound(
-                    f"No inventory of class {rc} found for delete: No inventory of class {rc} "
-                    "found."
-                )
+                # Placement's inner text: the unknown class, else the missing inventory.
+                inner = (f"No such resource class {rc}." if rc_id is None
+                         else f"No inventory of class {rc} found for delete")
+                raise errors.NotFound(f"No inventory of class {rc} found for delete: {inner}")
             if self._in_use(conn, prov.id, [rc_id]):
                 raise errors.Conflict(
                     f"Unable to delete inventory of class {rc}: Inventory for '{rc}' on resource "
@@ -297,7 +307,8 @@ class InventoriesMixin(StoreBase):
         with self._write() as conn:
             prov = self._require_provider(conn, uuid)
             by_name, by_id = self._rc_maps(conn)
-            self._replace_inventory(conn, prov, {}, by_name, by_id)
+            # Placement answers DELETE's InventoryInUse with its message alone.
+            self._replace_inventory(conn, prov, {}, by_name, by_id, in_use_prefix="")
             if not self._bump(conn, prov.id, prov.generation):
                 raise errors.Conflict(
                     "resource provider generation conflict", code=errors.CONCURRENT_UPDATE

@@ -227,8 +227,12 @@ class TraitsMixin(StoreBase):
         if names_in is not None:
             stmt = stmt.where(traits.c.name.in_(list(names_in)))
         if prefix is not None:
-            # Placement's LIKE 'prefix%': a "_" or "%" in the prefix is a wildcard.
-            stmt = stmt.where(traits.c.name.like(prefix + "%"))
+            # Placement's LIKE 'prefix%': a "_" or "%" in the prefix is a wildcard, and
+            # letters match in either case on SQLite and MySQL (its usual databases);
+            # PostgreSQL's LIKE would tell case, so ILIKE there.
+            pattern = prefix + "%"
+            stmt = stmt.where(traits.c.name.like(pattern) if self.is_sqlite
+                              else traits.c.name.ilike(pattern))
         if associated is not None:
             linked = sa.select(resource_provider_traits.c.trait_id)
             stmt = stmt.where(traits.c.id.in_(linked) if associated else traits.c.id.not_in(linked))
@@ -253,7 +257,12 @@ class TraitsMixin(StoreBase):
             if row is not None:
                 return False, row.created_at or utcnow()
             now = utcnow()
-            self._insert_ignore(conn, traits, [{"name": name, "created_at": now}])
+            if not self._insert_ignore(conn, traits, [{"name": name, "created_at": now}]):
+                # Created by a concurrent request since it was read: Placement's
+                # TraitExists, answered 204 as an existing trait.
+                row = conn.execute(sa.select(traits.c.created_at).where(
+                    traits.c.name == name)).first()
+                return False, (row.created_at if row is not None else None) or now
             self._touch_names(conn)
             return True, now
 
