@@ -127,8 +127,12 @@ class WorkingSet:
         *,
         share_stubs: bool = True,
         builds_in_flight: bool = True,
+        pack_numa_cells: bool = False,
     ) -> None:
         self.snapshot = snapshot
+        #: ``[compute] packing_host_numa_cells_allocation_strategy``, which Nova reads at
+        #: every NUMA fit, the consumption's too (whether or not a filter ran).
+        self.pack_numa_cells = pack_numa_cells
         self.now = now
         self.candidates = candidates
         #: Whether an instance this request placed counts as a build in progress (Nova:
@@ -330,6 +334,7 @@ class WorkingSet:
                     pci_requests=pci_requests or None,
                     pci_stats=pci_stats,
                     provider_mapping=mapping,
+                    pack=self.pack_numa_cells,
                 )
                 self.set_obj("numa_topology", row, numa.numa_usage_from_instance_numa(
                     host_numa, spec.numa_topology))

@@ -341,7 +341,9 @@ class Scheduler:
         ws = WorkingSet(snapshot, now,
                         CandidateOverlay(placement.by_row) if placement is not None else None,
                         share_stubs=self.config.filter_scheduler.track_instance_changes,
-                        builds_in_flight=builds_in_flight)
+                        builds_in_flight=builds_in_flight,
+                        pack_numa_cells=bool(
+                            self.config.compute.packing_host_numa_cells_allocation_strategy))
         ws.memo["instances"] = num_instances  # rankers memoize only for multi-creates
         if spec.instance_group is not None and spec.instance_group.member_hosts:
             _claimed_members(ws, spec.instance_group.member_hosts,

@@ -483,3 +483,22 @@ def test_a_consumption_that_fails_counts_the_instance_but_no_io_operation() -> N
             assert after == (before[0] + 1, before[1]) and updated != NOW + 100
         else:
             assert after == (before[0] + 1, before[1] + 1) and updated == NOW + 100
+
+
+def test_consumption_packs_numa_cells_by_the_option_whether_or_not_the_filter_ran() -> None:
+    """Nova reads ``[compute] packing_host_numa_cells_allocation_strategy`` at every fit,
+    the consumption's too: with NUMATopologyFilter not run (not enabled, or a forced
+    host) the guest still goes to the busier cell when packing. A differential run
+    against Nova 34 found Berth spreading there."""
+    busy = {"cells": [
+        {"id": 0, "cpuset": "0-3", "pcpuset": "4-7", "memory": 4096},
+        {"id": 1, "cpuset": "8-11", "pcpuset": "12-15", "memory": 4096, "cpu_usage": 2},
+    ]}
+    snap = cloud(host("h1", numa_topology=numa(busy)))
+    for pack, cell in ((True, 1), (False, 0)):
+        ws = WorkingSet(snap, NOW, pack_numa_cells=pack)
+        req = request(extra_specs={"hw:numa_nodes": "1"})
+        ws.consume(0, req)
+        assert [c.id for c in req.numa_topology.cells] == [cell]
+        used = [c.memory_usage for c in ws.obj("numa_topology", 0).cells]
+        assert used[cell] > 0 and used[1 - cell] == 0

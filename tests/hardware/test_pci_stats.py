@@ -130,11 +130,17 @@ def test_mapped_providers_restrict_the_pools() -> None:
 
 
 def test_live_migratable_requests_match_the_pool_tag() -> None:
+    """As Nova 34 (a differential run found a request for non-live-migratable devices
+    served from an untagged pool, where Nova finds none): the tag is matched as any
+    key, so a pool without it serves neither value."""
     stats = PciDeviceStats.from_pools([pool(1, live_migratable="true"), pool(1)])
     assert not stats.support_requests([req(2, live_migratable="true")])
     assert stats.support_requests([req(1, live_migratable="yes")])
-    assert stats.support_requests([req(1, live_migratable="false")])
+    assert not stats.support_requests([req(1, live_migratable="false")])
     assert stats.support_requests([req(2)])
+    tagged = PciDeviceStats.from_pools([pool(1, live_migratable="false"), pool(1)])
+    assert tagged.support_requests([req(1, live_migratable="false")])
+    assert not tagged.support_requests([req(2, live_migratable="false")])
 
 
 # ------------------------------------------------------------------------ consumption
@@ -267,7 +273,20 @@ def test_placement_allocation_is_followed_device_by_device() -> None:
     stats = PciDeviceStats.from_pools([pool(2, rp_uuid="rp-a"), pool(1, rp_uuid="rp-b"), pool(5)])
     mapping = {"r1-0": ["rp-a"], "r1-1": ["rp-b"], "": ["root"]}
     after = stats.apply_requests([req(2, request_id="r1")], None, mapping)
-    assert [(p.get("rp_uuid"), p["count"]) for p in after.pools] == [("rp-a", 1), (None, 5)]
+    # (Nova's order: pools by how many keys they have, the untagged one first.)
+    assert [(p.get("rp_uuid"), p["count"]) for p in after.pools] == [(None, 5), ("rp-a", 1)]
     # A pool cannot give more than it holds of what placement allocated from it.
     two_from_b = {"r1-0": ["rp-b"], "r1-1": ["rp-b"]}
     assert not stats.support_requests([req(2, request_id="r1")], two_from_b)
+
+
+
+def test_pools_are_ordered_and_taken_from_as_nova_orders_them() -> None:
+    """Nova's PciDeviceStats sorts its pools by how many keys each has: an untagged pool
+    gives its devices before one tagged with a provider. A differential run against Nova
+    34 found Berth taking the tagged one (and then a port's request mapped to it had
+    none left)."""
+    stats = PciDeviceStats.from_pools([pool(1, rp_uuid="RP1"), pool(1)])
+    assert [p.get("rp_uuid") for p in stats.pools] == [None, "RP1"]
+    after = stats.apply_requests([req(1)])
+    assert [(p.get("rp_uuid"), p["count"]) for p in after.pools] == [("RP1", 1)]

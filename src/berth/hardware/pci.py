@@ -14,8 +14,9 @@ Pool selection for one request, in order (Nova 34's ``_filter_pools``):
 
 1. spec match: a pool matches if, for any spec dict of the request, every key equals the
    pool's value (strings case-insensitively; a list value needs all its items in the
-   pool's list); ``resource_class``, ``traits``, ``rp_uuids`` and ``live_migratable``
-   are not matched here;
+   pool's list); ``resource_class``, ``traits`` and ``rp_uuids`` are not matched here,
+   and ``live_migratable`` is matched as true or false (a pool without it matches no
+   spec naming it);
 2. NUMA affinity when instance cells are given, by policy ``required`` (only pools on
    the cells), ``legacy`` (the default: also pools with no NUMA node), ``preferred``
    (any pool, the cells' pools first) or ``socket`` (pools on cells of the same socket);
@@ -25,8 +26,8 @@ Pool selection for one request, in order (Nova 34's ``_filter_pools``):
 4. when placement mapped the request to resource providers, only pools on them that
    still hold what placement allocated from them remain (and consumption then takes
    exactly that from each);
-5. ``live_migratable`` true/false in the request keeps only pools with the same value
-   (a pool without the tag is not live-migratable);
+5. ``live_migratable`` true (or false) in every spec of the request keeps only pools
+   tagged the same (a pool without the tag is neither);
 6. the request fails when the surviving pools hold fewer than ``count`` devices.
 """
 
@@ -54,7 +55,7 @@ REMOTE_MANAGED_TAG = "remote_managed"
 LIVE_MIGRATABLE_TAG = "live_migratable"
 
 #: Spec keys that do not describe the device itself (placement or migration hints).
-_UNMATCHED_SPEC_KEYS = frozenset({"resource_class", "traits", "rp_uuids", LIVE_MIGRATABLE_TAG})
+_UNMATCHED_SPEC_KEYS = frozenset({"resource_class", "traits", "rp_uuids"})
 _TRUE_STRINGS = frozenset({"1", "t", "true", "on", "y", "yes"})
 _FALSE_STRINGS = frozenset({"0", "f", "false", "off", "n", "no"})
 _ALIAS_KEYS = frozenset({"name", "capability_type", "product_id", "vendor_id", "device_type",
@@ -307,7 +308,10 @@ class PciDeviceStats:
     __slots__ = ("pools", "numa_topology", "_key", "_hash")
 
     def __init__(self, pools: Iterable[Mapping[str, Any]] = (), numa_topology: NUMATopology | None = None) -> None:
-        self.pools: list[dict[str, Any]] = [dict(p) for p in pools]
+        # Nova's PciDeviceStats sorts its pools by how many keys each has (a stable
+        # sort): pools with more tags (rp_uuid, physical_network, ...) come last, and
+        # a request takes its devices from the pools in that order.
+        self.pools: list[dict[str, Any]] = sorted((dict(p) for p in pools), key=len)
         self.numa_topology = numa_topology
         self._key: Any = None
         self._hash: int | None = None
@@ -412,10 +416,18 @@ def _value_matches(wanted: Any, have: Any) -> bool:
     return bool(have == wanted)
 
 
+def _key_matches(key: str, wanted: Any, have: Any) -> bool:
+    if key == LIVE_MIGRATABLE_TAG:  # "true"/"false" either way; a pool without it: no
+        return have is not None and _as_bool(wanted) == _as_bool(have)
+    return _value_matches(wanted, have)
+
+
 def spec_matches(pool: Mapping[str, Any], specs: Sequence[Mapping[str, Any]]) -> bool:
-    """True if, for any spec dict, every (device) key equals the pool's value."""
+    """True if, for any spec dict, every (device) key equals the pool's value (as Nova,
+    ``live_migratable`` too: a pool without the tag matches no spec that names it)."""
     return any(
-        all(_value_matches(v, pool.get(k)) for k, v in spec.items() if k not in _UNMATCHED_SPEC_KEYS)
+        all(_key_matches(k, v, pool.get(k)) for k, v in spec.items()
+            if k not in _UNMATCHED_SPEC_KEYS)
         for spec in specs
     )
 
@@ -505,10 +517,13 @@ def filter_pools(
         chosen = [p for p in chosen
                   if p.get("rp_uuid") is not None and p["rp_uuid"] in per_rp
                   and p["count"] >= per_rp[p["rp_uuid"]]]
-    live = specs[0].get(LIVE_MIGRATABLE_TAG)
-    if live is not None:
-        wanted = _as_bool(live)
-        chosen = [p for p in chosen if _as_bool(p.get(LIVE_MIGRATABLE_TAG)) == wanted]
+    # Every spec asking for live-migratable devices (or every one refusing them) keeps
+    # only the pools tagged alike, as Nova's _filter_pools_for_live_migratable_devices.
+    lives = [s.get(LIVE_MIGRATABLE_TAG) for s in specs]
+    if lives and all(v is not None for v in lives) and len({_as_bool(v) for v in lives}) == 1:
+        wanted = _as_bool(lives[0])
+        chosen = [p for p in chosen if p.get(LIVE_MIGRATABLE_TAG) is not None
+                  and _as_bool(p.get(LIVE_MIGRATABLE_TAG)) == wanted]
     if _total(chosen) < request.count:
         return None
     return chosen
