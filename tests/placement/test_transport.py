@@ -340,6 +340,15 @@ def test_https_verifies_the_server_with_the_authorities_python_trusts(
         thread.join(timeout=5)
 
 
+def _reaches_both_ways(url: str, tls: TLS) -> None:
+    """The server answers through the kept connections and through httpx with ``tls``."""
+    http = KeptConnections(url, headers={}, timeout=5, tls=tls)
+    assert http.request("GET", "/x").json()["path"] == "/placement/x"
+    http.close()
+    with httpx.Client(verify=tls.ssl_context(), timeout=5) as client:
+        assert client.get(url + "/x").json()["path"] == "/placement/x"
+
+
 def test_https_with_the_configured_authorities_no_check_or_a_client_certificate(
         tmp_path: Any) -> None:
     """``[placement] cafile``, ``insecure`` and ``certfile``/``keyfile`` (as
@@ -355,11 +364,7 @@ def test_https_with_the_configured_authorities_no_check_or_a_client_certificate(
                 digest = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", cert],
                                         check=True, capture_output=True, text=True).stdout.strip()
                 (tmp_path / "a" / f"{digest}.0").symlink_to(cert)
-            http = KeptConnections(url, headers={}, timeout=5, tls=tls)
-            assert http.request("GET", "/x").json()["path"] == "/placement/x"
-            http.close()
-            with httpx.Client(verify=tls.ssl_context(), timeout=5) as client:
-                assert client.get(url + "/x").json()["path"] == "/placement/x"
+            _reaches_both_ways(url, tls)
     finally:
         srv.shutdown()
         thread.join(timeout=5)
@@ -372,11 +377,7 @@ def test_https_with_the_configured_authorities_no_check_or_a_client_certificate(
         for tls in (TLS(cert, (cert, key)), TLS(cert, str(tmp_path / "b" / "both.pem"))):
             if isinstance(tls.cert, str):
                 (tmp_path / "b" / "both.pem").write_text(Path(cert).read_text() + Path(key).read_text())
-            http = KeptConnections(url, headers={}, timeout=5, tls=tls)
-            assert http.request("GET", "/x").json()["path"] == "/placement/x"
-            http.close()
-            with httpx.Client(verify=tls.ssl_context(), timeout=5) as client:
-                assert client.get(url + "/x").json()["path"] == "/placement/x"
+            _reaches_both_ways(url, tls)
     finally:
         srv.shutdown()
         thread.join(timeout=5)
