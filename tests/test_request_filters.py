@@ -334,3 +334,31 @@ def test_process_reqspec_feeds_the_query() -> None:
     query = resources_from_request_spec(spec, DEFAULT, lambda h, n: []).to_queryparams()
     assert ("member_of", "in:agg-az1") in query
     assert ("root_required", "COMPUTE_ACCELERATORS,!COMPUTE_STATUS_DISABLED") in query
+
+
+@pytest.mark.parametrize("kw, text", [
+    ({"extra_specs": {"hw:sound_model": "ich6"}, "image": {"hw_sound_model": "virtio"}},
+     "hw_sound_model: conflicts with the flavor's hw:sound_model 'ich6'"),
+    ({"extra_specs": {"hw:sound_model": "bogus"}}, "invalid sound device model"),
+    ({"extra_specs": {"hw:ephemeral_encryption": "true"},
+      "image": {"hw_ephemeral_encryption": False}},
+     "hw_ephemeral_encryption: conflicts with the flavor's hw:ephemeral_encryption 'true'"),
+    ({"extra_specs": {"hw:ephemeral_encryption": "true",
+                      "hw:ephemeral_encryption_format": "bogus"}},
+     "invalid ephemeral encryption format"),
+])
+def test_sound_and_ephemeral_encryption_refuse_what_nova_refuses(kw: dict, text: str) -> None:  # type: ignore[type-arg]
+    """Nova's request filters raise FlavorImageConflict and Invalid here (a differential
+    run against Nova 34 found Berth taking the flavor's value)."""
+    from berth.errors import InputError
+
+    spec = _spec(**kw)
+    with pytest.raises(InputError, match=text):
+        virtio_sound_filter(spec, DEFAULT, AGGS, NO_CTX)
+        ephemeral_encryption_filter(spec, DEFAULT, AGGS, NO_CTX)
+    # The same value on both sides is no conflict.
+    same = _spec(extra_specs={"hw:ephemeral_encryption": "yes",
+                              "hw:ephemeral_encryption_format": "luksv2"},
+                 image={"hw_ephemeral_encryption": True})
+    assert ephemeral_encryption_filter(same, DEFAULT, AGGS, NO_CTX)
+    assert _root(same) == {"COMPUTE_EPHEMERAL_ENCRYPTION", "COMPUTE_EPHEMERAL_ENCRYPTION_LUKSV2"}

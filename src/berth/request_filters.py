@@ -22,11 +22,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from berth.config import SchedulerConfig
-from berth.errors import SchedulingError
+from berth.errors import ImagePropertyError, SchedulingError
 from berth.hardware.pci import InstancePCIRequest, requests_of
 from berth.model.aggregate import Aggregate
 from berth.model.request import Destination, RequestSpec
-from berth.resource_request import from_request_spec, request_level_params, trait_exists
+from berth.resource_request import (
+    allowed_value,
+    from_request_spec,
+    request_level_params,
+    trait_exists,
+    unique_flavor_image_value,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -336,22 +342,42 @@ def remote_managed_ports_filter(spec: RequestSpec, config: SchedulerConfig,
     return False
 
 
+#: Nova 34's ephemeral encryption formats and sound models (``fields``).
+_EPHEMERAL_FORMATS = ("plain", "luks", "luksv2")
+_SOUND_MODELS = ("sb16", "es1370", "pcspk", "ac97", "ich6", "ich9", "usb", "virtio")
+
+
 def ephemeral_encryption_filter(spec: RequestSpec, config: SchedulerConfig,
                                 aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
-    """Ephemeral encryption requires COMPUTE_EPHEMERAL_ENCRYPTION (and the format's trait)."""
-    if not _truthy(_flavor_or_image(spec, "hw:ephemeral_encryption", "hw_ephemeral_encryption")):
+    """Ephemeral encryption requires COMPUTE_EPHEMERAL_ENCRYPTION (and the format's trait).
+
+    As Nova: a flavor and an image that ask for and against it, or name two formats,
+    are refused (FlavorImageConflict), and so is a format Nova does not know."""
+    flavor_value = spec.flavor.extra_specs.get("hw:ephemeral_encryption")
+    props = spec.image.properties if spec.image is not None else None
+    image_value = props.get("hw_ephemeral_encryption") if props is not None else None
+    wanted = None if flavor_value is None else _truthy(flavor_value)
+    if wanted is not None and image_value is not None and wanted != _truthy(image_value):
+        raise ImagePropertyError(
+            "hw_ephemeral_encryption", image_value,
+            f"conflicts with the flavor's hw:ephemeral_encryption {flavor_value!r} (Nova's "
+            "FlavorImageConflict)")
+    if not (wanted or (image_value is not None and _truthy(image_value))):
         return False
     _root_required(spec, "COMPUTE_EPHEMERAL_ENCRYPTION")
-    fmt = _flavor_or_image(spec, "hw:ephemeral_encryption_format", "hw_ephemeral_encryption_format")
+    fmt, where = unique_flavor_image_value(spec, "ephemeral_encryption_format")
     if fmt:
-        _root_required(spec, f"COMPUTE_EPHEMERAL_ENCRYPTION_{str(fmt).upper()}")
+        fmt = allowed_value(fmt, where, _EPHEMERAL_FORMATS, "ephemeral encryption format")
+        _root_required(spec, f"COMPUTE_EPHEMERAL_ENCRYPTION_{fmt.upper()}")
     return True
 
 
 def virtio_sound_filter(spec: RequestSpec, config: SchedulerConfig,
                         aggregates: Sequence[Aggregate], ctx: FilterContext) -> bool:
-    """The virtio sound model requires COMPUTE_SOUND_MODEL_VIRTIO."""
-    if _flavor_or_image(spec, "hw:sound_model", "hw_sound_model") != "virtio":
+    """The virtio sound model requires COMPUTE_SOUND_MODEL_VIRTIO. As Nova, a flavor
+    and an image naming two models, or a model Nova does not know, are refused."""
+    model, where = unique_flavor_image_value(spec, "sound_model")
+    if not model or allowed_value(model, where, _SOUND_MODELS, "sound device model") != "virtio":
         return False
     _root_required(spec, "COMPUTE_SOUND_MODEL_VIRTIO")
     return True

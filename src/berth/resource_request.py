@@ -326,7 +326,7 @@ _MEM_ENC_MODEL = {"amd-sev": "HW_CPU_X86_AMD_SEV", "amd-sev-es": "HW_CPU_X86_AMD
                   "amd-sev-snp": "HW_CPU_X86_AMD_SEV_SNP", "intel-tdx": "HW_CPU_X86_INTEL_TDX"}
 
 
-def _unique_value(spec: RequestSpec, key: str, prefix: str = "hw") -> tuple[Any, str]:
+def unique_flavor_image_value(spec: RequestSpec, key: str, prefix: str = "hw") -> tuple[Any, str]:
     """Nova's ``_get_unique_flavor_image_meta``: the flavor's ``{prefix}:{key}`` or the
     image's ``{prefix}_{key}``, and which of the two names it came from. Both set and
     different is Nova's FlavorImageConflict: an ImagePropertyError naming the property."""
@@ -343,7 +343,7 @@ def _unique_value(spec: RequestSpec, key: str, prefix: str = "hw") -> tuple[Any,
     return image_value, image_key
 
 
-def _one_of(value: Any, name: str, allowed: Sequence[str], what: str) -> str:
+def allowed_value(value: Any, name: str, allowed: Sequence[str], what: str) -> str:
     """``value`` if it is one of ``allowed``; else Nova's ``Invalid``, as the error of
     the flavor key or image property ``name`` it came from."""
     if str(value) in allowed:
@@ -363,29 +363,29 @@ def _translate_other(req: ResourceRequest, spec: RequestSpec) -> None:
     mem_enc = _spec_value(spec, "hw:mem_encryption", "hw_mem_encryption")
     if mem_enc is not None and _truthy(mem_enc):
         group.resources["MEM_ENCRYPTION_CONTEXT"] = 1
-        model = _unique_value(spec, "mem_encryption_model")[0] or "amd-sev"
+        model = unique_flavor_image_value(spec, "mem_encryption_model")[0] or "amd-sev"
         trait = _MEM_ENC_MODEL.get(str(model))
         if trait:
             group.required_traits.add(trait)
-    version, where = _unique_value(spec, "tpm_version")
+    version, where = unique_flavor_image_value(spec, "tpm_version")
     if version is not None:
-        version = _one_of(version, where, tuple(_TPM_VERSION), "TPM version")
-        model, where = _unique_value(spec, "tpm_model")
-        model = "tpm-tis" if model is None else _one_of(model, where, tuple(_TPM_MODEL),
+        version = allowed_value(version, where, tuple(_TPM_VERSION), "TPM version")
+        model, where = unique_flavor_image_value(spec, "tpm_model")
+        model = "tpm-tis" if model is None else allowed_value(model, where, tuple(_TPM_MODEL),
                                                         "TPM model")
         if model == "tpm-crb" and version != "2.0":
-            _one_of(model, where, ("tpm-tis",), "TPM model: CRB is only valid with TPM "
+            allowed_value(model, where, ("tpm-tis",), "TPM model: CRB is only valid with TPM "
                     "version 2.0")
         group.required_traits.add(_TPM_VERSION[version])
         group.required_traits.add(_TPM_MODEL[model])
-    secure_boot, where = _unique_value(spec, "secure_boot", prefix="os")
-    if secure_boot is not None and _one_of(secure_boot, where, ("required", "disabled",
+    secure_boot, where = unique_flavor_image_value(spec, "secure_boot", prefix="os")
+    if secure_boot is not None and allowed_value(secure_boot, where, ("required", "disabled",
                                                                 "optional"),
                                            "secure boot policy") == "required":
         group.required_traits.add("COMPUTE_SECURITY_UEFI_SECURE_BOOT")
-    mode, where = _unique_value(spec, "maxphysaddr_mode")
+    mode, where = unique_flavor_image_value(spec, "maxphysaddr_mode")
     if mode is not None:
-        mode = _one_of(mode, where, ("passthrough", "emulate"), "maxphysaddr mode")
+        mode = allowed_value(mode, where, ("passthrough", "emulate"), "maxphysaddr mode")
         group.required_traits.add("COMPUTE_ADDRESS_SPACE_PASSTHROUGH" if mode == "passthrough"
                                   else "COMPUTE_ADDRESS_SPACE_EMULATED")
     # Nova ignores (with a warning) stateless firmware on an image not booting UEFI.
@@ -400,7 +400,7 @@ def _translate_other(req: ResourceRequest, spec: RequestSpec) -> None:
                                  "differs from the flavor's hw:pci_numa_affinity_policy "
                                  f"{flavor_policy!r} (Nova's ImagePCINUMAPolicyForbidden)")
     policy = flavor_policy or image_policy
-    if policy and _one_of(policy, "hw:pci_numa_affinity_policy" if flavor_policy else
+    if policy and allowed_value(policy, "hw:pci_numa_affinity_policy" if flavor_policy else
                           "hw_pci_numa_affinity_policy",
                           ("required", "legacy", "preferred", "socket"),
                           "PCI NUMA affinity policy") == "socket":
