@@ -437,3 +437,12 @@ def test_updated_is_a_datetime_as_in_nova() -> None:
                                                  "'datetime.datetime' and 'int'"):
         evaluate([">", "$updated", 5], snap)
     assert evaluate(["=", "$updated", 1700000000], snap) == [False]
+
+
+def test_pci_stats_is_an_object_on_every_host_as_in_nova() -> None:
+    """Nova's host state always holds device stats, empty on a host without devices, so
+    ``$pci_stats`` is never dropped as a missing argument there. A differential run
+    against Nova 34 found Berth answering no host for a query Nova passes."""
+    assert evaluate(["or", ["not", "$pci_stats"], ["=", "$pci_stats", "$pci_stats"]]) == [True]
+    with pytest.raises(SchedulerHintError, match="cannot be evaluated on host h1"):
+        evaluate(["<=", 8192, "$pci_stats"])  # Nova: TypeError

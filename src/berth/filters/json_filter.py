@@ -107,6 +107,12 @@ def _parse_string(string: str, host_state: HostState) -> Any:
     if path[0] in _BERTH_ONLY_ATTRIBUTES:
         return None
     obj = getattr(host_state, path[0], None)
+    if obj is None and path[0] == "pci_stats":
+        # Nova's host state always holds device stats (empty on a host without
+        # devices), so the argument is never dropped as None there.
+        from berth.hardware.pci import PciDeviceStats
+
+        obj = PciDeviceStats()
     if obj is None:
         return None
     if path[0] == "host_ip":
