@@ -447,8 +447,24 @@ class AllocationsMixin(FastWritesMixin):
                 for rp_id, invs in interim.items():
                     for rc_name, inv in invs.items():
                         inv_map[(rp_id, by_name[rc_name])] = inv
+            # Placement's order of checks: providers with no inventory of any class the
+            # write asks for (every class and every such provider named), then allocation
+            # by allocation in the body's order: its inventory, its unit constraints,
+            # and the capacity with what was asked of that provider and class so far.
+            asked = sorted({rc_id for _, _, rc_id, _ in items})
+            with_inventory = {rp for rp, rc in inv_map if rc in asked}
+            bare = sorted({id_to_uuid[rp] for _, rp, _, _ in items
+                           if rp not in with_inventory})
+            if bare:
+                raise errors.Conflict(
+                    f"Unable to allocate inventory: Inventory for "
+                    f"'{', '.join(by_id[rc] for rc in asked)}' on resource provider "
+                    f"'{', '.join(bare)}' invalid.")
+            so_far: dict[tuple[int, int], int] = defaultdict(int)
             for _consumer, rp_id, rc_id, used in items:
-                found = inv_map.get((rp_id, rc_id))
+                key = (rp_id, rc_id)
+                so_far[key] += used
+                found = inv_map.get(key)
                 where = f"'{by_id[rc_id]}' on resource provider '{id_to_uuid[rp_id]}'"
                 if found is None:
                     raise errors.Conflict(
@@ -459,14 +475,11 @@ class AllocationsMixin(FastWritesMixin):
                         f"Unable to allocate inventory: Unable to create allocation for {where}. "
                         "The requested amount would violate inventory constraints."
                     )
-            for key, amount in requested.items():
-                inv = inv_map[key]
                 prev = before.get(key, 0)
                 others = prev - mine.get(key, 0)
-                new_total = others + amount
-                capacity = (inv.total - inv.reserved) * inv.allocation_ratio
-                if new_total > capacity and new_total > prev:
-                    where = f"'{by_id[key[1]]}' on resource provider '{id_to_uuid[key[0]]}'"
+                capacity = (found.total - found.reserved) * found.allocation_ratio
+                if (others + used > capacity or others + so_far[key] > capacity) \
+                        and others + so_far[key] > prev:
                     raise errors.Conflict(
                         f"Unable to allocate inventory: Unable to create allocation for {where}. "
                         "The requested amount would exceed the capacity."
