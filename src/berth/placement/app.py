@@ -361,11 +361,10 @@ class PlacementApp:
             )
         if req.version < endpoint.min_version:
             if endpoint.below_min_status == 405:
+                # Placement's versioned handler raises a bare 405 from inside: no detail
+                # after WebOb's sentence, and no Allow header.
                 raise errors.MethodNotAllowed(
-                    f"The method {req.method} is not allowed for this resource. \n\n "
-                    + EXPLANATIONS[405],
-                    headers=(("allow", ", ".join(m for m in methods if m != req.method)),),
-                )
+                    f"The method {req.method} is not allowed for this resource. \n\n ")
             raise errors.NotFound("")
         if endpoint.json_get and not accepts_json(req.header("Accept")):
             raise errors.NotAcceptable("Only application/json is provided")
