@@ -460,3 +460,13 @@ def test_allocation_errors_are_checked_in_placement_s_order(any_api: Api) -> Non
     assert r.status_code == 409
     assert f"Inventory for 'VCPU, DISK_GB' on resource provider '{empty}' invalid." in detail(r) \
         or f"Inventory for 'DISK_GB, VCPU' on resource provider '{empty}' invalid." in detail(r)
+
+
+def test_an_unknown_resource_class_s_404_has_no_vary_as_placement_s(api: Api) -> None:
+    """Placement's handlers let ResourceClassNotFound out (GET, DELETE, and renaming
+    below 1.7): the 404 carries no Vary header, as an error from outside a handler."""
+    for method, mv, kw in (("get", "1.39", {}), ("delete", "1.39", {}),
+                           ("put", "1.6", {"json": {"name": "CUSTOM_NEW"}})):
+        r = getattr(api, method)("/resource_classes/CUSTOM_NOPE", mv=mv, **kw)
+        assert r.status_code == 404 and "No such resource class CUSTOM_NOPE." in detail(r)
+        assert "vary" not in {k.lower() for k in r.headers}, (method, dict(r.headers))

@@ -306,8 +306,8 @@ class TraitsMixin(StoreBase):
                     resource_classes.c.name == name
                 )
             ).first()
-        if row is None:
-            raise errors.NotFound(f"No such resource class {name}.")
+        if row is None:  # Placement's NotFound leaves the handler: no Vary header
+            raise errors.NotFound(f"No such resource class {name}.", outside_handler=True)
         return row.updated_at or row.created_at
 
     def create_resource_class(self, name: str, *, exists_ok: bool = False) -> bool:
@@ -347,8 +347,8 @@ class TraitsMixin(StoreBase):
             row = conn.execute(
                 sa.select(resource_classes.c.id).where(resource_classes.c.name == old)
             ).first()
-            if row is None:
-                raise errors.NotFound(f"No such resource class {old}.")
+            if row is None:  # as Placement's, from outside its handler
+                raise errors.NotFound(f"No such resource class {old}.", outside_handler=True)
             if old in STANDARD_RCS or row.id < db.CUSTOM_RC_MIN_ID:
                 raise errors.BadRequest(f"Cannot update standard resource class {old}")
             if new != old and conn.execute(  # its own name again: Placement saves it
@@ -373,8 +373,8 @@ class TraitsMixin(StoreBase):
             row = conn.execute(
                 sa.select(resource_classes.c.id).where(resource_classes.c.name == name)
             ).first()
-            if row is None:
-                raise errors.NotFound(f"No such resource class {name}.")
+            if row is None:  # as Placement's, from outside its handler
+                raise errors.NotFound(f"No such resource class {name}.", outside_handler=True)
             if name in STANDARD_RCS or row.id < db.CUSTOM_RC_MIN_ID:
                 raise errors.BadRequest(
                     f"Error in delete resource class: Cannot delete standard resource class {name}."
