@@ -470,3 +470,14 @@ def test_an_unknown_resource_class_s_404_has_no_vary_as_placement_s(api: Api) ->
         r = getattr(api, method)("/resource_classes/CUSTOM_NOPE", mv=mv, **kw)
         assert r.status_code == 404 and "No such resource class CUSTOM_NOPE." in detail(r)
         assert "vary" not in {k.lower() for k in r.headers}, (method, dict(r.headers))
+
+
+def test_an_empty_inventory_answer_has_no_last_modified_as_placement_s(any_api: Api) -> None:
+    """Placement picks last-modified from the inventories it answers with: none when
+    a PUT leaves the provider without inventory."""
+    api = any_api
+    rp = api.provider()
+    r = api.put(f"/resource_providers/{rp}/inventories", mv="1.39",
+                json={"resource_provider_generation": 0, "inventories": {}})
+    assert r.status_code == 200 and "last-modified" not in {k.lower() for k in r.headers}
+    assert r.headers["cache-control"] == "no-cache"

@@ -274,8 +274,11 @@ def set_inventories(req: Request, store: PlacementStore, params: Mapping[str, st
             "inventories": {rc: inv.as_dict() for rc, inv in invs.items()},
         }
     )
+    # Placement takes last-modified from the inventories: none without any.
     add_cache_headers(
-        req, resp, newest(i.updated_at or i.created_at for i in invs.values()) or utcnow()
+        req, resp,
+        (newest(i.updated_at or i.created_at for i in invs.values()) or utcnow()) if invs
+        else None,
     )
     return resp
 
