@@ -3,6 +3,8 @@ refreshed provider graph always equals a graph rebuilt from scratch."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -23,7 +25,14 @@ def _engine() -> Any:
     """One migrated database for all examples (each example makes its own providers)."""
     if not _ENGINE:
         tmp = tempfile.mkdtemp(prefix="berth-prop-")
-        _ENGINE.append(db.prepare(str(Path(tmp) / "prop.sqlite")))
+        engine = db.prepare(str(Path(tmp) / "prop.sqlite"))
+        _ENGINE.append(engine)
+
+        def _remove() -> None:  # the test process's end: the database goes with it
+            engine.dispose()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+        atexit.register(_remove)
     return _ENGINE[0]
 
 
