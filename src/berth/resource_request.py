@@ -30,7 +30,7 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import os_resource_classes
 import os_traits
@@ -99,9 +99,10 @@ class RequestGroup:
         return self.requester_id or ""
 
     def is_empty(self) -> bool:
-        """No resources and no traits/aggregates constraints."""
+        """Nothing to ask: no resources, traits or aggregates (Nova's ``is_empty``, which
+        does not look at ``in_tree``: a group with only that is dropped too)."""
         return not (self.resources or self.required_traits or self.forbidden_traits
-                    or self.aggregates or self.forbidden_aggregates or self.in_tree)
+                    or self.aggregates or self.forbidden_aggregates)
 
     def to_queryparams(self) -> list[tuple[str, str]]:
         """This group's ``resources$S``, ``required$S``, ``member_of$S``, ``in_tree$S``.
@@ -197,10 +198,8 @@ class ResourceRequest:
         for subtree in self.same_subtree:
             params.append(("same_subtree", ",".join(sorted(subtree))))
         for grp in self.groups.values():
-            # Nova's strip_zeros drops every group left with nothing to ask, the
-            # unsuffixed one included.
-            if grp.resources or grp.required_traits or grp.forbidden_traits or \
-                    grp.aggregates or grp.forbidden_aggregates:
+            # Nova's strip_zeros drops every empty group, the unsuffixed one included.
+            if not grp.is_empty():
                 params.extend(grp.to_queryparams())
         return sorted(params)
 
@@ -348,7 +347,12 @@ def allowed_value(value: Any, name: str, allowed: Sequence[str], what: str) -> s
     the flavor key or image property ``name`` it came from."""
     if str(value) in allowed:
         return str(value)
-    problem = f"invalid {what}; allowed values: {', '.join(allowed)}"
+    _refuse(value, name, f"invalid {what}; allowed values: {', '.join(allowed)}")
+
+
+def _refuse(value: Any, name: str, problem: str) -> NoReturn:
+    """Nova's ``Invalid`` for ``value`` of the flavor key (``hw:x``) or image property
+    (``hw_x``) ``name``: an ExtraSpecError or an ImagePropertyError naming it."""
     if ":" in name:
         raise ExtraSpecError(f"{name}={value!r}: {problem}", key=name)
     raise ImagePropertyError(name, value, problem)
@@ -374,14 +378,13 @@ def _translate_other(req: ResourceRequest, spec: RequestSpec) -> None:
         model = "tpm-tis" if model is None else allowed_value(model, where, tuple(_TPM_MODEL),
                                                         "TPM model")
         if model == "tpm-crb" and version != "2.0":
-            allowed_value(model, where, ("tpm-tis",), "TPM model: CRB is only valid with TPM "
-                    "version 2.0")
+            _refuse(model, where, "TPM model CRB is only valid with TPM version 2.0")
         group.required_traits.add(_TPM_VERSION[version])
         group.required_traits.add(_TPM_MODEL[model])
     secure_boot, where = unique_flavor_image_value(spec, "secure_boot", prefix="os")
-    if secure_boot is not None and allowed_value(secure_boot, where, ("required", "disabled",
-                                                                "optional"),
-                                           "secure boot policy") == "required":
+    if secure_boot is not None and allowed_value(
+            secure_boot, where, ("required", "disabled", "optional"),
+            "secure boot policy") == "required":
         group.required_traits.add("COMPUTE_SECURITY_UEFI_SECURE_BOOT")
     mode, where = unique_flavor_image_value(spec, "maxphysaddr_mode")
     if mode is not None:
@@ -400,10 +403,9 @@ def _translate_other(req: ResourceRequest, spec: RequestSpec) -> None:
                                  "differs from the flavor's hw:pci_numa_affinity_policy "
                                  f"{flavor_policy!r} (Nova's ImagePCINUMAPolicyForbidden)")
     policy = flavor_policy or image_policy
-    if policy and allowed_value(policy, "hw:pci_numa_affinity_policy" if flavor_policy else
-                          "hw_pci_numa_affinity_policy",
-                          ("required", "legacy", "preferred", "socket"),
-                          "PCI NUMA affinity policy") == "socket":
+    where = "hw:pci_numa_affinity_policy" if flavor_policy else "hw_pci_numa_affinity_policy"
+    if policy and allowed_value(policy, where, ("required", "legacy", "preferred", "socket"),
+                                "PCI NUMA affinity policy") == "socket":
         group.required_traits.add("COMPUTE_SOCKET_PCI_NUMA_AFFINITY")
 
 

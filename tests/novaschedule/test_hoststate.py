@@ -299,7 +299,6 @@ def test_an_unset_allocation_ratio_is_the_configured_else_the_initial_one() -> N
     updated since) as ``[DEFAULT] x_allocation_ratio``, else ``initial_x_*``: a host
     read with 0.0 failed every NUMA request and weighed as full."""
     from berth.config import SchedulerConfig
-    from berth.nova.command import _ratios
 
     node = {"host": "h", "hypervisor_hostname": "h", "vcpus": 8, "memory_mb": 4096,
             "local_gb": 10, "cpu_allocation_ratio": None, "ram_allocation_ratio": 0.0,
@@ -309,7 +308,7 @@ def test_an_unset_allocation_ratio_is_the_configured_else_the_initial_one() -> N
             record.disk_allocation_ratio) == (4.0, 1.0, 2.0)
     config = SchedulerConfig.from_dict(
         {"DEFAULT": {"cpu_allocation_ratio": 16.0, "initial_ram_allocation_ratio": 1.5}})
-    record = hs.record_of(node, None, CELL1, {}, _ratios(config))
+    record = hs.record_of(node, None, CELL1, {}, hs.fallback_ratios(config))
     assert (record.cpu_allocation_ratio, record.ram_allocation_ratio,
             record.disk_allocation_ratio) == (16.0, 1.5, 2.0)
 

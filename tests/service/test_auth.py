@@ -313,7 +313,7 @@ def test_a_service_authenticates_to_placement_with_its_placement_credentials(
     """What ``berth compute`` does: a token from the keystoneauth options of
     ``[placement]``, renewed by the plugin, sent to a Placement API that validates it."""
     from berth.placement.client import PlacementClient
-    from berth.webauth.client import placement_auth
+    from berth.webauth.client import placement_access
 
     server = Server(tmp_path, "placement", "serve", "--config-file", str(nova_conf), "--db",
                     f"sqlite:///{tmp_path}/p.sqlite", health="/")
@@ -323,13 +323,13 @@ def test_a_service_authenticates_to_placement_with_its_placement_credentials(
                     f"password = {peer.PASSWORD}\nproject_name = service\n"
                     "user_domain_name = Default\nproject_domain_name = Default\n")
     try:
-        auth = placement_auth([str(conf)])
+        auth = placement_access([str(conf)]).auth
         assert auth is not None
         with PlacementClient(server.url, auth=auth) as client:
             created = client.create_provider("compute-1")
             assert [p.uuid for p in client.list_providers()] == [created.uuid]
         # Without [placement] credentials: the noauth2 token, which Keystone refuses.
-        assert placement_auth([str(nova_conf)]) is None
+        assert placement_access([str(nova_conf)]).auth is None
         with PlacementClient(server.url) as client, pytest.raises(Exception, match="401"):
             client.list_providers()
     finally:

@@ -26,8 +26,8 @@ their cells at start and then that often, by the scheduler elected as Nova elect
 (the first by host name of the ``nova-scheduler`` services rows that are up). Like
 nova-scheduler, it keeps its own row in the services table of ``[database] connection``
 (:mod:`berth.nova.service_row`: heartbeat every ``[DEFAULT] report_interval``), so
-``openstack compute service list`` shows it up. ``[scheduler] workers`` processes serve the topic
-(unset: one), each with ``[DEFAULT] executor_thread_pool_size`` RPC threads;
+``openstack compute service list`` shows it up. ``[scheduler] workers`` processes serve
+the topic (unset: one), each with ``[DEFAULT] executor_thread_pool_size`` RPC threads;
 ``--config-dir`` reads a ``nova.conf.d``.
 SIGTERM and SIGINT stop it. ``--explain`` logs every decision's explanation at INFO,
 keyed by instance uuid.
@@ -51,6 +51,7 @@ from sqlalchemy import exc as sa_exc
 from berth.errors import BerthError, ConfigError
 
 if TYPE_CHECKING:
+    from berth.nova.service_row import ServiceRow
     from berth.webauth.client import PlacementAccess
 
 LOG = logging.getLogger("berth.nova")
@@ -155,7 +156,7 @@ def placement_endpoint(files: Sequence[str]) -> tuple[str, PlacementAccess]:
 def build(files: Sequence[str], *, seed: int | None = None, explain: bool = False) -> dict[str, Any]:
     """Everything the command runs, not started: config, feed, service, endpoint, bus."""
     from berth.config import SchedulerConfig
-    from berth.nova.hoststate import NovaFeed
+    from berth.nova.hoststate import NovaFeed, fallback_ratios
     from berth.nova.rpc import EXCHANGE, NovaSchedulerEndpoint
     from berth.placement.client import PlacementClient
     from berth.service.bus import Bus
@@ -181,7 +182,7 @@ def build(files: Sequence[str], *, seed: int | None = None, explain: bool = Fals
                                      **access.client_options())
         opened.append(candidates)
         try:
-            feed = NovaFeed(options.api_url, options.main_url, ratios=_ratios(config))
+            feed = NovaFeed(options.api_url, options.main_url, ratios=fallback_ratios(config))
         except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
             raise ConfigError(f"[api_database] connection: {str(exc).splitlines()[0]}",
                               field="[api_database] connection") from None
@@ -206,15 +207,7 @@ def build(files: Sequence[str], *, seed: int | None = None, explain: bool = Fals
             "endpoint": endpoint, "bus": bus, "clients": [client, candidates]}
 
 
-def _ratios(config: Any) -> dict[str, float]:
-    """The allocation ratio of each kind a compute node without its own gets (Nova's
-    ComputeNode: ``x_allocation_ratio``, else ``initial_x_allocation_ratio``)."""
-    from berth.service.compute import resolved_ratio
-
-    return {kind: resolved_ratio(None, kind, config) for kind in ("cpu", "ram", "disk")}
-
-
-def _discover(feed: Any, interval: float, stop: threading.Event, row: Any = None,
+def _discover(feed: Any, interval: float, stop: threading.Event, row: ServiceRow | None = None,
               service_down_time: float = 60.0) -> None:
     """Map new compute hosts to their cells at once and then every ``interval`` seconds
     (``[scheduler] discover_hosts_in_cells_interval``), as Nova's periodic task: only
@@ -223,7 +216,7 @@ def _discover(feed: Any, interval: float, stop: threading.Event, row: Any = None
     while True:
         try:
             leader = row.leader(service_down_time) if row is not None else None
-            if leader is None or leader == row.host:
+            if row is None or leader is None or leader == row.host:
                 feed.discover_hosts()
             else:
                 LOG.debug("current leader is %s, skipping discover hosts on %s", leader,
@@ -234,7 +227,7 @@ def _discover(feed: Any, interval: float, stop: threading.Event, row: Any = None
             return
 
 
-def _service_row(main_url: str | None, host: str) -> Any:
+def _service_row(main_url: str | None, host: str) -> ServiceRow | None:
     """This scheduler's row in Nova's services table (:mod:`berth.nova.service_row`),
     registered; None without ``[database] connection`` or when it cannot be written
     (scheduling needs no row: a warning, and the scheduler runs on)."""
@@ -254,7 +247,7 @@ def _service_row(main_url: str | None, host: str) -> Any:
     return row
 
 
-def _heartbeat(row: Any, interval: float, stop: threading.Event) -> None:
+def _heartbeat(row: ServiceRow, interval: float, stop: threading.Event) -> None:
     """``[DEFAULT] report_interval``: the row's heartbeat, as nova-scheduler's."""
     while not stop.wait(interval):
         try:
@@ -294,7 +287,7 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
     feed, bus = parts["feed"], parts["bus"]
     host = args.host or parts["options"].host
     children: list[Any] = []
-    row: Any = None
+    row: ServiceRow | None = None
     try:
         try:
             snapshot = feed.refresh()
@@ -331,16 +324,16 @@ def cmd_nova_scheduler(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGHUP, _reset)
         config = parts["config"]
-        if args.worker_index == 0:  # one process of each scheduler keeps its row
+        if args.worker_index == 0:  # one process of each scheduler: its row, discovery
             row = _service_row(parts["options"].main_url, host)
             if row is not None:
                 threading.Thread(target=_heartbeat, args=(row, config.report_interval, stop),
                                  name="berth-service-row", daemon=True).start()
-        interval = config.scheduler.discover_hosts_in_cells_interval
-        if interval > 0 and args.worker_index == 0:  # one process of each scheduler
-            threading.Thread(target=_discover,
-                             args=(feed, interval, stop, row, config.service_down_time),
-                             name="berth-discover-hosts", daemon=True).start()
+            interval = config.scheduler.discover_hosts_in_cells_interval
+            if interval > 0:
+                threading.Thread(target=_discover,
+                                 args=(feed, interval, stop, row, config.service_down_time),
+                                 name="berth-discover-hosts", daemon=True).start()
         parent = os.getppid()
         while not stop.wait(1.0):
             if args.worker_index and os.getppid() != parent:

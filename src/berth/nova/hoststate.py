@@ -152,20 +152,28 @@ def pci_pools(value: Any) -> list[dict[str, Any]] | None:
     return pools
 
 
-#: Allocation ratios a compute node whose own is NULL or 0.0 gets, when the caller
-#: gives none: Nova's ``initial_*_allocation_ratio`` defaults.
-INITIAL_RATIOS: Mapping[str, float] = {"cpu": 4.0, "ram": 1.0, "disk": 1.0}
+def fallback_ratios(config: Any = None) -> dict[str, float]:
+    """The allocation ratio of each kind a compute node whose own is NULL or 0.0 gets,
+    as Nova's ComputeNode loads it: ``[DEFAULT] x_allocation_ratio``, else
+    ``initial_x_allocation_ratio`` (of ``config``; the defaults without one)."""
+    from berth.config import SchedulerConfig
+    from berth.service.compute import resolved_ratio
+
+    config = config if config is not None else SchedulerConfig.default()
+    return {kind: resolved_ratio(None, kind, config) for kind in ("cpu", "ram", "disk")}
 
 
 def record_of(node: Mapping[str, Any], service: Mapping[str, Any] | None, cell_uuid: str,
               instances: Mapping[str, Instance],
-              ratios: Mapping[str, float] = INITIAL_RATIOS) -> HostRecord:
+              ratios: Mapping[str, float] | None = None) -> HostRecord:
     """One ``compute_nodes`` row (with its service row) as a host record, the way
     Nova's HostState reads a ComputeNode. A ratio that is NULL or 0.0 (a row no resource
     tracker has updated since) is ``ratios``' of its kind, as Nova's ComputeNode loads
     it: ``[DEFAULT] x_allocation_ratio``, else ``initial_x_allocation_ratio``."""
     from berth.hardware.numa import NUMATopology
     from berth.hardware.pci import PciDeviceStats
+
+    ratios = ratios if ratios is not None else fallback_ratios()
 
     # As Nova's HostState: the smaller of free_disk_gb and disk_available_least.
     free_disk_gb = node.get("free_disk_gb") or 0
@@ -380,9 +388,9 @@ class NovaFeed:
                  min_interval: float = 1.0, clock: Callable[[], float] = time.time,
                  engine_factory: Callable[[str], Any] | None = None,
                  overlap: float = OVERLAP, resync_interval: float = RESYNC_INTERVAL,
-                 ratios: Mapping[str, float] = INITIAL_RATIOS) -> None:
+                 ratios: Mapping[str, float] | None = None) -> None:
         self.api_url = api_url
-        self.ratios = dict(ratios)
+        self.ratios = dict(ratios) if ratios is not None else fallback_ratios()
         self.main_url = main_url
         self.min_interval = min_interval
         self.overlap = overlap

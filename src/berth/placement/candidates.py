@@ -404,15 +404,16 @@ def _cut(graph: ProviderGraph, result: SearchResult, query: CandidateQuery,
         return result
     if (microversion < (1, 29) and graph.has_trees and not randomize
             and not isinstance(result, FlatResult)):
-        return _cut_not_nested_aware(graph, result, query, options, keep)
+        return _cut_not_nested_aware(graph, query, options, keep)
     return _ordered(graph, result, query, options, cap, keep)
 
 
-def _cut_not_nested_aware(graph: ProviderGraph, result: ArrayResult | GeneralResult,
-                          query: CandidateQuery, options: CandidateOptions,
-                          keep: int) -> SearchResult:
-    """:func:`_cut` below 1.29 over trees (see there): ``result`` is the answer with the
-    nested requests dropped, in no particular order."""
+def _cut_not_nested_aware(graph: ProviderGraph, query: CandidateQuery,
+                          options: CandidateOptions, keep: int) -> SearchResult:
+    """:func:`_cut` below 1.29 over trees (see there), from the nested-aware answer
+    (the search's own answer below 1.29 has the nested requests dropped already, but
+    not in Placement's order, nor capped by ``max_allocation_candidates`` before the
+    dropping as Placement's is)."""
     full = search(graph, query, (1, 29))
     assert not isinstance(full, FlatResult)  # a cloud with trees
     size = len(full)
@@ -421,9 +422,10 @@ def _cut_not_nested_aware(graph: ProviderGraph, result: ArrayResult | GeneralRes
     whole = _ordered(graph, full, query, options, cap, size if cap is None else cap)
     assert not isinstance(whole, FlatResult)
     root = graph.root
-    kept = [i for i, c in enumerate(whole.candidates)
-            if len({root[p] for p in c.amounts}) == len(c.amounts)][:keep]
-    used = {p for c in result.candidates for p in c.amounts}
+    remaining = [i for i, c in enumerate(whole.candidates)
+                 if len({root[p] for p in c.amounts}) == len(c.amounts)]
+    used = {p for i in remaining for p in whole.candidates[i].amounts}
+    kept = remaining[:keep]
     out: ArrayResult | GeneralResult
     if isinstance(whole, ArrayResult):
         out = whole.take(kept)

@@ -24,7 +24,14 @@ from typing import Any
 import httpx
 import orjson
 
-from berth.placement.transport import SYSTEM_TLS, TLS, KeptConnections, Response, TokenSource
+from berth.placement.transport import (
+    DEFAULT_TIMEOUT,
+    SYSTEM_TLS,
+    TLS,
+    KeptConnections,
+    Response,
+    TokenSource,
+)
 
 DEFAULT_MICROVERSION = "1.39"
 
@@ -145,7 +152,7 @@ class PlacementClient:
         token: str = "admin",
         microversion: str = DEFAULT_MICROVERSION,
         roles: Sequence[str] | None = None,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
         auth: httpx.Auth | None = None,
         tls: TLS = SYSTEM_TLS,

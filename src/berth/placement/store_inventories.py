@@ -22,6 +22,13 @@ from berth.placement.store_records import (
 )
 
 
+def _already_there(rc: str, uuid: str) -> errors.Conflict:
+    """POST of an inventory class the provider has (read, or met on the unique key)."""
+    return errors.Conflict(
+        f"Update conflict: Inventory for '{rc}' on resource provider '{uuid}' already "
+        "exists.", code=errors.CONCURRENT_UPDATE)
+
+
 class InventoriesMixin(StoreBase):
     """Inventory operations of :class:`~berth.placement.store.PlacementStore`."""
 
@@ -130,21 +137,14 @@ class InventoriesMixin(StoreBase):
                 )
             existing = self._inventories(conn, prov.id)
             if inv.resource_class in existing:
-                raise errors.Conflict(
-                    f"Update conflict: Inventory for '{inv.resource_class}' on resource provider "
-                    f"'{uuid}' already exists.",
-                    code=errors.CONCURRENT_UPDATE,
-                )
+                raise _already_there(inv.resource_class, uuid)
             now = utcnow()
             try:
                 self._insert_inventory(conn, prov.id, rc_id, inv, now)
             except sa.exc.IntegrityError:
                 # Created by a concurrent request since it was read (read committed on
                 # PostgreSQL): Placement's DBDuplicateEntry, a 409.
-                raise errors.Conflict(
-                    f"Update conflict: Inventory for '{inv.resource_class}' on resource "
-                    f"provider '{uuid}' already exists.",
-                    code=errors.CONCURRENT_UPDATE) from None
+                raise _already_there(inv.resource_class, uuid) from None
             if not self._bump(conn, prov.id, prov.generation):
                 raise errors.Conflict(
                     f"Update conflict: {CONCURRENT_MSG}", code=errors.CONCURRENT_UPDATE

@@ -82,6 +82,9 @@ class TLS:
 #: Verify with the authorities Python's TLS trusts; no client certificate.
 SYSTEM_TLS = TLS()
 
+#: Seconds a Placement call may wait for a connection or the next byte of its answer.
+DEFAULT_TIMEOUT = 30.0
+
 
 @runtime_checkable
 class TokenSource(Protocol):

@@ -22,10 +22,7 @@ from typing import Any
 import httpx
 
 from berth.errors import ConfigError, InputError, one_line
-from berth.placement.transport import SYSTEM_TLS, TLS
-
-#: Seconds a Placement call may wait for a connection or the next byte of its answer.
-DEFAULT_TIMEOUT = 30.0
+from berth.placement.transport import DEFAULT_TIMEOUT, SYSTEM_TLS, TLS
 
 #: The token a development (noauth2) server knows as its administrator.
 NOAUTH2_ADMIN = "admin"
@@ -131,10 +128,6 @@ def placement_access(config_files: Sequence[str]) -> PlacementAccess:
         raise ConfigError(f"[placement] credentials: {str(exc).splitlines()[0]}") from None
     return PlacementAccess(KeystoneAuth(plugin, session), tls, timeout)
 
-
-def placement_auth(config_files: Sequence[str]) -> KeystoneAuth | None:
-    """The keystoneauth credentials of ``[placement]``, or None when none are set."""
-    return placement_access(config_files).auth
 
 
 def cli_token(given: str | None, environ: Mapping[str, str] | None = None) -> str:
