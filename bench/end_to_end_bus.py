@@ -23,11 +23,19 @@ would start (:class:`~berth.service.localcluster.LocalCluster`):
   and how many processes and cores :data:`TARGET` boots/s would take on a bigger
   machine (each Berth process is one Python interpreter: one core at most).
 
+With ``--cpus 0`` (a CPU list, as ``taskset -c`` takes it) everything runs on those CPUs
+only: this bench and the processes it starts, and PostgreSQL's and RabbitMQ's processes
+(every thread; their previous CPUs are given back at the end). Two runs, ``--cpus 0`` and
+``--cpus 0,1``, show how the whole path scales with cores on this machine, which is what
+the projection above assumes. Pinning the database and the broker takes the right to set
+their affinity (root, or their owner); without it the bench stops before starting.
+
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -64,9 +72,9 @@ def _cpu_seconds(pid: int | str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _by_command(prefix: str) -> float:
-    """CPU seconds of every process whose command name starts with ``prefix``."""
-    total = 0.0
+def _pids(prefix: str) -> list[str]:
+    """Every process whose command name starts with ``prefix``."""
+    out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -76,8 +84,67 @@ def _by_command(prefix: str) -> float:
         except OSError:
             continue
         if name.startswith(prefix):
-            total += _cpu_seconds(pid)
-    return total
+            out.append(pid)
+    return out
+
+
+def _by_command(prefix: str) -> float:
+    """CPU seconds of every process whose command name starts with ``prefix``."""
+    return sum(_cpu_seconds(pid) for pid in _pids(prefix))
+
+
+#: The command names of the database's and the broker's processes (RabbitMQ's Erlang VM
+#: and its helpers).
+SERVICES = ("postgres", "beam", "epmd", "erl_child_setup", "inet_gethost")
+
+
+def parse_cpus(text: str) -> set[int]:
+    """A CPU list as ``taskset -c`` takes it (``0``, ``0,1``, ``0-3``), checked against
+    the CPUs this process may use; a clear error otherwise."""
+    allowed = os.sched_getaffinity(0)
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise SystemExit(f"--cpus: {text!r} is not a CPU list (such as 0 or 0,1 or 0-3)") from None
+    if not cpus or not cpus <= allowed:
+        raise SystemExit(f"--cpus: {text!r} names CPUs this machine does not offer "
+                         f"(available: {','.join(map(str, sorted(allowed)))})")
+    return cpus
+
+
+def pin_services(cpus: set[int]) -> dict[int, set[int]]:
+    """Put every thread of PostgreSQL and RabbitMQ on ``cpus``; their previous CPUs, to
+    give back with :func:`unpin`. Stops the bench (after giving back what it pinned)
+    when a thread cannot be moved."""
+    saved: dict[int, set[int]] = {}
+    for prefix in SERVICES:
+        for pid in _pids(prefix):
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue  # gone meanwhile
+            for tid in tids:
+                try:
+                    before = os.sched_getaffinity(tid)
+                    os.sched_setaffinity(tid, cpus)
+                except ProcessLookupError:
+                    continue
+                except OSError as exc:
+                    unpin(saved)
+                    raise SystemExit(f"--cpus: cannot move {prefix} process {pid} to CPUs "
+                                     f"{sorted(cpus)}: {exc.strerror}") from None
+                saved[tid] = before
+    return saved
+
+
+def unpin(saved: dict[int, set[int]]) -> None:
+    """Give the threads :func:`pin_services` moved their previous CPUs."""
+    for tid, cpus in saved.items():
+        with contextlib.suppress(OSError):  # the thread has ended
+            os.sched_setaffinity(tid, cpus)
 
 
 def cpu_sample(cluster: LocalCluster) -> dict[str, float]:
@@ -99,7 +166,7 @@ def cpu_report(before: dict[str, float], after: dict[str, float], count: int, un
     shares = {name: 1000 * (after.get(name, 0.0) - before.get(name, 0.0)) / count
               for name in after}
     total = sum(shares.values())
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0))
     print(f"  CPU per {unit}: " + ", ".join(f"{n} {v:.1f} ms" for n, v in shares.items())
           + f"; total {total:.1f} ms ({cores} CPUs: at most {cores * 1000 / total:.0f} "
           f"{unit}s/s with every core busy)", flush=True)
@@ -220,15 +287,28 @@ def main() -> int:
                         help="registration threads of the fleet (berth compute --threads)")
     parser.add_argument("--schedulers", default="1,4",
                         help="comma-separated counts (0: registration only)")
+    parser.add_argument("--cpus", default=None, metavar="LIST",
+                        help="run everything, PostgreSQL and RabbitMQ included, on these "
+                        "CPUs only (taskset's list: 0, 0,1, 0-3)")
     args = parser.parse_args()
+    cpus = parse_cpus(args.cpus) if args.cpus is not None else None
     reason = rabbit_unavailable()
     if reason:
         print(f"skipped: {reason}")
         return 1
-    print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}, "
-          f"{os.cpu_count()} CPUs; {args.hosts} hosts, {args.boots} boots, "
-          f"{args.clients} clients, {args.apis} API processes")
-    run(args, sorted(int(c) for c in args.schedulers.split(",") if int(c) > 0))
+    saved: dict[int, set[int]] = {}
+    if cpus is not None:
+        saved = pin_services(cpus)
+        os.sched_setaffinity(0, cpus)  # the processes the bench starts inherit it
+    try:
+        print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}, "
+              f"{len(os.sched_getaffinity(0))} CPUs"
+              f"{f' (pinned: {args.cpus}, PostgreSQL and RabbitMQ too)' if cpus else ''}; "
+              f"{args.hosts} hosts, {args.boots} boots, {args.clients} clients, "
+              f"{args.apis} API processes")
+        run(args, sorted(int(c) for c in args.schedulers.split(",") if int(c) > 0))
+    finally:
+        unpin(saved)
     return 0
 
 
