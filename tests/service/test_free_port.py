@@ -35,3 +35,28 @@ def test_a_range_that_starts_low_gives_ports_above_it_or_the_kernels(
     assert 0 < free_port() <= 65535
     fake.write_text("garbage\n")
     assert 0 < free_port() <= 65535
+
+
+def test_processes_calling_at_once_draw_from_different_shares() -> None:
+    """Two test workers each check a port and then start a server on it; were they to
+    draw from the same ports, one could check the port the other has checked but not
+    bound yet. Each process holds its own share of the range while it runs."""
+    import subprocess
+    import sys
+
+    import berth.service.localcluster as localcluster
+
+    free_port()
+    assert localcluster._held is not None
+    mine = localcluster._held[1]
+    script = ("import berth.service.localcluster as l\n"
+              "ports = [l.free_port() for _ in range(20)]\n"
+              "print(l._held[1], min(ports), max(ports))\n")
+    other, low, high = (int(v) for v in subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True,
+        timeout=60).stdout.split())
+    assert other != mine
+    first = max(1024, int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+                          .split()[0]) - 10000)
+    size = 10000 // localcluster._SHARES
+    assert first + other * size <= low <= high < first + (other + 1) * size

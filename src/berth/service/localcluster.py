@@ -12,12 +12,14 @@ one run cannot reach another), removed afterwards.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -82,7 +84,10 @@ def free_port() -> int:
     between this check and the server's bind a connection to PostgreSQL or RabbitMQ
     may take it ("Address already in use", seen in a whole test run). A port from the
     10,000 below that range (or, when the range starts too low for that, from above
-    it) is taken only by listeners; none is given out twice by one process."""
+    it) is taken only by listeners; none is given out twice by one process, and two
+    processes calling this at once draw from different shares of it (see
+    :func:`_share`): a port one of them has checked but not yet bound is not the
+    other's to check."""
     try:
         low, high = (int(v) for v in _EPHEMERAL.read_text().split()[:2])
     except (OSError, ValueError):
@@ -93,6 +98,8 @@ def free_port() -> int:
     # A range that leaves under 100 ports outside it: only the kernel can choose.
     tries = 500 if last - first >= 100 else 0
     with _GIVEN_LOCK:
+        if tries:
+            first, last = _share(first, last)
         for _ in range(tries):
             port = random.randint(first, last)
             if port in _GIVEN:
@@ -107,6 +114,40 @@ def free_port() -> int:
     with socket.socket() as s:  # every one tried is taken: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+#: How many shares :func:`free_port`'s range is cut into, and where their locks live.
+_SHARES = 8
+_SHARE_LOCKS = Path(tempfile.gettempdir()) / "berth-free-ports"
+#: The share this process holds: (pid, index, the open lock file), or None.
+_held: tuple[int, int, Any] | None = None
+
+
+def _share(first: int, last: int) -> tuple[int, int]:
+    """This process's share of ``first``-``last``: the first of :data:`_SHARES` equal
+    parts whose lock file it can lock (``flock``, kept until the process ends, so a
+    process that dies gives its share back), or the whole range when every share is
+    held or no lock can be taken. Two test workers (or a test run and a bench) then
+    never check the same port at once. Called under ``_GIVEN_LOCK``."""
+    global _held
+    if _held is None or _held[0] != os.getpid():  # none yet, or inherited over a fork
+        _held = None
+        with contextlib.suppress(OSError):
+            _SHARE_LOCKS.mkdir(exist_ok=True)
+            for index in range(_SHARES):
+                lock = open(_SHARE_LOCKS / f"share-{index}.lock", "a")  # noqa: SIM115 - kept open
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    lock.close()
+                    continue
+                _held = (os.getpid(), index, lock)
+                break
+    if _held is None:
+        return first, last
+    size = (last - first + 1) // _SHARES
+    start = first + _held[1] * size
+    return start, start + size - 1
 
 
 @dataclass
