@@ -353,3 +353,10 @@ def test_a_name_longer_than_nova_s_columns_is_refused(snippet: str, field: str) 
     with pytest.raises(CloudFileError, match=rf"^{re.escape(field)}: at most 255 characters"):
         parse_cloud(document, SchedulerConfig.default(), 0.0)
     parse_cloud(yaml.safe_load(snippet % ("x" * 255)), SchedulerConfig.default(), 0.0)
+
+
+@pytest.mark.parametrize("name", ["rack1/h1", "", "..", "h\t1"])
+def test_a_host_name_that_cannot_be_one_segment_of_a_path_is_refused(name):
+    """`/os-services/{host}` and `berth compute --host` could not name such a host."""
+    with pytest.raises(CloudFileError, match=r"hosts\[0\]\.host: expected a host name"):
+        parse_cloud(minimal(host=name), CONFIG, 0.0)

@@ -431,6 +431,11 @@ def _host(
     r.unknown(HOST_FIELDS)
     name = r.text("host", required=True)
     assert name is not None
+    if not name or name in (".", "..") or "/" in name or not name.isprintable():
+        # The services API and `berth compute --host` name a host as one segment of a
+        # URL's path; a name that cannot be one could not be reached there.
+        raise CloudFileError(f"{r.at('host')}: expected a host name (not empty, '.' or '..', "
+                             f"no '/', printable), got {show(name)}")
     nodename = r.text("nodename") or name
     cell_name = r.text("cell")
     cell_uuid = None
