@@ -7,6 +7,7 @@ import json
 import os
 import random
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -334,6 +335,10 @@ def test_an_unknown_fail_host_is_refused_at_start_up(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "berth serve: --fail-host zz: no compute host 'zz' (known: b1, f1)" in out
+    # Refused before the file's hosts were stored: the mistyped option changed nothing.
+    with sqlite3.connect(tmp_path / "b.sqlite") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM resource_providers").fetchone() == (0,)
+        assert conn.execute("SELECT COUNT(*) FROM berth_compute_nodes").fetchone() == (0,)
 
 
 def test_the_group_option_reaches_a_running_server(

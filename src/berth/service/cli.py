@@ -63,7 +63,7 @@ from berth.errors import BerthError, InputError
 from berth.model.request import MAX_INSTANCES_PER_REQUEST
 from berth.placement.db import error_line, shown_url
 from berth.service.reconcile import DEFAULT_BUILD_TIMEOUT
-from berth.service.seeding import seed_from_cloud
+from berth.service.seeding import seed_loaded
 from berth.webauth.options import add_arguments as add_security_arguments
 
 if TYPE_CHECKING:
@@ -682,9 +682,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.close()
 
 
+def _unknown_fail_host(fail_hosts: list[str], fail_first: dict[str, int],
+                       known: set[str]) -> bool:
+    """Say (on stderr) which ``--fail-host`` / ``--fail-first`` host is not among
+    ``known``; True when one is not."""
+    for option, host in [("--fail-host", h) for h in fail_hosts] + [
+            ("--fail-first", h) for h in fail_first]:
+        if host not in known:
+            print(f"berth serve: {option} {host}: no compute host {host!r} (known: "
+                  f"{', '.join(sorted(known)) or 'none'})", file=sys.stderr)
+            return True
+    return False
+
+
 def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
            default_flavors: dict[str, Any], app_class: Any, driver_class: Any) -> int:
     """Register the hosts, wire the app behind ``server`` and run it."""
+    import time
+
+    from berth.cloudfile import load_cloud
     from berth.service.compute import agent_key
     from berth.service.metrics import (
         Metrics,
@@ -698,8 +714,18 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
 
     flavors: dict[str, Any] = dict(default_flavors)
     images: dict[str, Any] = {}
-    if args.cloud:
-        cloud_flavors, images = seed_from_cloud(stack, args.cloud)
+    now = time.time()
+    cloud = load_cloud(args.cloud, stack.config, now=now) if args.cloud else None
+    fail_first = dict(args.fail_first)
+    if args.fail_host or fail_first:
+        # Refused before the file's hosts are stored: a mistyped option changes nothing.
+        named = {str(h) for h in cloud.snapshot.obj("host")} if cloud is not None else set()
+        if not args.no_resume:
+            named |= {str(r["host"]) for r in stack.records.reports()}
+        if _unknown_fail_host(args.fail_host, fail_first, named):
+            return 2
+    if cloud is not None:
+        cloud_flavors, images = seed_loaded(stack, cloud, args.cloud, now=now)
         flavors.update(cloud_flavors)
         LOG.info("registered %d compute nodes from %s", len(stack.agents), args.cloud)
     stored: set[str] = set()  # hosts stored and reporting (or not) from elsewhere
@@ -719,14 +745,9 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
     if not stack.agents and not stored:
         LOG.warning("no compute hosts: every boot fails with NoValidHost until hosts "
                     "register (start with --cloud FILE)")
-    fail_first = dict(args.fail_first)
-    known = {agent.node.host for agent in stack.agents.values()}
-    for option, host in [("--fail-host", h) for h in args.fail_host] + [
-            ("--fail-first", h) for h in fail_first]:
-        if host not in known:
-            print(f"berth serve: {option} {host}: no compute host {host!r} (known: "
-                  f"{', '.join(sorted(known)) or 'none'})", file=sys.stderr)
-            return 2
+    if _unknown_fail_host(args.fail_host, fail_first,
+                          {agent.node.host for agent in stack.agents.values()}):
+        return 2
     driver = driver_class(fail_hosts=set(args.fail_host), fail_first=fail_first,
                           agents=stack.agents, delay=args.build_delay)
     # The agents' periodic reports, from one thread (see berth.service.reporting).

@@ -86,7 +86,12 @@ def seed_from_cloud(stack: Any, path: str, *, now: float | None = None
     """Load the cloud file at ``path`` and :func:`seed_cloud` it; returns (flavors,
     images)."""
     now = time.time() if now is None else now
-    cloud = load_cloud(path, stack.config, now=now)
+    return seed_loaded(stack, load_cloud(path, stack.config, now=now), path, now=now)
+
+
+def seed_loaded(stack: Any, cloud: Cloud, path: str, *, now: float
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`seed_from_cloud` of a cloud file loaded already (at ``now``)."""
     seed_cloud(stack, cloud, path, now=now)
     for name, bad in cloud.broken_images.items():
         LOG.warning("%s: image %r is left out, boots with it fail: %s", path, name, bad.problem)
