@@ -128,6 +128,17 @@ def test_placement_serve_options_past_what_works_are_one_line(
     assert done.returncode == 2 and message in _one_line(done.stderr)
 
 
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["placement", "serve"]])
+@pytest.mark.parametrize("db", ["", "sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_database_is_refused_in_one_line(command: list[str], db: str) -> None:
+    """Every pooled connection would open its own empty database (SQLAlchemy's error
+    named its own pool argument)."""
+    done = _berth(*command, "--auth-strategy", "noauth2", "--db", db)
+    assert done.returncode == 2
+    assert "no database file: an in-memory SQLite database is not shared" in _one_line(
+        done.stderr)
+
+
 def test_a_second_placement_prefork_cannot_join_the_first_one_s_port(tmp_path: Path) -> None:
     """SO_REUSEPORT let a second ``--workers 2`` server join the first one's port: the
     requests split between two databases."""

@@ -222,6 +222,13 @@ def create_db_engine(url: str, *, durable: bool = True) -> Engine:
     if "://" not in url:
         url = f"sqlite:///{url}"
     if url.startswith("sqlite"):
+        if sa.engine.make_url(url).database in (None, "", ":memory:"):
+            from berth.errors import ConfigError
+
+            # Each pooled connection would open a database of its own, and it would go
+            # with the process: nothing a server or another process could share.
+            raise ConfigError("no database file: an in-memory SQLite database is not shared "
+                              "between connections or processes; give a file (sqlite:///PATH)")
         connect_args: dict[str, Any] = {"check_same_thread": False}
         if "timeout" not in sa.engine.make_url(url).query:
             connect_args["timeout"] = SQLITE_BUSY_TIMEOUT
