@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from oslo_policy import policy as oslo_policy
 
+from berth.errors import ConfigError
 from berth.webauth.identity import Caller
 from berth.webauth.rules import RELOAD_EVERY, PolicyEnforcer
 
@@ -64,6 +65,46 @@ def test_a_changed_policy_file_takes_effect(tmp_path: Path) -> None:
     clock[0] = RELOAD_EVERY
     assert not enforcer.allowed("thing:read", READER, {"project_id": "p1"})
     assert enforcer.allowed("thing:read", MEMBER, {"project_id": "p1"})
+
+
+def _touch(path: Path, text: str, step: int) -> None:
+    path.write_text(text)
+    later = path.stat().st_mtime + 10 * step
+    os.utime(path, (later, later))
+
+
+@pytest.mark.parametrize("bad", ["- a list\n", "x: [unclosed\n", "\"thing:read\": 5\n"])
+def test_a_policy_file_broken_by_an_edit_keeps_the_rules_before_it(
+        tmp_path: Path, bad: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A running server whose policy file an operator breaks: the first request after
+    the edit answered 500 (oslo.policy's error), the later ones used the old rules with
+    nothing said. Now every request keeps the old rules, one error line says why, and
+    the file's next good version takes effect."""
+    path = tmp_path / "policy.yaml"
+    path.write_text('"thing:read": "role:reader"\n')
+    enforcer = PolicyEnforcer(RULES, mode="legacy", policy_file=str(path))
+    clock = [0.0]
+    enforcer.clock = lambda: clock[0]
+    assert enforcer.allowed("thing:read", READER, {"project_id": "p1"})
+    _touch(path, bad, 1)
+    for step in range(1, 4):
+        clock[0] = step * RELOAD_EVERY
+        assert enforcer.allowed("thing:read", READER, {"project_id": "p1"})
+        assert not enforcer.allowed("thing:read", MEMBER, {"project_id": "p1"})
+    errors = [r for r in caplog.records if "cannot be read after a change" in r.getMessage()]
+    assert len(errors) == 1 and "stay in force until it is fixed" in errors[0].getMessage()
+    _touch(path, '"thing:read": "role:member"\n', 2)
+    clock[0] = 10 * RELOAD_EVERY
+    assert enforcer.allowed("thing:read", MEMBER, {"project_id": "p1"})
+    assert not enforcer.allowed("thing:read", READER, {"project_id": "p1"})
+
+
+def test_a_policy_file_that_is_no_mapping_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match=r"not a policy document \(expected a mapping of "
+                       r"rule names to rules\)"):
+        PolicyEnforcer(RULES, mode="legacy", policy_file=str(path))
 
 
 def test_remote_checks_are_never_remembered(tmp_path: Path,

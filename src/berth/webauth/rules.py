@@ -104,6 +104,13 @@ def _decision_key(rule_name: str, target: Mapping[str, Any],
         return None
 
 
+def _problem(exc: Exception) -> str:
+    """What is wrong with a policy file, from oslo.policy's (or the parser's) error."""
+    if isinstance(exc, AttributeError):  # oslo.policy reads a list or a scalar as a mapping
+        return "not a policy document (expected a mapping of rule names to rules)"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 class PolicyEnforcer:
     """oslo.policy's Enforcer over one API's rules, loaded and checked at start-up."""
 
@@ -150,6 +157,8 @@ class PolicyEnforcer:
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"policy file {self.policy_file}: not a policy document "
                               f"({str(exc).splitlines()[0]})") from None
+        except AttributeError as exc:
+            raise ConfigError(f"policy file {self.policy_file}: {_problem(exc)}") from None
         except Exception as exc:  # yaml and json errors, unreadable files
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ConfigError(f"policy file {self.policy_file}: {first}") from None
@@ -179,7 +188,14 @@ class PolicyEnforcer:
         now = self.clock()
         if now >= self._next_look:
             self._next_look = now + RELOAD_EVERY
-            enforcer.load_rules()
+            try:
+                enforcer.load_rules()
+            except Exception as exc:  # noqa: BLE001 - an edit of the file, not a request's fault
+                # oslo.policy has taken the file's new text as read: the rules loaded
+                # before stay in force (said once per such edit) until the next edit.
+                LOG.error("policy file %s: cannot be read after a change (%s); the rules "
+                          "loaded before stay in force until it is fixed",
+                          self.policy_file or "in [oslo_policy] policy_dirs", _problem(exc))
         if enforcer.rules is not self._rules_seen:
             self._rules_seen = enforcer.rules
             self._decisions.clear()
