@@ -39,7 +39,8 @@ def _instance(**spec: object) -> MovingInstance:
 
 def _plan(request: MoveRequest, instance: MovingInstance | None = None, *, up: bool = True,
           traits: frozenset[str] = frozenset(), same_host: bool = False):  # noqa: ANN202
-    nodes = {"h1": ["h1-node"], "h2": ["h2-node"], "ironic": ["n-a", "n-b"]}
+    nodes = {"h1": [("h1-node", "cell-a")], "h2": [("h2-node", "cell-a")],
+             "ironic": [("n-a", "cell-a"), ("n-b", "cell-a")], "far": [("far-node", "cell-b")]}
     return plan_move(instance or _instance(), request, source=SourceHost(traits=traits, up=up),
                      nodes_of=lambda h: nodes.get(h, []), allow_resize_to_same_host=same_host)
 
@@ -74,13 +75,42 @@ def test_the_source_host_is_ignored_unless_the_operation_may_stay(
     assert _plan(request_, traits=traits, same_host=same_host).spec.ignore_hosts == ignored
 
 
-def test_a_requested_host_names_its_only_node_and_keeps_the_cell_rule() -> None:
-    dest = _plan(MoveRequest("migrate", host="h2", allow_cross_cell=True)).spec.requested_destination
-    assert dest is not None
-    assert (dest.host, dest.node, dest.allow_cross_cell_move) == ("h2", "h2-node", True)
-    # A host with several nodes: any of them.
-    dest = _plan(MoveRequest("migrate", host="ironic")).spec.requested_destination
-    assert dest is not None and (dest.host, dest.node) == ("ironic", None)
+def test_a_requested_host_names_its_first_node_and_keeps_the_cell_rule() -> None:
+    dest = _plan(MoveRequest("migrate", host="h2")).spec.requested_destination
+    assert dest is not None and dest.cell is not None
+    assert (dest.host, dest.node, dest.cell.uuid, dest.allow_cross_cell_move) == (
+        "h2", "h2-node", "cell-a", False)
+    # A host with several nodes: its first, as Nova's API names it (migrate:
+    # get_first_node_by_host_for_old_compat; evacuate: nodes[0]), so placement is asked
+    # in that node's tree and the other nodes are not considered.
+    for op in ("migrate", "evacuate"):
+        dest = _plan(MoveRequest(op, host="ironic"), up=False).spec.requested_destination
+        assert dest is not None and (dest.host, dest.node) == ("ironic", "n-a")
+
+
+def test_a_targeted_move_that_may_cross_cells_is_kept_to_no_cell() -> None:
+    """Nova's migrate task drops the instance's cell when a host is named and the move may
+    cross cells: the host says where it goes (nor is the source cell preferred)."""
+    for name, node in (("h2", "h2-node"), ("far", "far-node")):
+        dest = _plan(MoveRequest("migrate", host=name, allow_cross_cell=True)
+                     ).spec.requested_destination
+        assert dest is not None
+        assert (dest.host, dest.node, dest.cell, dest.allow_cross_cell_move) == (
+            name, node, None, True)
+    # Without a host, the instance's cell stays (preferred by the CrossCellWeigher).
+    dest = _plan(MoveRequest("migrate", allow_cross_cell=True)).spec.requested_destination
+    assert dest is not None and dest.cell is not None and dest.cell.uuid == "cell-a"
+
+
+@pytest.mark.parametrize("request_", [MoveRequest("migrate", host="far"),
+                                      MoveRequest("evacuate", host="far")],
+                         ids=["migrate", "evacuate"])
+def test_a_host_of_another_cell_is_not_found_unless_the_move_may_cross_cells(
+        request_: MoveRequest) -> None:
+    """Nova's API looks the host up in the instance's cell: ComputeHostNotFound (400 for a
+    migrate; an evacuate's handler lets it through as a 500). Berth said NoValidHost."""
+    with pytest.raises(InputError, match="host: compute host 'far' could not be found"):
+        _plan(request_, up=False)
 
 
 def test_the_boot_routing_never_carries_over_to_a_move() -> None:
@@ -154,7 +184,9 @@ def _move_on_core(request: MoveRequest) -> tuple[object, InMemoryPlacement, str]
     instance = _instance()
     instance.host, instance.nodename = "h1", "h1"
     placement.adopt("i-1", 0, requested_resources(instance.spec))
-    plan = plan_move(instance, request, source=SourceHost(), nodes_of=lambda h: [h])
+    cells = {"h1": "cell-a", "h2": "cell-a", "h3": "cell-b"}
+    plan = plan_move(instance, request, source=SourceHost(),
+                     nodes_of=lambda h: [(h, cells[h])] if h in cells else [])
     scheduler = _scheduler()
 
     def select(spec, uuids, alternates, explain):  # noqa: ANN001, ANN202

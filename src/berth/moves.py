@@ -143,13 +143,15 @@ def plan_move(
     request: MoveRequest,
     *,
     source: SourceHost,
-    nodes_of: Callable[[str], Sequence[str]],
+    nodes_of: Callable[[str], Sequence[tuple[str, str | None]]],
     allow_resize_to_same_host: bool = False,
     config: Any = None,
 ) -> MovePlan:
     """The request spec Nova's API and conductor build for ``request`` on ``instance``.
 
-    ``nodes_of(host)`` lists a host's nodes (none: no such host). ``config`` derives
+    ``nodes_of(host)`` lists a host's nodes in the order Nova's database gives them (the
+    order they were registered in), each as (nodename, cell uuid); none: no such host.
+    ``config`` derives
     the new NUMA and PCI requests from the flavor and image (as a boot does). Raises
     :class:`~berth.errors.InputError` for a request Nova's API refuses with 400 and
     :class:`~berth.errors.MoveRefused` for one it refuses with 409 (evacuating from a
@@ -211,14 +213,23 @@ def plan_move(
                 raise InputError(f"host: the target host can't be the same one as the "
                                  f"instance's ({instance.host})", field="host")
             nodes = list(nodes_of(request.host))
+            if instance.cell_uuid and not request.allow_cross_cell:
+                # Nova's API looks the host up in the instance's cell only (its context
+                # is targeted there): a host of another cell is not found (a 400 for a
+                # migrate, a 500 for an evacuate, where Berth says the same 400).
+                nodes = [(node, cell) for node, cell in nodes if cell == instance.cell_uuid]
             if not nodes:
                 raise InputError(f"host: compute host {request.host!r} could not be found",
                                  field="host")
             dest.host = request.host
-            # Nova names the node when the host has one (its get_first_node_by_host).
-            dest.node = nodes[0] if len(nodes) == 1 else None
+            # Nova names the host's first node, however many it has (migrate:
+            # get_first_node_by_host_for_old_compat; evacuate: nodes[0]).
+            dest.node = nodes[0][0]
         if instance.cell_uuid:
-            dest.cell = CellMapping(uuid=instance.cell_uuid)
+            # A targeted move that may cross cells is not kept to (nor does it prefer) the
+            # instance's cell: the host says where it goes (Nova's migrate task).
+            if not (dest.host and request.allow_cross_cell):
+                dest.cell = CellMapping(uuid=instance.cell_uuid)
             dest.allow_cross_cell_move = request.allow_cross_cell
         if dest.host or dest.cell:
             spec.requested_destination = dest

@@ -82,8 +82,9 @@ def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
         assert row is not None
         hosts, nodes = snapshot.obj("host"), snapshot.obj("nodename")
 
-        def nodes_of(host: str) -> list[str]:
-            return [nodes[r] for r in range(len(snapshot)) if hosts[r] == host]
+        def nodes_of(host: str) -> list[tuple[str, str | None]]:
+            return [(nodes[r], snapshot.interned_value("cell_uuid", r))
+                    for r in range(len(snapshot)) if hosts[r] == host]
 
         provider = snapshot.obj("uuid")[row]
         traits = stack.client.get_provider_traits(provider)[1] if provider else []

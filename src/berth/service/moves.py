@@ -625,8 +625,9 @@ class MoveService:
         hosts = snapshot.obj("host")
         nodes = snapshot.obj("nodename")
 
-        def nodes_of(host: str) -> list[str]:
-            return [nodes[r] for r in range(len(snapshot)) if hosts[r] == host]
+        def nodes_of(host: str) -> list[tuple[str, str | None]]:
+            return [(nodes[r], snapshot.interned_value("cell_uuid", r))
+                    for r in range(len(snapshot)) if hosts[r] == host]
 
         return plan_move(instance, request, source=source, nodes_of=nodes_of,
                          allow_resize_to_same_host=self.scheduler.config.allow_resize_to_same_host,
