@@ -7,19 +7,20 @@ spec the conductor sends and what happens to the instance's allocations:
 =========  ===========================================  ==================================
 operation  the request (reference §1.3, §10.4, §7.2)     allocations (Nova's conductor)
 =========  ===========================================  ==================================
-migrate    ``_nova_check_type=resize``; the source host  before scheduling, the source
-           in ``ignore_hosts`` unless its provider has   allocation moves to the migration
-           ``COMPUTE_SAME_HOST_COLD_MIGRATE``; a named   consumer (``POST /allocations``);
-           host becomes ``requested_destination`` (it    the scheduler claims the
-           may not be the source); the cell is the       destination for the instance
-           instance's, crossed only when allowed         consumer; confirm deletes the
-                                                         migration's, revert moves it back
+migrate    the source host in ``ignore_hosts`` unless   before scheduling, the source
+           its provider has ``COMPUTE_SAME_HOST_COLD_   allocation moves to the migration
+           MIGRATE``; a named host's first node is the  consumer (``POST /allocations``);
+           ``requested_destination`` (not the source;   the scheduler claims the
+           in the instance's cell unless crossing is    destination for the instance
+           allowed); the cell is the instance's,        consumer; confirm deletes the
+           crossed only when allowed, and none when a   migration's, revert moves it back
+           host is named and crossing is allowed
 resize     as migrate, with the new flavor; the source   as migrate
            is ignored unless ``allow_resize_to_same_
            host``; the flavor must change
-evacuate   ``_nova_check_type=evacuate``; the source     the instance consumer ends with
-           (which must be down) ignored; a named host    the source allocation and the
-           is the requested destination; the            destination's, until the source's
+evacuate   the source (which must be down) ignored; a   the instance consumer ends with
+           named host's first node (in the instance's   the source allocation and the
+           cell) is the requested destination; the      destination's, until the source's
            instance's cell only; no alternates          compute cleans up (see below)
 rebuild    ``_nova_check_type=rebuild``; the instance's  nothing is claimed; placement is
            own host and node forced, so only the         not asked (§8.1.4); the same
@@ -180,8 +181,9 @@ def plan_move(
     spec.requested_destination = None
     spec.retry = None
     hints = dict(spec.scheduler_hints or {})
-    hints["_nova_check_type"] = ["rebuild" if op == REBUILD else
-                                 "evacuate" if op == EVACUATE else "resize"]
+    hints.pop("_nova_check_type", None)
+    if op == REBUILD:  # Nova 34 sets the hint for a rebuild only (compute API's rebuild)
+        hints["_nova_check_type"] = ["rebuild"]
     spec.scheduler_hints = hints
 
     schedule = True

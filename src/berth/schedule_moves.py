@@ -108,7 +108,7 @@ def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
         def select(spec: Any, uuids: Sequence[str], alternates: bool, explain: bool) -> Any:
             return service.select_destinations(
                 spec, uuids, return_alternates=alternates and not args.no_alternates,
-                explain=explain)
+                explain=explain, check_zone=False)
 
         try:
             decision, _ = schedule_move(plan, select, claims, migration_uuid,

@@ -198,6 +198,22 @@ def test_a_requested_host_is_the_only_destination(three: Stack) -> None:
         moves.move(uuid, MoveRequest("migrate", host="h9"))
 
 
+def test_a_move_keeps_the_zone_its_instance_was_booted_in_unchecked(three: Stack) -> None:
+    """Nova's API checks a zone when a server is created, not when it moves: an instance
+    whose zone has no enabled host left still migrates. The move's request carries no
+    check-type hint (Nova 34 gives one to a rebuild only); the service is told instead."""
+    moves = _moves(three)
+    uuid = _boot(moves)
+    record = moves.instances.get(uuid)
+    assert record is not None
+    moves.instances.record(uuid, record.host, record.nodename,
+                           {**record.spec, "availability_zone": "retired"})
+    with pytest.raises(InputError, match="zone 'retired' is not available"):
+        _boot(moves, availability_zone="retired")
+    answer = moves.move(uuid, MoveRequest("migrate"))
+    assert answer["host"] == "h2"
+
+
 def test_evacuate_needs_the_source_down_and_claims_on_top_of_the_source(three: Stack) -> None:
     moves = _moves(three)
     uuid = _boot(moves)

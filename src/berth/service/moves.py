@@ -505,7 +505,8 @@ class MoveService:
         def select(spec: RequestSpec, uuids: Sequence[str], alternates: bool,
                    explain_it: bool) -> Decision:
             return self.scheduler.select_destinations(
-                spec, uuids, return_alternates=alternates, explain=explain_it)
+                spec, uuids, return_alternates=alternates, explain=explain_it,
+                check_zone=False)
 
         try:
             decision, before = schedule_move(plan, select, self.claims, migration_uuid,

@@ -258,8 +258,11 @@ class SchedulerService:
         explain: bool = False,
         builds_in_flight: bool = True,
         claim: bool = True,
+        check_zone: bool = True,
     ) -> Decision:
         """Place every instance of ``spec``; raises NoValidHost (claims rolled back).
+        ``check_zone`` false: a move, which keeps the zone its instance was booted in
+        unchecked (Nova's API checks a zone when a server is created only).
         ``claim`` false is Nova's path for a conductor that sends no instance uuids
         (RPC 4.0-4.2): hosts are chosen, nothing is claimed.
         ``builds_in_flight`` false: the core counts placed instances as built (see
@@ -275,7 +278,7 @@ class SchedulerService:
             self.stats.requests += 1
             try:
                 decision = self._select(spec, instance_uuids, return_alternates, explain,
-                                        builds_in_flight, claim)
+                                        builds_in_flight, claim, check_zone=check_zone)
             except NoValidHost as exc:
                 self.stats.no_valid_host += 1
                 self._observe("no_valid_host", started, cause=exc.cause or "hosts",
@@ -342,7 +345,7 @@ class SchedulerService:
     def _select(
         self, spec: RequestSpec, instance_uuids: Sequence[str] | None,
         return_alternates: bool, explain: bool, builds_in_flight: bool = True,
-        claim: bool = True, *, trial: Claimer | None = None,
+        claim: bool = True, *, trial: Claimer | None = None, check_zone: bool = True,
     ) -> Decision:
         """The request under the service's lock. ``trial`` (a claimer that writes
         nothing) makes it a what-if: its claims, a copy of the random generator, and
@@ -362,7 +365,8 @@ class SchedulerService:
                 spec, snapshot, now=now, rng=rng, candidates=None, claimer=None,
                 instance_uuids=instance_uuids, return_alternates=return_alternates,
                 explain=explain)
-        self._check_zone(spec, snapshot)
+        if check_zone:
+            self._check_zone(spec, snapshot)
         if not claim:
             instance_uuids = None
         elif instance_uuids is None:
@@ -384,10 +388,9 @@ class SchedulerService:
     def _check_zone(self, spec: RequestSpec, snapshot: HostSnapshot) -> None:
         """Refuse a zone no enabled compute service is in, as Nova's API refuses it
         ("The requested availability zone is not available", a 400) before anything is
-        scheduled. A move keeps the zone its instance was booted in, unchecked."""
+        scheduled."""
         zone = spec.availability_zone
-        if (not self.check_zone or not zone
-                or spec.scheduler_hints and "_nova_check_type" in spec.scheduler_hints):
+        if not self.check_zone or not zone:
             return
         known = available_zones(snapshot, self.config.default_availability_zone)
         if zone not in known:
