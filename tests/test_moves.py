@@ -321,3 +321,32 @@ def test_schedule_move_arguments_are_checked(argv: list[str], message: str,
     code, _, err = run(capsys, "schedule", CLOUD, *argv)
     assert code == 3
     assert message in err
+
+
+DISABLED_CELL_CLOUD = """
+cells: [{name: cell1, disabled: true}, {name: cell2}]
+flavors: [{name: small, id: 1, vcpus: 1, memory_mb: 1024, root_gb: 10}]
+images: [{name: img0, id: 11111111-0000-4000-8000-000000000000}]
+hosts:
+  - {host: h0, cell: cell1, vcpus: 8, memory_mb: 8192, local_gb: 100,
+     instances: [{uuid: 0b8f9c3e-0000-4000-8000-000000000001, flavor: small, image: img0}]}
+  - {host: h1, cell: cell1, vcpus: 8, memory_mb: 8192, local_gb: 100}
+  - {host: h2, cell: cell2, vcpus: 8, memory_mb: 4096, local_gb: 100}
+"""
+
+
+def test_a_disabled_cell_of_the_cloud_file_is_left_out_as_nova_leaves_it_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nova's host manager reads the enabled cells, unless the request keeps to one cell
+    (a move that may not cross cells keeps to the instance's, disabled or not). The
+    scheduler service never learnt which cells the file disables: h1 (more RAM) won."""
+    cloud = tmp_path / "cells.yaml"
+    cloud.write_text(DISABLED_CELL_CLOUD)
+    code, out, _ = run(capsys, "schedule", str(cloud), "--flavor", "small", "--now", NOW, "--json")
+    assert code == 0 and json.loads(out)["instances"][0]["host"] == "h2"
+    uuid = "0b8f9c3e-0000-4000-8000-000000000001"
+    code, out, _ = run(capsys, "schedule", str(cloud), "--migrate", uuid, "--allow-cross-cell",
+                       "--now", NOW, "--json")
+    assert code == 0 and json.loads(out)["decision"]["instances"][0]["host"] == "h2"
+    code, out, _ = run(capsys, "schedule", str(cloud), "--migrate", uuid, "--now", NOW, "--json")
+    assert code == 0 and json.loads(out)["decision"]["instances"][0]["host"] == "h1"

@@ -11,10 +11,11 @@ from typing import Any
 import orjson
 import pytest
 
+from berth.model.request import CellMapping
 from berth.placement.db import prepare
 from berth.service.bus import Bus
 from berth.service.compute import ComputeAgent, ComputeNodeSpec
-from berth.service.records import ComputeRecordStore, record_to_report
+from berth.service.records import ComputeRecordStore, SnapshotFeed, record_to_report
 from berth.service.reports import BusFeed, BusRecordStore, received_reports
 
 
@@ -317,3 +318,21 @@ def test_the_scheduler_endpoint_drops_malformed_casts(
     good = _report("h1", 100.0)
     endpoint.update_host_states({}, reports_json=orjson.dumps([good]).decode())
     assert list(feed.refresh().obj("host")) == ["h1"]
+
+
+def test_schedulers_learn_the_disabled_cells_with_the_aggregates(engine: Any) -> None:
+    """Nova's host manager reads the enabled cells only. The cloud file's cells are
+    stored with the aggregates; a scheduler reads both when it warms and when it is told
+    the aggregates changed (berth schedule and berth serve ignored disabled cells)."""
+    store = ComputeRecordStore(engine)
+    store.set_aggregates([], [CellMapping("c1", "cell1", disabled=True), CellMapping("c2", "cell2")])
+    in_process = SnapshotFeed(store)
+    assert in_process.refresh().disabled_cells == {"c1"}
+    feed = BusFeed(store, service_down_time=60, clock=lambda: 1000.0)
+    assert feed.warm().disabled_cells == {"c1"}
+    store.set_aggregates([], [CellMapping("c1", "cell1"), CellMapping("c2", "cell2", disabled=True)])
+    feed.aggregates_changed()
+    assert feed.refresh().disabled_cells == {"c2"}
+    assert in_process.refresh().disabled_cells == {"c2"}
+    store.set_aggregates([])  # no cells given: the stored ones stay
+    assert store.disabled_cells() == {"c2"}

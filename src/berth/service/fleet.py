@@ -36,6 +36,7 @@ from typing import Any
 
 from berth.config import SchedulerConfig
 from berth.model.aggregate import Aggregate
+from berth.model.request import CellMapping
 from berth.placement.client import PlacementClient
 from berth.provider_tree import cpu_traits
 from berth.service.compute import ComputeAgent, ComputeNodeSpec, ServiceSwitches, held_provider
@@ -52,10 +53,12 @@ class Fleet:
     def __init__(self, nodes: Sequence[ComputeNodeSpec], aggregates: Sequence[Aggregate] | None,
                  *, client: PlacementClient, records: BusRecordStore, directory: AgentDirectory,
                  config: SchedulerConfig, server: str,
-                 services: Mapping[str, ServiceSwitches] | None = None) -> None:
+                 services: Mapping[str, ServiceSwitches] | None = None,
+                 cells: Sequence[CellMapping] | None = None) -> None:
         """``services``: the switches the cloud file sets on its hosts' compute services
         (:func:`~berth.service.seeding.file_services`), taken as each host registers,
-        before its first report."""
+        before its first report. ``cells``: the file's cell mappings, stored with the
+        aggregates (which schedulers leave out when disabled)."""
         self.config = config
         self.services = dict(services or {})
         self.client = client
@@ -64,6 +67,7 @@ class Fleet:
         self.server = server
         #: None: this process owns no aggregates (the database's stay as they are).
         self.aggregates = None if aggregates is None else list(aggregates)
+        self.cells = None if cells is None else list(cells)
         self.agents: dict[str, ComputeAgent] = {}
         for node in nodes:
             if node.host in self.agents:
@@ -80,7 +84,7 @@ class Fleet:
         started = time.perf_counter()
         self.records.preload([a.uuid for a in self.agents.values()])
         if self.aggregates is not None:
-            self.records.set_aggregates(self.aggregates)
+            self.records.set_aggregates(self.aggregates, self.cells)
         self.directory.register(self.agents, self.server)
         aggregates = self.aggregates if self.aggregates is not None else self.records.aggregates()
         self.records.begin_deferred()

@@ -239,7 +239,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
         return _fail("compute", f"--placement-url: {exc}")
     fleet = Fleet(nodes, aggregates, client=client, records=records,
                   directory=AgentDirectory(engine), config=config, server=server,
-                  services=services)
+                  services=services, cells=list(cloud.cells.values()) if cloud else None)
     for host in list(args.fail_host) + [h for h, _ in args.fail_first]:
         if host not in fleet.agents:
             return _fail("compute", f"--fail-host/--fail-first {host}: no such host here")

@@ -30,6 +30,7 @@ from sqlalchemy.engine import Engine
 from berth.errors import InputError
 from berth.model.aggregate import Aggregate
 from berth.model.compute import Instance, MetricItem, ServiceRecord
+from berth.model.request import CellMapping
 from berth.placement.db import create_tables
 from berth.placement.dbfaults import call_with_retry
 from berth.placement.store_raw import raw_pool
@@ -94,6 +95,19 @@ aggregates_changed = sa.Table(
     records_metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("seq", sa.BigInteger, nullable=False),
+)
+
+
+#: Nova's cell mappings, as a cloud file names them: a scheduler leaves the hosts of a
+#: disabled cell out unless the request names that cell (Nova's host manager reads the
+#: enabled cells only). Written with the aggregates, under their change number: a
+#: scheduler told the aggregates changed reads both again.
+cells = sa.Table(
+    "berth_cells",
+    records_metadata,
+    sa.Column("uuid", sa.String(36), primary_key=True),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("disabled", sa.Boolean, nullable=False),
 )
 
 
@@ -382,16 +396,31 @@ class ComputeRecordStore:
             return 0
         return self.publish_many([(uuid, report, heartbeat)])
 
-    def set_aggregates(self, aggregates: Iterable[Aggregate]) -> None:
-        """Replace every host aggregate."""
+    def set_aggregates(self, aggregates: Iterable[Aggregate],
+                       cell_mappings: Iterable[CellMapping] | None = None) -> None:
+        """Replace every host aggregate, and every cell mapping unless ``cell_mappings``
+        is None (the cells stored stay then)."""
         rows = [aggregate_to_row(a) for a in aggregates]
+        cell_rows = (None if cell_mappings is None else
+                     [{"uuid": c.uuid, "name": c.name, "disabled": bool(c.disabled)}
+                      for c in cell_mappings])
         with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
             seq = self._next_seq(conn)
             conn.execute(sa.delete(host_aggregates))
             if rows:
                 conn.execute(sa.insert(host_aggregates), [{**r, "seq": seq} for r in rows])
+            if cell_rows is not None:
+                conn.execute(sa.delete(cells))
+                if cell_rows:
+                    conn.execute(sa.insert(cells), cell_rows)
             conn.execute(sa.update(aggregates_changed).where(aggregates_changed.c.id == 1)
                          .values(seq=seq))
+
+    def disabled_cells(self) -> frozenset[str]:
+        """The uuids of the cells marked disabled."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(cells.c.uuid).where(cells.c.disabled)).all()
+        return frozenset(str(r.uuid) for r in rows)
 
     def aggregates(self) -> list[Aggregate]:
         """Every host aggregate, by id."""
@@ -572,6 +601,7 @@ class SnapshotFeed:
             changes = self.store.changes(self.seq)
             if changes.aggregates_changed:
                 self.snapshot.set_aggregates(self.store.aggregates())
+                self.snapshot.disabled_cells = self.store.disabled_cells()
             if changes.deleted:
                 self.uuid_rows.drop(self.snapshot, changes.deleted)
             for report in changes.reports:

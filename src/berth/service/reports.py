@@ -344,6 +344,7 @@ class BusFeed(SnapshotFeed):
                     self._beats[str(report.get("uuid") or report["host"])] = beat
             self.seq = changes.top
             self.snapshot.set_aggregates(self.store.aggregates())
+            self.snapshot.disabled_cells = self.store.disabled_cells()
             self._aggregates_stale = False
         return self.snapshot
 
@@ -370,6 +371,7 @@ class BusFeed(SnapshotFeed):
             if self._aggregates_stale:
                 self._aggregates_stale = False
                 self.snapshot.set_aggregates(self.store.aggregates())
+                self.snapshot.disabled_cells = self.store.disabled_cells()
             deleted = self._pending_deleted
             while deleted:
                 uuids, at = deleted.popleft()

@@ -124,7 +124,7 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
     from berth.moves import instance_from_cloud
 
     snap = cloud.snapshot
-    agents = stack.register_hosts(nodes, snap.aggregates)
+    agents = stack.register_hosts(nodes, snap.aggregates, cloud.cells.values())
     for group in cloud.server_groups.values():
         stack.groups.put(group)
     flavors_by_id = {f.id: f for f in cloud.flavors.values()}

@@ -22,6 +22,7 @@ import httpx
 from berth.claims import CANDIDATES_MICROVERSION
 from berth.config import SchedulerConfig
 from berth.model.aggregate import Aggregate
+from berth.model.request import CellMapping
 from berth.placement import amounts
 from berth.placement.amounts import ProviderAmounts
 from berth.placement.client import NotFoundError, PlacementClient
@@ -130,13 +131,15 @@ class Stack:
         return agent
 
     def register_hosts(
-        self, nodes: Iterable[ComputeNodeSpec], aggregates: Iterable[Aggregate] = ()
+        self, nodes: Iterable[ComputeNodeSpec], aggregates: Iterable[Aggregate] = (),
+        cells: Iterable[CellMapping] | None = None,
     ) -> list[ComputeAgent]:
-        """Store the aggregates, then register every node through its agent. A node
-        stored before (a restart with the same cloud) starts from what placement holds
-        of its provider, read for all of them at once, and writes only what differs."""
+        """Store the aggregates (and the cell mappings, unless None), then register
+        every node through its agent. A node stored before (a restart with the same
+        cloud) starts from what placement holds of its provider, read for all of them
+        at once, and writes only what differs."""
         aggs = list(aggregates)
-        self.records.set_aggregates(aggs)
+        self.records.set_aggregates(aggs, cells)
         agents = [self.agent(n) for n in nodes]
         self.records.preload([a.uuid for a in agents])  # each takes over its stored record
         try:
