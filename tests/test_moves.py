@@ -13,7 +13,7 @@ import pytest
 from berth.claims import InMemoryPlacement, requested_resources
 from berth.cli import main
 from berth.config import SchedulerConfig
-from berth.errors import InputError, MoveRefused
+from berth.errors import InputError, MoveRefused, NoValidHost
 from berth.model.request import CellMapping, Flavor, ImageMeta, InstanceGroup, RequestSpec
 from berth.moves import MoveRequest, MovingInstance, SourceHost, plan_move, schedule_move
 from berth.pipeline import Scheduler
@@ -144,6 +144,66 @@ def test_rebuild_forces_the_instance_node_and_a_new_image_only_is_scheduled() ->
     assert plan.spec.is_rebuild() and plan.spec.ignore_hosts is None
     assert (plan.claims, plan.schedule, plan.migration_type) == (False, True, None)
     assert _plan(MoveRequest("rebuild", image=ubuntu), _instance(image=ubuntu)).schedule is False
+
+
+def test_a_rebuild_with_another_image_keeps_to_the_instance_cell() -> None:
+    """Nova's conductor restricts a rebuild's request to the instance's cell (queried
+    even when disabled); the host and node are forced as before."""
+    plan = _plan(MoveRequest("rebuild", image=ImageMeta(id="img-2", name="arm")),
+                 _instance(image=ImageMeta(id="img-1", name="ubuntu")))
+    dest = plan.spec.requested_destination
+    assert dest is not None and dest.cell is not None and dest.cell.uuid == "cell-a"
+    assert (dest.host, dest.node) == (None, None)
+
+
+GOLD = ImageMeta(id="img-gold", name="gold", properties={"trait:CUSTOM_GOLD": "required"})
+
+
+@pytest.mark.parametrize(("held", "extra_specs", "message"), [
+    (frozenset(), {}, "Image traits cannot be satisfied by the current resource providers"),
+    (frozenset({"CUSTOM_GOLD"}), {"trait:CUSTOM_GOLD": "forbidden"},
+     "Image traits are part of forbidden traits in flavor"),
+    (frozenset({"CUSTOM_GOLD"}), {"trait1:CUSTOM_GOLD": "forbidden"},
+     "Image traits are part of forbidden traits in flavor"),
+], ids=["trait missing on the allocation providers", "trait forbidden by the flavor",
+        "trait forbidden in a numbered group"])
+def test_a_rebuild_image_s_required_traits_are_checked_before_scheduling(
+        held: frozenset[str], extra_specs: dict[str, str], message: str) -> None:
+    """Nova's _validate_image_traits_for_rebuild: NoValidHost, the image unchanged."""
+    flavor = Flavor(name="t", vcpus=1, memory_mb=512, root_gb=1, id=7, extra_specs=extra_specs)
+    instance = _instance(flavor=flavor, image=ImageMeta(id="img-1", name="ubuntu"))
+    with pytest.raises(NoValidHost, match=message):
+        plan_move(instance, MoveRequest("rebuild", image=GOLD),
+                  source=SourceHost(allocation_traits=held), nodes_of=lambda h: [])
+
+
+def test_a_rebuild_image_s_traits_held_by_the_allocation_providers_pass() -> None:
+    instance = _instance(image=ImageMeta(id="img-1", name="ubuntu"))
+    plan = plan_move(instance, MoveRequest("rebuild", image=GOLD),
+                     source=SourceHost(allocation_traits=frozenset({"CUSTOM_GOLD"})),
+                     nodes_of=lambda h: [])
+    assert plan.schedule and plan.spec.image is GOLD
+    # Without the allocation providers' traits, the node's own are the providers'.
+    plan_move(instance, MoveRequest("rebuild", image=GOLD),
+              source=SourceHost(traits=frozenset({"CUSTOM_GOLD"})), nodes_of=lambda h: [])
+
+
+@pytest.mark.parametrize(("flavor", "bfv", "message"), [
+    (Flavor(name="acc", vcpus=1, memory_mb=512, root_gb=1, id=8,
+            extra_specs={"accel:device_profile": "gpu"}), False,
+     "flavor: a resize to a flavor with accelerators"),
+    (Flavor(name="zero", vcpus=2, memory_mb=1024, root_gb=0, id=9), False,
+     "flavor: the server disk cannot be resized: a resize to a zero disk flavor"),
+    (Flavor(name="zero", vcpus=2, memory_mb=1024, root_gb=0, id=9), True, None),
+], ids=["accelerators", "zero disk, image-backed", "zero disk, volume-backed"])
+def test_resize_inputs_nova_s_api_refuses(flavor: Flavor, bfv: bool, message: str | None) -> None:
+    """Nova's API.resize: ForbiddenWithAccelerators (403), CannotResizeDisk (400)."""
+    request = MoveRequest("resize", flavor=flavor)
+    if message is None:
+        assert _plan(request, _instance(is_bfv=bfv)).spec.flavor is flavor
+        return
+    with pytest.raises(InputError, match=message):
+        _plan(request, _instance(is_bfv=bfv))
 
 
 @pytest.mark.parametrize("request_, message", [
@@ -350,3 +410,32 @@ def test_a_disabled_cell_of_the_cloud_file_is_left_out_as_nova_leaves_it_out(
     assert code == 0 and json.loads(out)["decision"]["instances"][0]["host"] == "h2"
     code, out, _ = run(capsys, "schedule", str(cloud), "--migrate", uuid, "--now", NOW, "--json")
     assert code == 0 and json.loads(out)["decision"]["instances"][0]["host"] == "h1"
+
+
+REBUILD_TRAITS_CLOUD = """
+flavors: [{name: small, id: 1, vcpus: 1, memory_mb: 1024, root_gb: 10}]
+images:
+  - {name: img0, id: 11111111-0000-4000-8000-000000000000}
+  - {name: img_t, id: 11111111-0000-4000-8000-000000000005,
+     properties: {"trait:CUSTOM_FOO": required}}
+hosts:
+  - {host: h0, vcpus: 8, memory_mb: 8192, local_gb: 100, traits: [TRAITS_OF_H0],
+     instances: [{uuid: 0b8f9c3e-0000-4000-8000-000000000001, flavor: small, image: img0}]}
+  - {host: h1, vcpus: 8, memory_mb: 8192, local_gb: 100, traits: [CUSTOM_FOO]}
+"""
+
+
+@pytest.mark.parametrize(("traits", "code"), [("CUSTOM_BAR", 4), ("CUSTOM_FOO", 0)])
+def test_schedule_rebuild_checks_the_image_traits_on_the_instance_providers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], traits: str, code: int) -> None:
+    cloud = tmp_path / "rebuild.yaml"
+    cloud.write_text(REBUILD_TRAITS_CLOUD.replace("TRAITS_OF_H0", traits))
+    got, out, _ = run(capsys, "schedule", str(cloud), "--rebuild",
+                      "0b8f9c3e-0000-4000-8000-000000000001", "--image", "img_t", "--now", NOW,
+                      "--json")
+    assert got == code
+    if code:
+        assert json.loads(out)["error"]["message"].startswith(
+            "No valid host was found. Image traits cannot be satisfied")
+    else:
+        assert json.loads(out)["decision"]["instances"][0]["host"] == "h0"

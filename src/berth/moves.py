@@ -53,7 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from berth.errors import InputError, MoveRefused
+from berth.errors import InputError, MoveRefused, NoValidHost
 from berth.model.request import CellMapping, Destination, Flavor, ImageMeta, RequestSpec
 from berth.pipeline import Decision
 
@@ -108,6 +108,10 @@ class SourceHost:
 
     traits: frozenset[str] = frozenset()
     up: bool = True
+    #: The traits of the providers holding the instance's allocations (a rebuild with
+    #: another image checks the image's required traits against them, as Nova's
+    #: conductor does); None: the node's ``traits``.
+    allocation_traits: frozenset[str] | None = None
 
 
 @dataclass
@@ -190,6 +194,16 @@ def plan_move(
     if op == RESIZE:
         if request.flavor is None:
             raise InputError("flavor: resize needs the new flavor", field="flavor")
+        # Nova's API: accelerators first (a 403 there), then a zero disk, then the
+        # same flavor.
+        if request.flavor.extra_specs.get("accel:device_profile"):
+            raise InputError("flavor: a resize to a flavor with accelerators "
+                             "(accel:device_profile) is not supported", field="flavor")
+        if (request.flavor.root_gb == 0 and instance.spec.flavor.root_gb != 0
+                and not instance.spec.is_bfv):
+            raise InputError("flavor: the server disk cannot be resized: a resize to a zero "
+                             "disk flavor is allowed for a volume-backed server only",
+                             field="flavor")
         if _same_flavor(request.flavor, instance.spec.flavor):
             raise InputError(f"flavor: the instance already has flavor {request.flavor.name!r}; "
                              "a resize must change the flavor", field="flavor")
@@ -199,6 +213,11 @@ def plan_move(
             raise InputError("image: rebuild needs an image", field="image")
         schedule = not _same_image(request.image, instance.spec.image)
         spec.image = request.image
+        if schedule:
+            _check_rebuild_traits(request.image, instance.spec.flavor, source)
+            if instance.cell_uuid:  # Nova's _restrict_request_spec_to_cell
+                spec.requested_destination = Destination(
+                    cell=CellMapping(uuid=instance.cell_uuid))
         # The instance's own node, forced: with the rebuild hint the filters still run,
         # and only those marked RUN_ON_REBUILD judge the new image (§1.1, §10.4).
         spec.force_hosts = [instance.host]
@@ -255,6 +274,29 @@ def plan_move(
         source_node=instance.nodename, migration_allocation=op in (MIGRATE, RESIZE, EVACUATE),
         claims=op != REBUILD, schedule=schedule, return_alternates=op in (MIGRATE, RESIZE),
         keeps_source=op == EVACUATE)
+
+
+def _check_rebuild_traits(image: ImageMeta, flavor: Flavor, source: SourceHost) -> None:
+    """Nova's conductor before it schedules a rebuild with another image
+    (``_validate_image_traits_for_rebuild``): the image's required traits must be none
+    the flavor forbids, and all on the providers holding the instance's allocations;
+    NoValidHost otherwise, with Nova's reasons."""
+    required = set(image.properties.get("traits_required") or [])
+    if not required:
+        return
+    forbidden = {key.split(":", 1)[1] for key, value in flavor.extra_specs.items()
+                 if key.startswith("trait") and ":" in key and value == "forbidden"}
+    if required & forbidden:
+        raise NoValidHost(
+            "Image traits are part of forbidden traits in flavor associated with the "
+            "server. Either specify a different image during rebuild or create a new "
+            "server with the specified image and a compatible flavor.", cause="hosts")
+    held = source.allocation_traits if source.allocation_traits is not None else source.traits
+    if required - held:
+        raise NoValidHost(
+            "Image traits cannot be satisfied by the current resource providers. Either "
+            "specify a different image during rebuild or create a new server with the "
+            "specified image.", cause="hosts")
 
 
 def _same_flavor(a: Flavor, b: Flavor) -> bool:

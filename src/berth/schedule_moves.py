@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from berth.errors import InputError, SchedulingError, exit_code_for
+from berth.errors import InputError, NoValidHost, SchedulingError, exit_code_for
 from berth.moves import (
     OPERATIONS,
     MoveRequest,
@@ -88,12 +88,20 @@ def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
 
         provider = snapshot.obj("uuid")[row]
         traits = stack.client.get_provider_traits(provider)[1] if provider else []
-        plan = plan_move(instance, request,
-                         source=SourceHost(traits=frozenset(traits),
-                                           up=service_is_up(snapshot, row, now, config)),
-                         nodes_of=nodes_of,
-                         allow_resize_to_same_host=config.allow_resize_to_same_host,
-                         config=config)
+        held: frozenset[str] | None = None
+        if op == "rebuild":  # the traits of the providers holding the instance's allocations
+            held = frozenset(trait for rp in stack.client.get_allocations(uuid).allocations
+                             for trait in stack.client.get_provider_traits(rp)[1])
+        try:
+            plan = plan_move(instance, request,
+                             source=SourceHost(traits=frozenset(traits),
+                                               up=service_is_up(snapshot, row, now, config),
+                                               allocation_traits=held),
+                             nodes_of=nodes_of,
+                             allow_resize_to_same_host=config.allow_resize_to_same_host,
+                             config=config)
+        except NoValidHost as exc:  # a rebuild's image traits, refused before scheduling
+            return _print_refusal(args, exc)
         source = {"host": instance.host, "nodename": instance.nodename}
         if not plan.schedule:
             answer = {"operation": op, "instance_uuid": uuid, "scheduled": False,

@@ -621,8 +621,13 @@ class MoveService:
                                   cell_uuid=snapshot.interned_value("cell_uuid", row))
         provider = snapshot.obj("uuid")[row]
         traits = frozenset(self.traits_of(provider)) if self.traits_of and provider else frozenset()
+        held: frozenset[str] | None = None
+        if request.operation == REBUILD and self.traits_of is not None:
+            held = frozenset(trait for rp in self.claims.allocations_of(record.uuid)
+                             for trait in self.traits_of(rp))
         source = SourceHost(traits=traits, up=service_is_up(
-            snapshot, row, self.scheduler.clock(), self.scheduler.config))
+            snapshot, row, self.scheduler.clock(), self.scheduler.config),
+            allocation_traits=held)
         hosts = snapshot.obj("host")
         nodes = snapshot.obj("nodename")
 
