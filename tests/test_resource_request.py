@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from typing import Any
 
@@ -413,16 +414,47 @@ def test_the_query_and_the_guest_numa_topology_pin_the_same_vcpus(
     ("amd-sev-snp", "HW_CPU_X86_AMD_SEV_SNP"), ("intel-tdx", "HW_CPU_X86_INTEL_TDX"),
 ])
 def test_every_memory_encryption_model_of_nova_34_requires_its_trait(model: str, trait: str) -> None:
-    """Nova 34's four models (``MemEncryptionModel``), from the flavor and the image."""
+    """Nova 34's four models (``MemEncryptionModel``), from the flavor and the image, on
+    an image each model can boot (UEFI; stateless firmware; no video device for TDX)."""
+    bootable = {"hw_firmware_type": "uefi", "hw_firmware_stateless": True,
+                "hw_video_model": "none"}
     by_flavor = from_request_spec(_spec(extra_specs={
-        "hw:mem_encryption": "true", "hw:mem_encryption_model": model})).groups[""]
+        "hw:mem_encryption": "true", "hw:mem_encryption_model": model},
+        image=bootable)).groups[""]
     by_image = from_request_spec(_spec(image={
-        "hw_mem_encryption": True, "hw_mem_encryption_model": model,
-        "hw_firmware_type": "uefi", "hw_firmware_stateless": True})).groups[""]
+        "hw_mem_encryption": True, "hw_mem_encryption_model": model, **bootable})).groups[""]
     for group in (by_flavor, by_image):
         assert trait in group.required_traits
         assert group.resources["MEM_ENCRYPTION_CONTEXT"] == 1
 
+
+
+@pytest.mark.parametrize(("extra_specs", "image", "message"), [
+    ({"hw:mem_encryption": "true"}, {}, "image property hw_firmware_type: memory encryption "
+     "is requested by hw:mem_encryption extra spec in f flavor: the image must set 'uefi'"),
+    ({}, {"hw_mem_encryption": True, "hw_firmware_type": "bios"},
+     "hw_firmware_type: memory encryption is requested by hw_mem_encryption property of image"),
+    ({"hw:mem_encryption": "false"}, {"hw_mem_encryption": True, "hw_firmware_type": "uefi"},
+     "hw_mem_encryption: the flavor's hw:mem_encryption is 'false'; the flavor and the image "
+     "conflict"),
+    ({"hw:mem_encryption": "true"}, {"hw_firmware_type": "uefi", "hw_machine_type": "pc"},
+     "hw_machine_type: q35 type is required for amd-sev to work"),
+    ({"hw:mem_encryption": "true", "hw:mem_encryption_model": "amd-sev-snp"},
+     {"hw_firmware_type": "uefi"}, "hw_firmware_stateless: the amd-sev-snp memory encryption "
+     "model requires stateless firmware"),
+    ({"hw:mem_encryption": "true", "hw:mem_encryption_model": "intel-tdx"},
+     {"hw_firmware_type": "uefi", "hw_firmware_stateless": True},
+     "hw_video_model: the intel-tdx memory encryption model is incompatible with an attached "
+     "video device"),
+], ids=["flavor asks, no UEFI image", "image asks, BIOS", "flavor says no, image yes",
+        "machine type not q35", "SNP without stateless firmware", "TDX with video"])
+def test_memory_encryption_refuses_what_nova_refuses(
+        extra_specs: dict[str, str], image: dict[str, Any], message: str) -> None:
+    """Nova's get_mem_encryption_constraint (its API refuses the boot; its scheduler's
+    ResourceRequest raises): FlavorImageConflict, InvalidMachineType,
+    StatelessFirmwareRequired, InvalidVideoMode. Berth asked placement for the context."""
+    with pytest.raises(ImagePropertyError, match=re.escape(message)):
+        from_request_spec(_spec(extra_specs=extra_specs, image=image))
 
 
 def test_flavor_and_image_resolve_as_nova_34_does() -> None:

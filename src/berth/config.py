@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from oslo_config import cfg
+from oslo_config import types as cfg_types
 
 from berth.errors import ConfigError, one_line
 
@@ -147,7 +148,8 @@ FILTER_SCHEDULER_OPTS: list[cfg.Opt] = [
                help="AggregateImagePropertiesIsolation: namespace separator "
                     "(deprecated in 33.0.0)."),
     cfg.BoolOpt("pci_in_placement", default=False,
-                help="Send PCI request groups to placement."),
+                help="Send PCI request groups to placement (Berth: True is refused; see "
+                     "docs/architecture.md, deviations)."),
     # Berth's own lever between the weighers and the pre-Grizzly least-cost functions.
     cfg.StrOpt("weighing_strategy", default="weighers", choices=("weighers", "least_cost"),
                help="Berth: rank hosts with weight_classes (Nova) or with the legacy "
@@ -190,7 +192,9 @@ DEFAULT_OPTS: list[cfg.Opt] = [
                help="Memory kept for the host."),
     cfg.IntOpt("reserved_host_disk_mb", default=0, min=0, help="Disk kept for the host."),
     cfg.IntOpt("reserved_host_cpus", default=0, min=0, help="CPUs kept for the host."),
-    cfg.ListOpt("reserved_huge_pages", help="Per-NUMA-node reserved huge pages."),
+    cfg.MultiOpt("reserved_huge_pages", item_type=cfg_types.Dict(),
+                 help="Per-NUMA-node reserved huge pages: one line per node, "
+                      "node:0,size:2048,count:64 (read by nothing here)."),
     cfg.BoolOpt("allow_resize_to_same_host", default=False,
                 help="A resize may keep the instance on its host (the host then holds the "
                      "old and the new flavor until the resize is confirmed)."),
@@ -223,8 +227,8 @@ WORKAROUNDS_OPTS: list[cfg.Opt] = [
 COMPUTE_OPTS: list[cfg.Opt] = [
     cfg.BoolOpt("packing_host_numa_cells_allocation_strategy", default=False,
                 help="Pack instances onto the fullest NUMA cells first."),
-    cfg.IntOpt("consecutive_build_service_disable_threshold", default=10, min=0,
-               help="Non-zero makes computes report failed_builds."),
+    cfg.IntOpt("consecutive_build_service_disable_threshold", default=10,
+               help="Non-zero makes computes report failed_builds (Nova sets no bound)."),
 ]
 
 PCI_OPTS: list[cfg.Opt] = [
@@ -438,6 +442,12 @@ class SchedulerConfig:
                         raise ConfigError(f"[{group}] {name} = {value!r}: {exc}") from exc
             values = _read_all(conf)
             _imply_least_cost(conf, values)
+            if values["filter_scheduler"]["pci_in_placement"]:
+                raise ConfigError(
+                    "[filter_scheduler] pci_in_placement = True: not supported; Berth sends "
+                    "no PCI request groups to placement and matches PCI devices from the "
+                    "hosts' pci_stats only (PciPassthroughFilter, NUMATopologyFilter), as "
+                    "Nova does with it False; leave it False")
         finally:
             for path in temp_files:
                 os.unlink(path)
@@ -479,7 +489,7 @@ def _read_all(conf: cfg.ConfigOpts) -> dict[str, dict[str, Any]]:
                 value = getattr(target, name)
             except (cfg.Error, ValueError) as exc:
                 # A bad value, or a $reference to an option that does not exist.
-                raise ConfigError(f"[{group}] {name}: {exc}") from None
+                raise ConfigError(f"[{group}] {name}: {_oslo_problem(exc)}") from None
             if value is None and defaults.get(name) is not None:
                 # oslo.config reads "name =" as None for a number; nothing takes None.
                 raise ConfigError(f"[{group}] {name}: empty value; give one, or leave the "
@@ -519,6 +529,21 @@ def _imply_least_cost(conf: cfg.ConfigOpts, values: dict[str, dict[str, Any]]) -
     LOG.warning("[DEFAULT] least_cost_functions is set: hosts are ranked by least cost "
                 "(cost = sum of weight x function, lowest wins) instead of by weight_classes; "
                 "set [filter_scheduler] weighing_strategy = weighers to keep the weighers")
+
+
+_OSLO_NOT_VALID = re.compile(
+    r"^Value for option \S+ from LocationInfo\(.*?detail='(?P<file>[^']*)'\) is not valid: ")
+
+
+def _oslo_problem(exc: Exception) -> str:
+    """oslo.config's complaint about a value, without its LocationInfo repr: "in FILE:
+    REASON" for a value read from a file."""
+    text = str(exc)
+    found = _OSLO_NOT_VALID.match(text)
+    if found is None:
+        return text
+    where = f"in {found['file']}: " if found["file"] else ""
+    return where + text[found.end():]
 
 
 def _register_cost_function_weights(conf: cfg.ConfigOpts) -> None:

@@ -147,7 +147,9 @@ def load_filters(config: SchedulerConfig) -> list[BaseHostFilter]:
 
 
 def weigher_classes(config: SchedulerConfig) -> list[type[BaseHostWeigher]]:
-    """The weigher classes ``weight_classes`` names, in order, without duplicates."""
+    """The weigher classes ``weight_classes`` names, in order. A class named twice
+    weighs twice, as in Nova (its loader keeps every entry, and its host manager makes a
+    weigher of each)."""
     option = "[filter_scheduler] weight_classes"
     plugins = entry_point_classes("berth.weighers", BaseHostWeigher)
     classes: list[type[BaseHostWeigher]] = []
@@ -168,9 +170,7 @@ def weigher_classes(config: SchedulerConfig) -> list[type[BaseHostWeigher]]:
         else:
             known = sorted(set(BUILTIN_WEIGHERS) | set(plugins) | ALL_WEIGHERS_NAMES)
             raise PluginNotFound(f"{option}: weigher {path!r} is not known; known weighers: {', '.join(known)}")
-        for cls in found:
-            if cls not in classes:
-                classes.append(cls)
+        classes.extend(found)
     return classes
 
 

@@ -325,6 +325,47 @@ _MEM_ENC_MODEL = {"amd-sev": "HW_CPU_X86_AMD_SEV", "amd-sev-es": "HW_CPU_X86_AMD
                   "amd-sev-snp": "HW_CPU_X86_AMD_SEV_SNP", "intel-tdx": "HW_CPU_X86_INTEL_TDX"}
 
 
+#: Memory encryption models that need stateless firmware (Nova's needs_stateless_firmware).
+_STATELESS_MEM_ENC = ("amd-sev-snp", "intel-tdx")
+
+
+def _mem_encryption(spec: RequestSpec) -> str | None:
+    """Nova's ``get_mem_encryption_constraint`` as its API and its ResourceRequest call
+    it: the memory encryption model when the flavor or the image asks for encryption
+    (None otherwise), after the checks Nova makes, each refused as Nova refuses it: the
+    two asking for different things, an image not booting UEFI, a machine type that is
+    not q35, a model needing stateless firmware without it, TDX with a video device."""
+    flavor_text = spec.flavor.extra_specs.get("hw:mem_encryption")
+    props = spec.image.properties if spec.image is not None else None
+    image_value = props.get("hw_mem_encryption") if props is not None else None
+    flavor_value = None if flavor_text is None else _truthy(flavor_text)
+    if not flavor_value and not image_value:
+        return None
+    if flavor_value is not None and image_value is not None and flavor_value != bool(image_value):
+        _refuse(image_value, "hw_mem_encryption", f"the flavor's hw:mem_encryption is "
+                f"{flavor_text!r}; the flavor and the image conflict")
+    model = str(unique_flavor_image_value(spec, "mem_encryption_model")[0] or "amd-sev")
+    requesters = ([f"hw:mem_encryption extra spec in {spec.flavor.name} flavor"]
+                  if flavor_value else [])
+    if image_value:
+        image_id = spec.image.id if spec.image is not None and spec.image.id else "<no-id>"
+        requesters.append(f"hw_mem_encryption property of image {image_id}")
+    get = props.get if props is not None else (lambda _key, _default=None: None)
+    if get("hw_firmware_type") != "uefi":
+        _refuse(get("hw_firmware_type"), "hw_firmware_type", "memory encryption is "
+                f"requested by {' and '.join(requesters)}: the image must set 'uefi'")
+    machine = get("hw_machine_type")
+    if machine is not None and "q35" not in str(machine):
+        _refuse(machine, "hw_machine_type", f"q35 type is required for {model} to work")
+    if model in _STATELESS_MEM_ENC and not get("hw_firmware_stateless"):
+        _refuse(get("hw_firmware_stateless"), "hw_firmware_stateless", f"the {model} memory "
+                "encryption model requires stateless firmware (True)")
+    if model == "intel-tdx" and get("hw_video_model") != "none":
+        _refuse(get("hw_video_model"), "hw_video_model", "the intel-tdx memory encryption "
+                "model is incompatible with an attached video device: set it to 'none'")
+    return model
+
+
 def unique_flavor_image_value(spec: RequestSpec, key: str, prefix: str = "hw") -> tuple[Any, str]:
     """Nova's ``_get_unique_flavor_image_meta``: the flavor's ``{prefix}:{key}`` or the
     image's ``{prefix}_{key}``, and which of the two names it came from. Both set and
@@ -364,11 +405,10 @@ def _translate_other(req: ResourceRequest, spec: RequestSpec) -> None:
     The flavor and the image may each set a value, as in Nova; where Nova refuses two
     different ones (and values it does not know), so does Berth."""
     group = req.unsuffixed
-    mem_enc = _spec_value(spec, "hw:mem_encryption", "hw_mem_encryption")
-    if mem_enc is not None and _truthy(mem_enc):
+    model = _mem_encryption(spec)
+    if model is not None:
         group.resources["MEM_ENCRYPTION_CONTEXT"] = 1
-        model = unique_flavor_image_value(spec, "mem_encryption_model")[0] or "amd-sev"
-        trait = _MEM_ENC_MODEL.get(str(model))
+        trait = _MEM_ENC_MODEL.get(model)
         if trait:
             group.required_traits.add(trait)
     version, where = unique_flavor_image_value(spec, "tpm_version")

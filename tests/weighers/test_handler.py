@@ -82,6 +82,27 @@ def test_weighers_sum_in_order():
     assert weights_of([RAMWeigher(), DiskWeigher()], snap, spec()) == [1.5, 1.5]
 
 
+def test_a_weigher_named_twice_weighs_twice_as_in_nova():
+    """Nova's loader keeps every entry of weight_classes and its host manager makes a
+    weigher of each; Berth dropped the repeat and picked the other host."""
+    conf = config(filter_scheduler={
+        "weight_classes": ["nova.scheduler.weights.ram.RAMWeigher",
+                           "nova.scheduler.weights.cpu.CPUWeigher",
+                           "nova.scheduler.weights.ram.RAMWeigher"],
+        "cpu_weight_multiplier": 6.0})
+    weighers = plugins.load_weighers(conf)
+    assert [type(w).__name__ for w in weighers] == ["RAMWeigher", "CPUWeigher", "RAMWeigher"]
+    snap = cloud(host("h0", free_ram_mb=2048, vcpus_total=8, vcpus_used=4),
+                 host("h1", free_ram_mb=1024, vcpus_total=8, vcpus_used=0))
+    # RAM h0 1.0, h1 0.5, twice; CPU h0 6 x 0.875, h1 6 x 1.0. Once, RAM would leave
+    # h0 6.25 and h1 6.5: the other host.
+    h0, h1 = weights_of(weighers, snap, spec())
+    assert (h0, h1) == (pytest.approx(7.25), pytest.approx(7.0))
+    decision = Scheduler(conf, filters=[]).select_destinations(
+        spec(), snap, now=NOW, rng=random.Random(0))
+    assert decision.hosts == [("h0", "h0")]
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_every_built_in_weigher_agrees_on_both_paths_and_with_the_reference_loop(data):
