@@ -26,7 +26,8 @@ NUMA = {"cells": [{"id": 0, "cpuset": [0, 1, 2, 3], "memory": 16384},
                   {"id": 1, "cpuset": [4, 5, 6, 7], "memory": 16384}]}
 
 SOURCE: dict[str, Any] = {
-    "cells": [{"name": "cell1"}, {"name": "cell2"}],
+    # cell3, disabled and empty, is known only from the server's cell mappings.
+    "cells": [{"name": "cell1"}, {"name": "cell2"}, {"name": "cell3", "disabled": True}],
     "host_defaults": {"hypervisor_type": "QEMU", "hypervisor_version": 8002000,
                       "supported_instances": [["x86_64", "kvm", "hvm"]],
                       "cpu_info": {"arch": "x86_64", "features": ["avx2"]}},

@@ -103,8 +103,29 @@ def read_berth(api: BerthAPI) -> CloudState:
                 flavor=_flavor_of(inst.get("instance_type_id"), flavors,
                                   allocations.get(inst["uuid"], {})),
                 image=image, project_id=inst.get("project_id")))
-    state.cells = [{"name": c, "uuid": c} for c in cells]
+    state.cells = _cells(api, cells)
+    names = {c["uuid"]: c["name"] for c in state.cells}
+    for node in state.nodes:
+        if "cell" in node.fields:
+            node.fields["cell"] = names.get(node.fields["cell"], node.fields["cell"])
     return state
+
+
+def _cells(api: Any, seen: list[str]) -> list[dict[str, Any]]:
+    """The server's cell mappings (``GET /cells``: names and disabled flags), then any
+    cell a host names that has none, under its uuid. A server older than the route
+    answers 404: every cell then goes under its uuid."""
+    try:
+        known = _list(api.get("/cells"), "cells", api.url)
+    except CloudSourceError as exc:
+        if exc.details.get("status") != 404:
+            raise
+        known = []
+    out = [{"name": c["name"], "uuid": c["uuid"], **({"disabled": True} if c.get("disabled") else {})}
+           for c in known]
+    named = {c["uuid"] for c in out}
+    out += [{"name": c, "uuid": c} for c in seen if c not in named]
+    return out
 
 
 def _list(body: Any, key: str, url: str) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ Routes (JSON in, JSON out)::
                         NUMA, PCI, metrics, instances, service row) plus ``reporting``
                         (its heartbeat is fresh)
     GET  /aggregates    the host aggregates: id, uuid, name, hosts, metadata
+    GET  /cells         the cell mappings the cloud file named: uuid, name, disabled
     GET  /flavors       the flavors the server knows (``POST /boot``'s ``flavor`` names)
     GET  /images        the images it knows: id, name, disk_format, properties as given
     GET  /server-groups the server groups: uuid, name, policy, rules, members, project
@@ -165,7 +166,7 @@ VIEW_ROUTES = frozenset({"/ui", "/decisions", "/what-if", "/capacity"})
 #: The methods each route answers: another is a 405 with this ``Allow`` header.
 ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "/boot": ("POST",), "/hosts": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",),
-    "/compute-nodes": ("GET",), "/aggregates": ("GET",), "/flavors": ("GET",),
+    "/compute-nodes": ("GET",), "/aggregates": ("GET",), "/cells": ("GET",), "/flavors": ("GET",),
     "/images": ("GET",), "/server-groups": ("GET", "POST"), "/ui": ("GET",),
     "/decisions": ("GET",), "/decisions/{id}": ("GET",), "/what-if": ("POST",),
     "/capacity": ("GET", "POST"),
@@ -192,7 +193,7 @@ def allowed_methods(path: str) -> tuple[str, ...] | None:
     methods = ROUTE_METHODS.get(template)
     return (*methods, "HEAD") if methods is not None and "GET" in methods else methods
 #: The rule guarding each read-only state route.
-STATE_RULES = {"/compute-nodes": HOSTS, "/aggregates": HOSTS, "/flavors": CATALOG,
+STATE_RULES = {"/compute-nodes": HOSTS, "/aggregates": HOSTS, "/cells": HOSTS, "/flavors": CATALOG,
                "/images": CATALOG, "/server-groups": SERVER_GROUPS}
 
 
@@ -280,6 +281,7 @@ class SchedulerApp(ViewRoutes):
 
     #: The read-only state routes and the method answering each.
     STATE_ROUTES = {"/compute-nodes": "compute_nodes", "/aggregates": "aggregates",
+                    "/cells": "cell_list",
                     "/flavors": "flavor_list", "/images": "image_list",
                     "/server-groups": "server_groups"}
 
@@ -516,6 +518,13 @@ class SchedulerApp(ViewRoutes):
         return {"aggregates": [{"id": a.id, "uuid": a.uuid, "name": a.name,
                                 "hosts": list(a.hosts), "metadata": dict(a.metadata)}
                                for a in sorted(snap.aggregates, key=lambda a: a.id)]}
+
+    def cell_list(self) -> dict[str, Any]:
+        """The cell mappings stored with the aggregates (a cloud file's ``cells``):
+        the scheduler leaves a disabled cell's hosts out unless a request keeps to it."""
+        store = self._local_service("/cells").feed.store
+        return {"cells": [{"uuid": c.uuid, "name": c.name, "disabled": c.disabled}
+                          for c in store.cell_mappings()]}
 
     def flavor_list(self) -> dict[str, Any]:
         """The flavors ``POST /boot`` accepts by name (the cloud file's and the defaults)."""

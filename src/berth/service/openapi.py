@@ -123,6 +123,7 @@ def document() -> dict[str, Any]:
                                   "responses": {"200": {"description": "OpenAPI 3.1"}}}},
         "/compute-nodes": _get("Every stored compute-node report", 404, 503),
         "/aggregates": _get("The host aggregates", 404, 503),
+        "/cells": _get("The cell mappings (uuid, name, disabled)", 404, 503),
         "/flavors": _get("The flavors the server knows", 404, 503),
         "/images": _get("The images the server knows", 404, 503),
         "/server-groups": {**_get("The server groups", 404, 503), "post": {

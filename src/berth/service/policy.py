@@ -5,7 +5,8 @@ overridable by name in a policy file like Placement's).
 rule                           default (legacy fallback: ``rule:admin_api``)
 =============================  ==========================================================
 berth:boot:create              admin or service, or a member of the project booted for
-berth:hosts:list               admin or service (GET /hosts, /compute-nodes, /aggregates)
+berth:hosts:list               admin or service (GET /hosts, /compute-nodes, /aggregates,
+                               /cells)
 berth:server_groups:list       admin or service (every project's groups)
 berth:catalog:list             any authenticated caller (GET /flavors, /images)
 berth:servers:list             admin or service (every project's instances)
@@ -76,6 +77,7 @@ def scheduler_rules() -> list[oslo_policy.RuleDefault]:
              deprecated=LEGACY),
         rule(HOSTS, ADMIN_OR_SERVICE, "List compute hosts, their reports and aggregates.",
              [("GET", "/hosts"), ("GET", "/compute-nodes"), ("GET", "/aggregates"),
+              ("GET", "/cells"),
               ("GET", "/decisions"), ("GET", "/capacity"), ("POST", "/capacity")],
              deprecated=LEGACY),
         rule(SERVER_GROUPS, ADMIN_OR_SERVICE, "List every project's server groups.",

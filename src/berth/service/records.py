@@ -416,6 +416,13 @@ class ComputeRecordStore:
             conn.execute(sa.update(aggregates_changed).where(aggregates_changed.c.id == 1)
                          .values(seq=seq))
 
+    def cell_mappings(self) -> list[CellMapping]:
+        """Every stored cell mapping, by name."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(cells).order_by(cells.c.name, cells.c.uuid)).all()
+        return [CellMapping(uuid=str(r.uuid), name=str(r.name), disabled=bool(r.disabled))
+                for r in rows]
+
     def disabled_cells(self) -> frozenset[str]:
         """The uuids of the cells marked disabled."""
         with self.engine.connect() as conn:
