@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from berth.model.compute import Instance
 from berth.nova import hoststate as hs
 
 from .novadb import CELL1, CELL2, NOW, mariadb_up, numa_primitive, pci_primitive, seed
@@ -127,6 +128,67 @@ def test_casts_make_the_next_request_read_at_once(feed: Any) -> None:
     snap = nova.refresh()
     assert list(snap.obj("instances")[snap.row_of("a1", "a1.node")]) == []
     assert np.isfinite(snap.num("vcpus_total")).all()
+
+
+def _on(snap: Any, host: str) -> list[str]:
+    return sorted(snap.obj("instances")[snap.row_of(host, f"{host}.node")])
+
+
+def _move(env: Any, uuid: str, host: str) -> None:
+    later = NOW + dt.timedelta(seconds=30)
+    with env["cells"][CELL1].begin() as conn:
+        conn.execute(sa.update(hs.instances).where(hs.instances.c.uuid == uuid).values(
+            host=host, updated_at=later))
+    env["clock"][0] += 30
+
+
+def test_a_host_s_instances_are_novas_tracked_ones_once_its_compute_casts(feed: Any) -> None:
+    """Nova's host manager: after a compute's update_instance_info its host's instances
+    are the ones the casts gave, until a sync finds them out of step. A live migration's
+    source casts the instance to itself, so Nova keeps it there (and refuses the host to
+    an anti-affinity member) until the source's next sync; Berth read the database and
+    placed the member there (found against a real Nova)."""
+    nova, env = feed
+    assert _on(nova.refresh(), "a1") == ["i-1"]
+    nova.instances_changed("a1", [Instance("i-1", 1, "p")])  # the build's update
+    _move(env, "i-1", "a3")  # live migrated to a3
+    nova.instances_changed("a1", [Instance("i-1", 1, "p")])  # _post_live_migration
+    nova.instances_changed("a3", [Instance("i-1", 1, "p")])  # at the destination
+    snap = nova.refresh()
+    assert _on(snap, "a1") == ["i-1"] and "i-1" in _on(snap, "a3")
+    nova.instances_synced("a1", [])  # the source's periodic sync: out of step
+    snap = nova.refresh()
+    assert _on(snap, "a1") == [] and "i-1" in _on(snap, "a3")
+
+
+def test_a_resized_instance_stays_on_its_source_until_the_resize_is_confirmed(
+        feed: Any) -> None:
+    """It may come back there on a revert: Nova's view keeps it on the source until the
+    confirm's delete_instance_info (a group member booted meanwhile is refused there)."""
+    nova, env = feed
+    nova.refresh()
+    nova.instances_changed("a1", [Instance("i-1", 1, "p")])
+    _move(env, "i-1", "a3")  # finish_resize on a3: VERIFY_RESIZE
+    nova.instances_changed("a3", [Instance("i-1", 1, "p")])
+    snap = nova.refresh()
+    assert _on(snap, "a1") == ["i-1"]
+    nova.instance_deleted("a1", "i-1")  # confirm_resize on the source
+    assert _on(nova.refresh(), "a1") == []
+
+
+def test_a_host_whose_compute_never_cast_is_read_from_the_database(feed: Any) -> None:
+    """Before any cast (and after a sync out of step, or a single-instance update from
+    a host the scheduler had no entry for) the database stands for the host."""
+    nova, env = feed
+    nova.refresh()
+    _move(env, "i-1", "a3")
+    snap = nova.refresh()
+    assert _on(snap, "a1") == [] and "i-1" in _on(snap, "a3")
+    nova.instances_changed("a2", [Instance("i-9")])  # no entry for a2: read again
+    assert nova.tracked["a2"].updated is False
+    nova.instances_changed("a2", [Instance("i-9")])  # now it has one: tracked
+    snap = nova.refresh()
+    assert _on(snap, "a2") == ["i-9"]
 
 
 def test_a_template_needs_the_main_connection(tmp_path: Path) -> None:

@@ -51,8 +51,9 @@ class Sink:
     def aggregate_deleted(self, aggregate: Any) -> None:
         self.calls.append(("deleted", aggregate))
 
-    def instances_changed(self, host: str, uuids: list[str]) -> None:
-        self.calls.append(("instances", (host, uuids)))
+    def instances_changed(self, host: str, instances: Any) -> None:
+        self.calls.append(("instances", (host, [(i.uuid, i.instance_type_id, i.project_id)
+                                                for i in instances])))
 
     def instance_deleted(self, host: str, uuid: str) -> None:
         self.calls.append(("instance_deleted", (host, uuid)))
@@ -194,4 +195,5 @@ def test_casts_reach_the_host_state_feed(wired: dict[str, Any]) -> None:
     assert agg.name == "fast" and agg.hosts == ("c1",) and agg.metadata == {
         "availability_zone": "az9"}
     assert wired["sink"].calls[4][1] == ("c2", ["u-2", "u-3"])
+    assert wired["sink"].calls[2][1] == ("c2", [("u-1", None, None)])
     test_without_return_objects_the_answer_is_the_legacy_dicts(wired)

@@ -21,7 +21,15 @@ does so at most every ``min_interval`` seconds: compute nodes, services and inst
 ``updated_at``, ``deleted_at`` and ``created_at``.
 
 The scheduler casts make a refresh read its rows at once: a changed aggregate (fanout
-``update_aggregates`` / ``delete_aggregate``), and instance info. Nova's column values
+``update_aggregates`` / ``delete_aggregate``), and instance info.
+
+The instances a host state holds are Nova's host manager's, not the database's
+(:class:`TrackedInstances`): once a compute has sent ``update_instance_info`` (or a
+``delete_instance_info``, or a ``sync_instance_info`` that matched), its instances are
+the ones those casts gave, until a sync finds them out of step; before that, and after,
+the database's. Nova's view lags on purpose: a resized instance stays on its source
+until the resize is confirmed (it may come back on a revert), and a live-migrated one
+until the source's next sync. Nova's column values
 that are object primitives are converted: ``numa_topology`` (NUMATopology) and
 ``pci_stats`` (PciDevicePoolList).
 """
@@ -381,6 +389,16 @@ def cell_engine(url: str) -> Any:
     return sa.create_engine(url, pool_pre_ping=True, connect_args=args)
 
 
+@dataclass
+class TrackedInstances:
+    """One host's entry in Nova's ``HostManager._instance_info``: the instances the
+    compute's casts left there, and whether they stand for the host (``updated``; when
+    not, the database's instances do)."""
+
+    instances: dict[str, Instance]
+    updated: bool = False
+
+
 class NovaFeed:
     """The scheduler's feed over Nova's databases (see the module's docstring)."""
 
@@ -406,6 +424,10 @@ class NovaFeed:
         self._aggregates_stale = True
         self._dirty = True
         self._reset = False
+        #: Nova's ``_instance_info``, by host (see :class:`TrackedInstances`); filled
+        #: from the database at the first refresh, as Nova's ``_init_instance_info``.
+        self.tracked: dict[str, TrackedInstances] = {}
+        self._tracking_started = False
 
     # ---------------------------------------------------------------- cells
     def discover_hosts(self) -> list[str]:
@@ -497,24 +519,95 @@ class NovaFeed:
         self._aggregates_stale = True
         self._dirty = True
 
-    def instances_changed(self, host: str, instance_uuids: list[str]) -> None:
-        """``update_instance_info``: the next request reads the changed instances."""
+    def instances_changed(self, host: str, instances: Sequence[Instance]) -> None:
+        """``update_instance_info`` (Nova's ``HostManager.update_instance_info``): the
+        instances join the host's tracked ones, which then stand for the host; a host
+        without an entry takes a list of several as its whole list, and is read from the
+        database for one. The snapshot changes at the next refresh."""
+        with self._lock:
+            entry = self.tracked.get(host)
+            if entry is not None:
+                for instance in instances:
+                    entry.instances[instance.uuid] = self._complete(instance)
+                entry.updated = True
+            elif len(instances) > 1:
+                self.tracked[host] = TrackedInstances(
+                    {i.uuid: self._complete(i) for i in instances}, updated=True)
+            else:
+                self._recreate(host)
+            self._touch(host)
         self._dirty = True
 
     def instance_deleted(self, host: str, instance_uuid: str) -> None:
-        """``delete_instance_info``: the instance leaves its host at the next request
-        (the snapshot changes only inside :meth:`refresh`, under the scheduler's lock)."""
+        """``delete_instance_info``: the instance leaves its host's tracked ones (and
+        the database's view, where it is gone too) at the next request (the snapshot
+        changes only inside :meth:`refresh`, under the scheduler's lock)."""
         with self._lock:
             for cell in self.cells.values():
                 if cell.where.get(instance_uuid) == host:
                     cell.instances[host].pop(instance_uuid, None)
                     del cell.where[instance_uuid]
-                    cell.pending.add(host)
+            entry = self.tracked.get(host)
+            if entry is not None:
+                entry.instances.pop(instance_uuid, None)
+                entry.updated = True
+            else:
+                self._recreate(host)
+            self._touch(host)
         self._dirty = True
 
     def instances_synced(self, host: str, instance_uuids: list[str]) -> None:
-        """``sync_instance_info``: read the host's instances again."""
+        """``sync_instance_info``: tracked instances that match the compute's list
+        stand for the host; a mismatch has them read from the database again."""
+        with self._lock:
+            entry = self.tracked.get(host)
+            if entry is not None and set(entry.instances) == set(instance_uuids):
+                entry.updated = True
+            else:
+                self._recreate(host)
+            self._touch(host)
         self._dirty = True
+
+    def _db_instances(self, host: str) -> dict[str, Instance]:
+        """The host's instances as the database has them (as last read)."""
+        out: dict[str, Instance] = {}
+        for cell in self.cells.values():
+            out.update(cell.instances.get(host, {}))
+        return out
+
+    def _recreate(self, host: str) -> None:
+        """Nova's ``_recreate_instance_info``: the database's instances, not updated."""
+        self.tracked[host] = TrackedInstances(dict(self._db_instances(host)), updated=False)
+
+    def _complete(self, instance: Instance) -> Instance:
+        """A cast's instance, with the flavor and project the database knows when the
+        cast's object left them out."""
+        if instance.instance_type_id is not None and instance.project_id is not None:
+            return instance
+        for cell in self.cells.values():
+            host = cell.where.get(instance.uuid)
+            if host is not None:
+                known = cell.instances[host][instance.uuid]
+                return Instance(uuid=instance.uuid,
+                                instance_type_id=instance.instance_type_id
+                                if instance.instance_type_id is not None
+                                else known.instance_type_id,
+                                project_id=instance.project_id or known.project_id)
+        return instance
+
+    def _touch(self, host: str) -> None:
+        """Have the next refresh write ``host`` again."""
+        for cell in self.cells.values():
+            if host in cell.node_hosts:
+                cell.pending.add(host)
+
+    def host_instances(self, cell: Cell, host: str) -> dict[str, Instance]:
+        """What Nova's ``_get_instance_info`` gives the host state: the tracked
+        instances when they stand for the host, else the database's."""
+        entry = self.tracked.get(host)
+        if entry is not None and entry.updated:
+            return entry.instances
+        return cell.instances.get(host, {})
 
     # ---------------------------------------------------------------- refresh
     def refresh(self) -> HostSnapshot:
@@ -557,6 +650,13 @@ class NovaFeed:
                 if full:
                     cell.full_at = now
             self.snapshot.unreachable_cells = frozenset(unreachable)
+            if not self._tracking_started:
+                # Nova's _init_instance_info: every host with instances, not updated.
+                self._tracking_started = True
+                for cell in self.cells.values():
+                    for host, found in cell.instances.items():
+                        if found and host not in self.tracked:
+                            self.tracked[host] = TrackedInstances(dict(found))
             self._last = now
             self._dirty = False
         return self.snapshot
@@ -653,7 +753,7 @@ class NovaFeed:
                 # a node's usage and has no uuid a candidate could name (a deviation:
                 # docs/architecture.md).
                 service = None
-            self._write(record_of(node, service, cell.uuid, cell.instances.get(host, {}),
+            self._write(record_of(node, service, cell.uuid, self.host_instances(cell, host),
                                     self.ratios))
 
     def _write(self, record: HostRecord) -> None:

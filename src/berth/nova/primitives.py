@@ -31,6 +31,7 @@ from berth.errors import InputError
 from berth.hardware.numa import InstanceNUMACell, InstanceNUMATopology, NUMATopologyLimits
 from berth.hardware.pci import InstancePCIRequest, InstancePCIRequests
 from berth.model.aggregate import Aggregate
+from berth.model.compute import Instance
 from berth.model.request import (
     CellMapping,
     ComputeNodeRef,
@@ -449,9 +450,23 @@ def aggregate_from_primitive(value: Any, where: str = "aggregate") -> Aggregate:
 
 def instance_uuids_of(value: Any, where: str = "instance_info") -> list[str]:
     """The uuids of an Instance or InstanceList primitive."""
+    return [i.uuid for i in instances_of(value, where)]
+
+
+def instances_of(value: Any, where: str = "instance_info") -> list[Instance]:
+    """The instances of an Instance or InstanceList primitive, as a host state holds
+    them (uuid, flavor id, project; the latter two None when the object left them out)."""
     if is_primitive(value) and value[NAME] == "InstanceList":
-        return [str(o.get("uuid")) for o in objects_of(value, "InstanceList", "Instance", where)]
-    return [str(data_of(value, "Instance", where).get("uuid"))]
+        items = [dict(o) for o in objects_of(value, "InstanceList", "Instance", where)]
+    else:
+        items = [dict(data_of(value, "Instance", where))]
+    out = []
+    for d in items:
+        type_id = d.get("instance_type_id")
+        out.append(Instance(uuid=str(d.get("uuid")),
+                            instance_type_id=int(type_id) if isinstance(type_id, int) else None,
+                            project_id=str(d["project_id"]) if d.get("project_id") else None))
+    return out
 
 
 # ----------------------------------------------------------------------------- writing

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from berth.errors import NoValidHost as BerthNoValidHost
 from berth.errors import SchedulingError
+from berth.model.compute import Instance
 from berth.nova import primitives as prim
 from berth.pipeline import Decision
 from berth.placement.client import GLOBAL_REQUEST_ID
@@ -73,7 +74,7 @@ class HostStateSink(Protocol):
 
     def aggregates_changed(self, aggregates: list[Any]) -> None: ...
     def aggregate_deleted(self, aggregate: Any) -> None: ...
-    def instances_changed(self, host: str, instance_uuids: list[str]) -> None: ...
+    def instances_changed(self, host: str, instances: Sequence[Instance]) -> None: ...
     def instance_deleted(self, host: str, instance_uuid: str) -> None: ...
     def instances_synced(self, host: str, instance_uuids: list[str]) -> None: ...
 
@@ -141,7 +142,7 @@ class NovaSchedulerEndpoint:
 
     def update_instance_info(self, ctxt: Any, host_name: str, instance_info: Any) -> None:
         self._cast("update_instance_info", lambda sink: sink.instances_changed(
-            host_name, prim.instance_uuids_of(instance_info)))
+            host_name, prim.instances_of(instance_info)))
 
     def delete_instance_info(self, ctxt: Any, host_name: str, instance_uuid: str) -> None:
         self._cast("delete_instance_info",
