@@ -49,12 +49,18 @@ def test_a_decision_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(asked) == 4
 
 
-def test_a_changed_policy_file_takes_effect(tmp_path: Path) -> None:
+def _reader_policy(tmp_path: Path) -> tuple[PolicyEnforcer, Path, list[float]]:
+    """An enforcer on a policy file that lets readers read, with a clock of its own."""
     path = tmp_path / "policy.yaml"
     path.write_text('"thing:read": "role:reader"\n')
     enforcer = PolicyEnforcer(RULES, mode="legacy", policy_file=str(path))
     clock = [0.0]
     enforcer.clock = lambda: clock[0]
+    return enforcer, path, clock
+
+
+def test_a_changed_policy_file_takes_effect(tmp_path: Path) -> None:
+    enforcer, path, clock = _reader_policy(tmp_path)
     assert enforcer.allowed("thing:read", READER, {"project_id": "p1"})
     assert not enforcer.allowed("thing:read", MEMBER, {"project_id": "p1"})
     path.write_text('"thing:read": "role:member"\n')
@@ -80,11 +86,7 @@ def test_a_policy_file_broken_by_an_edit_keeps_the_rules_before_it(
     the edit answered 500 (oslo.policy's error), the later ones used the old rules with
     nothing said. Now every request keeps the old rules, one error line says why, and
     the file's next good version takes effect."""
-    path = tmp_path / "policy.yaml"
-    path.write_text('"thing:read": "role:reader"\n')
-    enforcer = PolicyEnforcer(RULES, mode="legacy", policy_file=str(path))
-    clock = [0.0]
-    enforcer.clock = lambda: clock[0]
+    enforcer, path, clock = _reader_policy(tmp_path)
     assert enforcer.allowed("thing:read", READER, {"project_id": "p1"})
     _touch(path, bad, 1)
     for step in range(1, 4):
