@@ -92,6 +92,18 @@ def test_root_traits_and_forbidden_aggregates() -> None:
     }
 
 
+def test_a_request_for_one_tree_leaves_the_others_out_for_that_first() -> None:
+    """A move to a named host asks in that host's tree: the other hosts are out because
+    they are not that host, even when full (they said "insufficient VCPU")."""
+    graph = _cloud()
+    ok = next(graph.uuids[i] for i, p in enumerate(graph.providers) if p.name == "ok")
+    why = _why(graph, f"resources=VCPU:2&in_tree={ok}")
+    assert why is not None
+    assert set(why) == {"full", "no-trait", "elsewhere", "bad-trait", "no-memory",
+                        "small-max", "odd-step"}
+    assert why["full"] == Exclusion("not in the requested tree", {"in_tree": ok})
+
+
 def test_queries_off_the_flat_path_are_not_explained() -> None:
     b = GraphBuilder()
     cn = b.provider("cn", VCPU=inv(8))

@@ -4,15 +4,16 @@ Placement's API never says why a provider is missing from an answer; an explanat
 needs to. For a query the engine answers on its flat path (one unsuffixed request group,
 no provider trees, no sharing providers), :func:`explain_flat` replays the search's
 conditions column by column and gives every left-out provider the first one it fails,
-with the numbers, in the order the search applies them:
+with the numbers, in this order:
 
-1. ``root_required`` traits (required present, forbidden absent);
-2. ``required`` traits (each any-of set needs one), then ``!forbidden`` traits;
-3. ``member_of`` aggregates (each any-of set needs one), then ``!member_of``;
-4. per requested class: an inventory of the class, room (``used + amount <= capacity``,
+1. ``in_tree`` first: a request that names one tree (a move to a named host) leaves every
+   other provider out for that reason, whatever else it lacks;
+2. ``root_required`` traits (required present, forbidden absent);
+3. ``required`` traits (each any-of set needs one), then ``!forbidden`` traits;
+4. ``member_of`` aggregates (each any-of set needs one), then ``!member_of``;
+5. per requested class: an inventory of the class, room (``used + amount <= capacity``,
    capacity being ``(total - reserved) * allocation_ratio``), ``min_unit <= amount <=
    max_unit``, ``amount % step_size == 0``;
-5. ``in_tree``;
 6. it qualified but the answer stopped at ``limit`` (or ``max_allocation_candidates``).
 
 Other queries (granular groups, nested or shared providers) get None: their answer is a
@@ -66,6 +67,11 @@ def explain_flat(
             out[p] = why if isinstance(why, Exclusion) else why(p)
         open_[hit] = False
 
+    if group.in_tree is not None and group.resources:
+        tree = graph.index.get(group.in_tree)
+        in_tree = (np.zeros(graph.size, dtype=np.bool_) if tree is None
+                   else graph.root_array == graph.root[tree])
+        fail(in_tree, Exclusion("not in the requested tree", {"in_tree": group.in_tree}))
     if query.root_required is not None:
         required = sorted(query.root_required)
         forbidden = sorted(query.root_forbidden or ())
@@ -90,11 +96,6 @@ def explain_flat(
     for rc, amount in group.resources.items():
         for mask, make in _class_conditions(graph, rc, amount):
             fail(mask, make)
-    if group.in_tree is not None and group.resources:
-        tree = graph.index.get(group.in_tree)
-        in_tree = (np.zeros(graph.size, dtype=np.bool_) if tree is None
-                   else graph.root_array == graph.root[tree])
-        fail(in_tree, Exclusion("not in the requested tree", {"in_tree": group.in_tree}))
     answered = np.zeros(graph.size, dtype=np.bool_)
     answered[result.providers] = True
     fail(answered, Exclusion("beyond the candidate limit", {"returned": len(result.providers)}))
