@@ -425,9 +425,7 @@ class ComputeRecordStore:
 
     def disabled_cells(self) -> frozenset[str]:
         """The uuids of the cells marked disabled."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(cells.c.uuid).where(cells.c.disabled)).all()
-        return frozenset(str(r.uuid) for r in rows)
+        return frozenset(c.uuid for c in self.cell_mappings() if c.disabled)
 
     def aggregates(self) -> list[Aggregate]:
         """Every host aggregate, by id."""
