@@ -3,6 +3,7 @@
     .venv/bin/python bench/simulate.py --hosts 1000 --events 100000
     .venv/bin/python bench/simulate.py --hosts 10000 --events 20000 --profile
     .venv/bin/python bench/simulate.py --hosts 10000 --events 1000000 --progress 50000
+    .venv/bin/python bench/simulate.py --hosts 1000 --events 20000 --configurations 2
 
 A cloud of ``--hosts`` nodes (three sizes) and a generated trace of ``--events`` events
 (Poisson arrivals; lognormal lifetimes sized so that the cloud settles near 60% of its
@@ -12,6 +13,12 @@ a scratch directory, and the trace is replayed as ``berth simulate`` replays it
 request, on a scratch SQLite store). Printed: events/s, create request p50/p99, the
 acceptance, and with ``--profile`` where the time goes (cProfile, by component). With
 ``--output`` the table replaces this bench's section of bench/RESULTS.md.
+
+``--configurations N`` replays the trace under N configurations as ``berth simulate
+--compare`` does (:func:`~berth.simulate.jobs.replay_all`: side by side, a process each,
+as many at a time as there are CPUs, or ``--jobs``), the weighers spreading and stacking
+in turn, and prints the events/s of the whole run (N times the trace over its wall time)
+beside each configuration's own.
 """
 
 from __future__ import annotations
@@ -97,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--progress", type=int, default=0, metavar="N",
                         help="print the rate and resident memory every N events (long runs)")
+    parser.add_argument("--configurations", type=int, default=1, metavar="N",
+                        help="replay under N configurations as berth simulate --compare does")
+    parser.add_argument("--jobs", type=int, default=0,
+                        help="with --configurations: at most this many at once (default: CPUs)")
     parser.add_argument("--output", type=Path, default=None,
                         help="write the table into this results file (bench/RESULTS.md)")
     args = parser.parse_args(argv)
@@ -105,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     began = datetime.now(UTC)
     rows = []
     profiles = []
+    if args.configurations > 1:
+        for hosts, events in zip(args.hosts, args.events):
+            side_by_side(hosts, events, args.seed, args.configurations, args.jobs)
+        return 0
     for hosts, events in zip(args.hosts, args.events):
         trace = trace_for(hosts, events, args.seed)
         with tempfile.TemporaryDirectory() as tmp:
@@ -135,6 +150,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         write_section(args.output, text, BEGIN, END)
     return 0
+
+
+def side_by_side(hosts: int, events: int, seed: int, count: int, workers: int) -> None:
+    """The trace under ``count`` configurations (spreading, stacking, spreading...)
+    through :func:`~berth.simulate.jobs.replay_all`; prints the run's events/s."""
+    from berth.simulate.jobs import Job, ReplayOptions, cpus, replay_all
+    from berth.simulate.trace import write_csv
+
+    trace = trace_for(hosts, events, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        cloud, path = Path(tmp) / "cloud.yaml", Path(tmp) / "trace.csv"
+        cloud_file(cloud, hosts)
+        write_csv(trace, str(path))
+        jobs = []
+        for i in range(count):
+            conf = Path(tmp) / f"c{i}.conf"
+            sign = -1.0 if i % 2 else 1.0
+            conf.write_text("[filter_scheduler]\n" + "".join(
+                f"{w}_weight_multiplier = {sign}\n" for w in ("ram", "cpu", "disk")))
+            jobs.append(Job((str(conf),), f"c{i}"))
+        workers = workers or cpus()
+        began = time.perf_counter()
+        results = replay_all(ReplayOptions(str(cloud), str(path), seed=seed, samples=100),
+                             jobs, 1.7e9, len(trace.events), workers=workers, progress=False)
+        wall = time.perf_counter() - began
+    own = ", ".join(f"{r.label} {r.events / r.wall_seconds:.0f}" for r in results)
+    print(f"{hosts} hosts, {len(trace.events)} events x {count} configurations, {workers} at "
+          f"once: {count * len(trace.events) / wall:.0f} events/s over the run ({wall:.1f} s, "
+          f"clouds loaded and workers started included); each configuration's own: {own} "
+          f"events/s", flush=True)
 
 
 def _progress(every: int):  # type: ignore[no-untyped-def]

@@ -87,3 +87,30 @@ def test_errors_carry_the_category_novas_would(filter_name, fields, category, co
     assert caught.value.code == code
     assert errors.exit_code_for(caught.value) == 3
     assert "Traceback" not in str(caught.value)
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [cls] + [c for sub in cls.__subclasses__() for c in _subclasses(sub)]
+
+
+@pytest.mark.parametrize("cls", _subclasses(errors.BerthError), ids=lambda c: c.__name__)
+def test_an_error_pickles_whole_whatever_its_constructor(cls):
+    """A worker process sends its error to its parent pickled: the class, message and
+    details come back, including classes whose constructor takes other arguments."""
+    import pickle
+
+    error = cls.__new__(cls, "what went wrong")
+    errors.BerthError.__init__(error, "what went wrong", field="trace")
+    error.extra = [1, 2]
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is cls and back.args == error.args
+    assert back.message == "what went wrong" and back.details == {"field": "trace"}
+    assert back.extra == [1, 2] and back.code == cls.code
+
+
+def test_a_no_valid_host_pickles_with_its_diagnosis():
+    import pickle
+
+    err = errors.NoValidHost("none left", diagnosis="d", cause="placement")
+    back = pickle.loads(pickle.dumps(err))
+    assert str(back) == str(err) and back.diagnosis == "d" and back.cause == "placement"

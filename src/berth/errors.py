@@ -74,6 +74,19 @@ class BerthError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole (a worker process sends its error to its parent): the default
+        # calls the class with ``args`` alone, which loses the details and fails for
+        # classes whose constructor takes other arguments.
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _rebuilt(cls: type[BerthError], args: tuple[Any, ...], state: dict[str, Any]) -> BerthError:
+    """A pickled :class:`BerthError`, without calling its constructor."""
+    error = cls.__new__(cls, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class ConfigError(BerthError):
     """A nova.conf option, a plugin path or a config file is invalid."""

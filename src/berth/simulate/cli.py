@@ -2,7 +2,7 @@
 
     berth simulate CLOUD TRACE [--config-file A.conf ...] [--compare B.conf ...]
                    [--out DIR] [--json FILE|-] [--plots DIR] [--html FILE]
-                   [--samples N] [--seed N] [--now T] [--limit N] [--progress]
+                   [--samples N] [--seed N] [--now T] [--limit N] [--progress] [--jobs N]
                    [--azure-machine VCPUS,MEMORY_MB,DISK_GB] [--azure-machine-id N]
     berth simulate --url URL TRACE [--token T] ...
     berth trace generate --creates N --rate R --lifetime exp:3600
@@ -12,7 +12,8 @@
 
 ``simulate`` replays the trace against the cloud file once per configuration: the
 ``--config-file`` files (Nova's defaults without any), then each ``--compare`` file on
-its own. Each replay starts from the cloud file as it is, in its own scratch store.
+its own. Each replay starts from the cloud file as it is, in its own scratch store;
+several configurations replay side by side, one process each (:mod:`berth.simulate.jobs`).
 With ``--url`` the trace is replayed against a running Berth instead (one
 configuration: the server's); what it builds stays there.
 """
@@ -21,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 from berth.errors import InputError
 from berth.simulate.generate import MAX_CREATES
-from berth.simulate.trace import AzureMachine, Trace, events_at_most, load_trace
+from berth.simulate.trace import AzureMachine, events_at_most
 
 #: The most instants ``--samples`` may ask for: each one reads the whole ledger (its
 #: fragmentation too), so a count far past the trace's events only costs time.
@@ -88,6 +87,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--now", type=instant, default=None, help="the instant, epoch seconds")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar on standard error (default: when it is a terminal)")
+    p.add_argument("--jobs", type=positive_int, default=None,
+                   help="configurations replayed at once, each in a process of its own "
+                        "(default: the number of CPUs; 1: one after the other in this process)")
     p.add_argument("--azure-machine", type=azure_machine, default=None,
                    metavar="VCPUS,MEMORY_MB,DISK_GB",
                    help="the machine an Azure trace's fractions are of (default with a cloud "
@@ -165,34 +167,12 @@ def cmd_trace_generate(args: Any) -> int:
     return 0
 
 
-def most_common_machine(cloud: Any) -> AzureMachine:
-    """The size of the cloud's most common compute node."""
-    snap = cloud.snapshot
-    sizes = Counter(zip(snap.num("vcpus_total").tolist(), snap.num("total_usable_ram_mb").tolist(),
-                        snap.num("total_usable_disk_gb").tolist()))
-    if not sizes:
-        raise InputError("the cloud has no compute nodes to size an Azure trace on; give "
-                         "--azure-machine", field="--azure-machine")
-    (vcpus, ram, disk), _ = sizes.most_common(1)[0]
-    return AzureMachine(int(vcpus), int(ram), int(disk))
-
-
-def _note(config: Any, files: list[str]) -> str:
-    fs = config.filter_scheduler
-    return (f"{', '.join(files) or 'Nova defaults'} (ram_weight_multiplier="
-            f"{fs.ram_weight_multiplier:g}, cpu_weight_multiplier={fs.cpu_weight_multiplier:g}, "
-            f"disk_weight_multiplier={fs.disk_weight_multiplier:g}, "
-            f"host_subset_size={fs.host_subset_size})")
-
-
 def cmd_simulate(args: Any) -> int:
     """Replay the trace under every configuration and write what was asked for."""
     import time
 
-    from tqdm import tqdm
-
     from berth.cli import _load_config
-    from berth.simulate.run import Replay, RunResult
+    from berth.simulate.jobs import Job, ReplayOptions, cpus, replay_all
 
     if (args.cloud is None) == (args.url is None):
         raise InputError("give a cloud file or --url (one of them)", field="cloud")
@@ -200,30 +180,16 @@ def cmd_simulate(args: Any) -> int:
         raise InputError("--compare: a running Berth has one configuration (its own); compare "
                          "configurations on a cloud file", field="--compare")
     _check_outputs(args)  # before the replay: a path that cannot be written loses no work
-    configs = [(args.config_file, _load_config(args.config_file))]
-    configs += [([path], _load_config([path])) for path in args.compare]
-    labels = [args.url] if args.url else _labels([files for files, _ in configs])
+    file_sets = [list(args.config_file)] + [[path] for path in args.compare]
+    for files in file_sets:
+        _load_config(files)  # every configuration checked before any replay starts
+    labels = [args.url] if args.url else _labels(file_sets)
     now = time.time() if args.now is None else args.now
-    results: list[RunResult] = []
-    trace: Trace | None = None
     # Counted once, before the cloud loads: it sizes each configuration's scratch store.
     events = 0 if args.url else events_at_most(args.trace, limit=args.limit)
-    for (files, config), label in zip(configs, labels):
-        with _target(args, config, now, events) as (target, cloud):
-            if trace is None:
-                machine = args.azure_machine or (most_common_machine(cloud) if cloud else None)
-                trace = load_trace(args.trace, machine=machine, machine_id=args.azure_machine_id,
-                                   limit=args.limit)
-                if not trace.events:
-                    raise InputError(f"trace {args.trace}: no events", field="trace")
-            with tqdm(total=len(trace.events), desc=label, unit="ev", file=sys.stderr,
-                      disable=None if args.progress is None else not args.progress,
-                      mininterval=0.5) as bar:
-                replay = Replay(target, trace, config=config, label=label, samples=args.samples,
-                                on_event=lambda n: bar.update(1))
-                result = replay.run()
-            result.config_note = _note(config, files) if not args.url else f"the server at {args.url}"
-            results.append(result)
+    jobs = [Job(tuple(files), label) for files, label in zip(file_sets, labels)]
+    results = replay_all(ReplayOptions.from_args(args), jobs, now, events,
+                         workers=args.jobs or cpus(), progress=args.progress)
     _write(args, results)
     return 0
 
@@ -237,39 +203,6 @@ def _labels(file_sets: list[list[str]]) -> list[str]:
             label, n = f"{base}-{n}", n + 1
         labels.append(label)
     return labels
-
-
-class _target:
-    """The replay target for one configuration: the cloud file in a scratch store, or
-    the running Berth; ``(target, cloud or None)``."""
-
-    def __init__(self, args: Any, config: Any, now: float, events: int) -> None:
-        self.args, self.config, self.now, self.events = args, config, now, events
-        self._ctx: Any = None
-        self._target: Any = None
-
-    def __enter__(self) -> tuple[Any, Any]:
-        from berth.simulate.targets import LocalTarget, RemoteTarget
-
-        if self.args.url:
-            self._target = RemoteTarget(self.args.url, token=self.args.token)
-            return self._target, None
-        from berth.service.offline import offline_cloud
-
-        self._ctx = offline_cloud(self.args.cloud, self.config, now=self.now,
-                                  events=self.events)
-        offline = self._ctx.__enter__()
-        try:
-            self._target = LocalTarget(offline, seed=self.args.seed)
-        except BaseException:
-            self._ctx.__exit__(None, None, None)  # the scratch store goes all the same
-            raise
-        return self._target, offline.cloud
-
-    def __exit__(self, *exc: Any) -> None:
-        self._target.close()
-        if self._ctx is not None:
-            self._ctx.__exit__(*exc)
 
 
 def check_output(option: str, path: str, *, directory: bool = False) -> None:
