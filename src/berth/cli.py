@@ -225,7 +225,11 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     filters = plugins.load_filters(config)
     weighers = plugins.load_weighers(config)
     report = check_files(args.files)
-    problems = report.problems
+    problems = list(report.problems)
+    if config.filter_scheduler.pci_in_placement:
+        problems.append("[filter_scheduler] pci_in_placement = True: berth nova-scheduler "
+                        "takes it (Nova's conductor makes the PCI request groups); berth serve, "
+                        "its processes and the offline commands refuse it")
     if args.json:
         print(json.dumps({"files": list(args.files), "ok": True,
                           "enabled_filters": [type(f).__name__ for f in filters],

@@ -148,8 +148,9 @@ FILTER_SCHEDULER_OPTS: list[cfg.Opt] = [
                help="AggregateImagePropertiesIsolation: namespace separator "
                     "(deprecated in 33.0.0)."),
     cfg.BoolOpt("pci_in_placement", default=False,
-                help="Send PCI request groups to placement (Berth: True is refused; see "
-                     "docs/architecture.md, deviations)."),
+                help="PCI request groups are sent to placement. Made by Nova's API and "
+                     "conductor, which berth nova-scheduler serves; Berth's own services "
+                     "refuse True (see check_own_services)."),
     # Berth's own lever between the weighers and the pre-Grizzly least-cost functions.
     cfg.StrOpt("weighing_strategy", default="weighers", choices=("weighers", "least_cost"),
                help="Berth: rank hosts with weight_classes (Nova) or with the legacy "
@@ -442,12 +443,6 @@ class SchedulerConfig:
                         raise ConfigError(f"[{group}] {name} = {value!r}: {exc}") from exc
             values = _read_all(conf)
             _imply_least_cost(conf, values)
-            if values["filter_scheduler"]["pci_in_placement"]:
-                raise ConfigError(
-                    "[filter_scheduler] pci_in_placement = True: not supported; Berth sends "
-                    "no PCI request groups to placement and matches PCI devices from the "
-                    "hosts' pci_stats only (PciPassthroughFilter, NUMATopologyFilter), as "
-                    "Nova does with it False; leave it False")
         finally:
             for path in temp_files:
                 os.unlink(path)
@@ -455,6 +450,27 @@ class SchedulerConfig:
 
 
 _DEFAULT_CACHE: dict[str, SchedulerConfig] = {}
+
+
+def check_own_services(config: SchedulerConfig) -> None:
+    """Refuse what only a Nova deployment around Berth's scheduler can honour, where
+    Berth runs its own API, conductor and compute agents (``berth serve``, its separate
+    processes, and the offline commands on a cloud file).
+
+    ``[filter_scheduler] pci_in_placement = True``: Nova's API and conductor turn a
+    flavor's PCI alias requests into request groups (``requested_resources``) and Nova's
+    computes report their PCI devices to placement; its scheduler only sends the groups
+    it is given, so ``berth nova-scheduler`` takes the option as Nova's does. Berth's own
+    API makes no such groups and its agents report no PCI devices to placement: boots
+    would claim no PCI inventory where Nova's computes expect it.
+    """
+    if config.filter_scheduler.pci_in_placement:
+        raise ConfigError(
+            "[filter_scheduler] pci_in_placement = True: only berth nova-scheduler takes it "
+            "(Nova's conductor makes the PCI request groups and Nova's computes report the "
+            "devices to placement); Berth's own API and compute agents do neither, so they "
+            "match PCI devices from the hosts' pci_stats only, as Nova does with it False; "
+            "leave it False", field="[filter_scheduler] pci_in_placement")
 
 
 def _thaw(value: Any) -> Any:

@@ -6,6 +6,7 @@ hosts appear without a restart, a new cell after SIGHUP; bad configuration is on
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
@@ -119,6 +120,9 @@ connection = {urls['cell1']}
 endpoint_override = {placement}
 [filter_scheduler]
 host_subset_size = 1
+# Nova's conductor makes the PCI request groups: its scheduler (and Berth in its
+# place) takes the option and sends the groups it is given.
+pci_in_placement = True
 [scheduler]
 workers = 1
 """)
@@ -387,3 +391,67 @@ def test_the_scheduler_keeps_its_services_row_as_nova_scheduler(
     # The scheduler's row is no host of the feed.
     hosts = {s["nova_object.data"]["service_host"] for s in select(deployment)[1][0]}
     assert hosts and "berth-sched-1" not in hosts
+
+
+def test_novas_pci_request_groups_claim_a_device_of_the_provider_the_pool_is_tagged_with(
+        deployment: dict[str, Any]) -> None:
+    """``pci_in_placement = True`` (this deployment's nova.conf): Nova's conductor sends
+    a flavor's PCI alias request with its request group (``{request_id}-0``, one device
+    of the alias's class from one provider). Berth asks placement for it, so only the
+    host whose PF provider has the class is a candidate; the claim takes one device
+    there, and PciPassthroughFilter matched the pool tagged with that provider."""
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    pf = str(uuid.uuid4())
+    pools = {"nova_object.name": "PciDevicePoolList", "nova_object.namespace": "nova",
+             "nova_object.version": "1.1", "nova_object.data": {"objects": [{
+                 "nova_object.name": "PciDevicePool", "nova_object.namespace": "nova",
+                 "nova_object.version": "1.1", "nova_object.data": {
+                     "vendor_id": "8086", "product_id": "1563", "numa_node": None, "count": 2,
+                     "tags": {"dev_type": "type-PF", "rp_uuid": pf}}}]}}
+    node = node_row(5, "p1", 41, created_at=now, updated_at=now, pci_stats=json.dumps(pools))
+    with deployment["cell1"].begin() as conn:
+        conn.execute(sa.insert(hs.services), [service_row(41, "p1")])
+        conn.execute(sa.insert(hs.compute_nodes), [node])
+        conn.execute(sa.update(hs.services).values(last_seen_up=sa.func.utc_timestamp(),
+                                                   updated_at=sa.func.utc_timestamp()))
+    register(deployment["placement"], node)
+    with httpx.Client(base_url=deployment["placement"], headers=HEADERS, timeout=30) as http:
+        assert http.post("/resource_providers", json={
+            "uuid": pf, "name": "p1.node_0000:81:00.0",
+            "parent_provider_uuid": node["uuid"]}).status_code == 200
+        assert http.put("/resource_classes/CUSTOM_PCI_8086_1563").status_code in (201, 204)
+        assert http.put(f"/resource_providers/{pf}/inventories", json={
+            "resource_provider_generation": 0,
+            "inventories": {"CUSTOM_PCI_8086_1563": {"total": 2}}}).status_code == 200
+    time.sleep(1.2)
+    request_id = str(uuid.uuid4())
+    instance = str(uuid.uuid4())
+    primitive = spec(instance=instance)
+    data = primitive["nova_object.data"]
+    data["flavor"]["nova_object.data"]["extra_specs"] = {"pci_passthrough:alias": "nic:1"}
+    data["pci_requests"] = {
+        "nova_object.name": "InstancePCIRequests", "nova_object.namespace": "nova",
+        "nova_object.version": "1.1", "nova_object.data": {"requests": [{
+            "nova_object.name": "InstancePCIRequest", "nova_object.namespace": "nova",
+            "nova_object.version": "1.4", "nova_object.data": {
+                "alias_name": "nic", "count": 1, "numa_policy": None,
+                "request_id": request_id,
+                "spec": [{"vendor_id": "8086", "product_id": "1563"}]}}]}}
+    data["requested_resources"] = [{
+        "nova_object.name": "RequestGroup", "nova_object.namespace": "nova",
+        "nova_object.version": "1.3", "nova_object.data": {
+            "use_same_provider": True, "requester_id": f"{request_id}-0",
+            "resources": {"CUSTOM_PCI_8086_1563": 1}, "required_traits": [],
+            "forbidden_traits": [], "aggregates": [], "forbidden_aggregates": [],
+            "in_tree": None, "provider_uuids": []}}]
+    answer = deployment["client"].call({}, "select_destinations", spec_obj=primitive,
+                                       instance_uuids=[instance], return_objects=True,
+                                       return_alternates=True)
+    chosen = [s["nova_object.data"] for s in answer[0]]
+    assert [s["service_host"] for s in chosen] == ["p1"]  # no other host has the class
+    request = json.loads(chosen[0]["allocation_request"])
+    assert request["mappings"][f"{request_id}-0"] == [pf]
+    held = httpx.get(f"{deployment['placement']}/allocations/{instance}", headers=HEADERS).json()
+    assert held["allocations"][pf]["resources"] == {"CUSTOM_PCI_8086_1563": 1}
+    assert held["allocations"][node["uuid"]]["resources"] == {
+        "VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}

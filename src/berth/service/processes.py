@@ -171,11 +171,12 @@ def _fail(command: str, message: str) -> int:
 
 def _open(command: str, args: argparse.Namespace) -> tuple[Any, Any]:
     """(config, bus) from the arguments; BerthError with a one-line message."""
-    from berth.config import SchedulerConfig
+    from berth.config import SchedulerConfig, check_own_services
     from berth.service.bus import Bus
 
     config = (SchedulerConfig.from_files(args.config_file) if args.config_file
               else SchedulerConfig.default())
+    check_own_services(config)
     return config, Bus(args.transport_url, config_files=args.config_file)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from berth.claims import CANDIDATES_MICROVERSION
-from berth.config import SchedulerConfig
+from berth.config import SchedulerConfig, check_own_services
 from berth.model.aggregate import Aggregate
 from berth.model.request import CellMapping
 from berth.placement import amounts
@@ -320,6 +320,7 @@ def open_stack(
     from berth.placement.store import PlacementStore
 
     config = config or SchedulerConfig.default()
+    check_own_services(config)
     engine = engine if engine is not None else prepare(db_url, durable=durable)
     store = PlacementStore(engine)
     app = make_app(store)
