@@ -8,11 +8,13 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import sqlalchemy as sa
 
 from berth.cli import main
 from berth.config import SchedulerConfig
+from berth.errors import InputError
 from berth.placement.amounts import over_api
 from berth.service import offline
 from berth.service.offline import offline_cloud, scratch
@@ -76,6 +78,10 @@ def replay_offline(cloud: str, trace: str, config: SchedulerConfig):  # type: ig
             assert {rc: int(replay.ledger.used[row, col]) for rc, col in
                     replay.ledger.col.items() if used.get(rc) or replay.ledger.used[row, col]
                     } == {rc: n for rc, n in used.items() if n}
+        # The counters kept by every allocation agree with the usage itself.
+        ledger = replay.ledger
+        assert ledger.in_use == int(np.count_nonzero(ledger.used.sum(axis=1)))
+        assert ledger.totals == [int(v) for v in ledger.used.sum(axis=0)]
         hosts = {i.uuid: i.host for i in stack.instances.all()}
         groups = {g.name: g for g in stack.groups.all()}
         return result, hosts, groups, replay
@@ -102,7 +108,10 @@ def test_a_replay_counts_refusals_by_cause_and_keeps_policies(files: tuple[str, 
     # The disabled host takes nothing; what is live at the end is what the trace left.
     assert "off01" not in set(hosts.values())
     assert len(hosts) == result.samples[-1].live
-    assert [s.time for s in result.samples][:3] == [0.0, 0.55, 1.1]
+    # 20 instants as asked, from the first event to the last, evenly spaced.
+    times = [s.time for s in result.samples]
+    assert len(times) == 20 and times[0] == 0.0 and times[-1] == 11.0
+    assert times[:3] == [0.0, round(11 / 19, 3), round(22 / 19, 3)]
 
 
 def test_a_replay_is_deterministic_and_stacking_uses_fewer_hosts(
@@ -169,6 +178,12 @@ def test_simulate_usage_errors(files: tuple[str, str, str],
     assert "give a cloud file or --url" in capsys.readouterr().err
     assert main(["simulate", "--url", "http://127.0.0.1:9", trace, "--compare", stack]) == 3
     assert "--compare: a running Berth has one configuration" in capsys.readouterr().err
+    # A configuration file would be checked and then ignored: refused instead.
+    assert main(["simulate", "--url", "http://127.0.0.1:9", trace, "--config-file",
+                 stack]) == 3
+    assert capsys.readouterr().err == (
+        "error: --config-file: a running Berth schedules with its own configuration; "
+        "replay a cloud file to choose one\n")
 
 
 def test_the_same_trace_replays_against_a_running_berth_with_the_same_outcome(
@@ -373,5 +388,60 @@ def test_samples_of_a_trace_far_from_zero_end(files: tuple[str, str, str],
     with offline_cloud(cloud, config, now=1.7e9) as cloud_offline:
         result = Replay(LocalTarget(cloud_offline, seed=0), read_csv(str(trace)), config=config,
                         label="x", samples=100).run()
-    assert 100 <= len(result.samples) <= 102
+    assert len(result.samples) == 100
     assert result.samples[0].time == 1e15 and result.samples[-1].time == 1e15 + 1
+
+
+def test_peaks_and_the_mean_are_of_every_instant_whatever_the_samples(
+        files: tuple[str, str, str]) -> None:
+    """The peaks are the highest hosts in use and utilization after any event, and the
+    mean weighs each count by how long it lasted: none of them moves with
+    ``--samples`` (which only sets the time series' instants)."""
+    cloud, trace, _ = files
+    config = SchedulerConfig.default()
+    results, seen = {}, []
+    for samples in (1, 2, 7, 500):
+        with offline_cloud(cloud, config, now=1.7e9) as cloud_offline:
+            replay = Replay(LocalTarget(cloud_offline, seed=0), read_csv(trace), config=config,
+                            label="x", samples=samples)
+            if samples == 500:
+                replay.on_event = lambda _n, ledger=replay.ledger: seen.append(
+                    (ledger.hosts_in_use(), ledger.utilization()))
+            results[samples] = replay.run()
+    assert [len(r.samples) for r in results.values()] == [1, 2, 7, 500]
+    peaks = [r.peak() for r in results.values()]
+    assert all(p == peaks[-1] for p in peaks)
+    assert peaks[-1]["hosts_in_use"] == max(n for n, _ in seen)
+    assert peaks[-1]["utilization"] == {
+        rc: round(max(u[rc] for _, u in seen), 6) for rc in seen[0][1]}
+    # One sample at each end misses the peak between them.
+    assert max(s.utilization["MEMORY_MB"] for s in results[2].samples) < \
+        peaks[-1]["utilization"]["MEMORY_MB"]
+    # The events come one a second, so the time-weighted mean is the mean over the
+    # counts each event left (the last event's count lasts no time).
+    assert peaks[-1]["mean_hosts_in_use"] == round(sum(n for n, _ in seen[:-1]) / 11, 2)
+
+
+def test_a_create_gets_the_zone_of_its_row_and_an_unknown_zone_names_the_row(
+        tmp_path: Path) -> None:
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(NESTED)
+    trace = tmp_path / "zones.csv"
+    trace.write_text("time,event,id,flavor,num,availability_zone\n"
+                     "0,create,in-az1,small,3,az1\n1,create,anywhere,small,2,\n")
+    config = SchedulerConfig.default()
+    with offline_cloud(str(cloud), config, now=1.7e9) as cloud_offline:
+        replay = Replay(LocalTarget(cloud_offline, seed=0), read_csv(str(trace)), config=config,
+                        label="x", samples=2)
+        assert replay.run().instances_accepted == 5
+        hosts = {i.uuid: i.host for i in cloud_offline.stack.instances.all()}
+        zoned = [hosts[uuid] for uuid, _ in replay.live["in-az1"]]
+        assert len(zoned) == 3 and set(zoned) <= {"n01", "n02"}
+    trace.write_text("time,event,id,flavor,availability_zone\n0,create,lost,small,nowhere\n")
+    with offline_cloud(str(cloud), config, now=1.7e9) as cloud_offline, \
+            pytest.raises(InputError) as info:
+        Replay(LocalTarget(cloud_offline, seed=0), read_csv(str(trace)), config=config,
+               label="x", samples=2).run()
+    assert str(info.value).startswith(
+        f"trace {trace}: 'lost' at t=0: availability_zone: the requested availability zone "
+        "'nowhere' is not available")

@@ -64,6 +64,9 @@ def test_only_time_event_and_id_are_required_columns(tmp_path: Path) -> None:
     (HEADER + "0,create,a,m1.small,,,,,[1],\n", "hints: expected a JSON object"),
     (HEADER + "0,create,a,m1.small,,,,,{x,\n", "hints: not a JSON object"),
     (HEADER + "0,create,a,m1.small,,,,,\"{\"\"k\"\": 1}\",\n", "hints.k: expected a string"),
+    (HEADER + "0,create,a,m1.small,,,,,\"{\"\"availability_zone\"\": \"\"az1\"\"}\",\n",
+     "line 2: hints.availability_zone: a zone is not a scheduler hint; give it in the "
+     "availability_zone column"),
     (HEADER + "0,create,a,m1.small,,,,,,,extra\n", "more cells than the header has columns"),
     (HEADER + "0,create,a,m1.small,,,,,,\n1,create,a,m1.small,,,,,,\n",
      "id 'a' is created at t=1 while still live"),
@@ -367,3 +370,12 @@ def test_a_trace_cannot_go_under_proc(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["trace", "generate", "--creates", "5", "--rate", "1", "--flavor-mix", "a",
                  "-o", "/proc/x/y.csv"]) == 3
     assert capsys.readouterr().err == "error: --output /proc/x/y.csv: no such directory '/proc/x'\n"
+
+
+def test_a_create_asks_for_a_zone_in_its_own_column(tmp_path: Path) -> None:
+    trace = read_csv(write(tmp_path, "time,event,id,flavor,availability_zone\n"
+                           "0,create,a,m1.small,az1\n1,create,b,m1.small,\n"))
+    assert [e.availability_zone for e in trace.events] == ["az1", None]
+    path = str(tmp_path / "again.csv")
+    write_csv(trace, path)
+    assert read_csv(path).events == trace.events

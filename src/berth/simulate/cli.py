@@ -176,6 +176,9 @@ def cmd_simulate(args: Any) -> int:
 
     if (args.cloud is None) == (args.url is None):
         raise InputError("give a cloud file or --url (one of them)", field="cloud")
+    if args.url and args.config_file:
+        raise InputError("--config-file: a running Berth schedules with its own configuration; "
+                         "replay a cloud file to choose one", field="--config-file")
     if args.url and args.compare:
         raise InputError("--compare: a running Berth has one configuration (its own); compare "
                          "configurations on a cloud file", field="--compare")

@@ -68,28 +68,58 @@ class Ledger:
         #: Flavors from the largest (by memory, then vCPUs, then disk) to the smallest.
         self.by_size = sorted(range(len(self.needs)), key=lambda i: tuple(
             -self.needs[i].amounts.get(rc, 0) for rc in ("MEMORY_MB", "VCPU", "DISK_GB")))
+        # Kept current by every apply (Python numbers: a few per allocation), so the
+        # peaks are those of every instant, not of the sampled ones.
+        self._row_used: list[int] = [int(v) for v in self.used.sum(axis=1)]
+        #: Nodes with anything allocated, now.
+        self.in_use = sum(1 for v in self._row_used if v)
+        #: Used per class over every node, now (by ``classes``' order).
+        self.totals: list[int] = [int(v) for v in self.used.sum(axis=0)]
+        #: The highest ``in_use`` and ``totals`` so far.
+        self.peak_in_use = self.in_use
+        self.peak_totals = list(self.totals)
 
     def apply(self, allocations: Mapping[str, Mapping[str, int]], sign: int) -> None:
         """Add (``sign`` 1) or remove (-1) one consumer's allocations."""
+        row_used, totals = self._row_used, self.totals
         for rp, resources in allocations.items():
             row = self.row_of.get(rp)
             if row is None:
                 continue
+            before = row_used[row]
             for rc, amount in resources.items():
                 col = self.col.get(rc)
                 if col is not None:
-                    self.used[row, col] += sign * int(amount)
+                    delta = sign * int(amount)
+                    self.used[row, col] += delta
+                    totals[col] += delta
+                    row_used[row] += delta
+            if not before and row_used[row]:
+                self.in_use += 1
+            elif before and not row_used[row]:
+                self.in_use -= 1
+        if sign > 0:  # only an addition can raise a peak
+            self.peak_in_use = max(self.peak_in_use, self.in_use)
+            peaks = self.peak_totals
+            for col, value in enumerate(totals):
+                if value > peaks[col]:
+                    peaks[col] = value
+
+    def peak_utilization(self) -> dict[str, float]:
+        """The highest used over capacity per class at any instant so far."""
+        cap = self.capacity.sum(axis=0)
+        return {rc: (self.peak_totals[i] / float(cap[i]) if cap[i] else 0.0)
+                for i, rc in enumerate(self.classes)}
 
     def utilization(self) -> dict[str, float]:
         """Used over capacity per class, over every node."""
         cap = self.capacity.sum(axis=0)
-        used = self.used.sum(axis=0)
-        return {rc: (float(used[i]) / float(cap[i]) if cap[i] else 0.0)
+        return {rc: (self.totals[i] / float(cap[i]) if cap[i] else 0.0)
                 for i, rc in enumerate(self.classes)}
 
     def hosts_in_use(self) -> int:
         """Nodes with anything allocated."""
-        return int(np.count_nonzero(self.used.sum(axis=1)))
+        return self.in_use
 
     def fragmentation(self) -> tuple[str | None, dict[str, int], int]:
         """The largest flavor some node can still take (None when none can), the free

@@ -71,6 +71,12 @@ class RunResult:
     capacity: dict[str, int] = field(default_factory=dict)
     #: What the configuration is (its files and the options that matter).
     config_note: str = ""
+    #: The highest compute nodes in use and utilization per class at any instant of the
+    #: replay (after every event, not only at the samples), and the nodes in use
+    #: averaged over the trace's time (weighted by how long each count lasted).
+    peak_hosts_in_use: int = 0
+    peak_utilization: dict[str, float] = field(default_factory=dict)
+    mean_hosts_in_use: float = 0.0
 
     @property
     def acceptance(self) -> float:
@@ -112,15 +118,11 @@ class RunResult:
         }
 
     def peak(self) -> dict[str, Any]:
-        """The highest (and mean) hosts in use and the highest utilization per class over
-        the samples."""
-        if not self.samples:
-            return {}
-        return {"hosts_in_use": max(s.hosts_in_use for s in self.samples),
-                "mean_hosts_in_use": round(sum(s.hosts_in_use for s in self.samples)
-                                           / len(self.samples), 2),
-                "utilization": {rc: round(max(s.utilization.get(rc, 0.0)
-                                              for s in self.samples), 6)
+        """The highest hosts in use and utilization per class at any instant, and the
+        time-weighted mean of the hosts in use (none of them read off the samples)."""
+        return {"hosts_in_use": self.peak_hosts_in_use,
+                "mean_hosts_in_use": round(self.mean_hosts_in_use, 2),
+                "utilization": {rc: round(self.peak_utilization.get(rc, 0.0), 6)
                                 for rc in self.classes}}
 
 
@@ -204,6 +206,8 @@ class Replay:
                                 "project_id": e.project or "simulate", "user_id": "simulate"}
         if e.image:
             body["image"] = e.image
+        if e.availability_zone:
+            body["availability_zone"] = e.availability_zone
         return body
 
     def sample(self, at: float, index: int) -> None:
@@ -216,19 +220,27 @@ class Replay:
                                 largest, stranded, stranded_hosts))
 
     def run(self) -> RunResult:
-        """Replay every event; the result."""
-        r, events = self.result, self.trace.events
+        """Replay every event; the result.
+
+        ``samples`` instants, evenly spaced from the first event's time to the last's:
+        each shows the cloud as the events before that instant left it, and the last
+        one the cloud after every event."""
+        r, events, ledger = self.result, self.trace.events, self.ledger
         start = events[0].time if events else 0.0
-        step = (self.trace.duration / self.samples) if self.trace.duration else 0.0
+        end = events[-1].time if events else 0.0
+        step = (end - start) / (self.samples - 1) if end > start and self.samples > 1 else 0.0
         # The k-th instant is start + k * step, not a running sum: a step too small to
         # move a large start time would otherwise never get past it.
         k, next_sample = 0, start
+        area, before = 0.0, start  # nodes in use x seconds, up to ``before``
         began = time.perf_counter()
         for index, e in enumerate(events):
-            while step and k <= self.samples and e.time >= next_sample:
+            while step and k < self.samples - 1 and e.time >= next_sample:
                 self.sample(next_sample, index)
                 k += 1
                 next_sample = start + k * step
+            area += ledger.in_use * (e.time - before)
+            before = e.time
             if e.kind == CREATE:
                 self.create(e, index)
             else:
@@ -236,13 +248,20 @@ class Replay:
             if self.on_event is not None:
                 self.on_event(index + 1)
         r.events = len(events)
-        self.sample(events[-1].time if events else 0.0, len(events))
+        self.sample(end, len(events))
+        r.peak_hosts_in_use = ledger.peak_in_use
+        r.peak_utilization = ledger.peak_utilization()
+        r.mean_hosts_in_use = area / (end - start) if end > start else float(ledger.in_use)
         r.wall_seconds = time.perf_counter() - began
         return r
 
     def create(self, e: Event, index: int) -> None:
         r = self.result
-        outcome = self.target.boot(self.body(e))
+        try:
+            outcome = self.target.boot(self.body(e))
+        except InputError as exc:  # the request itself is refused: the trace's row is wrong
+            raise InputError(f"trace {self.trace.source}: {e.id!r} at t={e.time:g}: "
+                             f"{exc.message}", field="trace") from None
         self.created.add(e.id)
         r.requests += 1
         r.instances_requested += e.num

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from berth.errors import BerthError, SchedulingError, error_dict
+from berth.errors import BerthError, InputError, SchedulingError, error_dict
 from berth.model.request import Flavor
 from berth.placement import amounts
 from berth.placement.amounts import ProviderAmounts
@@ -177,8 +177,10 @@ class RemoteTarget:
         if resp.status_code not in ok:
             message = ((data or {}).get("error") or {}).get("message") if isinstance(
                 data, dict) else None
-            raise BerthError(f"{self.url}: {method} {path} answered {resp.status_code}: "
-                             f"{message or resp.text[:200]}")
+            # A 400 refuses the request itself (an input error, as in process).
+            error = InputError if resp.status_code == 400 else BerthError
+            raise error(f"{self.url}: {method} {path} answered {resp.status_code}: "
+                        f"{message or resp.text[:200]}")
         return resp.status_code, data
 
     def boot(self, body: dict[str, Any]) -> BootOutcome:

@@ -5,10 +5,10 @@ Two formats are read, and one is written:
 * **CSV** (``.csv``, documented in ``docs/simulate.md``): a header row, then one event
   per row::
 
-      time,event,id,flavor,image,num,group,policy,hints,project
-      0.0,create,web-1,m1.small,ubuntu,1,web,anti-affinity,,demo
-      12.5,create,db-1,m1.large,,2,,,"{""availability_zone"": ""az1""}",
-      600,delete,web-1,,,,,,,
+      time,event,id,flavor,image,num,group,policy,hints,project,availability_zone
+      0.0,create,web-1,m1.small,ubuntu,1,web,anti-affinity,,demo,
+      12.5,create,db-1,m1.large,,2,,,"{""different_host"": [""web-1""]}",,az1
+      600,delete,web-1,,,,,,,,
 
   ``time`` is seconds from the trace's start (a number >= 0), ``event`` is ``create``
   or ``delete``, ``id`` names the workload item (a create's instances are deleted
@@ -17,8 +17,10 @@ Two formats are read, and one is written:
   in one request, 1 to 1000, default 1), ``group`` (a server group name of at most 255
   characters: the cloud's, or created on first use with ``policy``), ``hints`` (a JSON
   object of scheduler hints; values of ``same_host`` / ``different_host`` may name
-  earlier ids of the trace), ``project``. Only ``time``, ``event`` and ``id`` must be in
-  the header, each column at most once. The file is UTF-8 (a byte order mark is allowed).
+  earlier ids of the trace; an availability zone is not a hint), ``project``,
+  ``availability_zone`` (the zone the boot asks for, as a server create's
+  ``availability_zone``). Only ``time``, ``event`` and ``id`` must be in the header,
+  each column at most once. The file is UTF-8 (a byte order mark is allowed).
 
 * **The Azure packing trace 2020** (``.sqlite`` / ``.db``): tables ``vm`` (``vmId``,
   ``tenantId``, ``vmTypeId``, ``priority``, ``starttime``, ``endtime``) and ``vmType``
@@ -50,7 +52,7 @@ from berth.model.request import MAX_INSTANCES_PER_REQUEST, InstanceGroup
 CREATE = "create"
 DELETE = "delete"
 COLUMNS = ("time", "event", "id", "flavor", "image", "num", "group", "policy", "hints",
-           "project")
+           "project", "availability_zone")
 REQUIRED = ("time", "event", "id")
 #: Hints whose values are instance uuids: a trace may name its own ids there instead.
 INSTANCE_HINTS = ("same_host", "different_host")
@@ -74,6 +76,7 @@ class Event:
     policy: str | None = None
     hints: dict[str, list[str]] = field(default_factory=dict)
     project: str | None = None
+    availability_zone: str | None = None
 
 
 @dataclass
@@ -233,7 +236,7 @@ def parse_row(row: dict[str, Any], where: str) -> Event:
                          field="trace")
     return Event(time, CREATE, ident, flavor=flavor, image=text("image"), num=num,
                  group=group, policy=policy, hints=parse_hints(text("hints"), where),
-                 project=text("project"))
+                 project=text("project"), availability_zone=text("availability_zone"))
 
 
 def parse_hints(raw: str | None, where: str) -> dict[str, list[str]]:
@@ -250,6 +253,11 @@ def parse_hints(raw: str | None, where: str) -> dict[str, list[str]]:
                          field="trace")
     hints: dict[str, list[str]] = {}
     for key, v in value.items():
+        if key == "availability_zone":
+            # A hint no filter reads (Nova takes the zone as the server's attribute):
+            # the boot would go anywhere.
+            raise InputError(f"{where}: hints.availability_zone: a zone is not a scheduler "
+                             "hint; give it in the availability_zone column", field="trace")
         items = v if isinstance(v, list) else [v]
         if not all(isinstance(i, str) for i in items):
             raise InputError(f"{where}: hints.{key}: expected a string or a list of "
@@ -302,7 +310,7 @@ def write_csv(trace: Trace, path: str) -> None:
             writer.writerow([f"{e.time:.3f}", e.kind, e.id, e.flavor or "", e.image or "",
                              e.num if e.kind == CREATE else "", e.group or "",
                              e.policy or "", json.dumps(e.hints) if e.hints else "",
-                             e.project or ""])
+                             e.project or "", e.availability_zone or ""])
 
 
 # ----------------------------------------------------------------------------- Azure
