@@ -143,16 +143,40 @@ def serve(tmp_path: Path, files: tuple[str, str]) -> Iterator[str]:
         yield url
 
 
-def test_a_running_berth_is_read_by_url_and_its_boots_count(
+def test_a_running_berth_counts_with_its_own_configuration_and_its_boots_count(
         capsys: pytest.CaptureFixture[str], serve: str, files: tuple[str, str]) -> None:
-    _, conf = files
+    """The count is the server's (``POST /capacity``): its nova.conf, not Nova's
+    defaults, which would admit twice the vCPUs (``cpu_allocation_ratio`` 4.0 against the
+    server's 1.0)."""
+    cloud, conf = files
     assert main(["boot", "--flavor", "web", "--num", "3", "--url", serve]) == 0
     capsys.readouterr()
-    code, out, _ = run(capsys, "capacity", "--url", serve, "--config-file", conf,
-                       "--flavor", "web", "--json")
+    code, out, _ = run(capsys, "capacity", "--url", serve, "--flavor", "web", "--json")
     assert code == 0
     # Three of the ten places are taken now.
-    assert json.loads(out)["flavors"][0]["fits"] == 7
+    served = json.loads(out)
+    assert served["flavors"][0]["fits"] == 7
+    # In every output form; the cloud file with the same configuration and no boots
+    # has all ten places.
+    code, table, _ = run(capsys, "capacity", "--url", serve, "--flavor", "web")
+    assert code == 0 and "web" in table and " 7" in table
+    code, text, _ = run(capsys, "capacity", "--url", serve, "--flavor", "web", "--prometheus")
+    assert code == 0 and 'berth_capacity_instances{capped="false",flavor="web"} 7.0' in text
+    fresh = json.loads(run(capsys, "capacity", cloud, "--config-file", conf, "--flavor", "web",
+                           "--json", "--now", NOW)[1])
+    assert fresh["flavors"][0]["fits"] == 10
+
+
+@pytest.mark.parametrize("option", [["--config-file", "CONF"], ["--seed", "1"],
+                                    ["--now", NOW]])
+def test_what_a_running_berth_decides_is_not_asked_of_the_command(
+        capsys: pytest.CaptureFixture[str], files: tuple[str, str], option: list[str]) -> None:
+    _, conf = files
+    code, _, err = run(capsys, "capacity", "--url", "http://127.0.0.1:9",
+                       *[conf if v == "CONF" else v for v in option])
+    assert code == 3
+    assert err == (f"error: {option[0]}: a running Berth counts with its own configuration, "
+                   "seed and clock; count a cloud file to choose them\n")
 
 
 def test_a_seeded_count_of_a_seeded_server_does_not_reuse_its_instance_uuids(
@@ -164,8 +188,7 @@ def test_a_seeded_count_of_a_seeded_server_does_not_reuse_its_instance_uuids(
     with berth_serve(tmp_path, "--config-file", conf, "--cloud", cloud, "--seed", "1") as url:
         assert main(["boot", "--flavor", "web", "--num", "3", "--url", url]) == 0
         capsys.readouterr()
-        code, out, err = run(capsys, "capacity", "--url", url, "--config-file", conf,
-                             "--flavor", "web", "--json", "--seed", "1")
+        code, out, err = run(capsys, "capacity", "--url", url, "--flavor", "web", "--json")
     assert code == 0, err
     assert json.loads(out)["flavors"][0]["fits"] == 7
     assert "exists" not in err

@@ -2,8 +2,9 @@
 each host.
 
 Computed on the one path, never by arithmetic alone: the cloud (a cloud file, or a
-running Berth read through its API as ``berth cloud export`` reads it) is registered in
-a scratch store (:mod:`berth.service.offline`), and for each flavor one multi-create of
+running Berth read through its API as ``berth cloud export`` reads it: ``berth capacity
+--url`` has the server count, ``POST /capacity``, so with the server's configuration) is
+registered in a scratch store (:mod:`berth.service.offline`), and for each flavor one multi-create of
 more instances than could possibly fit goes through the scheduler service — request
 filters, placement's allocation candidates, the enabled filters and weighers, a claim
 per instance with virtual consumption, each placed instance counting as built and
@@ -90,6 +91,17 @@ class FlavorCapacity:
                            "limited_by": limit}
                           for (h, n), limit in sorted(self.limits.items())]}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FlavorCapacity:
+        """From the JSON form (a running Berth's report)."""
+        hosts = data.get("hosts", [])
+        return cls(data["flavor"], int(data["fits"]), bool(data["capped"]),
+                   dict(data.get("by_availability_zone", {})), dict(data.get("by_cell", {})),
+                   dict(data.get("by_aggregate", {})), dict(data.get("hosts_limited_by", {})),
+                   {(h["host"], h["nodename"]): int(h["instances"]) for h in hosts
+                    if h.get("instances")},
+                   {(h["host"], h["nodename"]): h["limited_by"] for h in hosts})
+
 
 @dataclass
 class CapacityReport:
@@ -105,6 +117,14 @@ class CapacityReport:
         return {"hosts": self.hosts, "flavors": [f.to_dict() for f in self.flavors],
                 "unusable": {"computed": not any(f.capped for f in self.flavors),
                              "hosts": self.unusable_hosts, "free": self.unusable}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CapacityReport:
+        """From the JSON form (a running Berth's report)."""
+        unusable = data.get("unusable", {})
+        return cls([FlavorCapacity.from_dict(f) for f in data.get("flavors", [])],
+                   dict(unusable.get("free", {})), int(unusable.get("hosts", 0)),
+                   int(data.get("hosts", 0)))
 
 
 def rooms(offline: OfflineCloud) -> list[HostRoom]:
@@ -310,6 +330,58 @@ def cloud_of(path: str | None, url: str | None, token: str, config: Any, *,
             yield offline
 
 
+#: Seconds between two looks at a running Berth's capacity report.
+POLL_SECONDS = 0.25
+
+
+def from_server(url: str, token: str, flavors: Sequence[str], limit: int, *,
+                transport: Any = None) -> CapacityReport:
+    """The capacity report of a running ``berth serve``, computed there (``POST
+    /capacity``, then ``GET /capacity`` until it is ready), so with the server's own
+    configuration: the filters, weighers and options it schedules with. A report
+    another caller started first is waited for, then ours is started."""
+    import time
+
+    import httpx
+
+    from berth.errors import BerthError
+
+    def call(method: str, body: Any = None) -> dict[str, Any]:
+        try:
+            resp = http.request(method, "/capacity", json=body)
+        except httpx.HTTPError as exc:
+            raise BerthError(f"{url}: {method} /capacity: {exc}") from None
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        if resp.status_code not in (200, 202) or not isinstance(data, dict):
+            message = ((data or {}).get("error") or {}).get("message") if isinstance(
+                data, dict) else None
+            error = InputError if resp.status_code == 400 else BerthError
+            raise error(f"{url}: {method} /capacity answered {resp.status_code}: "
+                        f"{message or resp.text[:200]}")
+        return data
+
+    with httpx.Client(base_url=url, headers={"X-Auth-Token": token}, timeout=60,
+                      transport=transport) as http:
+        while True:
+            state = call("POST", {"flavors": list(flavors), "limit": limit})
+            if state.get("started"):
+                break
+            while call("GET").get("status") == "running":  # another caller's report
+                time.sleep(POLL_SECONDS)
+        ours = state.get("started_at")
+        while (state := call("GET")).get("status") == "running":
+            time.sleep(POLL_SECONDS)
+    if state.get("started_at") != ours:
+        raise BerthError(f"{url}: another capacity report replaced this one before it was "
+                         "read; ask again")
+    if state.get("status") != "ready":
+        raise BerthError(f"{url}: the capacity report failed: {state.get('error')}")
+    return CapacityReport.from_dict(state["report"])
+
+
 def prometheus_text(report: CapacityReport) -> str:
     """The report in Prometheus' text exposition format (what os-capacity exports)."""
     from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -376,8 +448,8 @@ def add_command(sub: Any) -> None:
                        "and what limits each host (offline, through the real pipeline)")
     p.add_argument("cloud", nargs="?", help="cloud description (YAML or JSON); or --url")
     p.add_argument("--url", type=server_url,
-                   help="a running berth serve to read instead (an API process of "
-                                 "the distributed form serves no compute nodes' records)")
+                   help="a running berth serve to count instead, there, with its own "
+                        "configuration (an API process of the distributed form cannot)")
     p.add_argument("--token", default="admin", help="with --url: the X-Auth-Token to send")
     p.add_argument("--flavor", action="append", default=[],
                    help="flavor name (repeatable; default every flavor of the cloud)")
@@ -403,12 +475,21 @@ def cmd_capacity(args: Any) -> int:
 
     if (args.cloud is None) == (args.url is None):
         raise InputError("give a cloud file or --url (one of them)", field="cloud")
-    config = _load_config(args.config_file)
-    now = time.time() if args.now is None else args.now
-    with cloud_of(args.cloud, args.url, args.token, config, now=now) as offline:
-        for name in args.flavor:
-            offline.cloud.flavor(name)  # an unknown flavor: one line naming the known ones
-        report = capacity(offline, args.flavor or None, limit=args.limit, seed=args.seed)
+    if args.url:
+        for option, given in (("--config-file", args.config_file), ("--seed", args.seed),
+                              ("--now", args.now)):
+            if given is not None:
+                raise InputError(f"{option}: a running Berth counts with its own "
+                                 "configuration, seed and clock; count a cloud file to "
+                                 "choose them", field=option)
+        report = from_server(args.url, args.token, args.flavor, args.limit)
+    else:
+        config = _load_config(args.config_file)
+        now = time.time() if args.now is None else args.now
+        with cloud_of(args.cloud, None, args.token, config, now=now) as offline:
+            for name in args.flavor:
+                offline.cloud.flavor(name)  # an unknown flavor: one line naming the known ones
+            report = capacity(offline, args.flavor or None, limit=args.limit, seed=args.seed)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     elif args.prometheus:
