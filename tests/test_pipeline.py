@@ -705,6 +705,59 @@ def test_a_host_placement_refused_for_capacity_is_not_asked_again_in_the_request
     assert asked.count("a/a") == 3  # two claims, one refusal
 
 
+def _run_out(subset: int) -> NoValidHost:
+    """Five 2 GiB instances on "a" (4 GiB, ranked first) and "b" (2 GiB): three fit."""
+    from berth.config import SchedulerConfig
+
+    snap = cloud(host("a", free_ram_mb=4096, total_usable_ram_mb=4096),
+                 host("b", free_ram_mb=2048, total_usable_ram_mb=2048))
+    req = spec(memory_mb=2048, num_instances=5)
+    p = InMemoryPlacement(snap)
+    rng = random.Random(0)
+    config = SchedulerConfig.default().replace("filter_scheduler", host_subset_size=subset)
+    with pytest.raises(NoValidHost) as caught:
+        Scheduler(config, filters=[], weighers=[PrefersA()]).select_destinations(
+            req, snap, now=NOW, rng=rng, candidates=p.candidates(req), claimer=p,
+            instance_uuids=new_instance_uuids(rng, 5), explain=True)
+    assert caught.value.fitted == 3
+    return caught.value
+
+
+def test_a_multi_create_that_runs_out_explains_every_host_it_could_not_claim():
+    """The instance that found no host: hosts were left by the filters, and its
+    explanation says why none was claimed: the hosts refused now, and those full from
+    earlier instances of the request (not asked again)."""
+    refused = _run_out(1)
+    last = refused.diagnosis.instances[-1]
+    full = "insufficient MEMORY_MB (requested 2048, free 0)"
+    # "a" took two, was refused for the third (which went to "b"): not asked again.
+    assert last.chosen is None
+    assert last.full_hosts == [("a", "a", full)]
+    assert last.claim_failures == [("b", "b", full)]
+    assert refused.diagnosis.summary() == (
+        "2/2 hosts available, none claimable (1 refused the claim, 1 full from earlier "
+        "instances of this request)")
+    lines = diagnosis_lines(refused.diagnosis)
+    tail = lines[lines.index("instance 4 -> no host: " + refused.diagnosis.summary()):]
+    at = tail.index(f"  claims refused on: b ({full})")
+    assert tail[at + 1] == ("  not asked again (their claims were refused for earlier "
+                            f"instances of this request): a ({full})")
+    assert refused.diagnosis.to_dict()["instances"][-1]["full_hosts"] == [["a", "a", full]]
+    # Earlier instances that found a host do not list the hosts they skipped.
+    assert not any("not asked again" in line for line in lines[:lines.index(
+        "instance 4 -> no host: " + refused.diagnosis.summary())])
+
+
+def test_no_random_pick_is_told_for_an_instance_that_found_no_host():
+    refused = _run_out(2)
+    assert [d.random_pick is not None for d in refused.diagnosis.instances] == [
+        True, True, True, False]
+    lines = diagnosis_lines(refused.diagnosis)
+    failed_at = next(i for i, line in enumerate(lines) if line.startswith("instance 4 "))
+    assert not any("random pick" in line for line in lines[failed_at:])
+    assert "random_pick" not in refused.diagnosis.to_dict()["instances"][-1]
+
+
 def test_no_valid_host_names_the_step_that_left_no_host():
     """The filter that removed the last hosts, for metrics and replays (``emptied_by``)."""
     from berth.config import SchedulerConfig

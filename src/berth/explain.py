@@ -109,6 +109,9 @@ class InstanceDiagnosis:
     chosen: tuple[str, str] | None = None
     #: Hosts whose claim placement refused: (host, node, why — None when not known).
     claim_failures: list[tuple[str, str, str | None]] = field(default_factory=list)
+    #: Hosts not asked again: placement refused their claim for capacity for an earlier
+    #: instance of the request, which only adds usage (host, node, why).
+    full_hosts: list[tuple[str, str, str | None]] = field(default_factory=list)
     #: "weight" (weighers: higher is better) or "cost" (least-cost functions: lower is
     #: better; a host's cost is minus its ranking weight, its terms the cost shares).
     ranked_by: str = "weight"
@@ -142,9 +145,19 @@ class InstanceDiagnosis:
         return sorted(counted.items(), key=lambda item: (-item[1], item[0]))
 
     def summary(self) -> str:
-        """``N/M hosts available: 7 insufficient RAM (requested 4096 MB), ...``."""
+        """``N/M hosts available: 7 insufficient RAM (requested 4096 MB), ...``; when
+        hosts were left but none could be claimed, why."""
         head = f"{self.hosts_available}/{self.hosts_considered} hosts available"
         reasons = ", ".join(f"{count} {text}" for text, count in self.reason_counts())
+        if self.chosen is None and self.hosts_available and (
+                self.claim_failures or self.full_hosts):
+            parts = []
+            if self.claim_failures:
+                parts.append(f"{len(self.claim_failures)} refused the claim")
+            if self.full_hosts:
+                parts.append(f"{len(self.full_hosts)} full from earlier instances of "
+                             "this request")
+            head += f", none claimable ({', '.join(parts)})"
         return f"{head}: {reasons}" if reasons else head
 
     def details(self) -> list[str]:
@@ -165,6 +178,7 @@ class InstanceDiagnosis:
             "hosts_available": self.hosts_available,
             "chosen": list(self.chosen) if self.chosen else None,
             "claim_failures": [list(c) for c in self.claim_failures],
+            "full_hosts": [list(c) for c in self.full_hosts],
             "ranked_by": self.ranked_by,
             **({"random_pick": self.random_pick.to_dict()} if self.random_pick else {}),
             "steps": [
@@ -251,6 +265,11 @@ def diagnosis_lines(diagnosis: Diagnosis, *, verbose: bool = False) -> list[str]
             lines.append("  claims refused on: " + ", ".join(
                 node_label(h, n) + (f" ({why})" if why else "")
                 for h, n, why in inst.claim_failures))
+        if inst.full_hosts and inst.chosen is None:
+            lines.append("  not asked again (their claims were refused for earlier instances "
+                         "of this request): " + ", ".join(
+                             node_label(h, n) + (f" ({why})" if why else "")
+                             for h, n, why in inst.full_hosts))
         if inst.random_pick is not None:
             lines.append(inst.random_pick.line(inst.chosen, inst.ranked_by == "cost"))
         if inst.weighing:

@@ -138,6 +138,8 @@ class _Request:
     #: Rows whose claim placement refused for capacity: this request only adds usage,
     #: so they are not asked again for its later instances.
     full_rows: set[int] = field(default_factory=set)
+    #: Why each of ``full_rows`` was refused (for the explanation of a later instance).
+    full_why: dict[int, str | None] = field(default_factory=dict)
     placement_step: FilterStep | None = None
     #: The hosts of cells the request may not use (a move kept in its cell, disabled
     #: cells), explained after placement's step.
@@ -392,6 +394,8 @@ class Scheduler:
                 row, alloc_req = self._claim(req, order, instance_uuid, claimer)
                 if row is None:
                     req.emptied_by = "claims"
+                    if req.current is not None:
+                        req.current.random_pick = None  # nothing was picked
                     break
                 if claiming and instance_uuid:
                     claimed_uuids.append(instance_uuid)
@@ -749,6 +753,10 @@ class Scheduler:
         full = req.full_rows
         for row in rows:
             if row in full:
+                if req.current is not None:
+                    req.current.full_hosts.append(
+                        (snapshot.obj("host")[row], snapshot.obj("nodename")[row],
+                         req.full_why.get(row)))
                 continue
             cands = req.ws.candidates.get(row)
             if not cands:
@@ -759,12 +767,13 @@ class Scheduler:
             claimed = claimer.claim(instance_uuid, alloc_req, req.spec, req.version)
             if claimed:
                 return row, alloc_req
+            why = claimed.render() if isinstance(claimed, ClaimRefusal) else None
             if isinstance(claimed, ClaimRefusal) and claimed.reason == INSUFFICIENT:
                 full.add(row)
+                req.full_why[row] = why
             if req.current is not None:
                 req.current.claim_failures.append(
-                    (snapshot.obj("host")[row], snapshot.obj("nodename")[row],
-                     claimed.render() if isinstance(claimed, ClaimRefusal) else None))
+                    (snapshot.obj("host")[row], snapshot.obj("nodename")[row], why))
         return None, None
 
     def _consume(self, req: _Request, row: int, instance_uuid: str | None) -> None:
