@@ -326,8 +326,8 @@ def test_explanations_name_aggregates_not_their_uuids(capsys):
     code, out, _ = run(capsys, "schedule", CLOUD, "--config-file", CONF, "--flavor", "m1.large",
                        "--az", "az3", "--seed", "1", "--now", NOW, "--explain")
     assert code == 0
-    assert "not in a required aggregate (member of az3)" in out
-    assert "member of e431d10b" not in out
+    assert "not in a required aggregate (one of az3)" in out
+    assert "one of e431d10b" not in out
 
 
 def test_a_host_used_past_its_capacity_takes_no_more_and_a_typo_is_refused(

@@ -187,7 +187,7 @@ def private_copy(spec: RequestSpec) -> RequestSpec:
 
 
 #: Numbers of placement's reasons that hold aggregate uuids (``" or "``-separated).
-_AGGREGATE_NUMBERS = ("member_of", "aggregate")
+_AGGREGATE_NUMBERS = ("one_of", "aggregate")
 
 
 def _with_aggregate_names(reject: Any, names: dict[str, str]) -> Any:

@@ -53,11 +53,14 @@ def test_several_aggregates_unite_their_projects() -> None:
     assert both_paths(AggregateMultiTenancyIsolation(), snap, spec(project_id="p2")) == [True]
 
 
-def test_the_reason_names_the_project_and_the_allowed_ones() -> None:
-    snap = cloud(host("h1").in_aggregate("a", filter_tenant_id="p2,p1"))
+def test_the_reason_names_the_aggregates_the_project_and_the_allowed_ones() -> None:
+    snap = cloud(host("h1").in_aggregate("tenant-b", filter_tenant_id2="p3")
+                 .in_aggregate("zone", availability_zone="az1")
+                 .in_aggregate("tenant-a", filter_tenant_id="p2,p1"))
     reject = AggregateMultiTenancyIsolation().check(state(snap, "h1"), spec(project_id="p9"))
     assert reject is not None
-    assert reject.render() == "tenant not allowed in aggregate (project p9, allowed p1,p2)"
+    assert reject.render() == ("tenant not allowed in aggregate (aggregate tenant-a, "
+                               "tenant-b, project p9, allowed p1,p2,p3)")
 
 
 def test_class_attributes_match_nova() -> None:

@@ -46,8 +46,11 @@ class AggregateMultiTenancyIsolation(BaseHostFilter):
         tenants = allowed_tenants(aggregates)
         if not tenants or project_id in tenants:
             return None
-        return Reject.of("tenant not allowed in aggregate", project=project_id,
-                         allowed=",".join(sorted(tenants)))
+        # The aggregates that restrict this host, by name.
+        names = sorted({a.name or a.uuid or str(a.id) for a in aggregates
+                        if any(k.startswith(TENANT_KEY_PREFIX) for k in a.metadata)})
+        return Reject.of("tenant not allowed in aggregate", aggregate=", ".join(names),
+                         project=project_id, allowed=",".join(sorted(tenants)))
 
     def check(self, host_state: HostState, spec_obj: RequestSpec) -> Reject | None:
         """``tenant not allowed in aggregate`` when the project is not listed, else None."""

@@ -90,7 +90,7 @@ def explain_flat(
     for any_of in group.member_of:
         aggs = sorted(any_of)
         fail(_any_of(graph.size, aggs, graph.agg_mask),
-             Exclusion("not in a required aggregate", {"member_of": " or ".join(aggs)}))
+             Exclusion("not in a required aggregate", {"one_of": " or ".join(aggs)}))
     for a in sorted(group.forbidden_aggs):
         fail(~graph.agg_mask(a), Exclusion("in a forbidden aggregate", {"aggregate": a}))
     for rc, amount in group.resources.items():
