@@ -192,3 +192,16 @@ def test_a_seeded_count_of_a_seeded_server_does_not_reuse_its_instance_uuids(
     assert code == 0, err
     assert json.loads(out)["flavors"][0]["fits"] == 7
     assert "exists" not in err
+
+
+def test_cells_are_shown_by_their_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """The example cloud names its cells: the table, the JSON and the gauges use the
+    names, not the uuids."""
+    args = ("capacity", EXAMPLE, "--config-file", EXAMPLE_CONF, "--flavor", "m1.large",
+            "--now", NOW)
+    code, table, _ = run(capsys, *args)
+    assert code == 0 and "cells: cell1 348, cell2 288" in table
+    code, out, _ = run(capsys, *args, "--json")
+    assert json.loads(out)["flavors"][0]["by_cell"] == {"cell1": 348, "cell2": 288}
+    code, text, _ = run(capsys, *args, "--prometheus")
+    assert 'berth_capacity_instances_by_cell{cell="cell1",flavor="m1.large"} 348.0' in text

@@ -61,6 +61,7 @@ class HostRoom:
     nodename: str
     free: dict[str, int]
     zone: str
+    #: The cell's name (its uuid when the cloud gives it none).
     cell: str
     aggregates: list[str]
 
@@ -138,6 +139,8 @@ def rooms(offline: OfflineCloud) -> list[HostRoom]:
         free = free_of.setdefault(p.root_uuid, Counter())
         for rc, cap in p.capacity.items():
             free[rc] += cap - p.used.get(rc, 0)
+    # Cells by name where the cloud names them (a cloud file's ``cells``).
+    cell_names = {c.uuid: c.name for c in stack.records.cell_mappings() if c.name}
     out = []
     for agent in stack.agents.values():
         host = agent.node.host
@@ -147,7 +150,8 @@ def rooms(offline: OfflineCloud) -> list[HostRoom]:
         out.append(HostRoom(host, agent.node.nodename or host,
                             dict(free_of.get(agent.uuid, Counter())),
                             zones[0] if zones else default_zone,
-                            agent.node.cell_uuid or "-", sorted(a.name for a in mine)))
+                            cell_names.get(agent.node.cell_uuid or "", agent.node.cell_uuid or "-"),
+                            sorted(a.name for a in mine)))
     return out
 
 
@@ -414,6 +418,11 @@ def prometheus_text(report: CapacityReport) -> str:
     return generate_latest(registry).decode()
 
 
+def _short_cell(cell: str) -> str:
+    """A cell's name, or the first 8 characters of a cell known by its uuid alone."""
+    return cell[:8] if len(cell) == 36 and cell.count("-") == 4 else cell
+
+
 def table_lines(report: CapacityReport) -> list[str]:
     """The report as a table and notes."""
     lines = [f"{'flavor':<20} {'fits':>8}  by availability zone / cell",
@@ -421,7 +430,7 @@ def table_lines(report: CapacityReport) -> list[str]:
     for f in report.flavors:
         fits = f">={f.fits}" if f.capped else str(f.fits)
         zones = ", ".join(f"{k} {v}" for k, v in f.by_zone.items()) or "-"
-        cells = ", ".join(f"{k[:8]} {v}" for k, v in f.by_cell.items()) or "-"
+        cells = ", ".join(f"{_short_cell(k)} {v}" for k, v in f.by_cell.items()) or "-"
         lines.append(f"{f.flavor:<20} {fits:>8}  {zones}  |  cells: {cells}")
         lines.append(f"{'':<20} {'':>8}  hosts limited by: "
                      + ", ".join(f"{k} {v}" for k, v in f.limited_by.items()))
