@@ -53,6 +53,8 @@ def test_only_time_event_and_id_are_required_columns(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ("time,event\n", "the header has no id column"),
+    ("", "empty: no header row"),
+    ("# only a comment\n\n", "empty: no header row"),
     ("time,event,id,colour\n", "unknown column 'colour'"),
     (HEADER + "-1,create,a,m1.small,,,,,,\n", "line 2: time: expected seconds >= 0, got '-1'"),
     (HEADER + "soon,create,a,m1.small,,,,,,\n", "time: expected seconds >= 0, got 'soon'"),

@@ -188,8 +188,9 @@ def summary_rows(results: Sequence[RunResult]) -> list[tuple[str, list[str]]]:
         ("instances requested", [str(r.instances_requested) for r in results]),
         ("instances accepted", [str(r.instances_accepted) for r in results]),
         ("acceptance rate", [pct(r.acceptance) for r in results]),
-        ("first refusal", [(f"t={r.first_refusal['time']:g}s, event {r.first_refusal['event']}, "
-                            f"{r.first_refusal['flavor']}: {r.first_refusal['cause']}")
+        ("first refusal", [(f"t={r.first_refusal['time']:g}s, event {r.first_refusal['event']} "
+                            f"({r.first_refusal['id']}), {r.first_refusal['flavor']}: "
+                            f"{r.first_refusal['cause']}")
                            if r.first_refusal else "none" for r in results]),
         ("refusals by cause", [", ".join(f"{c} {n}" for c, n in r.causes.most_common()) or "none"
                                for r in results]),

@@ -161,7 +161,10 @@ def read_csv(path: str, *, limit: int | None = None) -> Trace:
 
 def _csv_rows(fh: Iterable[str], path: str, limit: int | None) -> Iterator[Event]:
     reader = csv.DictReader(_without_comments(fh))
-    header = reader.fieldnames or []
+    if reader.fieldnames is None:
+        raise InputError(f"trace {path}: empty: no header row (columns: {','.join(COLUMNS)})",
+                         field="trace")
+    header = reader.fieldnames
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise InputError(f"trace {path}: the header has no {', '.join(missing)} column "
