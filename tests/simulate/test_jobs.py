@@ -16,19 +16,10 @@ import pytest
 from berth.cli import main
 from berth.errors import BerthError
 from berth.simulate import jobs
-from simulate.test_simulate import CLOUD, STACK, TRACE
+from simulate.test_simulate import TRACE
 
 #: What differs between two replays of the same configuration: the times.
 TIMES = ("wall_seconds", "events_per_second", "request_ms")
-
-
-@pytest.fixture
-def files(tmp_path: Path) -> tuple[str, str, str]:
-    cloud, trace, stack = tmp_path / "cloud.yaml", tmp_path / "trace.csv", tmp_path / "stack.conf"
-    cloud.write_text(CLOUD)
-    trace.write_text(TRACE)
-    stack.write_text(STACK)
-    return str(cloud), str(trace), str(stack)
 
 
 def _without_times(path: Path) -> list[dict[str, object]]:

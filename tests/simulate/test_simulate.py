@@ -57,15 +57,6 @@ STACK = "[filter_scheduler]\nram_weight_multiplier = -1.0\ncpu_weight_multiplier
         "disk_weight_multiplier = -1.0\n"
 
 
-@pytest.fixture
-def files(tmp_path: Path) -> tuple[str, str, str]:
-    cloud, trace, stack = tmp_path / "cloud.yaml", tmp_path / "trace.csv", tmp_path / "stack.conf"
-    cloud.write_text(CLOUD)
-    trace.write_text(TRACE)
-    stack.write_text(STACK)
-    return str(cloud), str(trace), str(stack)
-
-
 def replay_offline(cloud: str, trace: str, config: SchedulerConfig):  # type: ignore[no-untyped-def]
     with offline_cloud(cloud, config, now=1.7e9) as offline:
         target = LocalTarget(offline, seed=0)

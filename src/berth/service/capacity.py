@@ -349,22 +349,12 @@ def from_server(url: str, token: str, flavors: Sequence[str], limit: int, *,
     import httpx
 
     from berth.errors import BerthError
+    from berth.service.api_client import call_json
 
     def call(method: str, body: Any = None) -> dict[str, Any]:
-        try:
-            resp = http.request(method, "/capacity", json=body)
-        except httpx.HTTPError as exc:
-            raise BerthError(f"{url}: {method} /capacity: {exc}") from None
-        try:
-            data = resp.json()
-        except ValueError:
-            data = None
-        if resp.status_code not in (200, 202) or not isinstance(data, dict):
-            message = ((data or {}).get("error") or {}).get("message") if isinstance(
-                data, dict) else None
-            error = InputError if resp.status_code == 400 else BerthError
-            raise error(f"{url}: {method} /capacity answered {resp.status_code}: "
-                        f"{message or resp.text[:200]}")
+        _, data = call_json(http, url, method, "/capacity", body, ok=(200, 202))
+        if not isinstance(data, dict):
+            raise BerthError(f"{url}: {method} /capacity answered no JSON object")
         return data
 
     with httpx.Client(base_url=url, headers={"X-Auth-Token": token}, timeout=60,

@@ -23,11 +23,12 @@ from typing import Any, Protocol
 
 import httpx
 
-from berth.errors import BerthError, InputError, SchedulingError, error_dict
+from berth.errors import SchedulingError, error_dict
 from berth.model.request import Flavor
 from berth.placement import amounts
 from berth.placement.amounts import ProviderAmounts
 from berth.placement.client import PlacementClient
+from berth.service.api_client import call_json
 
 
 @dataclass
@@ -166,22 +167,7 @@ class RemoteTarget:
 
     def _call(self, method: str, path: str, body: Any = None,
               ok: tuple[int, ...] = (200,)) -> tuple[int, Any]:
-        try:
-            resp = self.http.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            raise BerthError(f"{self.url}: {method} {path}: {exc}") from None
-        try:
-            data = resp.json()
-        except ValueError:
-            data = None
-        if resp.status_code not in ok:
-            message = ((data or {}).get("error") or {}).get("message") if isinstance(
-                data, dict) else None
-            # A 400 refuses the request itself (an input error, as in process).
-            error = InputError if resp.status_code == 400 else BerthError
-            raise error(f"{self.url}: {method} {path} answered {resp.status_code}: "
-                        f"{message or resp.text[:200]}")
-        return resp.status_code, data
+        return call_json(self.http, self.url, method, path, body, ok)
 
     def boot(self, body: dict[str, Any]) -> BootOutcome:
         start = time.perf_counter()
