@@ -190,6 +190,12 @@ def test_a_bad_azure_trace_is_one_line(tmp_path: Path) -> None:
         load_trace(str(tmp_path / "other.sqlite"), machine=machine)
     with pytest.raises(InputError, match="--azure-machine: expected VCPUS,MEMORY_MB,DISK_GB"):
         AzureMachine.parse("32,0,1")
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO vm VALUES (4, 8, 10, 1, 0.5, 0.25)")
+    db.commit()
+    db.close()
+    with pytest.raises(InputError, match="vm 4: endtime 0.25 is before starttime 0.5"):
+        load_trace(path, machine=machine)
 
 
 def test_trace_generate_writes_a_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -375,13 +375,16 @@ def read_azure(path: str, *, machine: AzureMachine | None = None,
         if name is None:
             raise InputError(f"{where}: vmTypeId {type_id!r} has no vmType row for "
                              f"machineId {chosen}", field="trace")
-        begin = _days(start, f"{where}: starttime")
-        assert begin is not None
-        begin = max(0.0, begin)
+        raw_begin = _days(start, f"{where}: starttime")
+        assert raw_begin is not None
+        begin = max(0.0, raw_begin)
         events.append(Event(begin, CREATE, str(vm_id), flavor=name,
                             project=None if tenant is None else str(tenant)))
         finish = _days(end, f"{where}: endtime", allow_null=True)
         if finish is not None:
+            if finish < raw_begin:  # a VM that ends before it starts: the row is wrong
+                raise InputError(f"{where}: endtime {end!r} is before starttime {start!r}",
+                                 field="trace")
             events.append(Event(max(begin, finish), DELETE, str(vm_id)))
     # A delete at the same instant as a create goes after it (a zero-length VM).
     events.sort(key=lambda e: (e.time, e.kind == DELETE))
