@@ -54,6 +54,7 @@ from berth.model import (
     ServiceRecord,
 )
 from berth.model.image_props import ImagePropertyError
+from berth.model.request import DEFAULT_FLAVORS
 from berth.placement.bounds import MAX_FLOAT, MAX_INT
 from berth.provider_tree import (
     NodeProviders,
@@ -104,13 +105,21 @@ class Cloud:
     broken_images: dict[str, BrokenImage] = field(default_factory=dict)
 
     def flavor(self, name: str) -> Flavor:
-        """The flavor called ``name`` (CloudFileError listing the known ones otherwise)."""
-        try:
-            return self.flavors[name]
-        except KeyError:
+        """The flavor called ``name``: the cloud file's, else one of Berth's defaults
+        (``m1.tiny`` ... ``m1.xlarge``, as ``berth serve`` knows them); CloudFileError
+        listing the known ones otherwise."""
+        found = self.flavors.get(name) or DEFAULT_FLAVORS.get(name)
+        if found is None:
             raise CloudFileError(
-                f"unknown flavor {name!r}; the cloud file defines: {', '.join(sorted(self.flavors)) or 'none'}"
-            ) from None
+                f"unknown flavor {name!r}; the cloud file defines: "
+                f"{', '.join(sorted(self.flavors)) or 'none'}; Berth's defaults: "
+                f"{', '.join(DEFAULT_FLAVORS)}")
+        return found
+
+    def own_flavors(self) -> list[str]:
+        """The flavors "every flavor of the cloud" means: the cloud file's, or Berth's
+        defaults when it defines none."""
+        return sorted(self.flavors) or list(DEFAULT_FLAVORS)
 
     def image(self, name: str) -> ImageMeta:
         """The image called ``name`` (or with that id)."""

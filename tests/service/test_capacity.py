@@ -205,3 +205,29 @@ def test_cells_are_shown_by_their_names(capsys: pytest.CaptureFixture[str]) -> N
     assert json.loads(out)["flavors"][0]["by_cell"] == {"cell1": 348, "cell2": 288}
     code, text, _ = run(capsys, *args, "--prometheus")
     assert 'berth_capacity_instances_by_cell{cell="cell1",flavor="m1.large"} 348.0' in text
+
+
+def test_every_flavor_of_the_cloud_is_the_same_set_from_a_file_and_from_a_server(
+        capsys: pytest.CaptureFixture[str], serve: str, files: tuple[str, str]) -> None:
+    """The cloud file's flavors, not Berth's m1.* defaults too (which every command knows
+    by name: --flavor m1.small counts on both paths)."""
+    cloud, conf = files
+    served = json.loads(run(capsys, "capacity", "--url", serve, "--json")[1])
+    offline = json.loads(run(capsys, "capacity", cloud, "--config-file", conf, "--json",
+                             "--now", NOW)[1])
+    assert [f["flavor"] for f in served["flavors"]] == ["big", "small", "web"]
+    assert [f["flavor"] for f in offline["flavors"]] == ["big", "small", "web"]
+    by_url = json.loads(run(capsys, "capacity", "--url", serve, "--flavor", "m1.small",
+                            "--json")[1])
+    by_file = json.loads(run(capsys, "capacity", cloud, "--config-file", conf, "--flavor",
+                             "m1.small", "--json", "--now", NOW)[1])
+    assert by_url["flavors"][0]["fits"] == by_file["flavors"][0]["fits"] > 0
+
+
+def test_a_cloud_without_flavors_counts_berths_defaults(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cloud = tmp_path / "bare.yaml"
+    cloud.write_text("hosts:\n  - {host: n1, vcpus: 8, memory_mb: 16384, local_gb: 200}\n")
+    out = json.loads(run(capsys, "capacity", str(cloud), "--json", "--now", NOW)[1])
+    assert [f["flavor"] for f in out["flavors"]] == [
+        "m1.tiny", "m1.small", "m1.medium", "m1.large", "m1.xlarge"]

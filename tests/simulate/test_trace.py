@@ -331,7 +331,8 @@ def test_huge_lifetimes_outlive_the_trace() -> None:
     (["--creates", "100000000000"], "--creates: expected 1 to 10,000,000, got 100000000000"),
     (["--creates", "10000001"], "--creates: expected 1 to 10,000,000, got 10000001"),
     (["--cloud", "CLOUD", "--flavor-mix", "small,nosuch"],
-     "--flavor-mix: flavor 'nosuch' is not one of --cloud's (known: large, small)"),
+     "--flavor-mix: flavor 'nosuch' is not one of --cloud's or Berth's defaults (known: "
+     "small, large, m1.tiny, m1.small, m1.medium, m1.large, m1.xlarge)"),
     (["--cloud", "CLOUD", "--image", "nosuch"],
      "--image: 'nosuch' is not one of --cloud's images (known: cirros)"),
     (["-o", "DIR"], "--output DIR: is a directory, expected a file"),

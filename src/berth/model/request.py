@@ -112,6 +112,19 @@ class Flavor:
         return getattr(self, name, default)
 
 
+#: Flavors Berth knows by name in every cloud (Nova's classic defaults), after the
+#: cloud's own: ``berth serve``, ``schedule``, ``capacity`` and ``simulate`` alike.
+DEFAULT_FLAVORS: dict[str, Flavor] = {
+    f.name: f for f in (
+        Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1, id=1),
+        Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20, id=2),
+        Flavor(name="m1.medium", vcpus=2, memory_mb=4096, root_gb=40, id=3),
+        Flavor(name="m1.large", vcpus=4, memory_mb=8192, root_gb=80, id=4),
+        Flavor(name="m1.xlarge", vcpus=8, memory_mb=16384, root_gb=160, id=5),
+    )
+}
+
+
 @dataclass
 class InstanceGroup:
     """A server group: one policy, optional rules, its member uuids and their hosts."""

@@ -116,7 +116,7 @@ from berth.errors import (
 from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
 from berth.filters.availability_zone import host_zones
 from berth.filters.compute import effective_service_down_time, services_up
-from berth.model.request import Flavor, ImageMeta, RequestSpec
+from berth.model.request import DEFAULT_FLAVORS, Flavor, ImageMeta, RequestSpec
 from berth.model.selection import selection_dict
 from berth.placement.dbfaults import as_unavailable, call_with_retry, describe, unavailable
 from berth.service.boot_body import parse_boot, parse_server_group
@@ -148,16 +148,7 @@ LOG = logging.getLogger(__name__)
 
 PLACEMENT_PREFIX = "/placement"
 
-#: Flavors ``berth serve`` knows without a cloud file (Nova's classic defaults).
-DEFAULT_FLAVORS: dict[str, Flavor] = {
-    f.name: f for f in (
-        Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1, id=1),
-        Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20, id=2),
-        Flavor(name="m1.medium", vcpus=2, memory_mb=4096, root_gb=40, id=3),
-        Flavor(name="m1.large", vcpus=4, memory_mb=8192, root_gb=80, id=4),
-        Flavor(name="m1.xlarge", vcpus=8, memory_mb=16384, root_gb=160, id=5),
-    )
-}
+__all__ = ["DEFAULT_FLAVORS", "SchedulerApp"]
 
 #: Routes answered without a token (``GET /metrics`` is answered before the app).
 PUBLIC_ROUTES = frozenset({"/healthz", "/openapi.json", "/ui"})

@@ -281,10 +281,7 @@ def capacity(offline: OfflineCloud, flavors: Sequence[str] | None = None, *, lim
              seed: int | None = None) -> CapacityReport:
     """Every flavor named (default: the cloud's), and the unusable capacity."""
     cloud = offline.cloud
-    names = list(flavors) if flavors else sorted(cloud.flavors)
-    if not names:
-        raise InputError("the cloud has no flavors: name some with --flavor "
-                         "or add a flavors section to the cloud file", field="--flavor")
+    names = list(flavors) if flavors else cloud.own_flavors()
     room = rooms(offline)
     answers = [flavor_capacity(offline, name, room, limit=limit, seed=seed) for name in names]
     used: set[tuple[str, str]] = set()
@@ -451,7 +448,8 @@ def add_command(sub: Any) -> None:
                         "configuration (an API process of the distributed form cannot)")
     p.add_argument("--token", default="admin", help="with --url: the X-Auth-Token to send")
     p.add_argument("--flavor", action="append", default=[],
-                   help="flavor name (repeatable; default every flavor of the cloud)")
+                   help="flavor name (repeatable; default every flavor the cloud defines, "
+                        "or Berth's m1.* defaults when it defines none)")
     p.add_argument("--limit", type=positive_int, default=10_000,
                    help="stop counting a flavor here (default 10000): each instance is "
                         "placed by the pipeline, so this bounds the time")

@@ -35,6 +35,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from berth.errors import BerthError, InputError, SchedulingError, error_dict
+from berth.model.request import DEFAULT_FLAVORS
 from berth.service.httpjson import StartResponse, read_json, reply, reply_bytes
 from berth.service.policy import HOSTS, WHAT_IF
 
@@ -274,6 +275,11 @@ class ViewRoutes:
             if unknown:
                 raise InputError(f"flavors: unknown flavor {unknown[0]!r} (known: "
                                  f"{', '.join(sorted(self.flavors))})", field="flavors")
+            if not flavors:
+                # Every flavor of the cloud, as for a cloud file: the ones it defines,
+                # else Berth's defaults (the server also knows those by name).
+                flavors = sorted(n for n, f in self.flavors.items()
+                                 if DEFAULT_FLAVORS.get(n) is not f) or list(DEFAULT_FLAVORS)
             token = environ.get("HTTP_X_AUTH_TOKEN", "")
             started = self.capacity_runs.start(
                 lambda names, cap: self._capacity(names, cap, token), flavors, limit)

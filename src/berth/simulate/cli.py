@@ -127,6 +127,7 @@ def add_commands(sub: Any) -> None:
 
 def cmd_trace_generate(args: Any) -> int:
     """Write a generated trace."""
+    from berth.model.request import DEFAULT_FLAVORS
     from berth.simulate.generate import GroupSpec, Lifetime, generate, parse_mix
     from berth.simulate.trace import write_csv
 
@@ -140,16 +141,14 @@ def cmd_trace_generate(args: Any) -> int:
         cloud = load_cloud(args.cloud, _load_config(None))
     if args.flavor_mix:
         mix = parse_mix(args.flavor_mix)
-        unknown = sorted(set(mix) - set(cloud.flavors)) if cloud is not None else []
+        known = [*cloud.flavors, *DEFAULT_FLAVORS] if cloud is not None else []
+        unknown = sorted(set(mix) - set(known)) if cloud is not None else []
         if cloud is not None and unknown:
             raise InputError(f"--flavor-mix: flavor {unknown[0]!r} is not one of --cloud's "
-                             f"(known: {', '.join(sorted(cloud.flavors)) or 'none'})",
+                             f"or Berth's defaults (known: {', '.join(known)})",
                              field="--flavor-mix")
     elif cloud is not None:
-        if not cloud.flavors:
-            raise InputError(f"--cloud {args.cloud}: the cloud file has no flavors; give "
-                             "--flavor-mix", field="--cloud")
-        mix = {name: 1.0 for name in sorted(cloud.flavors)}
+        mix = {name: 1.0 for name in cloud.own_flavors()}
     else:
         raise InputError("give --flavor-mix or --cloud (whose flavors make the mix)",
                          field="--flavor-mix")
