@@ -139,6 +139,15 @@ def test_bad_mixes_name_the_option() -> None:
     for text in ("a=0", "=2", "a=x"):
         with pytest.raises(InputError, match="--flavor-mix"):
             parse_mix(text)
+    with pytest.raises(InputError, match="--flavor-mix: flavor 'a' named twice"):
+        parse_mix("a=1,b,a=2")
+
+
+def test_a_bad_lifetime_says_which_values_may_be_zero() -> None:
+    with pytest.raises(InputError) as info:
+        Lifetime.parse("exp:0")
+    assert "(MEAN and MEDIAN > 0, the others >= 0, LOW <= HIGH), got 'exp:0'" in str(info.value)
+    assert Lifetime.parse("fixed:0").params == (0.0,)
 
 
 def azure_db(path: Path) -> str:

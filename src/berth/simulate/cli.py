@@ -161,8 +161,9 @@ def cmd_trace_generate(args: Any) -> int:
     with writing("--output", args.output):
         write_csv(trace, args.output)
     deletes = len(trace.events) - trace.creates()
-    print(f"wrote {args.output}: {trace.creates()} creates, {deletes} deletes over "
-          f"{trace.duration:.0f} s")
+    creates = trace.creates()
+    print(f"wrote {args.output}: {creates} create{'s' * (creates != 1)}, {deletes} "
+          f"delete{'s' * (deletes != 1)} over {trace.duration:.0f} s")
     return 0
 
 

@@ -48,8 +48,8 @@ class Lifetime:
                 or (kind in ("exp", "lognormal") and params[0] <= 0)
                 or (kind == "uniform" and params[0] > params[1])):
             raise InputError(f"--lifetime: expected exp:MEAN, lognormal:MEDIAN,SIGMA, "
-                             f"uniform:LOW,HIGH or fixed:SECONDS (seconds >= 0), got {text!r}",
-                             field="--lifetime")
+                             f"uniform:LOW,HIGH or fixed:SECONDS (MEAN and MEDIAN > 0, the "
+                             f"others >= 0, LOW <= HIGH), got {text!r}", field="--lifetime")
         return cls(kind, params)
 
     def sampler(self, rng: random.Random) -> Callable[[], float]:
@@ -88,7 +88,9 @@ def parse_mix(text: str) -> dict[str, float]:
         if not name or not math.isfinite(w) or w <= 0:
             raise InputError(f"--flavor-mix: expected NAME[=WEIGHT],... with weights > 0, "
                              f"got {part.strip()!r}", field="--flavor-mix")
-        mix[name] = mix.get(name, 0.0) + w
+        if name in mix:
+            raise InputError(f"--flavor-mix: flavor {name!r} named twice", field="--flavor-mix")
+        mix[name] = w
     return mix
 
 

@@ -221,6 +221,7 @@ def _receive(message: tuple[Any, ...], running: dict[int, Any], results: dict[in
         bar.update(value - bar.n)
     elif kind == "done":
         bar.update(bar.total - bar.n if bar.total else 0)
+        bar.refresh()  # shown at 100% now, not when the last configuration ends
         results[index] = value
         running.pop(index).join()
     elif kind == "error":
