@@ -28,6 +28,8 @@ def test_schedule_prints_one_row_per_instance_with_alternates(capsys):
     lines = out.strip().splitlines()
     assert lines[0].split()[:3] == ["#", "instance", "host"]
     assert len(lines) == 4
+    # The example cloud names its cells: the cell column shows the names.
+    assert {line.split()[4] for line in lines[1:]} <= {"cell1", "cell2"}
 
 
 def test_the_same_seed_gives_the_same_json_decision(capsys):

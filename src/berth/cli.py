@@ -120,7 +120,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
             answer["warnings"] = warnings
         print(json.dumps(answer, indent=2, default=str))
         return 0
-    _print_decision(decision)
+    _print_decision(decision, {c.uuid: c.name for c in cloud.cells.values()})
     if decision.diagnosis is not None:
         print()
         _print_warnings(warnings)
@@ -153,12 +153,16 @@ def prepare_request(spec: Any, config: Any) -> None:
     prepare(spec, config)
 
 
-def _print_decision(decision: Any) -> None:
+def _print_decision(decision: Any, cell_names: dict[str, str] | None = None) -> None:
+    """The table of a decision; cells by their names (``cell_names``: uuid -> name),
+    else by their uuids' first 8 characters."""
     rows = [("#", "instance", "host", "node", "cell", "az", "alternates")]
+    names = cell_names or {}
     for i, (uuid, sels) in enumerate(zip(decision.instance_uuids, decision.selections), start=1):
         first = sels[0]
+        cell = names.get(first.cell_uuid or "") or (first.cell_uuid or "-")[:8]
         rows.append((str(i), uuid[:8], first.service_host, first.nodename,
-                     (first.cell_uuid or "-")[:8], first.availability_zone or "-",
+                     cell, first.availability_zone or "-",
                      ", ".join(node_label(s.service_host, s.nodename) for s in sels[1:])
                      or "-"))
     _table(rows)

@@ -138,7 +138,8 @@ def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
         allocations = {"instance": by_host(uuid)}
         if migration_uuid is not None:
             allocations["migration"] = by_host(migration_uuid)
-    return _print_move(args, op, uuid, instance, source, decision, migration_uuid, allocations)
+    return _print_move(args, op, uuid, instance, source, decision, migration_uuid, allocations,
+                       {c.uuid: c.name for c in cloud.cells.values()})
 
 
 def _print_refusal(args: argparse.Namespace, exc: SchedulingError) -> int:
@@ -158,7 +159,7 @@ def _print_refusal(args: argparse.Namespace, exc: SchedulingError) -> int:
 
 def _print_move(args: argparse.Namespace, op: str, uuid: str, instance: Any,
                 source: dict[str, Any], decision: Any, migration_uuid: str | None,
-                allocations: dict[str, Any]) -> int:
+                allocations: dict[str, Any], cell_names: dict[str, str]) -> int:
     from berth.cli import _print_decision, _print_diagnosis
 
     if args.json:
@@ -167,7 +168,7 @@ def _print_move(args: argparse.Namespace, op: str, uuid: str, instance: Any,
                           "allocations": allocations}, indent=2, default=str))
         return 0
     print(f"{op} of {uuid} from {instance.host} ({instance.nodename})")
-    _print_decision(decision)
+    _print_decision(decision, cell_names)
     print()
     print(f"allocations: instance {uuid[:8]}: {_describe(allocations['instance'])}")
     if migration_uuid is not None:

@@ -101,9 +101,14 @@ def test_the_reason_names_the_key_and_the_values() -> None:
     f = AggregateInstanceExtraSpecsFilter()
     reject = f.check(state(SNAP, "h1"), spec(extra_specs={"cpu": ">= 17"}))
     assert reject is not None
-    assert reject.render() == "aggregate extra spec mismatch (key cpu, requested >= 17, aggregate values 16,8)"
+    # The aggregates named are those holding the key ("b" has none).
+    assert reject.render() == ("aggregate extra spec mismatch (key cpu, requested >= 17, "
+                               "aggregate values 16,8, aggregates a)")
     reject = f.check(state(SNAP, "h2"), spec(extra_specs={"cpu": ">= 17"}))
     assert reject is not None and reject.numbers["aggregate_values"] == "(none)"
+    assert reject.numbers["aggregates"] == "(none)"
+    reject = f.check(state(SNAP, "h1"), spec(extra_specs={"gpu": "true"}))
+    assert reject is not None and reject.numbers["aggregates"] == "a, b"
 
 
 def test_class_attributes_match_nova() -> None:

@@ -54,7 +54,9 @@ def test_aggregate_type_affinity_reason_names_flavor_and_allowed_lists() -> None
     reject = AggregateTypeAffinityFilter().check(state(snap, "h1"), spec(flavor_name="m1.small"))
     assert reject is not None
     assert reject.reason == "flavor not allowed in aggregate"
-    assert reject.numbers == {"flavor": "m1.small", "allowed": ["m1.large"]}
+    assert reject.numbers == {"aggregate": "a", "flavor": "m1.small", "allowed": "m1.large"}
+    assert reject.render() == ("flavor not allowed in aggregate (aggregate a, flavor m1.small, "
+                               "allowed m1.large)")
 
 
 def test_aggregates_without_the_key_do_not_restrict() -> None:

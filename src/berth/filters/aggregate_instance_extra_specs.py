@@ -58,12 +58,14 @@ def check_aggregates(
     number under a numeric operator raises :class:`ExtraSpecError` only when no value
     matched (Nova's set order would make that outcome random).
     """
+    aggregates = list(aggregates)
     metadata = metadata_by_key(aggregates)
     for key, md_key, requirement in requirements:
         values = metadata.get(md_key)
         if not values:
             return Reject.of("aggregate extra spec mismatch", key=key,
-                             requested=requirement.req, aggregate_values="(none)")
+                             requested=requirement.req, aggregate_values="(none)",
+                             aggregates=_names(aggregates) or "(none)")
         error: ExtraSpecError | None = None
         for value in sorted(values):
             try:
@@ -75,8 +77,14 @@ def check_aggregates(
             if error is not None:
                 raise error
             return Reject.of("aggregate extra spec mismatch", key=key,
-                             requested=requirement.req, aggregate_values=",".join(sorted(values)))
+                             requested=requirement.req, aggregate_values=",".join(sorted(values)),
+                             aggregates=_names(a for a in aggregates if md_key in a.metadata))
     return None
+
+
+def _names(aggregates: Iterable[Aggregate]) -> str:
+    """The aggregates by name, for a reason."""
+    return ", ".join(sorted({a.name or a.uuid or str(a.id) for a in aggregates}))
 
 
 class AggregateInstanceExtraSpecsFilter(BaseHostFilter):

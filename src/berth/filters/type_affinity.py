@@ -52,7 +52,10 @@ class AggregateTypeAffinityFilter(BaseHostFilter):
         if _flavor_allowed(host_state.aggregates, name):
             return None
         allowed = sorted(values_from_key(host_state.aggregates, KEY))
-        return Reject.of("flavor not allowed in aggregate", flavor=name, allowed=allowed)
+        named = sorted({a.name or a.uuid or str(a.id) for a in host_state.aggregates
+                        if KEY in a.metadata})
+        return Reject.of("flavor not allowed in aggregate", aggregate=", ".join(named),
+                         flavor=name, allowed=",".join(allowed))
 
     def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:
         """Evaluated once per aggregate-membership signature."""
