@@ -282,6 +282,11 @@ def test_a_random_pick_below_the_best_host_is_explained(capsys, tmp_path):
     assert code == 0
     assert ("random pick (host_subset_size = 4): c1-s03 (weight 3.21) was drawn among the 4 "
             "best, not the best-ranked c1-s08 (weight 4)") in out
+    # The table below it lists the best hosts by weight, the drawn one in its place.
+    lines = out.splitlines()
+    table = lines[lines.index(next(x for x in lines if x.startswith("  top hosts by weight"))) + 2:]
+    weights = [float(row.split()[1]) for row in table[:5]]
+    assert weights == sorted(weights, reverse=True) and table[0].split()[0] == "c1-s08"
     code, out, _ = run(capsys, "schedule", CLOUD, "--config-file", str(conf), "--flavor",
                        "m1.large", "--seed", "9", "--explain", "--json")
     pick = json.loads(out)["diagnosis"]["instances"][0]["random_pick"]

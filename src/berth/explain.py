@@ -7,6 +7,7 @@ summary line reads like kube-scheduler's:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -296,7 +297,9 @@ def _weighing_lines(inst: InstanceDiagnosis, verbose: bool) -> list[str]:
                      + (f" ({quiet} weighers add 0 here):" if quiet else ":"))
     rows: list[tuple[str, ...]] = [("host", "cost" if by_cost else "weight") + tuple(
         names[i].replace("Weigher", "").replace("ServerGroup", "") for i in shown)]
-    for w in inst.weighing:
+    # Best first (a random pick tried another host first: its line above says so).
+    ranked = sorted(inst.weighing, key=lambda w: -w.weight if w.weight == w.weight else math.inf)
+    for w in ranked:
         total = -w.weight if by_cost else w.weight
         rows.append((node_label(w.host, w.nodename), f"{total + 0.0:.4f}") + tuple(
             f"{w.terms[i].contribution:+.3f}" for i in shown))
@@ -304,7 +307,7 @@ def _weighing_lines(inst: InstanceDiagnosis, verbose: bool) -> list[str]:
     for row in rows:
         lines.append("    " + "  ".join(c.ljust(wd) for c, wd in zip(row, widths)).rstrip())
     if verbose:
-        for w in inst.weighing:
+        for w in ranked:
             label = node_label(w.host, w.nodename)
             for t in w.terms:
                 if by_cost:
