@@ -436,3 +436,19 @@ def test_a_create_gets_the_zone_of_its_row_and_an_unknown_zone_names_the_row(
     assert str(info.value).startswith(
         f"trace {trace}: 'lost' at t=0: availability_zone: the requested availability zone "
         "'nowhere' is not available")
+
+
+def test_plots_without_refusals_say_so_and_times_read_as_numbers() -> None:
+    from berth.simulate.report import figure
+    from berth.simulate.run import RunResult
+
+    quiet = RunResult("a", "t", 1, request_seconds=[0.002, 0.003, 0.004])
+    fig = figure("refusals", [quiet, RunResult("b", "t", 1)])
+    ax = fig.axes[0]
+    assert not ax.patches and ax.get_legend() is None
+    assert [t.get_text() for t in ax.texts] == ["no instance was refused"]
+    fig = figure("latency", [quiet])
+    fig.canvas.draw()
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels(minor=True)
+              + fig.axes[0].get_xticklabels()]
+    assert "3" in labels and not any("times" in x or "^" in x for x in labels)

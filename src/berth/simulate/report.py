@@ -89,10 +89,18 @@ def plot_acceptance(ax: Any, results: Sequence[RunResult]) -> None:
 
 def plot_refusals(ax: Any, results: Sequence[RunResult]) -> None:
     causes = sorted({c for r in results for c in r.causes})
+    if not causes:  # no bars: no axis of counts, no legend of empty entries
+        ax.text(0.5, 0.5, "no instance was refused", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title("Refusals by cause (none)")
+        return
     width = 0.8 / max(1, len(results))
     for i, r in enumerate(results):
         xs = [j + i * width for j in range(len(causes))]
-        ax.bar(xs, [r.causes.get(c, 0) for c in causes], width, label=r.label)
+        ax.bar(xs, [r.causes.get(c, 0) for c in causes], width, label=r.label, color=f"C{i}")
+    ax.set_ylim(bottom=0)
     ax.set_xticks([j + width * (len(results) - 1) / 2 for j in range(len(causes))])
     ax.set_xticklabels(causes, rotation=20, ha="right")
     ax.set_ylabel("refused instances")
@@ -109,6 +117,14 @@ def plot_latency(ax: Any, results: Sequence[RunResult]) -> None:
         ax.plot(ms, np.arange(1, len(ms) + 1) / len(ms) * 100.0, _STYLES[i % len(_STYLES)],
                 label=r.label)
     ax.set_xscale("log")
+    # Plain numbers (2, 3, 5 ms), not 2×10⁰.
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    plain = FuncFormatter(lambda value, _pos: f"{value:g}")
+    ax.xaxis.set_major_formatter(plain)
+    low, high = ax.get_xlim()
+    # The 2..9 ticks labelled too within about a decade; beyond, only the decades.
+    ax.xaxis.set_minor_formatter(plain if low > 0 and high / low < 30 else NullFormatter())
     ax.set_xlabel("create request time (ms)")
     ax.set_ylabel("requests (%)")
     ax.set_title("Scheduling time per request (CDF)")
