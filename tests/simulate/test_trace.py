@@ -344,6 +344,7 @@ def test_huge_lifetimes_outlive_the_trace() -> None:
      "small, large, m1.tiny, m1.small, m1.medium, m1.large, m1.xlarge)"),
     (["--cloud", "CLOUD", "--image", "nosuch"],
      "--image: 'nosuch' is not one of --cloud's images (known: cirros)"),
+    (["--cloud", "/nonexistent/cloud.yaml"], "--cloud /nonexistent/cloud.yaml: no such file"),
     (["-o", "DIR"], "--output DIR: is a directory, expected a file"),
     (["-o", "DIR/nodir/x.csv"], "--output DIR/nodir/x.csv: no such directory 'DIR/nodir'"),
     (["-o", "FILE/x.csv"], "--output FILE/x.csv: FILE is not a directory"),

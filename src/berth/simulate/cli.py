@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from berth.errors import InputError
+from berth.errors import CloudFileError, InputError
 from berth.simulate.generate import MAX_CREATES
 from berth.simulate.trace import AzureMachine, events_at_most
 
@@ -138,7 +138,10 @@ def cmd_trace_generate(args: Any) -> int:
         from berth.cli import _load_config
         from berth.cloudfile import load_cloud
 
-        cloud = load_cloud(args.cloud, _load_config(None))
+        try:
+            cloud = load_cloud(args.cloud, _load_config(None))
+        except CloudFileError as exc:
+            raise CloudFileError(f"--cloud {exc.message}", field="--cloud") from None
     if args.flavor_mix:
         mix = parse_mix(args.flavor_mix)
         known = [*cloud.flavors, *DEFAULT_FLAVORS] if cloud is not None else []
