@@ -205,6 +205,17 @@ def test_a_bad_azure_trace_is_one_line(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(InputError, match="vm 4: endtime 0.25 is before starttime 0.5"):
         load_trace(path, machine=machine)
+    db = sqlite3.connect(path)
+    db.execute("DELETE FROM vm WHERE vmId = 4")
+    db.execute("UPDATE vmType SET hdd = NULL")  # no disk: 0
+    db.commit()
+    assert load_trace(path, machine=machine).flavors["azure-10"]["root_gb"] == 50
+    db.execute("UPDATE vmType SET core = NULL WHERE id = 1")
+    db.commit()
+    db.close()
+    with pytest.raises(InputError, match="vmType 10 machine 0: core: expected a fraction of "
+                                         "the machine \\(0 to 1\\), got None"):
+        load_trace(path, machine=machine)
 
 
 def test_trace_generate_writes_a_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

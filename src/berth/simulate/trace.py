@@ -426,7 +426,8 @@ def _azure_types(db: sqlite3.Connection, path: str, machine: AzureMachine,
         if mid != chosen:
             continue
         where = f"trace {path} vmType {type_id} machine {mid}"
-        fractions = [_fraction(v, f"{where}: {col}")
+        # A type without cores or memory is a broken row; no disk is 0.
+        fractions = [_fraction(v, f"{where}: {col}", allow_null=col in ("hdd", "ssd"))
                      for v, col in ((core, "core"), (memory, "memory"), (hdd, "hdd"),
                                     (ssd, "ssd"))]
         name = f"azure-{type_id}"
@@ -448,9 +449,11 @@ def _machine_id(value: Any, where: str) -> int:
     return value
 
 
-def _fraction(value: Any, where: str) -> float:
+def _fraction(value: Any, where: str, allow_null: bool = False) -> float:
+    if value is None and allow_null:
+        return 0.0
     try:
-        f = float(value if value is not None else 0.0)
+        f = float(value)
     except (TypeError, ValueError):
         f = math.nan
     if not math.isfinite(f) or not 0.0 <= f <= 1.0:
