@@ -148,8 +148,6 @@ LOG = logging.getLogger(__name__)
 
 PLACEMENT_PREFIX = "/placement"
 
-__all__ = ["DEFAULT_FLAVORS", "SchedulerApp"]
-
 #: Routes answered without a token (``GET /metrics`` is answered before the app).
 PUBLIC_ROUTES = frozenset({"/healthz", "/openapi.json", "/ui"})
 #: The web view's routes (:mod:`berth.service.webview`).
