@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,12 +177,11 @@ def _in_workers(options: ReplayOptions, jobs: list[Job], now: float, events: int
                     args=(messages, index, options, jobs[index], now, events, level))
                 _start_uninterruptible(process)
                 running[index] = process
-            try:
-                message = messages.get(timeout=POLL)
-            except queue.Empty:
-                _check_alive(messages, running, results, bars, jobs)
-                continue
-            _receive(message, running, results, bars)
+            with suppress(queue.Empty):
+                _receive(messages.get(timeout=POLL), running, results, bars)
+            # Every turn, not only when the queue is quiet: the other workers' progress
+            # would otherwise keep a dead worker's slot taken until they end.
+            _check_alive(messages, running, results, bars, jobs)
     finally:
         for process in running.values():
             process.terminate()
