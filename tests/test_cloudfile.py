@@ -233,6 +233,48 @@ def test_unknown_flavor_lists_the_known_ones():
         cloud.flavor("m9.giant")
 
 
+def test_every_flavor_a_cloud_knows_has_an_id_of_its_own():
+    """TypeAffinityFilter compares flavor ids: a cloud file's flavors take 1, 2, ...
+    (skipping ids given to others), and those of Berth's defaults that the file does not
+    define and whose id it holds move above them all, so m1.tiny is not taken for the
+    file's first flavor."""
+    doc = {**minimal(), "flavors": [
+        {"name": "big", "vcpus": 4, "memory_mb": 4096},
+        {"name": "given", "vcpus": 1, "memory_mb": 512, "id": 2},
+        {"name": "third", "vcpus": 1, "memory_mb": 512},
+        {"name": "m1.small", "vcpus": 1, "memory_mb": 2048, "id": 40}]}
+    cloud = parse_cloud(doc, CONFIG, 0.0)
+    ids = {name: f.id for name, f in cloud.known_flavors().items()}
+    assert ids == {"big": 1, "given": 2, "third": 3, "m1.small": 40, "m1.tiny": 41,
+                   "m1.medium": 42, "m1.large": 4, "m1.xlarge": 5}
+    assert cloud.flavor("m1.tiny").id == 41 and cloud.flavor("m1.small").id == 40
+    assert cloud.own_flavors() == ["big", "given", "m1.small", "third"]
+    # Without flavors of its own, a cloud knows the defaults with their usual ids.
+    assert {n: f.id for n, f in parse_cloud(minimal(), CONFIG, 0.0).known_flavors().items()} \
+        == {"m1.tiny": 1, "m1.small": 2, "m1.medium": 3, "m1.large": 4, "m1.xlarge": 5}
+
+
+def test_two_flavors_with_one_id_are_refused():
+    doc = {**minimal(), "flavors": [{"name": "a", "vcpus": 1, "memory_mb": 512, "id": 7},
+                                    {"name": "b", "vcpus": 1, "memory_mb": 512, "id": 7}]}
+    with pytest.raises(CloudFileError) as caught:
+        parse_cloud(doc, CONFIG, 0.0)
+    assert str(caught.value) == "flavors[1].id: 7 is also flavor 'a''s id"
+
+
+def test_a_hosts_instance_may_run_one_of_berths_default_flavors():
+    doc = {**minimal(), "flavors": [{"name": "big", "vcpus": 4, "memory_mb": 4096}]}
+    doc["hosts"][0]["instances"] = [{"uuid": "i1", "flavor": "m1.tiny"},
+                                    {"uuid": "i2", "flavor": "big"}]
+    cloud = parse_cloud(doc, CONFIG, 0.0)
+    instances = cloud.snapshot.obj("instances")[0]
+    assert {u: i.instance_type_id for u, i in instances.items()} == {"i1": 6, "i2": 1}
+    doc["hosts"][0]["instances"] = [{"uuid": "i1", "flavor": "m9.giant"}]
+    with pytest.raises(CloudFileError, match=r"hosts\[0\]\.instances\[0\]\.flavor: no flavor "
+                       r"named 'm9.giant' in flavors or Berth's defaults \(m1.tiny, "):
+        parse_cloud(doc, CONFIG, 0.0)
+
+
 def test_start_sets_the_first_index_of_a_stamped_group():
     doc = {"hosts": [{"host": "r{index}", "count": 2}, {"host": "r{index}", "count": 2, "start": 3}]}
     assert list(parse_cloud(doc, CONFIG, 0.0).snapshot.obj("host")) == ["r1", "r2", "r3", "r4"]

@@ -54,7 +54,7 @@ from berth.model import (
     ServiceRecord,
 )
 from berth.model.image_props import ImagePropertyError
-from berth.model.request import DEFAULT_FLAVORS
+from berth.model.request import DEFAULT_FLAVORS, known_flavors
 from berth.placement.bounds import MAX_FLOAT, MAX_INT
 from berth.provider_tree import (
     NodeProviders,
@@ -108,13 +108,18 @@ class Cloud:
         """The flavor called ``name``: the cloud file's, else one of Berth's defaults
         (``m1.tiny`` ... ``m1.xlarge``, as ``berth serve`` knows them); CloudFileError
         listing the known ones otherwise."""
-        found = self.flavors.get(name) or DEFAULT_FLAVORS.get(name)
+        found = self.known_flavors().get(name)
         if found is None:
             raise CloudFileError(
                 f"unknown flavor {name!r}; the cloud file defines: "
                 f"{', '.join(sorted(self.flavors)) or 'none'}; Berth's defaults: "
                 f"{', '.join(DEFAULT_FLAVORS)}")
         return found
+
+    def known_flavors(self) -> dict[str, Flavor]:
+        """The flavors the cloud knows by name: its own, then Berth's defaults, each
+        with an id of its own (see :func:`berth.model.request.known_flavors`)."""
+        return known_flavors(self.flavors)
 
     def own_flavors(self) -> list[str]:
         """The flavors "every flavor of the cloud" means: the cloud file's, or Berth's
@@ -200,6 +205,7 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
                                   disabled=r.flag("disabled"))
 
     flavors = _flavors(top)
+    known = known_flavors(flavors)  # what the hosts' instances may name
     broken: dict[str, BrokenImage] = {}
     images = _images(top, broken)
     defaults = top.mapping("host_defaults")
@@ -223,7 +229,7 @@ def parse_cloud(document: Any, config: SchedulerConfig, now: float) -> Cloud:
             if count is not None:
                 entry = _stamp(entry, index, f"hosts[{i}]")
             path = f"hosts[{i}]" if count is None else f"hosts[{i}] (#{index})"
-            record = _host(entry, path, cells, flavors, images, config, now, broken)
+            record = _host(entry, path, cells, known, images, config, now, broken)
             assert record.uuid is not None
             if record.key in seen:
                 raise CloudFileError(f"{path}.host: duplicate compute node {record.key[0]}/{record.key[1]}")
@@ -350,8 +356,22 @@ def _stamp(entry: dict[str, Any], index: int, path: str) -> dict[str, Any]:
 
 
 def _flavors(top: FieldReader) -> dict[str, Flavor]:
+    """The cloud file's flavors. An ``id`` is one flavor's; a flavor without one takes
+    its position (1, 2, ...) or, when a given id holds that, the next free one."""
     flavors: dict[str, Flavor] = {}
-    for i, item in enumerate(top.seq("flavors")):
+    items = top.seq("flavors")
+    given: dict[int, str] = {}
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping) and item.get("id") is not None:
+            fid = FieldReader(item, f"flavors[{i}]").integer("id")
+            name = item.get("name")
+            if fid in given:
+                raise CloudFileError(f"flavors[{i}].id: {fid} is also flavor "
+                                     f"{given[fid]!r}'s id", field=f"flavors[{i}].id")
+            assert fid is not None
+            given[fid] = str(name)
+    taken = set(given)
+    for i, item in enumerate(items):
         r = FieldReader(item, f"flavors[{i}]")
         r.unknown({"name", "vcpus", "memory_mb", "ram", "root_gb", "disk", "ephemeral_gb", "swap",
                    "id", "flavorid", "extra_specs"})
@@ -371,11 +391,21 @@ def _flavors(top: FieldReader) -> dict[str, Flavor]:
                               maximum=MAX_INT) or 0,
             ephemeral_gb=r.integer("ephemeral_gb", default=0, maximum=MAX_INT) or 0,
             swap=r.integer("swap", default=0, maximum=MAX_INT) or 0,
-            id=r.integer("id", default=i + 1),
+            id=_flavor_id(r.integer("id"), i + 1, taken),
             flavorid=r.text("flavorid") or name,
             extra_specs=r.str_map("extra_specs"),
         )
     return flavors
+
+
+def _flavor_id(given: int | None, position: int, taken: set[int]) -> int:
+    """``given``, else ``position`` or the first id above it that no flavor holds."""
+    if given is not None:
+        return given
+    while position in taken:
+        position += 1
+    taken.add(position)
+    return position
 
 
 @dataclass
@@ -577,7 +607,8 @@ def _instances(
         flavor = None
         if flavor_name is not None:
             if flavor_name not in flavors:
-                raise CloudFileError(f"{path}.flavor: no flavor named {flavor_name!r} in flavors")
+                raise CloudFileError(f"{path}.flavor: no flavor named {flavor_name!r} in "
+                                     f"flavors or Berth's defaults ({', '.join(DEFAULT_FLAVORS)})")
             flavor = flavors[flavor_name]
             placed.append(flavor)
         image_name = ir.text("image")

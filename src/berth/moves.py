@@ -456,7 +456,7 @@ def instance_from_cloud(cloud: Any, uuid: str) -> MovingInstance:
         raise InstanceNotFound(f"instance {uuid!r}: no host of the cloud file lists it",
                                field="instance")
     inst = snapshot.obj("instances")[row][uuid]
-    flavor = next((f for f in cloud.flavors.values()
+    flavor = next((f for f in cloud.known_flavors().values()
                    if inst.instance_type_id is not None and f.id == inst.instance_type_id), None)
     if flavor is None:
         raise InputError(f"instance {uuid!r}: it names no flavor in the cloud file, so its "

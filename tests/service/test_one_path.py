@@ -152,6 +152,26 @@ def test_availability_zones_count_offline_and_online(
         "availability_zone: the requested availability zone 'nosuchzone' is not available")
 
 
+def test_a_default_flavor_is_not_taken_for_the_clouds_flavor_with_its_id(
+        tmp_path: Path, served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The cloud file's first flavor has id 1, as m1.tiny has among Berth's defaults:
+    m1.tiny takes another id, so TypeAffinityFilter keeps an m1.tiny off a host that
+    runs the file's flavor, offline and online alike."""
+    cloud = tmp_path / "typed.yaml"
+    cloud.write_text("hosts: [{host: h1, vcpus: 8, memory_mb: 16384, local_gb: 100, "
+                     "instances: [{uuid: 6f1c1b1e-5f0e-4c83-9a43-1b3f0a6f3c11, flavor: big}]}]\n"
+                     "flavors: [{name: big, vcpus: 2, memory_mb: 2048, root_gb: 10}]\n")
+    conf = tmp_path / "typed.conf"
+    conf.write_text("[filter_scheduler]\nenabled_filters = ComputeFilter,TypeAffinityFilter\n")
+    server = served(str(cloud), "--config-file", str(conf))
+    for flavor, placed in (("big", True), ("m1.tiny", False)):
+        code, _ = _offline(capsys, str(cloud), "--flavor", flavor, "--config-file", str(conf))
+        status, answer = server.boot(flavor=flavor)
+        assert (code, status) == ((0, 200) if placed else (4, 409)), (flavor, answer)
+    assert {f["name"]: f["id"] for f in httpx.get(server.url + "/flavors", headers=ADMIN,
+                                                   timeout=30).json()["flavors"]}["m1.tiny"] == 6
+
+
 def test_schedule_json_and_boot_json_have_one_shape(
         served: Any, capsys: pytest.CaptureFixture[str]) -> None:
     server = served(EXAMPLE, "--seed", "3")

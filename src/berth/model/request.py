@@ -7,10 +7,11 @@ The pipeline works on a deep copy of the spec: its virtual changes during one re
 
 from __future__ import annotations
 
+import functools
 import random
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from berth.model.image_props import (  # noqa: F401  (LEGACY_IMAGE_PROPERTIES: re-exported)
@@ -123,6 +124,38 @@ DEFAULT_FLAVORS: dict[str, Flavor] = {
         Flavor(name="m1.xlarge", vcpus=8, memory_mb=16384, root_gb=160, id=5),
     )
 }
+
+
+def known_flavors(own: Mapping[str, Flavor]) -> dict[str, Flavor]:
+    """Every flavor a cloud knows by name: its ``own``, then those of Berth's defaults
+    it does not define. A default whose id one of ``own`` holds takes the next free id
+    above them all: TypeAffinityFilter compares flavor ids, and two flavors with one id
+    would pass for one."""
+    known = dict(own)
+    taken = {f.id for f in own.values()}
+    free = max([i for i in taken if isinstance(i, int)] + [len(DEFAULT_FLAVORS)]) + 1
+    for name, flavor in DEFAULT_FLAVORS.items():
+        if name in known:
+            continue
+        if flavor.id in taken:
+            flavor = _renumbered(name, free)
+            free += 1
+        known[name] = flavor
+        taken.add(flavor.id)
+    return known
+
+
+@functools.lru_cache(maxsize=256)
+def _renumbered(name: str, flavor_id: int | str | None) -> Flavor:
+    """Berth's default flavor ``name`` with another id: one object per id."""
+    return replace(DEFAULT_FLAVORS[name], id=flavor_id)
+
+
+def is_default_flavor(name: str, flavor: Flavor) -> bool:
+    """Whether ``flavor`` is Berth's default called ``name`` (whatever its id in a
+    cloud), not a flavor of the cloud's own."""
+    default = DEFAULT_FLAVORS.get(name)
+    return default is not None and (flavor is default or flavor is _renumbered(name, flavor.id))
 
 
 @dataclass

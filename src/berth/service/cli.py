@@ -726,7 +726,7 @@ def _serve(args: argparse.Namespace, server: Any, apps: list[Any], stack: Any,
             return 2
     if cloud is not None:
         cloud_flavors, images = seed_loaded(stack, cloud, args.cloud, now=now)
-        flavors.update(cloud_flavors)
+        flavors = cloud_flavors
         LOG.info("registered %d compute nodes from %s", len(stack.agents), args.cloud)
     stored: set[str] = set()  # hosts stored and reporting (or not) from elsewhere
     if not args.no_resume:

@@ -438,7 +438,7 @@ def cmd_api(args: argparse.Namespace) -> int:
                 cloud = load_cloud(args.cloud, config)
             except BerthError as exc:
                 return _fail("api", str(exc))
-            flavors.update(cloud.flavors)
+            flavors = cloud.known_flavors()
             images.update(cloud.images)
             for group in cloud.server_groups.values():
                 stack.groups.put(group)

@@ -95,7 +95,7 @@ def seed_loaded(stack: Any, cloud: Cloud, path: str, *, now: float
     seed_cloud(stack, cloud, path, now=now)
     for name, bad in cloud.broken_images.items():
         LOG.warning("%s: image %r is left out, boots with it fail: %s", path, name, bad.problem)
-    return dict(cloud.flavors), dict(cloud.images)
+    return cloud.known_flavors(), dict(cloud.images)
 
 
 def seed_cloud(stack: Any, cloud: Cloud, path: str, *, now: float, fresh: bool = False) -> None:
@@ -127,7 +127,7 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
     agents = stack.register_hosts(nodes, snap.aggregates, cloud.cells.values())
     for group in cloud.server_groups.values():
         stack.groups.put(group)
-    flavors_by_id = {f.id: f for f in cloud.flavors.values()}
+    flavors_by_id = {f.id: f for f in cloud.known_flavors().values()}
     config = stack.config
     down_time = effective_service_down_time(config.service_down_time, config.report_interval)
     # The file's instances (and the usage holders beyond them) exist without a build by

@@ -35,7 +35,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from berth.errors import BerthError, InputError, SchedulingError, error_dict
-from berth.model.request import DEFAULT_FLAVORS
+from berth.model.request import DEFAULT_FLAVORS, is_default_flavor
 from berth.service.httpjson import StartResponse, read_json, reply, reply_bytes
 from berth.service.policy import HOSTS, WHAT_IF
 
@@ -279,7 +279,7 @@ class ViewRoutes:
                 # Every flavor of the cloud, as for a cloud file: the ones it defines,
                 # else Berth's defaults (the server also knows those by name).
                 flavors = sorted(n for n, f in self.flavors.items()
-                                 if DEFAULT_FLAVORS.get(n) is not f) or list(DEFAULT_FLAVORS)
+                                 if not is_default_flavor(n, f)) or list(DEFAULT_FLAVORS)
             token = environ.get("HTTP_X_AUTH_TOKEN", "")
             started = self.capacity_runs.start(
                 lambda names, cap: self._capacity(names, cap, token), flavors, limit)

@@ -127,7 +127,6 @@ def add_commands(sub: Any) -> None:
 
 def cmd_trace_generate(args: Any) -> int:
     """Write a generated trace."""
-    from berth.model.request import DEFAULT_FLAVORS
     from berth.simulate.generate import GroupSpec, Lifetime, generate, parse_mix
     from berth.simulate.trace import write_csv
 
@@ -144,7 +143,7 @@ def cmd_trace_generate(args: Any) -> int:
             raise CloudFileError(f"--cloud {exc.message}", field="--cloud") from None
     if args.flavor_mix:
         mix = parse_mix(args.flavor_mix)
-        known = [*cloud.flavors, *DEFAULT_FLAVORS] if cloud is not None else []
+        known = list(cloud.known_flavors()) if cloud is not None else []
         unknown = sorted(set(mix) - set(known)) if cloud is not None else []
         if cloud is not None and unknown:
             raise InputError(f"--flavor-mix: flavor {unknown[0]!r} is not one of --cloud's "

@@ -108,14 +108,14 @@ class LocalTarget:
     """A cloud file in process (see the module's docstring)."""
 
     def __init__(self, offline: Any, *, seed: int | None = None) -> None:
-        from berth.service.api import DEFAULT_FLAVORS, SchedulerApp
+        from berth.service.api import SchedulerApp
 
         stack = offline.stack
         self.stack = stack
         self.service = stack.scheduler(seed=seed)
         conductor = stack.conductor(self.service)
         self.moves = stack.moves(conductor)
-        self._flavors = {**DEFAULT_FLAVORS, **offline.cloud.flavors}
+        self._flavors = offline.cloud.known_flavors()
         self.app = SchedulerApp(self.service, conductor, stack.placement_app, self._flavors,
                                 offline.cloud.images, groups=stack.groups, moves=self.moves)
         self.placement = stack.client
