@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -67,6 +68,32 @@ def register(placement: str, node: dict[str, Any]) -> None:
                 "DISK_GB": {"total": node["local_gb"]}}}).status_code == 200
 
 
+class _ComputeHeartbeats:
+    """Stamps ``last_seen_up`` of every nova-compute row in a cell now and every
+    ``interval`` seconds, in a thread, until ``stop``."""
+
+    def __init__(self, engine: sa.Engine, interval: float = 5.0) -> None:
+        self._engine = engine
+        self._stopped = threading.Event()
+        self.beat()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def beat(self) -> None:
+        with self._engine.begin() as conn:
+            conn.execute(sa.update(hs.services).where(
+                hs.services.c.binary == "nova-compute").values(
+                last_seen_up=sa.func.utc_timestamp(), updated_at=sa.func.utc_timestamp()))
+
+    def _run(self, interval: float) -> None:
+        while not self._stopped.wait(interval):
+            self.beat()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=30)
+
+
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     pytest.importorskip("pymysql", reason="PyMySQL is not installed")
@@ -93,10 +120,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
             conn.execute(sa.insert(hs.services), [
                 service_row(1, "a1"), service_row(2, "a2", disabled=True), service_row(3, "a3")])
             conn.execute(sa.insert(hs.compute_nodes), nodes)
-        # The services' heartbeats must be fresh for ComputeFilter: stamp them now.
-        with cell1.begin() as conn:
-            conn.execute(sa.update(hs.services).values(
-                last_seen_up=sa.func.utc_timestamp(), updated_at=sa.func.utc_timestamp()))
+        # The compute services' heartbeats must stay fresh for ComputeFilter
+        # (service_down_time 60 s) however long the module runs: stamp them now and every
+        # few seconds, as each nova-compute does every report_interval.
+        heartbeats = _ComputeHeartbeats(cell1)
         port = free_port()
         placement_log = work / "placement.log"
         with open(placement_log, "wb") as out:
@@ -154,6 +181,7 @@ workers = 1
                    "log": log, "ready": ready, "placement": placement, "api": api,
                    "urls": urls, "cell1": cell1, "nodes": nodes, "conf": conf}
         finally:
+            heartbeats.stop()
             if bus is not None:
                 bus.close()
             for p in (proc, placement_proc):
