@@ -1,6 +1,6 @@
 """Move operations: the request Nova sends for each (plan_move), CrossCellWeigher and the
 requested destination reached through a move, and ``berth schedule --migrate|--resize|
---evacuate|--rebuild`` offline with the claims as Nova moves them."""
+--evacuate|--rebuild|--live-migrate`` offline with the claims as Nova moves them."""
 
 from __future__ import annotations
 
@@ -14,8 +14,17 @@ from berth.claims import InMemoryPlacement, requested_resources
 from berth.cli import main
 from berth.config import SchedulerConfig
 from berth.errors import InputError, MoveRefused, NoValidHost
+from berth.hardware.pci import InstancePCIRequest, InstancePCIRequests
 from berth.model.request import CellMapping, Flavor, ImageMeta, InstanceGroup, RequestSpec
-from berth.moves import MoveRequest, MovingInstance, SourceHost, plan_move, schedule_move
+from berth.moves import (
+    Hypervisor,
+    MoveRequest,
+    MovingInstance,
+    SourceHost,
+    live_migration_problem,
+    plan_move,
+    schedule_move,
+)
 from berth.pipeline import Scheduler
 from berth.snapshot import HostSnapshot
 from builders import NOW as CORE_NOW
@@ -367,15 +376,117 @@ def test_schedule_evacuate_and_rebuild_offline(tmp_path: Path,
     assert "live/live: image properties unsupported" in out
 
 
+# ----------------------------------------------------------------- live migration
+def test_a_live_migration_keeps_to_its_cell_ignores_its_host_and_takes_no_alternates() -> None:
+    plan = _plan(MoveRequest("live-migrate"))
+    spec = plan.spec
+    assert spec.ignore_hosts == ["h1"]
+    assert spec.requested_destination is not None
+    assert (spec.requested_destination.cell, spec.requested_destination.host) == (
+        CellMapping("cell-a"), None)
+    assert (plan.migration_allocation, plan.claims, plan.return_alternates,
+            plan.keeps_source, plan.drops_source) == (True, True, False, False, True)
+    assert plan.migration_type == "live-migration"
+    # A named host: its first node, in the instance's cell; even its own host is asked
+    # for (and ignored: the scheduler answers NoValidHost, as Nova's does).
+    named = _plan(MoveRequest("live-migrate", host="ironic")).spec.requested_destination
+    assert named is not None and (named.host, named.node, named.cell) == (
+        "ironic", "n-a", CellMapping("cell-a"))
+    own = _plan(MoveRequest("live-migrate", host="h1")).spec
+    assert own.requested_destination.host == "h1" and own.ignore_hosts == ["h1"]  # type: ignore[union-attr]
+    with pytest.raises(InputError, match="compute host 'far' could not be found"):
+        _plan(MoveRequest("live-migrate", host="far"))
+    with pytest.raises(MoveRefused, match="Compute service of h1 is unavailable"):
+        _plan(MoveRequest("live-migrate"), up=False)
+
+
+def _pci(*specs: dict[str, str], alias: str | None = "nic") -> RequestSpec:
+    return RequestSpec(flavor=TINY, pci_requests=InstancePCIRequests([InstancePCIRequest(
+        count=1, spec=list(specs), alias_name=alias)]))
+
+
+@pytest.mark.parametrize("source, dest, spec, skip, problem", [
+    (Hypervisor("QEMU", 8), Hypervisor("QEMU", 8), RequestSpec(flavor=TINY), False, None),
+    (Hypervisor("QEMU", 8), Hypervisor("QEMU", 9), RequestSpec(flavor=TINY), False, None),
+    (Hypervisor("QEMU", 8), Hypervisor("VMware", 9), RequestSpec(flavor=TINY), True,
+     "hypervisor type 'VMware' is not the source's 'QEMU' (InvalidHypervisorType)"),
+    (Hypervisor("QEMU", 8), Hypervisor("QEMU", 7), RequestSpec(flavor=TINY), False,
+     "hypervisor version 7 is older than the source's 8 (DestinationHypervisorTooOld)"),
+    (Hypervisor("QEMU", 8), Hypervisor("QEMU", 7), RequestSpec(flavor=TINY), True, None),
+    (Hypervisor("QEMU", 8), Hypervisor("QEMU", 8), _pci({"live_migratable": "true"}), False,
+     None),
+    (Hypervisor("QEMU", 8), Hypervisor("QEMU", 8),
+     _pci({"live_migratable": "true"}, {"vendor_id": "8086"}), False,
+     "PCI alias 'nic' does not explicitly request live-migratable devices "
+     "(MigrationPreCheckError)"),
+    (Hypervisor("QEMU", 8), Hypervisor("QEMU", 8), _pci({"live_migratable": "yes"}), False,
+     "PCI alias 'nic' does not explicitly request live-migratable devices "
+     "(MigrationPreCheckError)"),
+    (Hypervisor("QEMU", 8), Hypervisor("QEMU", 8), _pci({"vendor_id": "8086"}, alias=None),
+     False, None),
+], ids=["same", "newer", "another type (no skip for it)", "older", "older, check skipped",
+        "live-migratable devices", "one spec without the tag", "not the word true",
+        "a port's request"])
+def test_the_conductor_checks_a_live_migration_destination_as_nova_does(
+        source: Hypervisor, dest: Hypervisor, spec: RequestSpec, skip: bool,
+        problem: str | None) -> None:
+    assert live_migration_problem(source, dest, spec, skip_version_check=skip) == problem
+
+
+LIVE_CLOUD = """
+hosts:
+  - {host: src, vcpus: 8, memory_mb: 8192, local_gb: 100, hypervisor_version: 8002000,
+     instances: [{uuid: 0b8f9c3e-0000-4000-8000-0000000000aa, flavor: small}]}
+  - {host: old, vcpus: 8, memory_mb: 65536, local_gb: 100, hypervisor_version: 6000000}
+  - {host: new, vcpus: 8, memory_mb: 16384, local_gb: 100, hypervisor_version: 9000000}
+flavors: [{name: small, vcpus: 1, memory_mb: 1024, root_gb: 10}]
+"""
+
+
+def test_schedule_live_migrate_offline_skips_what_the_conductor_would(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """RAMWeigher alone prefers the host with an older hypervisor: skipped, as the
+    conductor skips it, for the next one."""
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(LIVE_CLOUD)
+    uuid = "0b8f9c3e-0000-4000-8000-0000000000aa"
+    conf = tmp_path / "nova.conf"
+    ram = "[filter_scheduler]\nweight_classes = RAMWeigher\n"
+    conf.write_text(ram)
+    code, out, _ = run(capsys, "schedule", str(cloud), "--live-migrate", uuid, "--json",
+                       "--config-file", str(conf))
+    assert code == 0
+    data = json.loads(out)
+    assert data["skipped"] == [{"host": "old", "reason": "hypervisor version 6000000 is older "
+                                "than the source's 8002000 (DestinationHypervisorTooOld)"}]
+    assert data["allocations"] == {
+        "instance": {"new/new": {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 10}}, "migration": {}}
+    code, out, _ = run(capsys, "schedule", str(cloud), "--live-migrate", uuid,
+                       "--config-file", str(conf))
+    assert code == 0 and "skipped old: hypervisor version 6000000" in out
+    assert "deleted once the instance runs on its destination" in out
+    conf.write_text(ram + "[DEFAULT]\nmigrate_max_retries = 0\n")
+    code, _, err = run(capsys, "schedule", str(cloud), "--live-migrate", uuid,
+                       "--config-file", str(conf))
+    assert code == 6 and "Exceeded max scheduling retries 1" in err
+    conf.write_text("[workarounds]\nskip_hypervisor_version_check_on_lm = true\n")
+    code, out, _ = run(capsys, "schedule", str(cloud), "--live-migrate", uuid,
+                       "--config-file", str(conf), "--host", "old", "--json")
+    assert code == 0 and json.loads(out)["skipped"] == []
+    assert "old/old" in json.loads(out)["allocations"]["instance"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--migrate", WEB1, "--num", "2"], "--num: not used with --migrate"),
     (["--migrate", WEB1, "--flavor", "m1.large"], "--flavor: only --resize takes a flavor"),
     (["--resize", WEB1, "--host", "c1-a01", "--flavor", "m1.large"], "--host: only --migrate"),
+    (["--live-migrate", WEB1, "--image", "ubuntu"], "--image: only --rebuild takes an image"),
     (["--flavor", "m1.small", "--host", "c1-a01"], "--host and --allow-cross-cell: only with a move"),
     ([], "--flavor: required"),
     (["--migrate", "0b8f9c3e-0000-4000-8000-00000000ffff"], "no host of the cloud file lists it"),
 ], ids=["a boot option with a move", "a flavor with a migration", "a host with a resize",
-        "a host without a move", "no flavor and no move", "an instance no host lists"])
+        "a host without a move", "no flavor and no move", "an instance no host lists",
+        "an image with a live migration"])
 def test_schedule_move_arguments_are_checked(argv: list[str], message: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "schedule", CLOUD, *argv)

@@ -4,7 +4,8 @@
     berth schedule CLOUD --flavor NAME [--image NAME] [--hint k=v ...] [--num N]
                    [--config-file nova.conf ...] [--seed S] [--explain] [--json]
     berth schedule CLOUD (--migrate UUID [--host H] | --resize UUID --flavor NEW |
-                          --evacuate UUID [--host H] | --rebuild UUID --image NAME)
+                          --evacuate UUID [--host H] | --rebuild UUID --image NAME |
+                          --live-migrate UUID [--host H])
                    [--allow-cross-cell] [--explain] [--json]
     berth cloud check CLOUD
     berth cloud import [--os-cloud NAME] [-o FILE] | berth cloud export --url URL [-o FILE]
@@ -72,9 +73,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         return cmd_schedule_move(args, *move)
     if getattr(args, "host", None) or getattr(args, "allow_cross_cell", False):
         raise InputError("--host and --allow-cross-cell: only with a move (--migrate, --resize, "
-                         "--evacuate, --rebuild)")
+                         "--evacuate, --rebuild, --live-migrate)")
     if not args.flavor:
-        raise InputError("--flavor: required (except for --migrate, --evacuate and --rebuild)",
+        raise InputError("--flavor: required (except for --migrate, --evacuate, --rebuild and "
+                         "--live-migrate)",
                          field="--flavor")
     config = _load_config(args.config_file)
     now = time.time() if args.now is None else args.now
@@ -377,7 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="evacuate an instance from its host, which must be down")
     moves.add_argument("--rebuild", metavar="INSTANCE_UUID",
                        help="rebuild an instance on its host with --image (rebuild filters only)")
-    p.add_argument("--host", help="with --migrate or --evacuate: the requested destination host")
+    moves.add_argument("--live-migrate", metavar="INSTANCE_UUID",
+                       help="live-migrate an instance within its cell (its host ignored; the "
+                            "destination's hypervisor checked against its source's)")
+    p.add_argument("--host", help="with --migrate, --evacuate or --live-migrate: the requested "
+                                  "destination host")
     p.add_argument("--allow-cross-cell", action="store_true",
                    help="with --migrate or --resize: the instance may leave its cell")
     p.set_defaults(func=cmd_schedule)

@@ -199,6 +199,9 @@ DEFAULT_OPTS: list[cfg.Opt] = [
     cfg.BoolOpt("allow_resize_to_same_host", default=False,
                 help="A resize may keep the instance on its host (the host then holds the "
                      "old and the new flavor until the resize is confirmed)."),
+    cfg.IntOpt("migrate_max_retries", default=-1, min=-1,
+               help="Times a live migration asks the scheduler again after the conductor's "
+                    "checks skipped its destination (-1: until no host is left)."),
     cfg.IntOpt("service_down_time", default=60, min=1,
                help="Seconds since the last heartbeat after which a service is down."),
     cfg.IntOpt("report_interval", default=10, min=1,
@@ -219,6 +222,9 @@ DEFAULT_OPTS: list[cfg.Opt] = [
 WORKAROUNDS_OPTS: list[cfg.Opt] = [
     cfg.BoolOpt("disable_fallback_pcpu_query", default=False,
                 help="Do not retry a PCPU query with VCPU."),
+    cfg.BoolOpt("skip_hypervisor_version_check_on_lm", default=False,
+                help="A live migration may go to a host whose hypervisor version is older "
+                     "than its source's."),
     cfg.BoolOpt("disable_group_policy_check_upcall", default=False,
                 help="Skip the late check of a hard server-group policy when a build "
                      "reaches its host (a build that would break affinity or "

@@ -1,5 +1,5 @@
 """Move operations as Nova 34 asks its scheduler for them: cold migrate, resize,
-evacuate and rebuild.
+evacuate, rebuild and live migrate.
 
 A move schedules one existing instance again. What differs from a boot is the request
 spec the conductor sends and what happens to the instance's allocations:
@@ -26,7 +26,19 @@ rebuild    ``_nova_check_type=rebuild``; the instance's  nothing is claimed; pla
            own host and node forced, so only the         not asked (§8.1.4); the same
            ``RUN_ON_REBUILD`` filters run on it; with    image is not scheduled at all
            the new image
+live-      the source in ``ignore_hosts``, always; the  as migrate; once the instance runs
+migrate    instance's cell, always; a named host's      on the destination the migration
+           first node is the requested destination (a   consumer's (source) allocation is
+           hint: the filters still run); no alternates  deleted: there is no confirm step
 =========  ===========================================  ==================================
+
+A live migration's destination must then pass the conductor's checks
+(:func:`live_migration_problem`, Nova's ``LiveMigrationTask``): the same hypervisor type
+as the source, a version no older (unless ``[workarounds]
+skip_hypervisor_version_check_on_lm``), and PCI devices from flavor aliases asked for as
+live-migratable. A destination that fails them gives up its claim and joins the ignored
+hosts, and the scheduler is asked again (``[DEFAULT] migrate_max_retries`` times, -1:
+until no host is left): :func:`schedule_live_migration`.
 
 Nova's scheduler claims an evacuation's destination by merging it into the instance
 consumer's existing allocations. Berth's claims never merge into an existing consumer
@@ -53,7 +65,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from berth.errors import InputError, MoveRefused, NoValidHost
+from berth.errors import InputError, MaxRetriesExceeded, MoveRefused, NoValidHost
 from berth.model.request import CellMapping, Destination, Flavor, ImageMeta, RequestSpec
 from berth.pipeline import Decision
 
@@ -61,15 +73,19 @@ MIGRATE = "migrate"
 RESIZE = "resize"
 EVACUATE = "evacuate"
 REBUILD = "rebuild"
+LIVE_MIGRATE = "live-migrate"
 #: Every move operation, in the order the CLI and docs list them.
-OPERATIONS = (MIGRATE, RESIZE, EVACUATE, REBUILD)
+OPERATIONS = (MIGRATE, RESIZE, EVACUATE, REBUILD, LIVE_MIGRATE)
+#: The operations that take a destination host.
+TARGETED = (MIGRATE, EVACUATE, LIVE_MIGRATE)
 
 #: The provider trait that lets a cold migration stay on its host (Nova's
 #: ``_allow_resize_to_same_host`` for a migration; only some drivers report it).
 SAME_HOST_COLD_MIGRATE_TRAIT = "COMPUTE_SAME_HOST_COLD_MIGRATE"
 
 #: Nova's ``Migration.migration_type`` per operation (rebuild records none).
-MIGRATION_TYPES = {MIGRATE: "migration", RESIZE: "resize", EVACUATE: "evacuation"}
+MIGRATION_TYPES = {MIGRATE: "migration", RESIZE: "resize", EVACUATE: "evacuation",
+                   LIVE_MIGRATE: "live-migration"}
 
 
 @dataclass
@@ -88,7 +104,8 @@ class MovingInstance:
 class MoveRequest:
     """One move as asked: the operation and its arguments.
 
-    ``host``: the requested destination (migrate, evacuate). ``flavor``: the new flavor
+    ``host``: the requested destination (migrate, evacuate, live-migrate: there a hint
+    the filters still judge, as Nova's API makes it without ``force``). ``flavor``: the new flavor
     (resize). ``image``: the new image (rebuild). ``allow_cross_cell``: the caller may
     move the instance to another cell (migrate, resize), which Nova grants by the policy
     rule ``compute:servers:resize:cross_cell``.
@@ -114,16 +131,28 @@ class SourceHost:
     allocation_traits: frozenset[str] | None = None
 
 
+@dataclass(frozen=True)
+class Hypervisor:
+    """A host's hypervisor as a live migration compares them: its first node's
+    ``hypervisor_type`` and ``hypervisor_version`` (Nova's
+    ``get_first_node_by_host_for_old_compat``)."""
+
+    type: str | None
+    version: int | None
+
+
 @dataclass
 class MovePlan:
     """The request to schedule and how the move treats claims.
 
     ``migration_allocation``: the source allocation moves to the migration consumer
-    first (migrate, resize, evacuate). ``keeps_source``: it comes back to the instance
-    consumer beside the destination's once the move is built (evacuate). ``claims``: the scheduler claims the destination
-    (everything but rebuild). ``schedule``: ask the scheduler at all (a rebuild with
-    the instance's own image does not). ``return_alternates``: a failed build may go on
-    to an alternate (migrate, resize).
+    first (migrate, resize, evacuate, live-migrate). ``keeps_source``: it comes back to
+    the instance consumer beside the destination's once the move is built (evacuate).
+    ``drops_source``: it is deleted once the move is built, with no confirm step
+    (live-migrate). ``claims``: the scheduler claims the destination (everything but
+    rebuild). ``schedule``: ask the scheduler at all (a rebuild with the instance's own
+    image does not). ``return_alternates``: a failed build may go on to an alternate
+    (migrate, resize).
     """
 
     operation: str
@@ -136,6 +165,7 @@ class MovePlan:
     schedule: bool
     return_alternates: bool
     keeps_source: bool = False
+    drops_source: bool = False
 
     @property
     def migration_type(self) -> str | None:
@@ -169,7 +199,7 @@ def plan_move(
     if request.allow_cross_cell and op not in (MIGRATE, RESIZE):
         raise InputError(f"allow_cross_cell: only migrate and resize may cross cells, not {op}",
                          field="allow_cross_cell")
-    if request.host is not None and op not in (MIGRATE, EVACUATE):
+    if request.host is not None and op not in TARGETED:
         raise InputError(f"host: {op} takes no destination host", field="host")
     if request.flavor is not None and op != RESIZE:
         raise InputError(f"flavor: only resize takes a flavor, not {op}", field="flavor")
@@ -226,6 +256,23 @@ def plan_move(
         raise MoveRefused(f"Compute service of {instance.host} is still in use: an instance "
                           "is evacuated only from a host whose service is down",
                           instance_uuid=instance.uuid, host=instance.host)
+    if op == LIVE_MIGRATE:
+        _check_live_migratable(instance, source)
+        dest = Destination()
+        if request.host is not None:
+            # Nova's API names the host's first node and leaves the rest to the scheduler
+            # (its own host too: ignored, so NoValidHost, not a refusal of the API).
+            nodes = [(node, cell) for node, cell in nodes_of(request.host)
+                     if not instance.cell_uuid or cell == instance.cell_uuid]
+            if not nodes:
+                raise InputError(f"host: compute host {request.host!r} could not be found",
+                                 field="host")
+            dest.host, dest.node = request.host, nodes[0][0]
+        if instance.cell_uuid:  # Nova live-migrates within the instance's cell only
+            dest.cell = CellMapping(uuid=instance.cell_uuid)
+        if dest.host or dest.cell:
+            spec.requested_destination = dest
+        spec.ignore_hosts = [instance.host]
 
     if op in (MIGRATE, RESIZE, EVACUATE):
         dest = Destination()
@@ -271,9 +318,56 @@ def plan_move(
         prepare_request(spec, config)
     return MovePlan(
         operation=op, instance_uuid=instance.uuid, spec=spec, source_host=instance.host,
-        source_node=instance.nodename, migration_allocation=op in (MIGRATE, RESIZE, EVACUATE),
+        source_node=instance.nodename,
+        migration_allocation=op in (MIGRATE, RESIZE, EVACUATE, LIVE_MIGRATE),
         claims=op != REBUILD, schedule=schedule, return_alternates=op in (MIGRATE, RESIZE),
-        keeps_source=op == EVACUATE)
+        keeps_source=op == EVACUATE, drops_source=op == LIVE_MIGRATE)
+
+
+def _check_live_migratable(instance: MovingInstance, source: SourceHost) -> None:
+    """What Nova's API and conductor refuse before a live migration is scheduled: an
+    instance with accelerators, with a vTPM whose secret the host does not hold, or with
+    encrypted memory (NotSupported: a 400); a source whose compute service is down
+    (ComputeServiceUnavailable)."""
+    from berth.resource_request import mem_encryption_requested, vtpm_version
+
+    flavor = instance.spec.flavor
+    if flavor.extra_specs.get("accel:device_profile"):
+        raise InputError("instance: a live migration of an instance with accelerators "
+                         "(accel:device_profile) is not supported", field="instance")
+    if vtpm_version(instance.spec) is not None:
+        security = flavor.extra_specs.get("hw:tpm_secret_security") or "user"
+        if security != "host":
+            raise InputError(f"instance: a live migration of a vTPM-enabled instance is "
+                             f"supported with hw:tpm_secret_security 'host' only, not "
+                             f"{security!r}", field="instance")
+    if mem_encryption_requested(instance.spec):
+        raise InputError("instance: a live migration of an instance with encrypted memory "
+                         "(hw:mem_encryption) is not supported", field="instance")
+    if not source.up:
+        raise MoveRefused(f"Compute service of {instance.host} is unavailable at this time: "
+                          "a live migration needs its source up", instance_uuid=instance.uuid,
+                          host=instance.host)
+
+
+def live_migration_problem(source: Hypervisor, dest: Hypervisor, spec: RequestSpec, *,
+                           skip_version_check: bool = False) -> str | None:
+    """Why the conductor skips ``dest`` as the destination of a live migration from
+    ``source`` (Nova's ``_check_compatible_with_source_hypervisor`` then
+    ``_check_can_migrate_pci``), or None when it passes."""
+    from berth.hardware.pci import is_live_migratable, requests_of
+
+    if source.type != dest.type:
+        return (f"hypervisor type {dest.type!r} is not the source's {source.type!r} "
+                "(InvalidHypervisorType)")
+    if not skip_version_check and (source.version or 0) > (dest.version or 0):
+        return (f"hypervisor version {dest.version} is older than the source's "
+                f"{source.version} (DestinationHypervisorTooOld)")
+    for request in requests_of(spec.pci_requests):
+        if request.source == request.FLAVOR_ALIAS and not is_live_migratable(request):
+            return (f"PCI alias {request.alias_name!r} does not explicitly request "
+                    "live-migratable devices (MigrationPreCheckError)")
+    return None
 
 
 def _check_rebuild_traits(image: ImageMeta, flavor: Flavor, source: SourceHost) -> None:
@@ -378,13 +472,96 @@ def schedule_move(
     return decision, before
 
 
+#: ``check(selection) -> problem or None``: the conductor's checks of a live
+#: migration's destination (:func:`live_migration_problem` on the hosts' hypervisors).
+DestinationCheck = Callable[[Any], "str | None"]
+
+
+def schedule_live_migration(
+    plan: MovePlan, select: Select, claims: MoveClaims, migration_uuid: str, *,
+    check: DestinationCheck, max_retries: int = -1, explain: bool = False,
+) -> tuple[Decision, Allocations, list[tuple[str, str]]]:
+    """Nova's ``LiveMigrationTask._find_destination`` around :func:`schedule_move`: the
+    source allocation goes to the migration consumer, then the scheduler is asked (no
+    alternates) and its choice checked; a host that fails ``check`` gives up its claim
+    and joins ``ignore_hosts``, and the scheduler is asked again. ``max_retries`` bounds
+    the asks after the first (Nova's ``migrate_max_retries``; -1: none, so it ends when
+    no host is left: NoValidHost, naming the hosts skipped and why). Any failure puts
+    the allocations back. Returns the decision, the instance's allocations before the
+    move and the hosts skipped with their reasons."""
+    attempted = list(plan.spec.ignore_hosts or [plan.source_host])
+    skipped: list[tuple[str, str]] = []
+    plan.spec.ignore_hosts = list(attempted)
+    decision, before = schedule_move(plan, select, claims, migration_uuid, explain=explain)
+    while True:
+        chosen = decision.selections[0][0]
+        problem = check(chosen)
+        if problem is None:
+            return decision, before, skipped
+        skipped.append((chosen.service_host, problem))
+        attempted.append(chosen.service_host)
+        # The scheduler claimed the destination for the instance consumer, which held
+        # nothing else (its source allocation is with the migration consumer).
+        claims.delete(plan.instance_uuid)
+        try:
+            if max_retries != -1 and len(attempted) - 1 > max_retries:
+                raise MaxRetriesExceeded(
+                    f"Exceeded max scheduling retries {len(attempted) - 1} for instance "
+                    f"{plan.instance_uuid} during live migration ({_skips(skipped)})",
+                    instance_uuid=plan.instance_uuid, skipped=skipped)
+            plan.spec.ignore_hosts = list(attempted)
+            try:
+                decision = select(plan.spec, [plan.instance_uuid], False, explain)
+            except NoValidHost as exc:
+                raise NoValidHost(f"The live-migration checks skipped {_skips(skipped)}.",
+                                  diagnosis=exc.diagnosis, cause=exc.cause,
+                                  rejections=exc.rejections) from None
+        except BaseException:
+            revert_move(plan, claims, migration_uuid, before)
+            raise
+
+
+def hypervisor_of(snapshot: Any, host: str) -> Hypervisor | None:
+    """``host``'s hypervisor from its first node in ``snapshot`` (None: no such host)."""
+    import math
+
+    hosts = snapshot.obj("host")
+    for row in range(len(snapshot)):
+        if hosts[row] == host:
+            version = snapshot.num("hypervisor_version")[row]
+            return Hypervisor(snapshot.interned_value("hypervisor_type", row),
+                              None if math.isnan(version) else int(version))
+    return None
+
+
+def destination_check(snapshot: Any, source_host: str, spec: RequestSpec,
+                      config: Any) -> DestinationCheck:
+    """The conductor's checks of a live migration's destination, on ``snapshot``'s hosts
+    and ``config``'s ``[workarounds] skip_hypervisor_version_check_on_lm``."""
+    source = hypervisor_of(snapshot, source_host) or Hypervisor(None, None)
+    skip = bool(config.workarounds.skip_hypervisor_version_check_on_lm)
+
+    def check(selection: Any) -> str | None:
+        dest = hypervisor_of(snapshot, selection.service_host) or Hypervisor(None, None)
+        return live_migration_problem(source, dest, spec, skip_version_check=skip)
+
+    return check
+
+
+def _skips(skipped: Sequence[tuple[str, str]]) -> str:
+    return "; ".join(f"{host}: {why}" for host, why in skipped)
+
+
 def finish_move(plan: MovePlan, claims: MoveClaims, migration_uuid: str | None) -> None:
     """The move is built: an evacuated instance's consumer takes its source allocation
     back beside the destination's (Nova's end state; the source's compute releases it
-    when it is up again). Migrate and resize leave it with the migration consumer until
+    when it is up again); a live-migrated instance's source allocation is deleted (Nova's
+    post-live-migration). Migrate and resize leave it with the migration consumer until
     confirm or revert."""
     if plan.keeps_source and migration_uuid is not None:
         claims.merge_allocations(migration_uuid, plan.instance_uuid, plan.spec)
+    if plan.drops_source and migration_uuid is not None:
+        claims.delete(migration_uuid)
 
 
 def revert_move(plan: MovePlan, claims: MoveClaims, migration_uuid: str | None,

@@ -366,6 +366,19 @@ def _mem_encryption(spec: RequestSpec) -> str | None:
     return model
 
 
+def mem_encryption_requested(spec: RequestSpec) -> bool:
+    """Whether the flavor or the image asks for encrypted memory (Nova's
+    ``get_mem_encryption_constraint``; its refusals as :func:`_mem_encryption`'s)."""
+    return _mem_encryption(spec) is not None
+
+
+def vtpm_version(spec: RequestSpec) -> str | None:
+    """The vTPM version the flavor or the image asks for, or None (Nova's
+    ``get_vtpm_constraint`` asks nothing else to decide there is one)."""
+    version, _ = unique_flavor_image_value(spec, "tpm_version")
+    return None if version is None else str(version)
+
+
 def unique_flavor_image_value(spec: RequestSpec, key: str, prefix: str = "hw") -> tuple[Any, str]:
     """Nova's ``_get_unique_flavor_image_meta``: the flavor's ``{prefix}:{key}`` or the
     image's ``{prefix}_{key}``, and which of the two names it came from. Both set and

@@ -1,12 +1,15 @@
-"""``berth schedule CLOUD --migrate|--resize|--evacuate|--rebuild INSTANCE_UUID``: a move
-of an instance the cloud file lists, scheduled offline.
+"""``berth schedule CLOUD --migrate|--resize|--evacuate|--rebuild|--live-migrate
+INSTANCE_UUID``: a move of an instance the cloud file lists, scheduled offline.
 
 The request is the one ``berth serve`` sends for the same move (:func:`berth.moves.plan_move`)
 and the claims move the same way (:func:`berth.moves.schedule_move`), through the same
 scheduler service and placement store, with the cloud file registered into a scratch
 store as ``berth serve --cloud`` registers it (:mod:`berth.service.offline`): the
 instance's allocation is the one registration gave it; migrate and resize hand it to the
-migration consumer before the destination is claimed for the instance. The answer prints where the instance would go and what the
+migration consumer before the destination is claimed for the instance; a live migration
+checks the destination as Nova's conductor does, asks again past a host the checks skip
+(:func:`berth.moves.schedule_live_migration`) and deletes the migration consumer's
+allocation at the end. The answer prints where the instance would go and what the
 instance and migration consumers would hold (before a confirm).
 """
 
@@ -21,11 +24,15 @@ from typing import Any
 
 from berth.errors import InputError, NoValidHost, SchedulingError, exit_code_for
 from berth.moves import (
+    LIVE_MIGRATE,
     OPERATIONS,
+    TARGETED,
     MoveRequest,
     SourceHost,
+    destination_check,
     finish_move,
     plan_move,
+    schedule_live_migration,
     schedule_move,
     service_is_up,
 )
@@ -34,7 +41,7 @@ from berth.moves import (
 def move_of(args: argparse.Namespace) -> tuple[str, str] | None:
     """``(operation, instance uuid)`` when the command line asks for a move."""
     for op in OPERATIONS:
-        uuid = getattr(args, op, None)
+        uuid = getattr(args, op.replace("-", "_"), None)
         if uuid:
             return op, uuid
     return None
@@ -54,9 +61,9 @@ def _refuse_boot_options(args: argparse.Namespace, op: str) -> None:
         raise InputError(f"--flavor: only --resize takes a flavor, not --{op}", field="--flavor")
     if args.image and op != "rebuild":
         raise InputError(f"--image: only --rebuild takes an image, not --{op}", field="--image")
-    if args.host and op not in ("migrate", "evacuate"):
-        raise InputError(f"--host: only --migrate and --evacuate take a destination, not --{op}",
-                         field="--host")
+    if args.host and op not in TARGETED:
+        raise InputError(f"--host: only --migrate, --evacuate and --live-migrate take a "
+                         f"destination, not --{op}", field="--host")
 
 
 def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
@@ -118,9 +125,17 @@ def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
                 spec, uuids, return_alternates=alternates and not args.no_alternates,
                 explain=explain, check_zone=False)
 
+        skipped: list[tuple[str, str]] = []
         try:
-            decision, _ = schedule_move(plan, select, claims, migration_uuid,
-                                        explain=args.explain)
+            if op == LIVE_MIGRATE:
+                assert migration_uuid is not None
+                decision, _, skipped = schedule_live_migration(
+                    plan, select, claims, migration_uuid,
+                    check=destination_check(snapshot, instance.host, plan.spec, config),
+                    max_retries=config.migrate_max_retries, explain=args.explain)
+            else:
+                decision, _ = schedule_move(plan, select, claims, migration_uuid,
+                                            explain=args.explain)
             # As once the instance is built on its destination.
             finish_move(plan, claims, migration_uuid)
         except SchedulingError as exc:
@@ -139,7 +154,7 @@ def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
         if migration_uuid is not None:
             allocations["migration"] = by_host(migration_uuid)
     return _print_move(args, op, uuid, instance, source, decision, migration_uuid, allocations,
-                       {c.uuid: c.name for c in cloud.cells.values()})
+                       {c.uuid: c.name for c in cloud.cells.values()}, skipped)
 
 
 def _print_refusal(args: argparse.Namespace, exc: SchedulingError) -> int:
@@ -159,19 +174,27 @@ def _print_refusal(args: argparse.Namespace, exc: SchedulingError) -> int:
 
 def _print_move(args: argparse.Namespace, op: str, uuid: str, instance: Any,
                 source: dict[str, Any], decision: Any, migration_uuid: str | None,
-                allocations: dict[str, Any], cell_names: dict[str, str]) -> int:
+                allocations: dict[str, Any], cell_names: dict[str, str],
+                skipped: Sequence[tuple[str, str]]) -> int:
     from berth.cli import _print_decision, _print_diagnosis
 
     if args.json:
+        extra = ({"skipped": [{"host": h, "reason": why} for h, why in skipped]}
+                 if op == LIVE_MIGRATE else {})
         print(json.dumps({"operation": op, "instance_uuid": uuid, "migration_uuid": migration_uuid,
                           "source": source, "decision": decision.to_dict(),
-                          "allocations": allocations}, indent=2, default=str))
+                          "allocations": allocations, **extra}, indent=2, default=str))
         return 0
     print(f"{op} of {uuid} from {instance.host} ({instance.nodename})")
+    for host, why in skipped:
+        print(f"skipped {host}: {why}")
     _print_decision(decision, cell_names)
     print()
     print(f"allocations: instance {uuid[:8]}: {_describe(allocations['instance'])}")
-    if migration_uuid is not None:
+    if migration_uuid is not None and op == LIVE_MIGRATE:
+        print(f"             migration {migration_uuid[:8]}: deleted once the instance runs "
+              "on its destination (no confirm step)")
+    elif migration_uuid is not None:
         print(f"             migration {migration_uuid[:8]}: "
               f"{_describe(allocations['migration'])} (deleted on confirm, back to the "
               "instance on revert)")

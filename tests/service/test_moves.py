@@ -357,3 +357,154 @@ def test_the_audit_finds_nothing_amiss_during_or_after_a_migration(three: Stack)
     moves.confirm(uuid)
     assert scan(three.builds, three.groups, timeout=60).clean
     assert three.client.get_allocations(migration).allocations == {}
+
+
+# ----------------------------------------------------------------------------- live migration
+def _hypervisors(stack: Stack) -> None:
+    """h1 (the smallest) runs an older QEMU, h2 (the middle) the source's, h3 (the
+    biggest) another hypervisor type: a boot lands on h3... so boots pin a source."""
+    stack.register_hosts([
+        node("h1", memory_mb=9216, hypervisor_version=9000000),
+        node("h2", memory_mb=10240, hypervisor_version=6000000),
+        node("h3", memory_mb=11264, hypervisor_type="VMware"),
+        node("h4", memory_mb=8192, hypervisor_version=8002000)])
+
+
+def test_live_migration_ends_on_its_destination_with_nothing_to_confirm(three: Stack) -> None:
+    moves = _moves(three)
+    uuid = _boot(moves)
+    answer = moves.move(uuid, MoveRequest("live-migrate"))
+    # The source ignored, no alternates, ACTIVE at once; the source's hold is gone.
+    assert (answer["host"], answer["status"], answer["alternates"], answer["skipped"]) == (
+        "h2", "ACTIVE", [], [])
+    migration = answer["migration_uuid"]
+    assert _held(three, uuid) == {"h2": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}}
+    assert three.client.get_allocations(migration).allocations == {}
+    assert answer["allocations"] == {"instance": three.client.get_allocations(uuid).allocations,
+                                     "migration": {}}
+    assert _usage(three) == {"h1": 0, "h2": 512, "h3": 0}
+    assert uuid not in three.agents["h3"].host_record(0).instances
+    assert three.agents["h3"].host_record(0).free_ram_mb == 11264 - 512
+    assert [(m["migration_type"], m["status"], m["dest_host"])
+            for m in moves.show(uuid)["migrations"]] == [("live-migration", "completed", "h2")]
+    with pytest.raises(MoveRefused, match="not VERIFY_RESIZE"):
+        moves.confirm(uuid)
+    # A named host is a hint the filters still judge; its own host is ignored (NoValidHost,
+    # as Nova's scheduler answers, not a refusal of the API).
+    assert moves.move(uuid, MoveRequest("live-migrate", host="h1"))["host"] == "h1"
+    with pytest.raises(NoValidHost):
+        moves.move(uuid, MoveRequest("live-migrate", host="h1"))
+    assert _held(three, uuid) == {"h1": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}}
+    with pytest.raises(InputError, match="compute host 'h9' could not be found"):
+        moves.move(uuid, MoveRequest("live-migrate", host="h9"))
+    with pytest.raises(InputError, match="allow_cross_cell: only migrate and resize"):
+        moves.move(uuid, MoveRequest("live-migrate", allow_cross_cell=True))
+
+
+def test_live_migration_skips_destinations_the_conductor_checks_turn_down(stack: Stack) -> None:
+    """RAMWeigher prefers h3 (another hypervisor type), then h2 (an older version): the
+    conductor gives each claim up and asks again, and h1 (newer) takes the instance."""
+    _hypervisors(stack)
+    moves = _moves(stack)
+    uuid = _boot(moves, force_hosts=["h4"])
+    answer = moves.move(uuid, MoveRequest("live-migrate"))
+    assert answer["host"] == "h1" and answer["tried"] == ["h1"]
+    assert answer["skipped"] == [
+        {"host": "h3", "reason": "hypervisor type 'VMware' is not the source's 'QEMU' "
+                                 "(InvalidHypervisorType)"},
+        {"host": "h2", "reason": "hypervisor version 6000000 is older than the source's "
+                                 "8002000 (DestinationHypervisorTooOld)"}]
+    assert _held(stack, uuid) == {"h1": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}}
+    assert _usage(stack) == {"h1": 512, "h2": 0, "h3": 0, "h4": 0}
+    # From h1 nothing is new enough, and no other host is QEMU: NoValidHost, every
+    # allocation as before, the migration in error.
+    with pytest.raises(NoValidHost, match="The live-migration checks skipped h3: hypervisor "
+                       "type 'VMware'.*; h2: hypervisor version 6000000"):
+        moves.move(uuid, MoveRequest("live-migrate"))
+    assert _held(stack, uuid) == {"h1": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}}
+    assert _usage(stack) == {"h1": 512, "h2": 0, "h3": 0, "h4": 0}
+    assert [m.status for m in moves.instances.migrations(uuid)] == ["completed", "error"]
+    assert moves.instances.get(uuid).status == "ACTIVE"  # type: ignore[union-attr]
+
+
+def test_live_migration_retries_and_version_check_follow_the_options(
+        template_db: Path, tmp_path: Path) -> None:
+    for options, outcome in (
+            ({"DEFAULT": {"migrate_max_retries": 1}}, MaxRetriesExceeded),
+            ({"DEFAULT": {"migrate_max_retries": 2}}, "h1"),
+            ({"workarounds": {"skip_hypervisor_version_check_on_lm": True}}, "h2")):
+        config = SchedulerConfig.from_dict({
+            **options, "filter_scheduler": {"weight_classes": ["RAMWeigher"]}})
+        stack = fresh_stack(template_db, _fresh_dir(tmp_path), config)
+        try:
+            _hypervisors(stack)
+            moves = _moves(stack)
+            uuid = _boot(moves, force_hosts=["h4"])
+            if outcome is MaxRetriesExceeded:
+                with pytest.raises(MaxRetriesExceeded, match="Exceeded max scheduling retries 2 "
+                                   "for instance .* during live migration"):
+                    moves.move(uuid, MoveRequest("live-migrate"))
+                assert _held(stack, uuid) == {"h4": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}}
+                assert _usage(stack) == {"h1": 0, "h2": 0, "h3": 0, "h4": 512}
+            else:
+                assert moves.move(uuid, MoveRequest("live-migrate"))["host"] == outcome
+        finally:
+            stack.close()
+
+
+def _fresh_dir(base: Path) -> Path:
+    path = base / f"s{len(list(base.iterdir()))}"
+    path.mkdir()
+    return path
+
+
+def _with_extra_specs(moves: MoveService, uuid: str, extra_specs: dict[str, str]) -> None:
+    """The instance as if booted with a flavor with ``extra_specs`` (that the test
+    hosts could not have taken) and a UEFI image."""
+    record = moves.instances.get(uuid)
+    assert record is not None
+    flavor = {**record.spec["flavor"], "extra_specs": extra_specs}
+    image = {"name": "uefi", "properties": {"hw_firmware_type": "uefi"}}
+    moves.instances.record(uuid, record.host, record.nodename,
+                           {**record.spec, "flavor": flavor, "image": image})
+
+
+def test_live_migration_refusals_come_first(three: Stack) -> None:
+    moves = _moves(three)
+    refused = {"with accelerators": {"accel:device_profile": "gpu"},
+               "hw:tpm_secret_security 'host' only, not 'user'": {"hw:tpm_version": "2.0"},
+               "with encrypted memory": {"hw:mem_encryption": "true"}}
+    for message, extra_specs in refused.items():
+        uuid = _boot(moves)
+        _with_extra_specs(moves, uuid, extra_specs)
+        with pytest.raises(InputError, match=message):
+            moves.move(uuid, MoveRequest("live-migrate"))
+        assert moves.instances.get(uuid).status == "ACTIVE"  # type: ignore[union-attr]
+        assert moves.instances.migrations(uuid) == []
+    # A vTPM whose secret the host holds is scheduled (and no test host has the traits
+    # of a vTPM: NoValidHost).
+    uuid = _boot(moves)
+    _with_extra_specs(moves, uuid, {"hw:tpm_version": "2.0", "hw:tpm_secret_security": "host"})
+    with pytest.raises(NoValidHost):
+        moves.move(uuid, MoveRequest("live-migrate"))
+    assert [m.status for m in moves.instances.migrations(uuid)] == ["error"]
+    # A source whose service is down: Nova's ComputeServiceUnavailable.
+    uuid = _boot(moves)
+    source = three.agents[moves.instances.get(uuid).host]  # type: ignore[union-attr]
+    source.forced_down = True
+    source.report()
+    with pytest.raises(MoveRefused, match="is unavailable at this time"):
+        moves.move(uuid, MoveRequest("live-migrate"))
+
+
+def test_a_failed_live_migration_is_not_rescheduled_and_puts_everything_back(
+        three: Stack) -> None:
+    moves = _moves(three, FakeDriver(fail_hosts={"h2"}, agents=three.agents))
+    uuid = _boot(moves)
+    with pytest.raises(MaxRetriesExceeded, match="the live-migrate of instance"):
+        moves.move(uuid, MoveRequest("live-migrate"))
+    assert _held(three, uuid) == {"h3": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}}
+    assert _usage(three) == {"h1": 0, "h2": 0, "h3": 512}
+    assert uuid in three.agents["h3"].host_record(0).instances
+    assert [m.status for m in moves.instances.migrations(uuid)] == ["failed"]
+    assert moves.instances.get(uuid).status == "ACTIVE"  # type: ignore[union-attr]

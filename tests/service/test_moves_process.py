@@ -1,6 +1,7 @@
 """Moves through a running ``berth serve``: the ``/servers`` routes and the ``berth
-migrate|resize|evacuate|rebuild|confirm-resize|revert-resize|server`` commands, with the
-instance and migration consumers' allocations checked in the Placement API."""
+migrate|resize|evacuate|rebuild|live-migrate|confirm-resize|revert-resize|server``
+commands, with the instance and migration consumers' allocations checked in the
+Placement API."""
 
 from __future__ import annotations
 
@@ -222,3 +223,37 @@ def test_delete_frees_the_allocations_the_host_and_the_group(
     # Nobody without the rule deletes: a token with no role is refused.
     assert httpx.delete(f"{server}/servers/{SEEDED}",
                         headers={"X-Auth-Token": "mallory"}).status_code == 403
+
+
+def test_live_migrate_with_the_cli_ends_on_the_destination_with_nothing_to_confirm(
+        server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    resp = httpx.post(f"{server}/boot", json={"flavor": "small"}, headers=ADMIN)
+    assert resp.status_code == 200, resp.text
+    uuid = resp.json()["instances"][0]["instance_uuid"]
+    source = resp.json()["instances"][0]["host"]
+    before = _usage(server, source)["num_instances"]
+    assert main(["live-migrate", uuid, "--url", server]) == 0
+    out = capsys.readouterr().out
+    assert f"live-migrate: {uuid} {source} -> " in out and "status ACTIVE" in out
+    dest = out.split(" -> ")[1].split()[0]
+    assert dest != source
+    assert _held(server, uuid) == {dest: SMALL}
+    shown = httpx.get(f"{server}/servers/{uuid}", headers=ADMIN).json()
+    assert [(m["migration_type"], m["status"]) for m in shown["migrations"]] == [
+        ("live-migration", "completed")]
+    assert _held(server, shown["migrations"][0]["uuid"]) == {}
+    # The source's compute let go of the instance and reported it.
+    deadline = time.monotonic() + 10
+    while _usage(server, source)["num_instances"] != before - 1:
+        assert time.monotonic() < deadline, _usage(server, source)
+        time.sleep(0.2)
+    assert main(["confirm-resize", uuid, "--url", server]) == 4
+    assert "not VERIFY_RESIZE" in capsys.readouterr().err
+    # Bad input is one line.
+    resp = httpx.post(f"{server}/servers/{uuid}/live-migrate", json={"flavor": "big"},
+                      headers=ADMIN)
+    assert resp.status_code == 400 and "unknown field(s) flavor for live-migrate" in resp.text
+    # A member of the project may not live-migrate (admin or service, as Nova's rule).
+    member = {"X-Auth-Token": "member", "X-Roles": "member", "X-Project-Id": "demo"}
+    resp = httpx.post(f"{server}/servers/{uuid}/live-migrate", json={}, headers=member)
+    assert resp.status_code == 403, resp.text

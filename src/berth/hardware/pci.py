@@ -125,6 +125,12 @@ class InstancePCIRequests:
         return {"requests": [r.to_dict() for r in self.requests]}
 
 
+def is_live_migratable(request: InstancePCIRequest) -> bool:
+    """Whether every spec of ``request`` asks for live-migratable devices in so many
+    words (Nova's ``InstancePCIRequest.is_live_migratable``: the tag is ``"true"``)."""
+    return all(s.get(LIVE_MIGRATABLE_TAG) == "true" for s in request.spec)
+
+
 def requests_of(value: Any) -> list[InstancePCIRequest]:
     """The request list of ``spec.pci_requests`` (an InstancePCIRequests, a list, or None)."""
     if value is None:

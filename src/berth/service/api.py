@@ -15,7 +15,7 @@ Routes (JSON in, JSON out)::
          operator's switches (disable, enable, force down) and the deletion of one
          (:mod:`berth.service.services_api`)
     GET  /servers[/{uuid}], POST /servers/{uuid}/{migrate,resize,evacuate,rebuild,
-         confirm-resize,revert-resize}: instances and their moves
+         live-migrate,confirm-resize,revert-resize}: instances and their moves
          (:mod:`berth.service.move_api`)
     GET  /compute-nodes every stored compute-node report in full (capabilities, stats,
                         NUMA, PCI, metrics, instances, service row) plus ``reporting``

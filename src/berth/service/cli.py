@@ -9,6 +9,7 @@
                [--explain] [--json]
     berth migrate UUID [--host H] [--allow-cross-cell]   berth resize UUID --flavor F
     berth evacuate UUID [--host H]   berth rebuild UUID --image NAME
+    berth live-migrate UUID [--host H]
     berth confirm-resize UUID   berth revert-resize UUID   berth server UUID
 
 ``serve`` opens (and migrates) the database — the embedded SQLite file
@@ -38,8 +39,8 @@ and the release of claims and group memberships of builds that a crashed process
 abandoned ``--build-timeout`` seconds ago. ``audit`` (:mod:`berth.service.audit`) lists
 and fixes what no build stands behind.
 
-``migrate``, ``resize``, ``evacuate``, ``rebuild``, ``confirm-resize`` and
-``revert-resize`` post a move of an instance to ``/servers/{uuid}/...`` and print where
+``migrate``, ``resize``, ``evacuate``, ``rebuild``, ``live-migrate``, ``confirm-resize``
+and ``revert-resize`` post a move of an instance to ``/servers/{uuid}/...`` and print where
 it went and what the instance and migration consumers hold; ``server`` shows one.
 
 ``boot`` posts to ``/boot`` and prints where each instance went (and, on a partial
@@ -151,6 +152,8 @@ def add_commands(subparsers: Any) -> None:
         ("resize", "resize an instance to another flavor"),
         ("evacuate", "rebuild an instance of a host that is down on another host"),
         ("rebuild", "rebuild an instance on its own host with another image"),
+        ("live-migrate", "live-migrate an instance to another host of its cell (no confirm "
+                         "step)"),
         ("confirm-resize", "confirm a migration or resize: the source allocation goes"),
         ("revert-resize", "revert a migration or resize: back to the source and old flavor"),
         ("server", "show an instance: host, status, migrations, allocations"),
@@ -159,7 +162,7 @@ def add_commands(subparsers: Any) -> None:
     for name, text in actions:
         m = subparsers.add_parser(name, help=text)
         m.add_argument("instance", metavar="INSTANCE_UUID", type=instance_uuid)
-        if name in ("migrate", "evacuate"):
+        if name in ("migrate", "evacuate", "live-migrate"):
             m.add_argument("--host", help="the requested destination host")
         if name in ("migrate", "resize"):
             m.add_argument("--allow-cross-cell", action="store_true",
@@ -170,7 +173,7 @@ def add_commands(subparsers: Any) -> None:
                            help="flavor name, or VCPUS,RAM_MB,DISK_GB")
         if name == "rebuild":
             m.add_argument("--image", required=True, help="image name known to the server")
-        if name in ("migrate", "resize", "evacuate", "rebuild"):
+        if name in ("migrate", "resize", "evacuate", "rebuild", "live-migrate"):
             m.add_argument("--explain", action="store_true",
                            help="print the diagnosis, as 'berth boot --explain' does")
             m.add_argument("--verbose", "-v", action="store_true",
@@ -449,6 +452,8 @@ def _print_server(action: str, data: dict[str, Any]) -> None:
         print(f"{action}: {data['instance_uuid']} {source['host']} -> {data['host']} "
               f"({data['nodename']}); status {data.get('status')}; tried {tried}; "
               f"alternates {alternates}")
+        for skip in data.get("skipped") or []:
+            print(f"  skipped {skip['host']}: {skip['reason']}")
     else:
         print(f"{data['instance_uuid']}: on {data['host']} ({data['nodename']}); status "
               f"{data.get('status')}" + (f"; flavor {data['flavor']}" if data.get("flavor") else ""))

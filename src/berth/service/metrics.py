@@ -53,7 +53,8 @@ _COLLECTIONS = frozenset({
     "allocation_candidates", "usages", "reshaper"})
 _SUBCOLLECTIONS = frozenset({
     "inventories", "aggregates", "usages", "allocations", "traits",
-    "migrate", "resize", "evacuate", "rebuild", "confirm-resize", "revert-resize"})
+    "migrate", "resize", "evacuate", "rebuild", "live-migrate", "confirm-resize",
+    "revert-resize"})
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 OTHER = "other"
 #: Latency buckets (seconds): a scheduling request takes milliseconds, a cold one more.

@@ -14,6 +14,7 @@ Routes::
                                             false, "explain": false}
     POST /servers/{uuid}/evacuate          {"host": null | "c1-s02", "explain": false}
     POST /servers/{uuid}/rebuild           {"image": "ubuntu" | {...}, "explain": false}
+    POST /servers/{uuid}/live-migrate      {"host": null | "c1-s02", "explain": false}
     POST /servers/{uuid}/confirm-resize    {} (or no body)
     POST /servers/{uuid}/revert-resize     {} (or no body)
 
@@ -30,12 +31,19 @@ A move answers 200 with where the instance went::
      "tried": [hosts built on, in order], "alternates": [...], "scheduled": true,
      "allocations": {"instance": {rp: {RC: n}}, "migration": {rp: {RC: n}}},
      "providers": {rp: "host/node"},
+     "skipped": [{"host", "reason"}] (live-migrate: hosts the conductor's checks turned down),
      "diagnosis": {...} (with "explain": true)}
 
-Errors: 404 ``berth.input.instance_not_found``; 409 ``berth.scheduling.no_valid_host``
-(with the diagnosis when asked), ``...max_retries_exceeded``, ``...move_refused`` (a
-resize waiting for confirmation, an evacuation from a host that is up, nothing to
-confirm or revert), ``...allocation_move_failed``.
+A live migration ends ``ACTIVE`` on its destination with nothing to confirm: the
+migration consumer's (source) allocation is deleted. Its ``host`` is a hint the filters
+still judge (Nova's ``os-migrateLive`` without ``force``).
+
+Errors: 400 (a live migration of an instance with accelerators, encrypted memory, or a
+vTPM whose secret the host does not hold); 404 ``berth.input.instance_not_found``; 409
+``berth.scheduling.no_valid_host`` (with the diagnosis when asked; for a live migration
+the hosts its checks skipped), ``...max_retries_exceeded``, ``...move_refused`` (a
+resize waiting for confirmation, an evacuation from a host that is up, a live migration
+from a host that is down, nothing to confirm or revert), ``...allocation_move_failed``.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from typing import Any
 from berth.errors import InputError
 from berth.model.image_props import show
 from berth.model.request import Flavor, ImageMeta
-from berth.moves import EVACUATE, MIGRATE, REBUILD, RESIZE, MoveRequest
+from berth.moves import EVACUATE, LIVE_MIGRATE, MIGRATE, REBUILD, RESIZE, MoveRequest
 from berth.service.boot_body import parse_flavor, parse_image
 from berth.service.moves import MoveService
 from berth.service.policy import MOVE_RULES, SERVERS_DELETE, SERVERS_LIST, SERVERS_SHOW
@@ -65,6 +73,7 @@ MOVE_FIELDS: dict[str, frozenset[str]] = {
     RESIZE: frozenset({"flavor", "allow_cross_cell", "explain"}),
     EVACUATE: frozenset({"host", "explain"}),
     REBUILD: frozenset({"image", "explain"}),
+    LIVE_MIGRATE: frozenset({"host", "explain"}),
 }
 #: Actions that take no body fields.
 PLAIN_ACTIONS = ("confirm-resize", "revert-resize")

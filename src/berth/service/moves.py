@@ -1,4 +1,5 @@
-"""The conductor's move tasks: migrate, resize, evacuate, rebuild; confirm and revert.
+"""The conductor's move tasks: migrate, resize, evacuate, rebuild, live migrate;
+confirm and revert.
 
 Per move, as Nova's conductor runs it (``tasks/migrate.py``, ``rebuild_instance``)::
 
@@ -18,6 +19,9 @@ Per move, as Nova's conductor runs it (``tasks/migrate.py``, ``rebuild_instance`
       ▼
     migrate/resize: VERIFY_RESIZE, migration finished (the source allocation stays with
     the migration consumer until confirm deletes it or revert moves it back);
+    live-migrate: ACTIVE, migration completed, the source allocation deleted and the
+    source lets go of the instance (a destination the conductor's checks skip gives up
+    its claim and the scheduler is asked again; a failed build puts everything back);
     evacuate: ACTIVE, migration done (the instance consumer holds source and
     destination until the source's compute cleans up: :meth:`MoveService.cleanup_evacuated`
     when it is up again); rebuild: ACTIVE, new image
@@ -46,15 +50,18 @@ from berth.model.request import RequestSpec
 from berth.model.selection import Selection, selection_dict
 from berth.moves import (
     EVACUATE,
+    LIVE_MIGRATE,
     REBUILD,
     MovePlan,
     MoveRequest,
     MovingInstance,
     SourceHost,
+    destination_check,
     drop_destination,
     finish_move,
     plan_move,
     revert_move,
+    schedule_live_migration,
     schedule_move,
     service_is_up,
 )
@@ -508,9 +515,18 @@ class MoveService:
                 spec, uuids, return_alternates=alternates, explain=explain_it,
                 check_zone=False)
 
+        skipped: list[tuple[str, str]] = []
         try:
-            decision, before = schedule_move(plan, select, self.claims, migration_uuid,
-                                             explain=explain)
+            if plan.operation == LIVE_MIGRATE:
+                assert migration_uuid is not None
+                decision, before, skipped = schedule_live_migration(
+                    plan, select, self.claims, migration_uuid,
+                    check=destination_check(snapshot, record.host, plan.spec,
+                                            self.scheduler.config),
+                    max_retries=self.scheduler.config.migrate_max_retries, explain=explain)
+            else:
+                decision, before = schedule_move(plan, select, self.claims, migration_uuid,
+                                                 explain=explain)
         except BaseException:
             if migration_uuid is not None:
                 self.instances.set_migration(migration_uuid, status="error")
@@ -538,9 +554,11 @@ class MoveService:
                     drop_destination(plan, self.claims, before)
                     continue
                 finish_move(plan, self.claims, migration_uuid)
+                if plan.drops_source:  # no confirm step: the source lets go now
+                    self._driver().confirm_move(record.uuid, record.host)
                 self._done(record, plan, selection, migration_uuid)
                 return self._answer(record, plan, hosts, tried, migration_uuid,
-                                    decision.diagnosis, built_on=selection)
+                                    decision.diagnosis, built_on=selection, skipped=skipped)
         except BaseException:
             self._failed(plan, migration_uuid, before)
             raise
@@ -572,20 +590,22 @@ class MoveService:
               migration_uuid: str | None) -> None:
         """Record where the instance runs now and in what state."""
         spec = spec_to_dict(plan.spec)
-        if plan.operation in (EVACUATE, REBUILD):
+        if plan.operation in (EVACUATE, REBUILD, LIVE_MIGRATE):
             status = ACTIVE
         else:
             status = VERIFY_RESIZE
         self.instances.update(record.uuid, status=status, host=selection.service_host,
                               nodename=selection.nodename, spec=spec)
         if migration_uuid is not None:
-            self.instances.set_migration(
-                migration_uuid, status="done" if plan.operation == EVACUATE else "finished",
-                dest_host=selection.service_host, dest_node=selection.nodename)
+            done = {EVACUATE: "done", LIVE_MIGRATE: "completed"}.get(plan.operation, "finished")
+            self.instances.set_migration(migration_uuid, status=done,
+                                         dest_host=selection.service_host,
+                                         dest_node=selection.nodename)
 
     def _answer(self, record: InstanceRecord, plan: MovePlan, hosts: Sequence[Selection],
                 tried: list[str], migration_uuid: str | None, diagnosis: Any, *,
-                built_on: Selection | None = None, scheduled: bool = True) -> dict[str, Any]:
+                built_on: Selection | None = None, scheduled: bool = True,
+                skipped: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
         built = built_on or hosts[0]
         answer: dict[str, Any] = {
             "instance_uuid": record.uuid, "operation": plan.operation,
@@ -594,6 +614,9 @@ class MoveService:
             **selection_dict(built), "tried": tried, "scheduled": scheduled,
             "alternates": [selection_dict(s) for s in hosts[1:]],
         }
+        if plan.operation == LIVE_MIGRATE:
+            # The hosts the scheduler chose that the conductor's checks turned down.
+            answer["skipped"] = [{"host": host, "reason": why} for host, why in skipped]
         current = self.instances.get(record.uuid)
         answer["status"] = current.status if current is not None else None
         answer["allocations"] = {"instance": self.claims.allocations_of(record.uuid)}

@@ -13,6 +13,7 @@ berth:servers:list             admin or service (every project's instances)
 berth:servers:show             admin or service, or a reader of the instance's project
 berth:servers:migrate          admin or service (as Nova: cold migration is an admin's)
 berth:servers:evacuate         admin or service
+berth:servers:live_migrate     admin or service (as Nova's os-migrateLive)
 berth:servers:resize           admin or service, or a member of the instance's project
 berth:servers:rebuild          admin or service, or a member of the instance's project
 berth:servers:confirm_resize   admin or service, or a member of the instance's project
@@ -62,12 +63,13 @@ _READER = f"{ADMIN_OR_SERVICE} or (role:reader and project_id:%(project_id)s)"
 MOVE_RULES = {
     "migrate": "berth:servers:migrate",
     "evacuate": "berth:servers:evacuate",
+    "live-migrate": "berth:servers:live_migrate",
     "resize": "berth:servers:resize",
     "rebuild": "berth:servers:rebuild",
     "confirm-resize": "berth:servers:confirm_resize",
     "revert-resize": "berth:servers:revert_resize",
 }
-_ADMIN_MOVES = ("migrate", "evacuate")
+_ADMIN_MOVES = ("migrate", "evacuate", "live-migrate")
 
 
 def scheduler_rules() -> list[oslo_policy.RuleDefault]:
@@ -104,7 +106,7 @@ def scheduler_rules() -> list[oslo_policy.RuleDefault]:
     ]
     for action, name in MOVE_RULES.items():
         check = ADMIN_OR_SERVICE if action in _ADMIN_MOVES else _MEMBER
-        rules.append(rule(name, check, f"{action.capitalize()} an instance.",
+        rules.append(rule(name, check, f"{action.capitalize().replace('-', ' ')} an instance.",
                           [("POST", f"/servers/{{uuid}}/{action}")], deprecated=LEGACY))
     return rules
 

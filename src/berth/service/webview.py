@@ -127,7 +127,7 @@ class RecentDecisions:
         self._add(entry, getattr(exc, "diagnosis", None))
 
     def moved(self, spec: Any, answer: Mapping[str, Any], seconds: float) -> None:
-        """A move (migrate, resize, evacuate, rebuild) that found its host."""
+        """A move (migrate, resize, evacuate, rebuild, live-migrate) that found its host."""
         entry = self._base(spec, seconds, str(answer.get("operation") or "move"))
         source = answer.get("source") or {}
         entry.update(outcome=PLACED, instances=[{
