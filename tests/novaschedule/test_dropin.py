@@ -254,6 +254,34 @@ def test_cold_migrate_and_resize(cloud: Cloud) -> None:
     cloud.delete(server)
 
 
+def test_live_migrate(cloud: Cloud) -> None:
+    """Nova's LiveMigrationTask asks for a destination in the server's cell with its
+    source ignored and no alternates; the server runs on the destination, which alone
+    holds its allocation once the source's compute has let go."""
+    (server,) = cloud.boot()
+    source = cloud.host(cloud.settle(server))
+    cloud.call("POST", f"/servers/{server}/action",
+               {"os-migrateLive": {"host": None, "block_migration": "auto"}})
+    deadline = time.monotonic() + 90
+    while True:
+        found = cloud.settle(server)
+        if cloud.host(found) != source or found["status"] == "ERROR":
+            break
+        migrations = cloud.call("GET", f"/servers/{server}/migrations")["migrations"]
+        assert not any(m["status"] in ("error", "failed") for m in migrations), migrations
+        assert time.monotonic() < deadline, found
+        time.sleep(0.5)
+    assert found["status"] == "ACTIVE", found.get("fault")
+    dest = cloud.host(found)
+    assert dest not in (None, source)
+    deadline = time.monotonic() + 60
+    while cloud.allocations(server) != {dest: {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}}:
+        assert time.monotonic() < deadline, cloud.allocations(server)
+        time.sleep(0.5)
+    record(cloud, "live-migrate", [source, dest])
+    cloud.delete(server)
+
+
 def test_a_failed_build_is_rescheduled_onto_an_alternate(cloud: Cloud) -> None:
     # The alternate is the better of c1 and c2 by free memory: both must be empty as
     # their compute_nodes rows say, for Nova and for Berth alike.
