@@ -550,3 +550,54 @@ def test_schedule_rebuild_checks_the_image_traits_on_the_instance_providers(
             "No valid host was found. Image traits cannot be satisfied")
     else:
         assert json.loads(out)["decision"]["instances"][0]["host"] == "h0"
+
+
+DRAIN_CLOUD = """
+hosts:
+  - {host: full, vcpus: 8, memory_mb: 32768, local_gb: 100,
+     instances: [{uuid: 0b8f9c3e-0000-4000-8000-0000000000a1, flavor: small},
+                 {uuid: 0b8f9c3e-0000-4000-8000-0000000000a2, flavor: large},
+                 {uuid: 0b8f9c3e-0000-4000-8000-0000000000a3, flavor: small}]}
+  - {host: other, vcpus: 8, memory_mb: 8192, local_gb: 100}
+flavors:
+  - {name: small, vcpus: 1, memory_mb: 1024, root_gb: 10}
+  - {name: large, vcpus: 1, memory_mb: 16384, root_gb: 10}
+"""
+
+
+def test_schedule_drain_moves_what_fits_and_says_what_stays(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(DRAIN_CLOUD)
+    code, out, _ = run(capsys, "schedule", str(cloud), "--drain", "full", "--json")
+    assert code == 4
+    data = json.loads(out)
+    assert [(m["instance_uuid"][-2:], m["host"]) for m in data["moved"]] == [
+        ("a1", "other"), ("a3", "other")]
+    assert [(f["instance_uuid"][-2:], f["error"]["code"]) for f in data["failed"]] == [
+        ("a2", "berth.scheduling.no_valid_host")]
+    assert data["error"]["message"] == "1 of 3 instances could not be moved off full"
+    code, out, _ = run(capsys, "schedule", str(cloud), "--drain", "full", "--drain-by",
+                       "migrate")
+    assert code == 4
+    assert out.splitlines()[0] == "drain of full by migrate:"
+    assert out.splitlines()[-1] == "2 moved, 1 left on full"
+    assert "0b8f9c3e-0000-4000-8000-0000000000a2  large        stays: No valid host" in out
+    code, out, _ = run(capsys, "schedule", str(cloud), "--drain", "other")
+    assert code == 0 and out.splitlines()[-1] == "0 moved, 0 left on other"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--drain", "full", "--explain"], "--explain: not used with --drain"),
+    (["--drain", "full", "--flavor", "small"], "--flavor: only --resize takes a flavor"),
+    (["--drain", "full", "--host", "other"], "--host: only --migrate, --evacuate and "
+                                            "--live-migrate take a destination, not --drain"),
+    (["--drain-by", "migrate", "--flavor", "small"], "--drain-by: only with --drain HOST"),
+    (["--drain", "nowhere"], "host: compute host 'nowhere' could not be found"),
+])
+def test_schedule_drain_arguments_are_checked(tmp_path: Path, argv: list[str], message: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(DRAIN_CLOUD)
+    code, _, err = run(capsys, "schedule", str(cloud), *argv)
+    assert code == 3 and message in err, err

@@ -5,7 +5,8 @@
                    [--config-file nova.conf ...] [--seed S] [--explain] [--json]
     berth schedule CLOUD (--migrate UUID [--host H] | --resize UUID --flavor NEW |
                           --evacuate UUID [--host H] | --rebuild UUID --image NAME |
-                          --live-migrate UUID [--host H])
+                          --live-migrate UUID [--host H] |
+                          --drain HOST [--drain-by migrate])
                    [--allow-cross-cell] [--explain] [--json]
     berth cloud check CLOUD
     berth cloud import [--os-cloud NAME] [-o FILE] | berth cloud export --url URL [-o FILE]
@@ -65,9 +66,13 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     service (:mod:`berth.service.offline`): request filters, the placement query and
     the allocation-candidate engine, the core, the claims."""
     from berth.model import RequestSpec
-    from berth.schedule_moves import cmd_schedule_move, move_of
+    from berth.schedule_moves import cmd_schedule_drain, cmd_schedule_move, move_of
     from berth.service.offline import offline_cloud
 
+    if args.drain:
+        return cmd_schedule_drain(args)
+    if args.drain_by:
+        raise InputError("--drain-by: only with --drain HOST", field="--drain-by")
     move = move_of(args)
     if move is not None:
         return cmd_schedule_move(args, *move)
@@ -339,7 +344,7 @@ def cmd_placement(argv: Sequence[str]) -> int:
 # ----------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     """The ``berth`` argument parser."""
-    from berth.service.cli import instant, positive_int
+    from berth.service.cli import host_name, instant, positive_int
 
     parser = argparse.ArgumentParser(prog="berth", description="Berth: an explainable VM scheduler "
                                      "with Nova's filter-scheduler semantics.")
@@ -382,6 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
     moves.add_argument("--live-migrate", metavar="INSTANCE_UUID",
                        help="live-migrate an instance within its cell (its host ignored; the "
                             "destination's hypervisor checked against its source's)")
+    moves.add_argument("--drain", metavar="HOST", type=host_name,
+                       help="move every instance the cloud file lists on HOST off it, one "
+                            "after another (each sees where the ones before went)")
+    p.add_argument("--drain-by", choices=("live-migrate", "migrate"), default=None,
+                   help="with --drain: live-migrate (default) or cold-migrate each instance")
     p.add_argument("--host", help="with --migrate, --evacuate or --live-migrate: the requested "
                                   "destination host")
     p.add_argument("--allow-cross-cell", action="store_true",

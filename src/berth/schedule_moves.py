@@ -157,6 +157,34 @@ def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
                        {c.uuid: c.name for c in cloud.cells.values()}, skipped)
 
 
+def cmd_schedule_drain(args: argparse.Namespace) -> int:
+    """``--drain HOST``: every instance of HOST moved off it on the cloud file's scratch
+    store, as ``berth drain`` moves them on a running server (the same
+    :func:`~berth.service.drain.drain_host`, conductor and fake driver). Exit 0 when
+    the host is left empty, 4 when some instances stay."""
+    from berth.cli import _load_config
+    from berth.service.drain import drain_host, drain_lines
+    from berth.service.offline import offline_cloud
+
+    _refuse_boot_options(args, "drain")
+    for name, given in (("--explain", args.explain),
+                        ("--allow-cross-cell", args.allow_cross_cell)):
+        if given:
+            raise InputError(f"{name}: not used with --drain", field=name)
+    config = _load_config(args.config_file)
+    now = time.time() if args.now is None else args.now
+    with offline_cloud(args.cloud, config, now=now) as offline:
+        stack = offline.stack
+        service = stack.scheduler(seed=args.seed)
+        moves = stack.moves(stack.conductor(service))
+        answer = drain_host(moves, args.drain, args.drain_by or LIVE_MIGRATE)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        print("\n".join(drain_lines(answer)))
+    return 4 if "error" in answer else 0
+
+
 def _print_refusal(args: argparse.Namespace, exc: SchedulingError) -> int:
     from berth.cli import _print_diagnosis
 

@@ -257,3 +257,38 @@ def test_live_migrate_with_the_cli_ends_on_the_destination_with_nothing_to_confi
     member = {"X-Auth-Token": "member", "X-Roles": "member", "X-Project-Id": "demo"}
     resp = httpx.post(f"{server}/servers/{uuid}/live-migrate", json={}, headers=member)
     assert resp.status_code == 403, resp.text
+
+
+def test_drain_empties_a_host_through_the_cli(
+        server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``berth drain`` (POST /hosts/{host}/drain): every instance of n2 moved off,
+    checked in the instance list and in Placement's usages of n2's provider."""
+    for _ in range(2):
+        resp = httpx.post(f"{server}/boot", json={"flavor": "small", "force_hosts": ["n2"]},
+                          headers=ADMIN)
+        assert resp.status_code == 200, resp.text
+    on_n2 = [s["instance_uuid"] for s in httpx.get(f"{server}/servers", headers=ADMIN).json()[
+        "servers"] if s["host"] == "n2"]
+    assert len(on_n2) >= 2
+    assert main(["drain", "n2", "--url", server]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "drain of n2 by live-migrate:"
+    assert out.splitlines()[-1] == f"{len(on_n2)} moved, 0 left on n2"
+    servers = httpx.get(f"{server}/servers", headers=ADMIN).json()["servers"]
+    assert not [s for s in servers if s["host"] == "n2"]
+    headers = {"OpenStack-API-Version": "placement 1.28", "X-Auth-Token": "admin"}
+    (n2,) = [p["uuid"] for p in httpx.get(f"{server}/placement/resource_providers?name=n2",
+                                          headers=headers).json()["resource_providers"]]
+    usages = httpx.get(f"{server}/placement/resource_providers/{n2}/usages",
+                       headers=headers).json()["usages"]
+    assert usages.get("MEMORY_MB", 0) == 0 and usages.get("VCPU", 0) == 0
+    # JSON as sent; a bad body and an unknown host are one line; a member may not drain.
+    assert main(["drain", "n2", "--url", server, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["moved"] == []
+    resp = httpx.post(f"{server}/hosts/n2/drain", json={"operation": "rebuild"}, headers=ADMIN)
+    assert resp.status_code == 400 and "operation: expected one of" in resp.text
+    resp = httpx.post(f"{server}/hosts/n9/drain", json={}, headers=ADMIN)
+    assert resp.status_code == 400 and "compute host 'n9' could not be found" in resp.text
+    assert httpx.get(f"{server}/hosts/n2/drain", headers=ADMIN).status_code == 405
+    member = {"X-Auth-Token": "member", "X-Roles": "member", "X-Project-Id": "demo"}
+    assert httpx.post(f"{server}/hosts/n2/drain", json={}, headers=member).status_code == 403

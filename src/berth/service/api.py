@@ -132,6 +132,7 @@ from berth.service.policy import (
     BOOT,
     CATALOG,
     HOSTS,
+    HOSTS_DRAIN,
     SERVER_GROUPS,
     SERVER_GROUPS_CREATE,
     scheduler_rules,
@@ -161,7 +162,7 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "/capacity": ("GET", "POST"),
     "/os-services": ("GET",), "/os-services/{host}": ("GET", "PUT", "DELETE"),
     "/servers": ("GET",), "/servers/{uuid}": ("GET", "DELETE"),
-    "/servers/{uuid}/{action}": ("POST",),
+    "/servers/{uuid}/{action}": ("POST",), "/hosts/{host}/drain": ("POST",),
 }
 
 
@@ -177,6 +178,8 @@ def allowed_methods(path: str) -> tuple[str, ...] | None:
         template = f"/{parts[1]}/{{{PATH_PARAMETERS[parts[1]]}}}"
     elif len(parts) == 4 and parts[1] == "servers" and parts[2] and parts[3]:
         template = "/servers/{uuid}/{action}"
+    elif len(parts) == 4 and parts[1] == "hosts" and parts[2] and parts[3] == "drain":
+        template = "/hosts/{host}/drain"
     else:
         template = path
     methods = ROUTE_METHODS.get(template)
@@ -331,6 +334,8 @@ class SchedulerApp(ViewRoutes):
                     start_response("204 No Content", [])
                     return [b""]
                 return _reply(start_response, status, served)
+            if path.startswith("/hosts/") and path.endswith("/drain") and method == "POST":
+                return self._drain(path, environ, caller, start_response)
             if path == "/servers" or path.startswith("/servers/"):
                 body = _read_json(environ) if method == "POST" else None
                 started = time.perf_counter()
@@ -431,6 +436,21 @@ class SchedulerApp(ViewRoutes):
             answer["diagnosis"] = decision.diagnosis.to_dict()
         self.recent.placed(spec, decision, answer, time.perf_counter() - started)
         return answer
+
+    def _drain(self, path: str, environ: dict[str, Any], caller: Any,
+               start_response: StartResponse) -> Iterable[bytes]:
+        """``POST /hosts/{host}/drain`` (:mod:`berth.service.drain`)."""
+        from berth.service.drain import drain_host, drain_status, parse_drain
+
+        host = path.split("/")[2]
+        self._enforce(HOSTS_DRAIN, caller, None)
+        operation = parse_drain(_read_json(environ))
+        if self.moves is None or not self.moves.moves_here:
+            return _reply(start_response, 404, {"error": {
+                "code": "berth.http.not_found", "message": "drain: moves are served by "
+                "berth serve, whose scheduler runs in process"}})
+        answer = drain_host(self.moves, host, operation)
+        return _reply(start_response, drain_status(answer), answer)
 
     def _record_move(self, path: str, answer: Mapping[str, Any] | None,
                      refusal: SchedulingError | None, seconds: float) -> None:

@@ -9,7 +9,7 @@
                [--explain] [--json]
     berth migrate UUID [--host H] [--allow-cross-cell]   berth resize UUID --flavor F
     berth evacuate UUID [--host H]   berth rebuild UUID --image NAME
-    berth live-migrate UUID [--host H]
+    berth live-migrate UUID [--host H]   berth drain HOST [--operation migrate]
     berth confirm-resize UUID   berth revert-resize UUID   berth server UUID
 
 ``serve`` opens (and migrates) the database — the embedded SQLite file
@@ -184,6 +184,16 @@ def add_commands(subparsers: Any) -> None:
                             "OS_AUTH_URL, OS_USERNAME, ...; else noauth2's 'admin')")
         m.add_argument("--json", action="store_true", help="print the JSON answer as sent")
         m.set_defaults(func=cmd_server_action, action=name)
+    d = subparsers.add_parser("drain", help="move every instance off a compute host, one "
+                                            "after another, through a running 'berth serve'")
+    d.add_argument("host", type=host_name, help="the compute host to empty")
+    d.add_argument("--operation", choices=("live-migrate", "migrate"), default="live-migrate",
+                   help="live-migrate (default) or cold-migrate (confirmed at once) each")
+    d.add_argument("--url", default=DEFAULT_URL, type=server_url,
+                   help=f"server URL (default {DEFAULT_URL})")
+    d.add_argument("--token", help="token for the server (as for 'berth migrate')")
+    d.add_argument("--json", action="store_true", help="print the JSON answer as sent")
+    d.set_defaults(func=cmd_drain)
     from berth.service import services_cli
 
     services_cli.add_commands(subparsers, DEFAULT_URL)
@@ -431,6 +441,22 @@ def cmd_server_action(args: argparse.Namespace) -> int:
         print()
         _print_diagnosis(data["diagnosis"], verbose)
     return 0
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    """POST ``/hosts/{host}/drain`` and print where each instance went (exit 4 when
+    some stay on the host)."""
+    from berth.service.drain import drain_lines
+
+    url = f"{args.url.rstrip('/')}/hosts/{url_segment(args.host)}/drain"
+    sent = ask_server(args, "POST", url, json={"operation": args.operation})
+    if isinstance(sent, int):
+        return sent
+    resp, data = sent
+    if resp.status_code not in (200, 409) or "moved" not in data:
+        return refused(resp, data)
+    print("\n".join(drain_lines(data)))
+    return 0 if resp.status_code == 200 else 4
 
 
 def _print_server(action: str, data: dict[str, Any]) -> None:

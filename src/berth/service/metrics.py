@@ -54,7 +54,7 @@ _COLLECTIONS = frozenset({
 _SUBCOLLECTIONS = frozenset({
     "inventories", "aggregates", "usages", "allocations", "traits",
     "migrate", "resize", "evacuate", "rebuild", "live-migrate", "confirm-resize",
-    "revert-resize"})
+    "revert-resize", "drain"})
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 OTHER = "other"
 #: Latency buckets (seconds): a scheduling request takes milliseconds, a cold one more.

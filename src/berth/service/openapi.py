@@ -178,6 +178,15 @@ def document() -> dict[str, Any]:
             "summary": f"{action} an instance",
             "requestBody": {"required": False, **_json(body)},
             "responses": _answers("where the instance is now", 400, 404, 409, 503)}}
+    paths["/hosts/{host}/drain"] = {
+        "parameters": [{"name": "host", "in": "path", "required": True,
+                        "schema": {"type": "string"}}],
+        "post": {"summary": "Move every instance off a compute host, one after another "
+                            "(409: some could not move; each says why)",
+                 "requestBody": {"required": False, **_json({
+                     "type": "object", "additionalProperties": False, "properties": {
+                         "operation": {"enum": ["live-migrate", "migrate"]}}})},
+                 "responses": _answers("where each instance went", 400, 404, 409, 503)}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "Berth scheduler API", "version": "1.0",

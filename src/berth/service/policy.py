@@ -7,6 +7,8 @@ rule                           default (legacy fallback: ``rule:admin_api``)
 berth:boot:create              admin or service, or a member of the project booted for
 berth:hosts:list               admin or service (GET /hosts, /compute-nodes, /aggregates,
                                /cells)
+berth:hosts:drain              admin or service (POST /hosts/{host}/drain: every instance
+                               moved off, as Nova's admin-only moves)
 berth:server_groups:list       admin or service (every project's groups)
 berth:catalog:list             any authenticated caller (GET /flavors, /images)
 berth:servers:list             admin or service (every project's instances)
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 
 BOOT = "berth:boot:create"
 HOSTS = "berth:hosts:list"
+HOSTS_DRAIN = "berth:hosts:drain"
 SERVER_GROUPS = "berth:server_groups:list"
 SERVER_GROUPS_CREATE = "berth:server_groups:create"
 WHAT_IF = "berth:what_if:create"
@@ -81,6 +84,9 @@ def scheduler_rules() -> list[oslo_policy.RuleDefault]:
              [("GET", "/hosts"), ("GET", "/compute-nodes"), ("GET", "/aggregates"),
               ("GET", "/cells"),
               ("GET", "/decisions"), ("GET", "/capacity"), ("POST", "/capacity")],
+             deprecated=LEGACY),
+        rule(HOSTS_DRAIN, ADMIN_OR_SERVICE, "Move every instance off a compute host (live "
+             "or cold migrations, one after another).", [("POST", "/hosts/{host}/drain")],
              deprecated=LEGACY),
         rule(SERVER_GROUPS, ADMIN_OR_SERVICE, "List every project's server groups.",
              [("GET", "/server-groups")], deprecated=LEGACY),

@@ -1,0 +1,122 @@
+"""Drain a compute host: move every instance off it, one after another (what
+``nova host-evacuate-live`` and ``nova host-servers-migrate`` do from the client side).
+
+Each instance on the host is moved through :meth:`MoveService.move` as a single move
+request would move it, so each one sees where the ones before it went: a live migration
+(the default), or a cold migration confirmed at once (the host is left either way). An
+instance that cannot move (no host left for it, a refusal, a failed build) stays where
+it is with its reason, and the drain goes on with the next; the host is not disabled
+(``berth service set HOST --disable`` first keeps new boots away). A cloud file's
+instance without a flavor is not known to the service (its resources are not), so it is
+not moved; its usage stays on the host. The same function
+serves ``POST /hosts/{host}/drain`` (``berth drain HOST``) and ``berth schedule CLOUD
+--drain HOST`` (offline, on the cloud file's scratch store): one path.
+
+The answer::
+
+    {"host", "operation", "moved": [{"instance_uuid", "flavor", "host", "nodename",
+     "migration_uuid", "skipped"?}], "failed": [{"instance_uuid", "flavor", "error":
+     {"code", "message"}}], "left": [uuids still on the host, by status, not ACTIVE],
+     "error": {"code": "berth.scheduling.drain_incomplete", "message"} (when some stay)}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from berth.errors import BerthError, InputError, ServiceUnavailable, error_dict
+from berth.model.image_props import show
+from berth.moves import LIVE_MIGRATE, MIGRATE, MoveRequest
+from berth.service.instances import ACTIVE
+from berth.service.moves import MoveService
+
+#: The moves a drain may make.
+DRAIN_OPERATIONS = (LIVE_MIGRATE, MIGRATE)
+#: The error code of a drain that left instances on the host (HTTP 409).
+DRAIN_INCOMPLETE = "berth.scheduling.drain_incomplete"
+
+
+def parse_drain(body: Any) -> str:
+    """The operation of a ``POST /hosts/{host}/drain`` body (``{"operation":
+    "live-migrate" | "migrate"}``, or none); errors name the field."""
+    if body is None:
+        body = {}
+    if not isinstance(body, Mapping):
+        raise InputError("body: expected a JSON object")
+    unknown = set(body) - {"operation"}
+    if unknown:
+        raise InputError(f"body: unknown field(s) {', '.join(sorted(map(str, unknown)))} for "
+                         "drain (it takes operation)")
+    operation = body.get("operation", LIVE_MIGRATE)
+    if operation not in DRAIN_OPERATIONS:
+        raise InputError(f"operation: expected one of {', '.join(DRAIN_OPERATIONS)}, got "
+                         f"{show(operation)}", field="operation")
+    return str(operation)
+
+
+def drain_host(moves: MoveService, host: str, operation: str = LIVE_MIGRATE) -> dict[str, Any]:
+    """Move every ACTIVE instance off ``host`` (see the module's docstring). An unknown
+    host is an InputError; the database going away mid-drain (ServiceUnavailable) ends
+    it, with what moved so far kept."""
+    if operation not in DRAIN_OPERATIONS:
+        raise InputError(f"operation: expected one of {', '.join(DRAIN_OPERATIONS)}, got "
+                         f"{operation!r}", field="operation")
+    moves.scheduler  # noqa: B018 - MovesElsewhere before anything changes
+    snapshot = moves.scheduler.refresh()
+    if host not in set(snapshot.obj("host")):
+        raise InputError(f"host: compute host {host!r} could not be found", field="host")
+    on_host = [r for r in moves.instances.all() if r.host == host]
+    moved: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for record in on_host:
+        if record.status != ACTIVE:
+            continue
+        flavor = record.spec["flavor"]["name"]
+        try:
+            went = moves.move(record.uuid, MoveRequest(operation))
+            if operation == MIGRATE:
+                moves.confirm(record.uuid)
+        except ServiceUnavailable:
+            raise
+        except BerthError as exc:
+            failed.append({"instance_uuid": record.uuid, "flavor": flavor,
+                           "error": error_dict(exc)})
+            continue
+        entry = {"instance_uuid": record.uuid, "flavor": flavor, "host": went["host"],
+                 "nodename": went["nodename"], "migration_uuid": went["migration_uuid"]}
+        if went.get("skipped"):
+            entry["skipped"] = went["skipped"]
+        moved.append(entry)
+    left = [r.uuid for r in on_host if r.status != ACTIVE]
+    answer: dict[str, Any] = {"host": host, "operation": operation, "moved": moved,
+                              "failed": failed, "left": left}
+    if failed or left:
+        answer["error"] = {"code": DRAIN_INCOMPLETE, "message": (
+            f"{len(failed) + len(left)} of {len(on_host)} instances could not be moved off "
+            f"{host}")}
+    return answer
+
+
+def drain_status(answer: Mapping[str, Any]) -> int:
+    """200 when nothing is left on the host; 409 otherwise."""
+    return 409 if "error" in answer else 200
+
+
+def drain_lines(answer: Mapping[str, Any]) -> list[str]:
+    """The answer for people: a line per instance, then the outcome."""
+    lines = [f"drain of {answer['host']} by {answer['operation']}:"]
+    for entry in answer.get("moved") or []:
+        lines.append(f"  {entry['instance_uuid']}  {entry['flavor']:<12} -> {entry['host']} "
+                     f"({entry['nodename']})")
+        for skip in entry.get("skipped") or []:
+            lines.append(f"      skipped {skip['host']}: {skip['reason']}")
+    for entry in answer.get("failed") or []:
+        lines.append(f"  {entry['instance_uuid']}  {entry['flavor']:<12} stays: "
+                     f"{entry['error']['message']}")
+    for uuid in answer.get("left") or []:
+        lines.append(f"  {uuid}  not ACTIVE (moving, or a resize to confirm): stays")
+    moved, stay = len(answer.get("moved") or []), len(answer.get("failed") or []) + len(
+        answer.get("left") or [])
+    lines.append(f"{moved} moved, {stay} left on {answer['host']}")
+    return lines
