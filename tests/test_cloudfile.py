@@ -235,9 +235,9 @@ def test_unknown_flavor_lists_the_known_ones():
 
 def test_every_flavor_a_cloud_knows_has_an_id_of_its_own():
     """TypeAffinityFilter compares flavor ids: a cloud file's flavors take 1, 2, ...
-    (skipping ids given to others), and those of Berth's defaults that the file does not
-    define and whose id it holds move above them all, so m1.tiny is not taken for the
-    file's first flavor."""
+    (skipping ids given to others), and beside them Berth's defaults take the negative
+    of their usual ids, which no flavor of a file can hold, so m1.tiny is not taken for
+    the file's first flavor whatever the file adds."""
     doc = {**minimal(), "flavors": [
         {"name": "big", "vcpus": 4, "memory_mb": 4096},
         {"name": "given", "vcpus": 1, "memory_mb": 512, "id": 2},
@@ -245,13 +245,33 @@ def test_every_flavor_a_cloud_knows_has_an_id_of_its_own():
         {"name": "m1.small", "vcpus": 1, "memory_mb": 2048, "id": 40}]}
     cloud = parse_cloud(doc, CONFIG, 0.0)
     ids = {name: f.id for name, f in cloud.known_flavors().items()}
-    assert ids == {"big": 1, "given": 2, "third": 3, "m1.small": 40, "m1.tiny": 41,
-                   "m1.medium": 42, "m1.large": 4, "m1.xlarge": 5}
-    assert cloud.flavor("m1.tiny").id == 41 and cloud.flavor("m1.small").id == 40
+    assert ids == {"big": 1, "given": 2, "third": 3, "m1.small": 40, "m1.tiny": -1,
+                   "m1.medium": -3, "m1.large": -4, "m1.xlarge": -5}
+    assert cloud.flavor("m1.tiny").id == -1 and cloud.flavor("m1.small").id == 40
     assert cloud.own_flavors() == ["big", "given", "m1.small", "third"]
     # Without flavors of its own, a cloud knows the defaults with their usual ids.
     assert {n: f.id for n, f in parse_cloud(minimal(), CONFIG, 0.0).known_flavors().items()} \
         == {"m1.tiny": 1, "m1.small": 2, "m1.medium": 3, "m1.large": 4, "m1.xlarge": 5}
+
+
+def test_a_file_an_earlier_export_wrote_with_the_defaults_loads():
+    """An earlier ``berth cloud export`` wrote Berth's defaults (ids 1-5) beside the
+    file's own flavors (ids 1, 2, ...): an entry that is exactly a default is that
+    default, and only the file's own flavors count as its own."""
+    defaults = [{"name": "m1.tiny", "id": 1, "vcpus": 1, "memory_mb": 512, "root_gb": 1},
+                {"name": "m1.small", "id": 2, "vcpus": 1, "memory_mb": 2048, "root_gb": 20}]
+    doc = {**minimal(), "flavors": [
+        *defaults, {"name": "big", "id": 1, "vcpus": 4, "memory_mb": 4096},
+        {"name": "m1.medium", "id": 3, "vcpus": 2, "memory_mb": 9999, "root_gb": 40}]}
+    cloud = parse_cloud(doc, CONFIG, 0.0)
+    assert cloud.own_flavors() == ["big", "m1.medium"]
+    assert {n: f.id for n, f in cloud.known_flavors().items()} == {
+        "big": 1, "m1.medium": 3, "m1.tiny": -1, "m1.small": -2, "m1.large": -4,
+        "m1.xlarge": -5}
+    # A default changed in any way is the file's own (and its id is checked).
+    doc["flavors"][0]["memory_mb"] = 1024
+    with pytest.raises(CloudFileError, match=r"flavors\[2\]\.id: 1 is also flavor 'm1.tiny''s id"):
+        parse_cloud(doc, CONFIG, 0.0)
 
 
 def test_two_flavors_with_one_id_are_refused():
@@ -268,7 +288,7 @@ def test_a_hosts_instance_may_run_one_of_berths_default_flavors():
                                     {"uuid": "i2", "flavor": "big"}]
     cloud = parse_cloud(doc, CONFIG, 0.0)
     instances = cloud.snapshot.obj("instances")[0]
-    assert {u: i.instance_type_id for u, i in instances.items()} == {"i1": 6, "i2": 1}
+    assert {u: i.instance_type_id for u, i in instances.items()} == {"i1": -1, "i2": 1}
     doc["hosts"][0]["instances"] = [{"uuid": "i1", "flavor": "m9.giant"}]
     with pytest.raises(CloudFileError, match=r"hosts\[0\]\.instances\[0\]\.flavor: no flavor "
                        r"named 'm9.giant' in flavors or Berth's defaults \(m1.tiny, "):

@@ -14,7 +14,7 @@ from berth.claims import InMemoryPlacement, requested_resources
 from berth.cli import main
 from berth.config import SchedulerConfig
 from berth.errors import InputError, MoveRefused, NoValidHost
-from berth.hardware.pci import InstancePCIRequest, InstancePCIRequests
+from berth.hardware.pci import InstancePCIRequest, InstancePCIRequests, parse_aliases
 from berth.model.request import CellMapping, Flavor, ImageMeta, InstanceGroup, RequestSpec
 from berth.moves import (
     Hypervisor,
@@ -419,18 +419,28 @@ def _pci(*specs: dict[str, str], alias: str | None = "nic") -> RequestSpec:
      _pci({"live_migratable": "true"}, {"vendor_id": "8086"}), False,
      "PCI alias 'nic' does not explicitly request live-migratable devices "
      "(MigrationPreCheckError)"),
-    (Hypervisor("QEMU", 8), Hypervisor("QEMU", 8), _pci({"live_migratable": "yes"}), False,
-     "PCI alias 'nic' does not explicitly request live-migratable devices "
-     "(MigrationPreCheckError)"),
     (Hypervisor("QEMU", 8), Hypervisor("QEMU", 8), _pci({"vendor_id": "8086"}, alias=None),
      False, None),
 ], ids=["same", "newer", "another type (no skip for it)", "older", "older, check skipped",
-        "live-migratable devices", "one spec without the tag", "not the word true",
-        "a port's request"])
+        "live-migratable devices", "one spec without the tag", "a port's request"])
 def test_the_conductor_checks_a_live_migration_destination_as_nova_does(
         source: Hypervisor, dest: Hypervisor, spec: RequestSpec, skip: bool,
         problem: str | None) -> None:
     assert live_migration_problem(source, dest, spec, skip_version_check=skip) == problem
+
+
+@pytest.mark.parametrize("value, problem", [("Yes", None), ("1", None), ("off", "does not")])
+def test_an_alias_live_migratable_word_is_read_as_nova_reads_it(value: str,
+                                                               problem: str | None) -> None:
+    """Nova rewrites the alias's boolean word as "true" or "false" when it reads the
+    config, and a live migration asks for exactly "true"."""
+    alias = json.dumps({"name": "nic", "vendor_id": "8086", "product_id": "1520",
+                        "live_migratable": value})
+    (spec,) = parse_aliases([alias])["nic"][1]
+    assert spec["live_migratable"] == ("false" if problem else "true")
+    found = live_migration_problem(Hypervisor("QEMU", 8), Hypervisor("QEMU", 8), _pci(spec),
+                                   skip_version_check=False)
+    assert (found is None) == (problem is None)
 
 
 LIVE_CLOUD = """

@@ -54,7 +54,7 @@ from berth.model import (
     ServiceRecord,
 )
 from berth.model.image_props import ImagePropertyError
-from berth.model.request import DEFAULT_FLAVORS, known_flavors
+from berth.model.request import DEFAULT_FLAVORS, known_flavors, same_as_default
 from berth.placement.bounds import MAX_FLOAT, MAX_INT
 from berth.provider_tree import (
     NodeProviders,
@@ -357,33 +357,26 @@ def _stamp(entry: dict[str, Any], index: int, path: str) -> dict[str, Any]:
 
 def _flavors(top: FieldReader) -> dict[str, Flavor]:
     """The cloud file's flavors. An ``id`` is one flavor's; a flavor without one takes
-    its position (1, 2, ...) or, when a given id holds that, the next free one."""
-    flavors: dict[str, Flavor] = {}
-    items = top.seq("flavors")
-    given: dict[int, str] = {}
-    for i, item in enumerate(items):
-        if isinstance(item, Mapping) and item.get("id") is not None:
-            fid = FieldReader(item, f"flavors[{i}]").integer("id")
-            name = item.get("name")
-            if fid in given:
-                raise CloudFileError(f"flavors[{i}].id: {fid} is also flavor "
-                                     f"{given[fid]!r}'s id", field=f"flavors[{i}].id")
-            assert fid is not None
-            given[fid] = str(name)
-    taken = set(given)
-    for i, item in enumerate(items):
+    its position (1, 2, ...) or, when a given id holds that, the next free one. An entry
+    that is exactly one of Berth's defaults, its usual id included (an earlier ``berth
+    cloud export`` wrote the defaults out), is that default, not a flavor of the file's."""
+    parsed: list[tuple[int, Flavor, bool]] = []  # (position, flavor, id given)
+    names: set[str] = set()
+    for i, item in enumerate(top.seq("flavors")):
         r = FieldReader(item, f"flavors[{i}]")
         r.unknown({"name", "vcpus", "memory_mb", "ram", "root_gb", "disk", "ephemeral_gb", "swap",
                    "id", "flavorid", "extra_specs"})
         name = r.text("name", required=True)
         assert name is not None
-        if name in flavors:
+        if name in names:
             raise CloudFileError(f"flavors[{i}].name: duplicate flavor {name!r}")
+        names.add(name)
         memory = r.integer("memory_mb", default=r.integer("ram", maximum=MAX_INT), minimum=1,
                            maximum=MAX_INT)
         if memory is None:
             raise CloudFileError(f"flavors[{i}].memory_mb: required field is missing")
-        flavors[name] = Flavor(
+        given = r.integer("id")
+        flavor = Flavor(
             name=name,
             vcpus=r.integer("vcpus", required=True, minimum=1, maximum=MAX_INT) or 1,
             memory_mb=memory,
@@ -391,10 +384,27 @@ def _flavors(top: FieldReader) -> dict[str, Flavor]:
                               maximum=MAX_INT) or 0,
             ephemeral_gb=r.integer("ephemeral_gb", default=0, maximum=MAX_INT) or 0,
             swap=r.integer("swap", default=0, maximum=MAX_INT) or 0,
-            id=_flavor_id(r.integer("id"), i + 1, taken),
+            id=given,
             flavorid=r.text("flavorid") or name,
             extra_specs=r.str_map("extra_specs"),
         )
+        if given is not None and same_as_default(flavor):
+            continue
+        parsed.append((i, flavor, given is not None))
+    holders: dict[int, str] = {}
+    for i, flavor, given in parsed:
+        if given:
+            assert isinstance(flavor.id, int)
+            if flavor.id in holders:
+                raise CloudFileError(f"flavors[{i}].id: {flavor.id} is also flavor "
+                                     f"{holders[flavor.id]!r}'s id", field=f"flavors[{i}].id")
+            holders[flavor.id] = flavor.name
+    taken = set(holders)
+    flavors: dict[str, Flavor] = {}
+    for i, flavor, given in parsed:
+        if not given:
+            flavor.id = _flavor_id(None, i + 1, taken)
+        flavors[flavor.name] = flavor
     return flavors
 
 

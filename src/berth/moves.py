@@ -493,21 +493,22 @@ def schedule_live_migration(
     skipped: list[tuple[str, str]] = []
     plan.spec.ignore_hosts = list(attempted)
     decision, before = schedule_move(plan, select, claims, migration_uuid, explain=explain)
-    while True:
-        chosen = decision.selections[0][0]
-        problem = check(chosen)
-        if problem is None:
-            return decision, before, skipped
-        skipped.append((chosen.service_host, problem))
-        attempted.append(chosen.service_host)
-        # The scheduler claimed the destination for the instance consumer, which held
-        # nothing else (its source allocation is with the migration consumer).
-        claims.delete(plan.instance_uuid)
-        try:
+    try:
+        while True:
+            chosen = decision.selections[0][0]
+            problem = check(chosen)
+            if problem is None:
+                return decision, before, skipped
+            skipped.append((chosen.service_host, problem))
+            attempted.append(chosen.service_host)
+            # The scheduler claimed the destination for the instance consumer, which
+            # held nothing else (its source allocation is with the migration consumer).
+            claims.delete(plan.instance_uuid)
             if max_retries != -1 and len(attempted) - 1 > max_retries:
                 raise MaxRetriesExceeded(
-                    f"Exceeded max scheduling retries {len(attempted) - 1} for instance "
-                    f"{plan.instance_uuid} during live migration ({_skips(skipped)})",
+                    f"Exceeded maximum number of retries. Exceeded max scheduling retries "
+                    f"{len(attempted) - 1} for instance {plan.instance_uuid} during live "
+                    f"migration ({_skips(skipped)})",
                     instance_uuid=plan.instance_uuid, skipped=skipped)
             plan.spec.ignore_hosts = list(attempted)
             try:
@@ -516,9 +517,11 @@ def schedule_live_migration(
                 raise NoValidHost(f"The live-migration checks skipped {_skips(skipped)}.",
                                   diagnosis=exc.diagnosis, cause=exc.cause,
                                   rejections=exc.rejections) from None
-        except BaseException:
-            revert_move(plan, claims, migration_uuid, before)
-            raise
+    except BaseException:
+        # Whatever failed (the checks, a claim given up, the scheduler), the
+        # allocations go back as they were before the move.
+        revert_move(plan, claims, migration_uuid, before)
+        raise
 
 
 def hypervisor_of(snapshot: Any, host: str) -> Hypervisor | None:
@@ -534,14 +537,16 @@ def hypervisor_of(snapshot: Any, host: str) -> Hypervisor | None:
     return None
 
 
-def destination_check(snapshot: Any, source_host: str, spec: RequestSpec,
+def destination_check(current: Callable[[], Any], source_host: str, spec: RequestSpec,
                       config: Any) -> DestinationCheck:
-    """The conductor's checks of a live migration's destination, on ``snapshot``'s hosts
-    and ``config``'s ``[workarounds] skip_hypervisor_version_check_on_lm``."""
-    source = hypervisor_of(snapshot, source_host) or Hypervisor(None, None)
+    """The conductor's checks of a live migration's destination, on the hosts as
+    ``current()`` (the snapshot the scheduler just decided on) has them, and
+    ``config``'s ``[workarounds] skip_hypervisor_version_check_on_lm``."""
     skip = bool(config.workarounds.skip_hypervisor_version_check_on_lm)
 
     def check(selection: Any) -> str | None:
+        snapshot = current()
+        source = hypervisor_of(snapshot, source_host) or Hypervisor(None, None)
         dest = hypervisor_of(snapshot, selection.service_host) or Hypervisor(None, None)
         return live_migration_problem(source, dest, spec, skip_version_check=skip)
 

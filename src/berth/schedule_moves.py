@@ -131,7 +131,8 @@ def cmd_schedule_move(args: argparse.Namespace, op: str, uuid: str) -> int:
                 assert migration_uuid is not None
                 decision, _, skipped = schedule_live_migration(
                     plan, select, claims, migration_uuid,
-                    check=destination_check(snapshot, instance.host, plan.spec, config),
+                    check=destination_check(lambda: service.feed.snapshot, instance.host,
+                                            plan.spec, config),
                     max_retries=config.migrate_max_retries, explain=args.explain)
             else:
                 decision, _ = schedule_move(plan, select, claims, migration_uuid,

@@ -508,3 +508,22 @@ def test_a_failed_live_migration_is_not_rescheduled_and_puts_everything_back(
     assert uuid in three.agents["h3"].host_record(0).instances
     assert [m.status for m in moves.instances.migrations(uuid)] == ["failed"]
     assert moves.instances.get(uuid).status == "ACTIVE"  # type: ignore[union-attr]
+
+
+def test_a_destination_check_that_fails_puts_every_allocation_back(
+        three: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_args: object) -> object:
+        def check(_selection: object) -> None:
+            raise RuntimeError("the check broke")
+        return check
+
+    monkeypatch.setattr("berth.service.moves.destination_check", broken)
+    moves = _moves(three)
+    uuid = _boot(moves)
+    with pytest.raises(RuntimeError, match="the check broke"):
+        moves.move(uuid, MoveRequest("live-migrate"))
+    assert _held(three, uuid) == {"h3": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}}
+    (migration,) = moves.instances.migrations(uuid)
+    assert migration.status == "error"
+    assert three.client.get_allocations(migration.uuid).allocations == {}
+    assert moves.instances.get(uuid).status == "ACTIVE"  # type: ignore[union-attr]

@@ -22,6 +22,7 @@ import httpx
 from berth.cloudio import placement
 from berth.cloudio.state import CloudState, ComputeNode, Provider, Server
 from berth.errors import CloudSourceError
+from berth.model.request import Flavor, same_as_default
 
 #: Stats the compute agent derives itself; the file gives them as their own fields.
 _OWN_STATS = ("num_instances", "io_workload", "failed_builds")
@@ -72,7 +73,9 @@ def read_berth(api: BerthAPI) -> CloudState:
     state.providers = placement.read_providers(api.placement, state)
     flavors = _list(api.get("/flavors"), "flavors", api.url)
     images = _list(api.get("/images"), "images", api.url)
-    state.flavors = [_flavor(f) for f in flavors]
+    # Berth's defaults stay out of the file: every cloud knows them (with ids of their
+    # own), and the file's flavors keep theirs.
+    state.flavors = [_flavor(f) for f in flavors if not _berths_default(f)]
     state.images = [{k: v for k, v in i.items() if v not in (None, {})} for i in images]
     state.aggregates = [_aggregate(a) for a in _list(api.get("/aggregates"), "aggregates", api.url)]
     state.server_groups = [
@@ -133,6 +136,23 @@ def _list(body: Any, key: str, url: str) -> list[dict[str, Any]]:
     if not isinstance(items, list):
         raise CloudSourceError(f"{url}: the answer holds no list {key!r}")
     return items
+
+
+def _berths_default(data: Mapping[str, Any]) -> bool:
+    """Whether a listed flavor is one of Berth's defaults: as the server says, or (a
+    server that does not say) exactly a default with its usual id."""
+    if "berth_default" in data:
+        return bool(data["berth_default"])
+    try:
+        flavor = Flavor(name=str(data.get("name")), vcpus=int(data.get("vcpus") or 0),
+                        memory_mb=int(data.get("memory_mb") or 0),
+                        root_gb=int(data.get("root_gb") or 0),
+                        ephemeral_gb=int(data.get("ephemeral_gb") or 0),
+                        swap=int(data.get("swap") or 0), id=data.get("id"),
+                        extra_specs=dict(data.get("extra_specs") or {}))
+    except (TypeError, ValueError):
+        return False
+    return same_as_default(flavor)
 
 
 def _flavor(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -225,8 +245,7 @@ def _allocations_by_consumer(providers: list[Provider]) -> dict[str, dict[str, i
 
 def _flavor_of(flavor_id: Any, flavors: list[dict[str, Any]], held: Mapping[str, int]) -> str | None:
     """The name of the flavor with ``flavor_id``; among several, the one whose size is
-    what the instance holds in placement, else the last listed (the cloud file's own
-    flavors come after the server's defaults)."""
+    what the instance holds in placement, else the last listed)."""
     if flavor_id is None:
         return None
     same = [f for f in flavors if f.get("id") == flavor_id]

@@ -179,8 +179,13 @@ def _parse_aliases_cached(aliases: tuple[str, ...]) -> dict[str, tuple[str, tupl
                                   f"got {dev_type!r}")
             data["dev_type"] = dev_type
         live = data.get(LIVE_MIGRATABLE_TAG)
-        if live is not None and live.strip().lower() not in _TRUE_STRINGS | _FALSE_STRINGS:
-            raise ConfigError(f"{where}: live_migratable must be true or false, got {live!r}")
+        if live is not None:
+            if live.strip().lower() not in _TRUE_STRINGS | _FALSE_STRINGS:
+                raise ConfigError(f"{where}: live_migratable must be true or false, got "
+                                  f"{live!r}")
+            # Spelt "true" or "false" from here on, as Nova rewrites it when it reads
+            # the alias (a live migration then asks for exactly "true").
+            data[LIVE_MIGRATABLE_TAG] = "true" if _as_bool(live) else "false"
         if name in result:
             known_policy, specs = result[name]
             if known_policy != policy:

@@ -7,7 +7,6 @@ The pipeline works on a deep copy of the spec: its virtual changes during one re
 
 from __future__ import annotations
 
-import functools
 import random
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping
@@ -126,36 +125,41 @@ DEFAULT_FLAVORS: dict[str, Flavor] = {
 }
 
 
+#: Berth's defaults in a cloud with flavors of its own: the negative of their usual ids,
+#: which no flavor of a cloud file can hold (its ids are 0 or more), whatever it defines.
+_DEFAULTS_BESIDE_OWN: dict[str, Flavor] = {
+    name: replace(f, id=-f.id) for name, f in DEFAULT_FLAVORS.items()
+    if isinstance(f.id, int)}
+
+
 def known_flavors(own: Mapping[str, Flavor]) -> dict[str, Flavor]:
     """Every flavor a cloud knows by name: its ``own``, then those of Berth's defaults
-    it does not define. A default whose id one of ``own`` holds takes the next free id
-    above them all: TypeAffinityFilter compares flavor ids, and two flavors with one id
-    would pass for one."""
+    it does not define. Beside flavors of its own the defaults have negative ids (m1.tiny
+    -1 ... m1.xlarge -5): TypeAffinityFilter compares flavor ids, and the file's first
+    flavor, id 1, would pass for m1.tiny; the ids stay the same whatever the file adds."""
+    if not own:
+        return dict(DEFAULT_FLAVORS)
     known = dict(own)
-    taken = {f.id for f in own.values()}
-    free = max([i for i in taken if isinstance(i, int)] + [len(DEFAULT_FLAVORS)]) + 1
-    for name, flavor in DEFAULT_FLAVORS.items():
-        if name in known:
-            continue
-        if flavor.id in taken:
-            flavor = _renumbered(name, free)
-            free += 1
-        known[name] = flavor
-        taken.add(flavor.id)
+    for name, flavor in _DEFAULTS_BESIDE_OWN.items():
+        known.setdefault(name, flavor)
     return known
 
 
-@functools.lru_cache(maxsize=256)
-def _renumbered(name: str, flavor_id: int | str | None) -> Flavor:
-    """Berth's default flavor ``name`` with another id: one object per id."""
-    return replace(DEFAULT_FLAVORS[name], id=flavor_id)
-
-
 def is_default_flavor(name: str, flavor: Flavor) -> bool:
-    """Whether ``flavor`` is Berth's default called ``name`` (whatever its id in a
-    cloud), not a flavor of the cloud's own."""
-    default = DEFAULT_FLAVORS.get(name)
-    return default is not None and (flavor is default or flavor is _renumbered(name, flavor.id))
+    """Whether ``flavor`` is Berth's default called ``name`` (with either of its ids),
+    not a flavor of the cloud's own."""
+    return flavor is DEFAULT_FLAVORS.get(name) or flavor is _DEFAULTS_BESIDE_OWN.get(name)
+
+
+def same_as_default(flavor: Flavor) -> bool:
+    """Whether ``flavor`` is exactly Berth's default of its name, its usual id included
+    (as an earlier ``berth cloud export`` wrote the defaults into a cloud file)."""
+    default = DEFAULT_FLAVORS.get(flavor.name)
+    return default is not None and _sizes(default) == _sizes(flavor)
+
+
+def _sizes(f: Flavor) -> tuple[Any, ...]:
+    return (f.id, f.vcpus, f.memory_mb, f.root_gb, f.ephemeral_gb, f.swap, f.extra_specs)
 
 
 @dataclass

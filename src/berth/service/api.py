@@ -116,7 +116,13 @@ from berth.errors import (
 from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
 from berth.filters.availability_zone import host_zones
 from berth.filters.compute import effective_service_down_time, services_up
-from berth.model.request import DEFAULT_FLAVORS, Flavor, ImageMeta, RequestSpec
+from berth.model.request import (
+    DEFAULT_FLAVORS,
+    Flavor,
+    ImageMeta,
+    RequestSpec,
+    is_default_flavor,
+)
 from berth.model.selection import selection_dict
 from berth.placement.dbfaults import as_unavailable, call_with_retry, describe, unavailable
 from berth.service.boot_body import parse_boot, parse_server_group
@@ -536,12 +542,14 @@ class SchedulerApp(ViewRoutes):
                           for c in store.cell_mappings()]}
 
     def flavor_list(self) -> dict[str, Any]:
-        """The flavors ``POST /boot`` accepts by name (the cloud file's and the defaults)."""
-        return {"flavors": [{"name": f.name, "id": f.id, "flavorid": f.flavorid,
+        """The flavors ``POST /boot`` accepts by name (the cloud file's and the defaults;
+        ``berth_default`` tells them apart)."""
+        return {"flavors": [{"name": name, "id": f.id, "flavorid": f.flavorid,
                              "vcpus": f.vcpus, "memory_mb": f.memory_mb, "root_gb": f.root_gb,
                              "ephemeral_gb": f.ephemeral_gb, "swap": f.swap,
-                             "extra_specs": dict(f.extra_specs)}
-                            for f in self.flavors.values()]}
+                             "extra_specs": dict(f.extra_specs),
+                             "berth_default": is_default_flavor(name, f)}
+                            for name, f in self.flavors.items()]}
 
     def image_list(self) -> dict[str, Any]:
         """The images ``POST /boot`` accepts by name, properties as they were given."""

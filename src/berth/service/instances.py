@@ -10,8 +10,10 @@ compute records and server groups (created with ``create_all``):
   reverted) and the spec as JSON. A boot records each instance it built; ``berth serve
   --cloud`` records the file's instances.
 * ``berth_migrations``: uuid (also the migration's placement consumer), instance,
-  type (``migration``, ``resize``, ``evacuation``), status (``pre-migrating``,
-  ``finished``, ``confirmed``, ``reverted``, ``done``, ``error``, ``failed``), source
+  type (``migration``, ``resize``, ``evacuation``, ``live-migration``), status
+  (``pre-migrating``, or ``accepted`` for a live migration, as Nova's conductor makes
+  them; ``finished``, ``confirmed``, ``reverted``, ``done``, ``completed``, ``error``,
+  ``failed``), source
   and destination, and the spec before the move (what a revert restores).
 
 A move starts with a compare-and-swap on the instance's status, so two moves of one
@@ -294,7 +296,7 @@ class InstanceStore:
 
 
 #: Migration statuses whose consumer holds the source allocation by right.
-LIVE_MIGRATION_STATUSES = ("pre-migrating", "finished")
+LIVE_MIGRATION_STATUSES = ("pre-migrating", "accepted", "finished")
 
 
 def live_migration_consumers(engine: Engine) -> set[str]:

@@ -499,7 +499,8 @@ class MoveService:
         if plan.migration_type is not None:
             migration_uuid = self.scheduler.new_instance_uuids(1)[0]
             self.instances.add_migration(MigrationRecord(
-                migration_uuid, record.uuid, plan.migration_type, "pre-migrating",
+                migration_uuid, record.uuid, plan.migration_type,
+                "accepted" if plan.operation == LIVE_MIGRATE else "pre-migrating",
                 record.host, record.nodename, None, None, record.spec))
         if not plan.schedule:
             # A rebuild with the instance's own image asks no scheduler (Nova).
@@ -521,8 +522,8 @@ class MoveService:
                 assert migration_uuid is not None
                 decision, before, skipped = schedule_live_migration(
                     plan, select, self.claims, migration_uuid,
-                    check=destination_check(snapshot, record.host, plan.spec,
-                                            self.scheduler.config),
+                    check=destination_check(lambda: self.scheduler.feed.snapshot,
+                                            record.host, plan.spec, self.scheduler.config),
                     max_retries=self.scheduler.config.migrate_max_retries, explain=explain)
             else:
                 decision, before = schedule_move(plan, select, self.claims, migration_uuid,
@@ -534,6 +535,7 @@ class MoveService:
         hosts = decision.selections[0]
         tried: list[str] = []
         max_attempts = self.scheduler.config.scheduler.max_attempts
+        built: Selection | None = None
         try:
             for position, selection in enumerate(hosts):
                 if len(tried) >= max_attempts:
@@ -553,15 +555,20 @@ class MoveService:
                     LOG.info("%s; rescheduling the %s", exc, plan.operation)
                     drop_destination(plan, self.claims, before)
                     continue
-                finish_move(plan, self.claims, migration_uuid)
-                if plan.drops_source:  # no confirm step: the source lets go now
-                    self._driver().confirm_move(record.uuid, record.host)
-                self._done(record, plan, selection, migration_uuid)
-                return self._answer(record, plan, hosts, tried, migration_uuid,
-                                    decision.diagnosis, built_on=selection, skipped=skipped)
+                built = selection
+                break
         except BaseException:
             self._failed(plan, migration_uuid, before)
             raise
+        if built is not None:
+            # Built: the instance runs on the destination, so nothing from here on puts
+            # the allocations back as before the move (an error is the caller's to see).
+            self._done(record, plan, built, migration_uuid)
+            if plan.drops_source:  # no confirm step: the source lets go now
+                self._driver().confirm_move(record.uuid, record.host)
+            finish_move(plan, self.claims, migration_uuid)
+            return self._answer(record, plan, hosts, tried, migration_uuid,
+                                decision.diagnosis, built_on=built, skipped=skipped)
         self._failed(plan, migration_uuid, before)
         raise MaxRetriesExceeded(
             f"Exceeded maximum number of retries. Exhausted all hosts available for retrying "
