@@ -282,6 +282,11 @@ def test_drain_empties_a_host_through_the_cli(
     usages = httpx.get(f"{server}/placement/resource_providers/{n2}/usages",
                        headers=headers).json()["usages"]
     assert usages.get("MEMORY_MB", 0) == 0 and usages.get("VCPU", 0) == 0
+    # The web view lists each of the drain's moves as a single move is listed.
+    decisions = httpx.get(f"{server}/decisions", headers=ADMIN).json()["decisions"]
+    listed = {i["instance_uuid"] for d in decisions if d["operation"] == "live-migrate"
+              for i in d["instances"] if i.get("source") == "n2"}
+    assert set(on_n2) <= listed
     # JSON as sent; a bad body and an unknown host are one line; a member may not drain.
     assert main(["drain", "n2", "--url", server, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["moved"] == []

@@ -455,7 +455,13 @@ class SchedulerApp(ViewRoutes):
             return _reply(start_response, 404, {"error": {
                 "code": "berth.http.not_found", "message": "drain: moves are served by "
                 "berth serve, whose scheduler runs in process"}})
-        answer = drain_host(self.moves, host, operation)
+        def observe(uuid: str, went: Mapping[str, Any] | None, error: Any,
+                    seconds: float) -> None:
+            refusal = error if isinstance(error, SchedulingError) else None
+            if went is not None or refusal is not None:
+                self._record_move(f"/servers/{uuid}/{operation}", went, refusal, seconds)
+
+        answer = drain_host(self.moves, host, operation, observe=observe)
         return _reply(start_response, drain_status(answer), answer)
 
     def _record_move(self, path: str, answer: Mapping[str, Any] | None,

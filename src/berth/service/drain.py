@@ -22,7 +22,8 @@ The answer::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from berth.errors import BerthError, InputError, ServiceUnavailable, error_dict
@@ -55,7 +56,13 @@ def parse_drain(body: Any) -> str:
     return str(operation)
 
 
-def drain_host(moves: MoveService, host: str, operation: str = LIVE_MIGRATE) -> dict[str, Any]:
+#: ``observe(instance_uuid, move answer or None, error or None, seconds)``: told of each
+#: move a drain makes (the web view lists them as single moves are listed).
+Observer = Callable[[str, "Mapping[str, Any] | None", "BerthError | None", float], None]
+
+
+def drain_host(moves: MoveService, host: str, operation: str = LIVE_MIGRATE, *,
+               observe: Observer | None = None) -> dict[str, Any]:
     """Move every ACTIVE instance off ``host`` (see the module's docstring). An unknown
     host is an InputError; the database going away mid-drain (ServiceUnavailable) ends
     it, with what moved so far kept."""
@@ -73,6 +80,7 @@ def drain_host(moves: MoveService, host: str, operation: str = LIVE_MIGRATE) -> 
         if record.status != ACTIVE:
             continue
         flavor = record.spec["flavor"]["name"]
+        started = time.perf_counter()
         try:
             went = moves.move(record.uuid, MoveRequest(operation))
             if operation == MIGRATE:
@@ -82,7 +90,11 @@ def drain_host(moves: MoveService, host: str, operation: str = LIVE_MIGRATE) -> 
         except BerthError as exc:
             failed.append({"instance_uuid": record.uuid, "flavor": flavor,
                            "error": error_dict(exc)})
+            if observe is not None:
+                observe(record.uuid, None, exc, time.perf_counter() - started)
             continue
+        if observe is not None:
+            observe(record.uuid, went, None, time.perf_counter() - started)
         entry = {"instance_uuid": record.uuid, "flavor": flavor, "host": went["host"],
                  "nodename": went["nodename"], "migration_uuid": went["migration_uuid"]}
         if went.get("skipped"):
