@@ -465,7 +465,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A bare `berth` is a request for help, not a usage error.
         parser.print_help()
         return 0
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if (args.command == "simulate" and getattr(args, "url", None) and len(extra) == 1
+                and not extra[0].startswith("-")):
+            # `simulate CLOUD --url U TRACE`: argparse took CLOUD for the trace.
+            parser.error(f"simulate: --url replays against the running Berth's own cloud: "
+                         f"give the trace alone, without the cloud file {args.trace!r}")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s: %(message)s")
     try:

@@ -175,6 +175,18 @@ def test_simulate_usage_errors(files: tuple[str, str, str],
     assert capsys.readouterr().err == (
         "error: --config-file: a running Berth schedules with its own configuration; "
         "replay a cloud file to choose one\n")
+    # A cloud file before --url and the trace after: argparse took the cloud file for
+    # the trace; the message says what to leave out.
+    with pytest.raises(SystemExit) as caught:
+        main(["simulate", cloud, "--url", "http://127.0.0.1:9", trace])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "berth: error: simulate: --url replays against the running Berth's own cloud: give "
+        f"the trace alone, without the cloud file {cloud!r}")
+    with pytest.raises(SystemExit):
+        main(["simulate", cloud, trace, "--bogus"])
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "berth: error: unrecognized arguments: --bogus"
 
 
 def test_the_same_trace_replays_against_a_running_berth_with_the_same_outcome(
