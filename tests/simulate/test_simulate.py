@@ -150,7 +150,7 @@ def test_simulate_json_to_stdout(files: tuple[str, str, str],
     (lambda t: t.replace("large,,1,,,\"{", "xlarge,,1,,,\"{"),
      "flavor 'xlarge' is neither the cloud's nor the trace's"),
     (lambda t: t.replace("small,cirros", "small,fedora"), "image 'fedora' is not the cloud's"),
-    (lambda t: t.replace("web,anti-affinity", "web,"), "group 'web' at t=0 is not the cloud's"),
+    (lambda t: t.replace("web,anti-affinity", "web,"), "at t=0 (line 2): group 'web' is not the cloud's"),
 ])
 def test_a_trace_the_cloud_cannot_run_is_one_line(files: tuple[str, str, str], edit,  # type: ignore[no-untyped-def]
                                                   message: str,
@@ -446,7 +446,7 @@ def test_a_create_gets_the_zone_of_its_row_and_an_unknown_zone_names_the_row(
         Replay(LocalTarget(cloud_offline, seed=0), read_csv(str(trace)), config=config,
                label="x", samples=2).run()
     assert str(info.value).startswith(
-        f"trace {trace}: 'lost' at t=0: availability_zone: the requested availability zone "
+        f"trace {trace}: 'lost' at t=0 (line 2): availability_zone: the requested availability zone "
         "'nowhere' is not available")
 
 

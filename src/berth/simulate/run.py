@@ -196,8 +196,8 @@ class Replay:
         if e.group:
             if e.group not in self.groups:
                 if e.policy is None:
-                    raise InputError(f"trace {self.trace.source}: group {e.group!r} at "
-                                     f"t={e.time:g} is not the cloud's and its first row "
+                    raise InputError(f"trace {self.trace.source}: {e.at()}: group "
+                                     f"{e.group!r} is not the cloud's and its first row "
                                      "gives no policy", field="trace")
                 self.target.create_group(e.group, e.policy)
                 self.groups.add(e.group)
@@ -260,8 +260,8 @@ class Replay:
         try:
             outcome = self.target.boot(self.body(e))
         except InputError as exc:  # the request itself is refused: the trace's row is wrong
-            raise InputError(f"trace {self.trace.source}: {e.id!r} at t={e.time:g}: "
-                             f"{exc.message}", field="trace") from None
+            raise InputError(f"trace {self.trace.source}: {e.at()}: {exc.message}",
+                             field="trace") from None
         self.created.add(e.id)
         r.requests += 1
         r.instances_requested += e.num

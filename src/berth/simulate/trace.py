@@ -42,7 +42,7 @@ import math
 import sqlite3
 import uuid as uuidlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,12 @@ class Event:
     hints: dict[str, list[str]] = field(default_factory=dict)
     project: str | None = None
     availability_zone: str | None = None
+    #: Where the event comes from in its file ("line 12", "vm 345"), for messages.
+    origin: str | None = field(default=None, compare=False, repr=False)
+
+    def at(self) -> str:
+        """``'web-3' at t=20 (line 12)``: the event, for a message."""
+        return f"{self.id!r} at t={self.time:g}" + (f" ({self.origin})" if self.origin else "")
 
 
 @dataclass
@@ -180,7 +186,8 @@ def _csv_rows(fh: Iterable[str], path: str, limit: int | None) -> Iterator[Event
     for count, row in enumerate(reader):
         if limit is not None and count >= limit:
             return
-        yield parse_row(row, f"trace {path} line {reader.line_num}")
+        event = parse_row(row, f"trace {path} line {reader.line_num}")
+        yield replace(event, origin=f"line {reader.line_num}")
 
 
 def _without_comments(lines: Iterable[str]) -> Iterator[str]:
@@ -281,18 +288,17 @@ def check_ids(events: list[Event], where: str) -> None:
                 for value in e.hints.get(key, []):
                     if value not in seen and not _is_uuid(value):
                         raise InputError(
-                            f"trace {where}: {e.id!r} at t={e.time:g}: hints.{key}: {value!r} "
-                            "is neither an earlier id of the trace nor an instance uuid",
-                            field="trace")
+                            f"trace {where}: {e.at()}: hints.{key}: {value!r} is neither an "
+                            "earlier id of the trace nor an instance uuid", field="trace")
             seen.add(e.id)
             if e.id in live:
-                raise InputError(f"trace {where}: id {e.id!r} is created at t={e.time:g} "
-                                 "while still live", field="trace")
+                raise InputError(f"trace {where}: {e.at()}: created while still live",
+                                 field="trace")
             live.add(e.id)
         else:
             if e.id not in live:
-                raise InputError(f"trace {where}: delete of {e.id!r} at t={e.time:g}: "
-                                 "no live create with that id before it", field="trace")
+                raise InputError(f"trace {where}: delete of {e.at()}: no live create with "
+                                 "that id before it", field="trace")
             live.discard(e.id)
 
 
