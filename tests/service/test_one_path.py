@@ -172,6 +172,38 @@ def test_a_default_flavor_is_not_taken_for_the_clouds_flavor_with_its_id(
                                                    timeout=30).json()["flavors"]}["m1.tiny"] == -1
 
 
+def test_a_boot_asks_for_the_flavor_s_pci_devices_and_numa_cells_online_too(
+        tmp_path: Path, served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The API derives the guest's PCI requests and NUMA topology from the flavor, as
+    Nova's API does, before the scheduler sees the request: online the hosts without
+    the devices or the cells are filtered out, as offline."""
+    cloud = tmp_path / "devices.yaml"
+    cloud.write_text("""
+hosts:
+  - {host: plain, vcpus: 16, memory_mb: 65536, local_gb: 500}
+  - {host: gpu, vcpus: 16, memory_mb: 32768, local_gb: 200,
+     numa_topology: {cells: [{id: 0, memory: 16384, cpuset: "0-7"},
+                             {id: 1, memory: 16384, cpuset: "8-15"}]},
+     pci_pools: [{vendor_id: "10de", product_id: "1db4", numa_node: 0, count: 2}]}
+flavors:
+  - {name: gpu, vcpus: 2, memory_mb: 2048, root_gb: 10,
+     extra_specs: {"pci_passthrough:alias": "gpu:1"}}
+  - {name: numa2, vcpus: 4, memory_mb: 4096, root_gb: 10, extra_specs: {"hw:numa_nodes": "2"}}
+""")
+    conf = tmp_path / "devices.conf"
+    conf.write_text("[filter_scheduler]\n"
+                    "enabled_filters = ComputeFilter,PciPassthroughFilter,NUMATopologyFilter\n"
+                    "[pci]\nalias = {\"name\": \"gpu\", \"vendor_id\": \"10de\", "
+                    "\"product_id\": \"1db4\", \"device_type\": \"type-PCI\"}\n")
+    server = served(str(cloud), "--config-file", str(conf))
+    for flavor in ("gpu", "numa2"):
+        code, offline = _offline(capsys, str(cloud), "--flavor", flavor, "--config-file",
+                                 str(conf))
+        status, online = server.boot(flavor=flavor)
+        assert (code, status) == (0, 200), online
+        assert offline["instances"][0]["host"] == online["instances"][0]["host"] == "gpu"
+
+
 def test_schedule_json_and_boot_json_have_one_shape(
         served: Any, capsys: pytest.CaptureFixture[str]) -> None:
     server = served(EXAMPLE, "--seed", "3")

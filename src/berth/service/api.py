@@ -116,6 +116,7 @@ from berth.errors import (
 from berth.explain import Diagnosis, FilterStep, InstanceDiagnosis
 from berth.filters.availability_zone import host_zones
 from berth.filters.compute import effective_service_down_time, services_up
+from berth.hardware.numa import prepare_request
 from berth.model.request import (
     DEFAULT_FLAVORS,
     Flavor,
@@ -486,6 +487,9 @@ class SchedulerApp(ViewRoutes):
         """A boot body as the request it asks for, with the server group ``hints.group``
         names (its members' hosts as claimed now)."""
         spec = parse_boot(body, self.flavors, self.images)
+        # The guest's NUMA topology and PCI requests from the flavor and image, as Nova's
+        # API derives them before the request reaches the scheduler (bad extra specs: 400).
+        prepare_request(spec, self.service.config)
         group_ref = spec.get_scheduler_hint("group")
         if group_ref is not None:
             spec.instance_group = self._group(group_ref)
