@@ -595,6 +595,15 @@ def test_schedule_drain_moves_what_fits_and_says_what_stays(
     assert "0b8f9c3e-0000-4000-8000-0000000000a2  large        stays: No valid host" in out
     code, out, _ = run(capsys, "schedule", str(cloud), "--drain", "other")
     assert code == 0 and out.splitlines()[-1] == "0 moved, 0 left on other"
+    # An instance without a flavor cannot be moved (its resources are unknown): it stays.
+    cloud.write_text(DRAIN_CLOUD.replace(
+        "{uuid: 0b8f9c3e-0000-4000-8000-0000000000a3, flavor: small}",
+        "{uuid: 0b8f9c3e-0000-4000-8000-0000000000a3}"))
+    code, out, _ = run(capsys, "schedule", str(cloud), "--drain", "full", "--json")
+    data = json.loads(out)
+    assert code == 4 and data["unknown_instances"] == 1
+    assert data["error"]["message"] == ("2 of 3 instances could not be moved off full; 1 of "
+                                        "them unknown to Berth (no flavor), not movable")
 
 
 @pytest.mark.parametrize("argv, message", [

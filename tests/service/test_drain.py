@@ -89,4 +89,24 @@ def test_a_drain_refuses_an_unknown_host_and_a_bad_body(cloud: Stack) -> None:
             parse_drain(body)
     # A host with nothing on it: nothing to do, nothing left.
     assert drain_host(moves, "h1") == {"host": "h1", "operation": "live-migrate", "moved": [],
-                                       "failed": [], "left": []}
+                                       "failed": [], "left": [], "awaiting_confirmation": [],
+                                       "unknown_instances": 0}
+
+
+def test_a_move_from_the_host_awaiting_confirmation_is_not_an_empty_host(cloud: Stack) -> None:
+    """A resize from the host waits for confirmation: the source allocation stays on
+    the host (and a revert would bring the instance back), so the drain says so."""
+    from berth.moves import MoveRequest
+
+    moves = _moves(cloud)
+    uuid = _boot_on(moves, "h3")
+    small = Flavor(name="small", vcpus=2, memory_mb=1024, root_gb=2, id=3)
+    migration = moves.move(uuid, MoveRequest("resize", flavor=small))["migration_uuid"]
+    answer = drain_host(moves, "h3")
+    assert answer["moved"] == [] and answer["awaiting_confirmation"] == [
+        {"instance_uuid": uuid, "migration_uuid": migration}]
+    assert drain_status(answer) == 409
+    assert answer["error"]["message"].endswith("1 move(s) from it await confirmation")
+    assert any("awaits confirmation" in line for line in drain_lines(answer))
+    moves.confirm(uuid)
+    assert drain_status(drain_host(moves, "h3")) == 200

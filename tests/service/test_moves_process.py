@@ -295,5 +295,11 @@ def test_drain_empties_a_host_through_the_cli(
     resp = httpx.post(f"{server}/hosts/n9/drain", json={}, headers=ADMIN)
     assert resp.status_code == 400 and "compute host 'n9' could not be found" in resp.text
     assert httpx.get(f"{server}/hosts/n2/drain", headers=ADMIN).status_code == 405
+    # A host's name is read as sent (UTF-8); a path with more to it drains nothing.
+    resp = httpx.post(f"{server}/hosts/h%C3%B4te/drain", json={}, headers=ADMIN)
+    assert resp.status_code == 400 and "compute host 'hôte' could not be found" in \
+        resp.json()["error"]["message"]
+    for path in ("/hosts/n1/junk/drain", "/hosts/n1/x/y/drain", "/hosts/n1%2Fzz/drain"):
+        assert httpx.post(server + path, json={}, headers=ADMIN).status_code == 404, path
     member = {"X-Auth-Token": "member", "X-Roles": "member", "X-Project-Id": "demo"}
     assert httpx.post(f"{server}/hosts/n2/drain", json={}, headers=member).status_code == 403

@@ -290,6 +290,7 @@ class SchedulerApp(ViewRoutes):
             environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + PLACEMENT_PREFIX
             environ["PATH_INFO"] = path[len(PLACEMENT_PREFIX):]
             return self.placement_app(environ, start_response)  # type: ignore[no-any-return]
+        path = _utf8(path)  # a host or instance named in the path, as sent
         method = environ.get("REQUEST_METHOD", "GET")
         if method == "HEAD":
             method = "GET"  # answered as GET; the server sends the head alone
@@ -341,7 +342,8 @@ class SchedulerApp(ViewRoutes):
                     start_response("204 No Content", [])
                     return [b""]
                 return _reply(start_response, status, served)
-            if path.startswith("/hosts/") and path.endswith("/drain") and method == "POST":
+            if allowed_methods(path) == ("POST",) and path.startswith("/hosts/") \
+                    and method == "POST":
                 return self._drain(path, environ, caller, start_response)
             if path == "/servers" or path.startswith("/servers/"):
                 body = _read_json(environ) if method == "POST" else None
@@ -683,6 +685,15 @@ def _boot_answer(selections: Any, uuids: Any, outcome: BuildOutcome) -> dict[str
                              "error": {"code": f.error.code, "message": f.error.message}}
                             for f in outcome.failed]
     return answer
+
+
+def _utf8(path: str) -> str:
+    """PATH_INFO as the client wrote it: WSGI hands it over decoded as latin-1, so
+    ``/hosts/h%C3%B4te1/drain`` would name 'hÃ´te1'; kept as it is when not UTF-8."""
+    try:
+        return path.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return path
 
 
 def _boot_status(answer: Mapping[str, Any]) -> int:

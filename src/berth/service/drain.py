@@ -16,12 +16,17 @@ The answer::
 
     {"host", "operation", "moved": [{"instance_uuid", "flavor", "host", "nodename",
      "migration_uuid", "skipped"?}], "failed": [{"instance_uuid", "flavor", "error":
-     {"code", "message"}}], "left": [uuids still on the host, by status, not ACTIVE],
-     "error": {"code": "berth.scheduling.drain_incomplete", "message"} (when some stay)}
+     {"code", "message"}}], "left": [uuids that were busy (moving, a resize to confirm)
+     and are still on the host], "awaiting_confirmation": [{"instance_uuid",
+     "migration_uuid"}: moves from the host not confirmed yet, whose source allocation
+     stays], "unknown_instances": n (what the host reports beyond the instances Berth
+     knows, such as a cloud file's without a flavor),
+     "error": {"code": "berth.scheduling.drain_incomplete", "message"} (when any stays)}
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -74,6 +79,12 @@ def drain_host(moves: MoveService, host: str, operation: str = LIVE_MIGRATE, *,
     if host not in set(snapshot.obj("host")):
         raise InputError(f"host: compute host {host!r} could not be found", field="host")
     on_host = [r for r in moves.instances.all() if r.host == host]
+    # What the host reports beyond the instances Berth knows there: a cloud file's
+    # instances without a flavor (their resources unknown, so not movable).
+    hosts, counts = snapshot.obj("host"), snapshot.num("num_instances")
+    reported = sum(int(counts[row]) for row in range(len(snapshot))
+                   if hosts[row] == host and not math.isnan(counts[row]))
+    unknown = max(0, reported - len(on_host))
     moved: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     for record in on_host:
@@ -100,13 +111,25 @@ def drain_host(moves: MoveService, host: str, operation: str = LIVE_MIGRATE, *,
         if went.get("skipped"):
             entry["skipped"] = went["skipped"]
         moved.append(entry)
-    left = [r.uuid for r in on_host if r.status != ACTIVE]
+    # Those that were busy (moving, or a resize to confirm) and are still here now.
+    left = [r.uuid for r in on_host if r.status != ACTIVE
+            and (now := moves.instances.get(r.uuid)) is not None and now.host == host]
+    # Moves from this host awaiting confirmation: the source allocation stays here, and
+    # a revert would bring the instance back.
+    awaiting = sorted(({"instance_uuid": m.instance_uuid, "migration_uuid": m.uuid}
+                       for m in moves.instances.migrations(status="finished")
+                       if m.source_host == host), key=lambda m: m["instance_uuid"])
     answer: dict[str, Any] = {"host": host, "operation": operation, "moved": moved,
-                              "failed": failed, "left": left}
-    if failed or left:
-        answer["error"] = {"code": DRAIN_INCOMPLETE, "message": (
-            f"{len(failed) + len(left)} of {len(on_host)} instances could not be moved off "
-            f"{host}")}
+                              "failed": failed, "left": left, "awaiting_confirmation": awaiting,
+                              "unknown_instances": unknown}
+    stay = len(failed) + len(left) + unknown
+    if stay or awaiting:
+        parts = [f"{stay} of {len(on_host) + unknown} instances could not be moved off {host}"]
+        if unknown:
+            parts.append(f"{unknown} of them unknown to Berth (no flavor), not movable")
+        if awaiting:
+            parts.append(f"{len(awaiting)} move(s) from it await confirmation")
+        answer["error"] = {"code": DRAIN_INCOMPLETE, "message": "; ".join(parts)}
     return answer
 
 
@@ -128,7 +151,14 @@ def drain_lines(answer: Mapping[str, Any]) -> list[str]:
                      f"{entry['error']['message']}")
     for uuid in answer.get("left") or []:
         lines.append(f"  {uuid}  not ACTIVE (moving, or a resize to confirm): stays")
-    moved, stay = len(answer.get("moved") or []), len(answer.get("failed") or []) + len(
-        answer.get("left") or [])
+    unknown = int(answer.get("unknown_instances") or 0)
+    if unknown:
+        lines.append(f"  {unknown} instance(s) Berth does not know (no flavor): stay")
+    for entry in answer.get("awaiting_confirmation") or []:
+        lines.append(f"  {entry['instance_uuid']}  moved off, but its move awaits "
+                     f"confirmation (migration {entry['migration_uuid']}): the source "
+                     "allocation stays until confirm-resize")
+    moved = len(answer.get("moved") or [])
+    stay = len(answer.get("failed") or []) + len(answer.get("left") or []) + unknown
     lines.append(f"{moved} moved, {stay} left on {answer['host']}")
     return lines

@@ -139,9 +139,11 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
         if "failed_builds" in (snap.interned_value("stats", row) or {}) and not math.isnan(failed):
             agent.failed_builds = int(failed)
         placed: list[Flavor] = []
+        unsized = 0  # listed without a flavor: counted, not placed (resources unknown)
         for uuid, inst in snap.obj("instances")[row].items():
             flavor = flavors_by_id.get(inst.instance_type_id)
             if flavor is None:
+                unsized += 1
                 continue
             placed.append(flavor)
             known = stack.instances.get(uuid)
@@ -195,8 +197,9 @@ def _seed_hosts(stack: Any, cloud: Cloud, path: str, nodes: Sequence[Any], *, no
                     for holder, share in missing.items():
                         _allocate(stack, holder, agent.uuid, share, "seed", fresh=True)
             agent.baseline = extra
-        # Instances the file counts (stats num_instances) but does not list.
-        agent.baseline_instances = max(
+        # Instances the file counts (stats num_instances) but does not list, and those
+        # it lists without a flavor: the host runs them (NumInstancesFilter counts them).
+        agent.baseline_instances = unsized + max(
             0, int(snap.num("num_instances")[row]) - len(snap.obj("instances")[row]))
         # The file's switches: the reports are deferred, so the one written is the last.
         switches = file_switches(service, now=now, down_time=down_time)
