@@ -109,3 +109,26 @@ def test_a_no_valid_host_keeps_its_cause_and_how_many_fit_over_the_bus() -> None
     del old["error"]["no_valid_host"]
     assert error_dict(error_from_wire(old)) == {"code": "berth.scheduling.no_valid_host",
                                                 "message": "No valid host was found. no room"}
+
+
+def test_numa_and_pci_requests_are_derived_again_by_the_receiver() -> None:
+    """A boot's NUMA topology and PCI requests follow from its flavor and image: they
+    do not travel, and the receiver's prepare_request gives the same ones back."""
+    import json
+
+    from berth.config import SchedulerConfig
+    from berth.hardware.numa import prepare_request
+
+    config = SchedulerConfig.from_dict({"pci": {"alias": [json.dumps(
+        {"name": "gpu", "vendor_id": "10de", "product_id": "1db4"})]}})
+    spec = RequestSpec(flavor=Flavor(name="f", vcpus=2, memory_mb=2048, extra_specs={
+        "hw:numa_nodes": "2", "pci_passthrough:alias": "gpu:1"}))
+    prepare_request(spec, config)
+    assert spec.numa_topology is not None and spec.pci_requests is not None
+    sent = spec_to_wire(spec)
+    assert "numa_topology" not in sent and "pci_requests" not in sent
+    received = spec_from_wire(sent)
+    prepare_request(received, config)
+    assert received.numa_topology == spec.numa_topology
+    assert [r.to_dict() for r in received.pci_requests.requests] == [  # type: ignore[union-attr]
+        r.to_dict() for r in spec.pci_requests.requests]  # type: ignore[union-attr]

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from berth.config import SchedulerConfig
-from berth.errors import InputError
+from berth.errors import BerthError, InputError
+from berth.hardware.numa import numa_fit_instance_to_host, numa_usage_from_instance_numa
+from berth.hardware.pci import PciRequestFailed, requests_of
 from berth.model.aggregate import Aggregate
 from berth.model.compute import Instance, MetricItem, ServiceRecord
 from berth.model.request import Flavor
@@ -247,6 +249,17 @@ def publish_provider(client: PlacementClient, uuid: str, name: str, *,
 class _Placed:
     instance: Instance
     flavor: Flavor
+    #: What the instance holds of the node's NUMA cells and PCI pools: its fitted
+    #: topology, and its PCI requests (taken again, in order, from the node's pools).
+    numa: Any = None
+    pci: Any = None
+
+
+class DeviceClaimFailed(BerthError):
+    """The node cannot give an instance the NUMA cells or PCI devices it asks for now
+    (Nova's compute claim failing: the build is rescheduled)."""
+
+    code = "berth.compute.claim_failed"
 
 
 def _same_state(a: HostRecord, b: HostRecord) -> bool:
@@ -317,6 +330,9 @@ class ComputeAgent:
         self._placed: dict[str, _Placed] = {}
         #: Instances moved away whose usage stays until the move is confirmed.
         self._held: dict[str, _Placed] = {}
+        #: The node's NUMA topology and PCI pools with its instances' claims taken
+        #: (None: to be worked out again).
+        self._devices: tuple[Any, Any] | None = None
         #: Usage by workloads this system did not place (seeded clouds), as a flavor.
         self.baseline: Flavor | None = None
         #: Instances this system did not place and knows only by count (seeded clouds).
@@ -448,15 +464,24 @@ class ComputeAgent:
 
     # ----------------------------------------------------------------- usage
     def spawn(self, instance_uuid: str, flavor: Flavor, project_id: str | None = None,
-              publish: bool = True, image_properties: Mapping[str, Any] | None = None) -> None:
+              publish: bool = True, image_properties: Mapping[str, Any] | None = None, *,
+              numa: Any = None, pci_requests: Any = None, numa_limits: Any = None) -> None:
         """Account for a new instance on this node and report. A report that fails
         takes the instance back out (the caller sees a failed spawn, and its claim goes):
-        otherwise every later report of the node would carry it, and fail alike."""
+        otherwise every later report of the node would carry it, and fail alike.
+
+        ``numa`` (the guest's requested topology) and ``pci_requests`` are claimed from
+        the node's cells and pools as they are now, under ``numa_limits`` (the
+        scheduler's), as Nova's resource tracker claims them: DeviceClaimFailed when
+        they no longer fit."""
         placed = _Placed(
             Instance(uuid=instance_uuid, instance_type_id=flavor.id, project_id=project_id,
                      image_properties=dict(image_properties or {})),
             flavor)
         with self._lock:
+            if numa is not None or requests_of(pci_requests):
+                placed.numa, placed.pci = self._claim_devices(numa, pci_requests, numa_limits)
+                self._devices = None
             self._placed[instance_uuid] = placed
         if publish:
             try:
@@ -471,6 +496,7 @@ class ComputeAgent:
         """Forget an instance and report."""
         with self._lock:
             self._placed.pop(instance_uuid, None)
+            self._devices = None
         if publish:
             self.report()
 
@@ -491,6 +517,7 @@ class ComputeAgent:
         """The move was confirmed: the held usage goes."""
         with self._lock:
             self._held.pop(instance_uuid, None)
+            self._devices = None
         if publish:
             self.report()
 
@@ -502,6 +529,47 @@ class ComputeAgent:
                 self._placed[instance_uuid] = placed
         if publish:
             self.report()
+
+    def _devices_now(self) -> tuple[Any, Any]:
+        """The node's NUMA topology and PCI pools less what its instances (those held
+        for a move too) claimed; under the lock."""
+        if self._devices is None:
+            numa, pci = self.node.numa_topology, self.node.pci_stats
+            for p in [*self._placed.values(), *self._held.values()]:
+                if p.numa is not None and numa is not None:
+                    numa = numa_usage_from_instance_numa(numa, p.numa)
+                if p.pci is not None and pci is not None:
+                    try:
+                        pci = pci.apply_requests(p.pci, p.numa.cells if p.numa else None,
+                                                 host_numa=numa)
+                    except PciRequestFailed as exc:  # the node's pools shrank under it
+                        LOG.warning("compute %s: %s", self.node.host, exc)
+                        pci = exc.partial
+            self._devices = (numa, pci)
+        return self._devices
+
+    def _claim_devices(self, numa: Any, pci_requests: Any, limits: Any) -> tuple[Any, Any]:
+        """The fitted topology and the PCI requests of a new instance; under the lock."""
+        numa_now, pci_now = self._devices_now()
+        requests = requests_of(pci_requests) or None
+        fitted = None
+        # A node that reports no NUMA topology checks none (Nova's claim skips it).
+        if numa is not None and numa_now is not None:
+            fitted = numa_fit_instance_to_host(numa_now, numa, limits, requests, pci_now)
+            if fitted is None:
+                raise DeviceClaimFailed(
+                    f"{self.node.host}: the instance's NUMA topology no longer fits the "
+                    "host's NUMA cells")
+        if requests:
+            if pci_now is None:
+                raise DeviceClaimFailed(f"{self.node.host}: no PCI device pools for the "
+                                        "instance's PCI requests")
+            try:
+                pci_now.apply_requests(requests, fitted.cells if fitted else None,
+                                       host_numa=numa_now)
+            except PciRequestFailed as exc:
+                raise DeviceClaimFailed(f"{self.node.host}: {exc}") from None
+        return fitted, requests
 
     def record_failed_build(self) -> None:
         """Count a failed build (the ``failed_builds`` stat, BuildFailureWeigher's
@@ -558,6 +626,7 @@ class ComputeAgent:
             baseline = [self.baseline] if self.baseline is not None else []
             baseline_instances = self.baseline_instances
             failed = self.failed_builds
+            numa_now, pci_now = self._devices_now()
             disabled, reason, forced = self.disabled, self.disabled_reason, self.forced_down
         vcpus_used = config.reserved_host_cpus
         ram_used = config.reserved_host_memory_mb
@@ -588,8 +657,8 @@ class ComputeAgent:
             hypervisor_type=node.hypervisor_type, hypervisor_version=node.hypervisor_version,
             hypervisor_hostname=node.nodename or node.host, host_ip=node.host_ip,
             cpu_info=cpu_info, supported_instances=[list(s) for s in node.supported_instances],
-            stats=stats, metrics=list(node.metrics), numa_topology=node.numa_topology,
-            pci_stats=node.pci_stats,
+            stats=stats, metrics=list(node.metrics), numa_topology=numa_now,
+            pci_stats=pci_now,
             cpu_allocation_ratio=resolved_ratio(node.cpu_allocation_ratio, "cpu", config),
             ram_allocation_ratio=resolved_ratio(node.ram_allocation_ratio, "ram", config),
             disk_allocation_ratio=resolved_ratio(node.disk_allocation_ratio, "disk", config),
@@ -705,6 +774,7 @@ class ComputeAgent:
                                         else None)
                 self.forced_down = bool(record.service.forced_down)
             self._placed.update(placed)
+            self._devices = None
             self.baseline = rest if (rest.vcpus or rest.memory_mb or rest.root_gb) else None
             self.baseline_instances = max(
                 0, _int_stat(stats, "num_instances") - len(record.instances))

@@ -39,6 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from berth.config import SchedulerConfig
+from berth.hardware.numa import prepare_request
 from berth.model.request import RequestSpec
 from berth.model.selection import Selection
 from berth.placement.db import create_tables
@@ -163,6 +164,7 @@ class ComputeEndpoint:
                            "on this compute service")
         try:
             chosen, request = selection_from_wire(selection), spec_from_wire(spec)
+            prepare_request(request, self.config)  # its NUMA cells and PCI devices
             build_with_late_check(self.group_check, self.config, chosen, instance_uuid,
                                   request, lambda: self.driver.spawn(chosen, instance_uuid,
                                                                      request))

@@ -56,7 +56,7 @@ from berth.model.selection import Selection
 from berth.pipeline import Decision
 from berth.placement.dbfaults import as_unavailable, unavailable
 from berth.service.builds import ACTIVE, FAILED, BuildRecords
-from berth.service.compute import ComputeAgent, agent_key
+from berth.service.compute import ComputeAgent, DeviceClaimFailed, agent_key
 from berth.service.group_check import HARD_POLICIES, GroupPolicyCheck, GroupPolicyViolation
 from berth.service.groups import ServerGroupStore
 from berth.service.instances import InstanceStore, spec_to_dict
@@ -160,9 +160,23 @@ class FakeDriver:
                 agent.record_failed_build()
             raise BuildFailed(f"build of {instance_uuid} failed on {host}")
         if agent is not None:
+            failures = agent.failed_builds
             agent.record_successful_build()
-            agent.spawn(instance_uuid, spec.flavor, spec.project_id,
-                        image_properties=spec.image.properties.raw if spec.image else None)
+            try:
+                # The NUMA cells and PCI devices are claimed on the node as Nova's
+                # resource tracker claims them; when they no longer fit (another
+                # scheduler's boot took them first) the build fails and is rescheduled.
+                agent.spawn(instance_uuid, spec.flavor, spec.project_id,
+                            image_properties=spec.image.properties.raw if spec.image else None,
+                            numa=spec.numa_topology, pci_requests=spec.pci_requests,
+                            numa_limits=(selection.limits or {}).get("numa_topology"))
+            except DeviceClaimFailed as exc:
+                with self._lock:
+                    self.built.pop(instance_uuid, None)
+                agent.failed_builds = failures  # still consecutive: this one failed too
+                agent.record_failed_build()
+                raise BuildFailed(f"build of {instance_uuid} failed on {host}: "
+                                  f"{exc.message}") from None
 
 
     # ----------------------------------------------------------------- moves

@@ -39,6 +39,7 @@ from typing import Any
 
 from berth.config import SchedulerConfig
 from berth.errors import BerthError, NoValidHost
+from berth.hardware.numa import prepare_request
 from berth.model.request import RequestSpec, new_instance_uuids
 from berth.pipeline import Decision
 from berth.service.bus import Bus, BusTimeout
@@ -80,6 +81,7 @@ class SchedulerEndpoint:
             return error_to_wire(BusTimeout("this scheduler is still loading its hosts"))
         try:
             request = spec_from_wire(spec)
+            prepare_request(request, self.service.config)  # NUMA and PCI, as the API did
             decision = self.service.select_destinations(
                 request, instance_uuids, return_alternates=return_alternates, explain=explain)
         except NoValidHost as exc:

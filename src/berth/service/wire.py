@@ -6,9 +6,11 @@ agent; between processes each travels as plain JSON values. One function per dir
 and type, each the inverse of the other (the tests check the round trips).
 
 A spec carries the fields the boot API sets (flavor, image, hints, server group,
-project, user, AZ, count, forced and ignored hosts). A spec with any other field set
-(a move's destination, NUMA or PCI requests made by the caller) is refused by
-:func:`spec_to_wire` with a ValueError rather than silently sent without it.
+project, user, AZ, count, forced and ignored hosts). Its NUMA topology and PCI requests
+are not sent: they follow from the flavor and the image, and every receiver derives
+them again with :func:`~berth.hardware.numa.prepare_request` under its configuration
+(the same nova.conf). A spec with any other field set (a move's destination) is
+refused by :func:`spec_to_wire` with a ValueError rather than silently sent without it.
 
 Errors travel as ``{"error": {"code", "message", "details"}}`` answers and come back
 as the same :class:`~berth.errors.BerthError` class, found by its stable code.
@@ -26,8 +28,8 @@ from berth.model.selection import Selection
 from berth.pipeline import Decision
 
 #: Fields of a spec that must be unset (their defaults) to travel.
-_UNSENT = ("instance_uuid", "force_nodes", "requested_destination", "retry", "numa_topology",
-           "pci_requests", "network_metadata", "request_level_params", "requested_networks")
+_UNSENT = ("instance_uuid", "force_nodes", "requested_destination", "retry",
+           "network_metadata", "request_level_params", "requested_networks")
 
 
 #: The fields of a server group a request carries (a newer sender's others are left out).
