@@ -134,3 +134,32 @@ def test_devices_that_no_longer_fit_at_the_compute_fail_the_build(devices: Stack
         agent.spawn("i-x", GPU, pci_requests=request)
     assert "i-x" not in agent.host_record(0).instances
     assert _free_gpus(devices, "d1") == 2
+
+
+def test_a_restarted_agent_claims_its_instances_devices_again(
+        template_db: Path, tmp_path: Path) -> None:
+    """The node's stored record keeps each instance's claims: after a restart the
+    devices stay taken, and a delete then gives them back."""
+    from .builders import reopen
+
+    config = SchedulerConfig.from_dict({"pci": {"alias": [ALIAS]}})
+    first = fresh_stack(template_db, tmp_path, config)
+    spec = [node("d1", vcpus=16, memory_mb=32768, numa_topology=_numa(), pci_stats=_pools(2))]
+    try:
+        first.register_hosts(spec)
+        moves = _moves(first)
+        uuid, _ = _boot(moves, GPU)
+        cell, _ = _boot(moves, BIG_CELL)
+        assert _free_gpus(first, "d1") == 1
+        again = reopen(first, config)
+    finally:
+        first.close()
+    try:
+        again.register_hosts(spec)
+        assert _free_gpus(again, "d1") == 1
+        record = again.agents["d1"].host_record(0)
+        assert sum(c.memory_usage for c in record.numa_topology.cells) == 10240
+        _moves(again).delete(uuid)
+        assert _free_gpus(again, "d1") == 2
+    finally:
+        again.close()

@@ -425,6 +425,17 @@ class InstanceNUMACell:
             "cpuset_reserved": None if self.cpuset_reserved is None else sorted(self.cpuset_reserved),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InstanceNUMACell:
+        """The inverse of :meth:`to_dict`."""
+        reserved = data.get("cpuset_reserved")
+        return cls(id=int(data["id"]), cpuset=set(data.get("cpuset") or ()),
+                   pcpuset=set(data.get("pcpuset") or ()), memory=int(data.get("memory") or 0),
+                   pagesize=data.get("pagesize"), cpu_policy=data.get("cpu_policy"),
+                   cpu_thread_policy=data.get("cpu_thread_policy"),
+                   cpu_pinning={int(k): int(v) for k, v in (data.get("cpu_pinning") or {}).items()},
+                   cpuset_reserved=None if reserved is None else set(reserved))
+
 
 @dataclass
 class InstanceNUMATopology:
@@ -454,6 +465,12 @@ class InstanceNUMATopology:
         """A JSON-ready form."""
         return {"cells": [c.to_dict() for c in self.cells],
                 "emulator_threads_policy": self.emulator_threads_policy}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InstanceNUMATopology:
+        """The inverse of :meth:`to_dict`."""
+        return cls([InstanceNUMACell.from_dict(c) for c in data.get("cells") or ()],
+                   data.get("emulator_threads_policy"))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,10 @@ class Instance:
     instance_type_id: int | str | None = None
     image_properties: dict[str, Any] = field(default_factory=dict)
     project_id: str | None = None
+    #: Berth: the NUMA cells and PCI requests its compute claimed for it, as JSON
+    #: (``{"numa": InstanceNUMATopology.to_dict(), "pci": [InstancePCIRequest.to_dict()]}``),
+    #: kept in the host's stored record so that a restarted agent claims them again.
+    claims: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

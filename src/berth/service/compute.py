@@ -24,8 +24,12 @@ from typing import Any
 
 from berth.config import SchedulerConfig
 from berth.errors import BerthError, InputError
-from berth.hardware.numa import numa_fit_instance_to_host, numa_usage_from_instance_numa
-from berth.hardware.pci import PciRequestFailed, requests_of
+from berth.hardware.numa import (
+    InstanceNUMATopology,
+    numa_fit_instance_to_host,
+    numa_usage_from_instance_numa,
+)
+from berth.hardware.pci import InstancePCIRequest, PciRequestFailed, requests_of
 from berth.model.aggregate import Aggregate
 from berth.model.compute import Instance, MetricItem, ServiceRecord
 from berth.model.request import Flavor
@@ -255,6 +259,17 @@ class _Placed:
     pci: Any = None
 
 
+def _restored(instance: Instance, flavor: Flavor) -> _Placed:
+    """An instance of a stored record, with the NUMA cells and PCI requests its record
+    says it claimed."""
+    claims = instance.claims or {}
+    numa = claims.get("numa")
+    pci = claims.get("pci")
+    return _Placed(instance, flavor,
+                   numa=InstanceNUMATopology.from_dict(numa) if numa else None,
+                   pci=[InstancePCIRequest(**r) for r in pci] if pci else None)
+
+
 class DeviceClaimFailed(BerthError):
     """The node cannot give an instance the NUMA cells or PCI devices it asks for now
     (Nova's compute claim failing: the build is rescheduled)."""
@@ -482,6 +497,10 @@ class ComputeAgent:
             if numa is not None or requests_of(pci_requests):
                 placed.numa, placed.pci = self._claim_devices(numa, pci_requests, numa_limits)
                 self._devices = None
+                # Kept with the instance in the node's record: a restart claims it again.
+                placed.instance.claims = {
+                    "numa": placed.numa.to_dict() if placed.numa is not None else None,
+                    "pci": [r.to_dict() for r in placed.pci] if placed.pci else None}
             self._placed[instance_uuid] = placed
         if publish:
             try:
@@ -750,7 +769,7 @@ class ComputeAgent:
                 LOG.info("compute %s: instance %s holds no allocation here any more; "
                          "not restored", self.node.host, uuid)
                 continue
-            placed[uuid] = _Placed(instance, _flavor_of(held, instance.instance_type_id))
+            placed[uuid] = _restored(instance, _flavor_of(held, instance.instance_type_id))
         adopted = self._adopted
         if adopted is not None:
             usages = adopted.usages

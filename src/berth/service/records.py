@@ -120,7 +120,8 @@ _RECORD_FIELDS = _field_names(HostRecord)
 _SERVICE_FIELDS = _field_names(ServiceRecord)
 _METRIC_FIELDS = _field_names(MetricItem)
 # record_to_report spells an instance's fields out: a new field must be added there.
-assert _field_names(Instance) == ("uuid", "instance_type_id", "image_properties", "project_id")
+assert _field_names(Instance) == ("uuid", "instance_type_id", "image_properties", "project_id",
+                                 "claims")
 
 
 def record_to_report(record: HostRecord) -> dict[str, Any]:
@@ -143,6 +144,10 @@ def record_to_report(record: HostRecord) -> dict[str, Any]:
     data["instances"] = [{"uuid": i.uuid, "instance_type_id": i.instance_type_id,
                           "image_properties": dict(i.image_properties),
                           "project_id": i.project_id}
+                         if i.claims is None else
+                         {"uuid": i.uuid, "instance_type_id": i.instance_type_id,
+                          "image_properties": dict(i.image_properties),
+                          "project_id": i.project_id, "claims": i.claims}
                          for i in record.instances.values()]
     data["metrics"] = [{name: getattr(m, name) for name in _METRIC_FIELDS}
                        for m in record.metrics]
