@@ -26,6 +26,7 @@ from berth.config import SchedulerConfig
 from berth.errors import BerthError, InputError
 from berth.hardware.numa import (
     InstanceNUMATopology,
+    NUMAUsageError,
     numa_fit_instance_to_host,
     numa_usage_from_instance_numa,
 )
@@ -556,7 +557,11 @@ class ComputeAgent:
             numa, pci = self.node.numa_topology, self.node.pci_stats
             for p in [*self._placed.values(), *self._held.values()]:
                 if p.numa is not None and numa is not None:
-                    numa = numa_usage_from_instance_numa(numa, p.numa)
+                    try:
+                        numa = numa_usage_from_instance_numa(numa, p.numa)
+                    except NUMAUsageError as exc:  # a restored claim the node cannot hold
+                        LOG.warning("compute %s: instance %s: %s", self.node.host,
+                                    p.instance.uuid, exc)
                 if p.pci is not None and pci is not None:
                     try:
                         pci = pci.apply_requests(p.pci, p.numa.cells if p.numa else None,
