@@ -510,6 +510,7 @@ class ComputeAgent:
                 with self._lock:
                     if self._placed.get(instance_uuid) is placed:
                         del self._placed[instance_uuid]
+                        self._devices = None  # its NUMA and PCI claims go with it
                 raise
 
     def destroy(self, instance_uuid: str, publish: bool = True) -> None:
