@@ -403,15 +403,13 @@ def _flavors(top: FieldReader) -> dict[str, Flavor]:
     flavors: dict[str, Flavor] = {}
     for i, flavor, given in parsed:
         if not given:
-            flavor.id = _flavor_id(None, i + 1, taken)
+            flavor.id = _free_id(i + 1, taken)
         flavors[flavor.name] = flavor
     return flavors
 
 
-def _flavor_id(given: int | None, position: int, taken: set[int]) -> int:
-    """``given``, else ``position`` or the first id above it that no flavor holds."""
-    if given is not None:
-        return given
+def _free_id(position: int, taken: set[int]) -> int:
+    """``position``, or the first id above it that no flavor holds (now taken)."""
     while position in taken:
         position += 1
     taken.add(position)

@@ -501,9 +501,8 @@ def schedule_live_migration(
                 return decision, before, skipped
             skipped.append((chosen.service_host, problem))
             attempted.append(chosen.service_host)
-            # The scheduler claimed the destination for the instance consumer, which
-            # held nothing else (its source allocation is with the migration consumer).
-            claims.delete(plan.instance_uuid)
+            # The claim on the skipped host goes, as a failed build's does.
+            drop_destination(plan, claims, before)
             if max_retries != -1 and len(attempted) - 1 > max_retries:
                 raise MaxRetriesExceeded(
                     f"Exceeded maximum number of retries. Exceeded max scheduling retries "
@@ -528,13 +527,15 @@ def hypervisor_of(snapshot: Any, host: str) -> Hypervisor | None:
     """``host``'s hypervisor from its first node in ``snapshot`` (None: no such host)."""
     import math
 
-    hosts = snapshot.obj("host")
-    for row in range(len(snapshot)):
-        if hosts[row] == host:
-            version = snapshot.num("hypervisor_version")[row]
-            return Hypervisor(snapshot.interned_value("hypervisor_type", row),
-                              None if math.isnan(version) else int(version))
-    return None
+    import numpy as np
+
+    rows = np.flatnonzero(snapshot.obj("host") == host)
+    if not len(rows):
+        return None
+    row = int(rows[0])
+    version = snapshot.num("hypervisor_version")[row]
+    return Hypervisor(snapshot.interned_value("hypervisor_type", row),
+                      None if math.isnan(version) else int(version))
 
 
 def destination_check(current: Callable[[], Any], source_host: str, spec: RequestSpec,

@@ -19,6 +19,7 @@ from berth.errors import ExtraSpecError
 from berth.extra_specs.ops import Requirement, compile_requirement, validate_requirement
 from berth.filters.base import BaseHostFilter, Reject
 from berth.filters.utils import metadata_by_key
+from berth.model.aggregate import aggregate_names
 
 if TYPE_CHECKING:
     from berth.host_state import Hosts, HostState
@@ -65,7 +66,7 @@ def check_aggregates(
         if not values:
             return Reject.of("aggregate extra spec mismatch", key=key,
                              requested=requirement.req, aggregate_values="(none)",
-                             aggregates=_names(aggregates) or "(none)")
+                             aggregates=aggregate_names(aggregates) or "(none)")
         error: ExtraSpecError | None = None
         for value in sorted(values):
             try:
@@ -78,13 +79,9 @@ def check_aggregates(
                 raise error
             return Reject.of("aggregate extra spec mismatch", key=key,
                              requested=requirement.req, aggregate_values=",".join(sorted(values)),
-                             aggregates=_names(a for a in aggregates if md_key in a.metadata))
+                             aggregates=aggregate_names(a for a in aggregates
+                                                        if md_key in a.metadata))
     return None
-
-
-def _names(aggregates: Iterable[Aggregate]) -> str:
-    """The aggregates by name, for a reason."""
-    return ", ".join(sorted({a.name or a.uuid or str(a.id) for a in aggregates}))
 
 
 class AggregateInstanceExtraSpecsFilter(BaseHostFilter):

@@ -17,6 +17,7 @@ import numpy as np
 
 from berth.filters.base import BaseHostFilter, Reject
 from berth.filters.utils import metadata_by_key
+from berth.model.aggregate import aggregate_names
 
 if TYPE_CHECKING:
     from berth.host_state import Hosts, HostState
@@ -47,9 +48,9 @@ class AggregateMultiTenancyIsolation(BaseHostFilter):
         if not tenants or project_id in tenants:
             return None
         # The aggregates that restrict this host, by name.
-        names = sorted({a.name or a.uuid or str(a.id) for a in aggregates
-                        if any(k.startswith(TENANT_KEY_PREFIX) for k in a.metadata)})
-        return Reject.of("tenant not allowed in aggregate", aggregate=", ".join(names),
+        names = aggregate_names(a for a in aggregates
+                                if any(k.startswith(TENANT_KEY_PREFIX) for k in a.metadata))
+        return Reject.of("tenant not allowed in aggregate", aggregate=names,
                          project=project_id, allowed=",".join(sorted(tenants)))
 
     def check(self, host_state: HostState, spec_obj: RequestSpec) -> Reject | None:

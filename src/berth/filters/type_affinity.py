@@ -23,6 +23,7 @@ import numpy as np
 
 from berth.filters.base import BaseHostFilter, Reject
 from berth.filters.utils import per_signature_array, values_from_key
+from berth.model.aggregate import aggregate_names
 
 if TYPE_CHECKING:
     from berth.host_state import Hosts, HostState
@@ -52,9 +53,8 @@ class AggregateTypeAffinityFilter(BaseHostFilter):
         if _flavor_allowed(host_state.aggregates, name):
             return None
         allowed = sorted(values_from_key(host_state.aggregates, KEY))
-        named = sorted({a.name or a.uuid or str(a.id) for a in host_state.aggregates
-                        if KEY in a.metadata})
-        return Reject.of("flavor not allowed in aggregate", aggregate=", ".join(named),
+        named = aggregate_names(a for a in host_state.aggregates if KEY in a.metadata)
+        return Reject.of("flavor not allowed in aggregate", aggregate=named,
                          flavor=name, allowed=",".join(allowed))
 
     def filter_all_hosts(self, hosts: Hosts, spec_obj: RequestSpec) -> np.ndarray:

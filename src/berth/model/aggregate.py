@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -26,3 +27,8 @@ class Aggregate:
 
     def __hash__(self) -> int:
         return hash(self.id)
+
+
+def aggregate_names(aggregates: Iterable[Aggregate]) -> str:
+    """The aggregates by name (else uuid, else id), sorted, for a filter's reason."""
+    return ", ".join(sorted({a.name or a.uuid or str(a.id) for a in aggregates}))

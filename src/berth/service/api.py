@@ -185,7 +185,7 @@ def allowed_methods(path: str) -> tuple[str, ...] | None:
         template = f"/{parts[1]}/{{{PATH_PARAMETERS[parts[1]]}}}"
     elif len(parts) == 4 and parts[1] == "servers" and parts[2] and parts[3]:
         template = "/servers/{uuid}/{action}"
-    elif len(parts) == 4 and parts[1] == "hosts" and parts[2] and parts[3] == "drain":
+    elif drained_host(path) is not None:
         template = "/hosts/{host}/drain"
     else:
         template = path
@@ -342,9 +342,9 @@ class SchedulerApp(ViewRoutes):
                     start_response("204 No Content", [])
                     return [b""]
                 return _reply(start_response, status, served)
-            if allowed_methods(path) == ("POST",) and path.startswith("/hosts/") \
-                    and method == "POST":
-                return self._drain(path, environ, caller, start_response)
+            host = drained_host(path)
+            if host is not None and method == "POST":
+                return self._drain(host, environ, caller, start_response)
             if path == "/servers" or path.startswith("/servers/"):
                 body = _read_json(environ) if method == "POST" else None
                 started = time.perf_counter()
@@ -446,18 +446,18 @@ class SchedulerApp(ViewRoutes):
         self.recent.placed(spec, decision, answer, time.perf_counter() - started)
         return answer
 
-    def _drain(self, path: str, environ: dict[str, Any], caller: Any,
+    def _drain(self, host: str, environ: dict[str, Any], caller: Any,
                start_response: StartResponse) -> Iterable[bytes]:
         """``POST /hosts/{host}/drain`` (:mod:`berth.service.drain`)."""
         from berth.service.drain import drain_host, drain_status, parse_drain
 
-        host = path.split("/")[2]
         self._enforce(HOSTS_DRAIN, caller, None)
         operation = parse_drain(_read_json(environ))
         if self.moves is None or not self.moves.moves_here:
             return _reply(start_response, 404, {"error": {
                 "code": "berth.http.not_found", "message": "drain: moves are served by "
                 "berth serve, whose scheduler runs in process"}})
+
         def observe(uuid: str, went: Mapping[str, Any] | None, error: Any,
                     seconds: float) -> None:
             refusal = error if isinstance(error, SchedulingError) else None
@@ -685,6 +685,14 @@ def _boot_answer(selections: Any, uuids: Any, outcome: BuildOutcome) -> dict[str
                              "error": {"code": f.error.code, "message": f.error.message}}
                             for f in outcome.failed]
     return answer
+
+
+def drained_host(path: str) -> str | None:
+    """The host of a ``/hosts/{host}/drain`` path (exactly that: nothing more), or None."""
+    parts = path.split("/")
+    if len(parts) == 4 and parts[1] == "hosts" and parts[2] and parts[3] == "drain":
+        return parts[2]
+    return None
 
 
 def _utf8(path: str) -> str:

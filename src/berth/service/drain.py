@@ -8,9 +8,9 @@ instance that cannot move (no host left for it, a refusal, a failed build) stays
 it is with its reason, and the drain goes on with the next; the host is not disabled
 (``berth service set HOST --disable`` first keeps new boots away). A cloud file's
 instance without a flavor is not known to the service (its resources are not), so it is
-not moved; its usage stays on the host. The same function
-serves ``POST /hosts/{host}/drain`` (``berth drain HOST``) and ``berth schedule CLOUD
---drain HOST`` (offline, on the cloud file's scratch store): one path.
+not moved; it is counted among those that stay. The same function serves ``POST
+/hosts/{host}/drain`` (``berth drain HOST``) and ``berth schedule CLOUD --drain HOST``
+(offline, on the cloud file's scratch store): one path.
 
 The answer::
 
@@ -26,10 +26,11 @@ The answer::
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 from berth.errors import BerthError, InputError, ServiceUnavailable, error_dict
 from berth.model.image_props import show
@@ -54,7 +55,11 @@ def parse_drain(body: Any) -> str:
     if unknown:
         raise InputError(f"body: unknown field(s) {', '.join(sorted(map(str, unknown)))} for "
                          "drain (it takes operation)")
-    operation = body.get("operation", LIVE_MIGRATE)
+    return _checked(body.get("operation", LIVE_MIGRATE))
+
+
+def _checked(operation: Any) -> str:
+    """``operation`` if a drain may make it; InputError naming the field otherwise."""
     if operation not in DRAIN_OPERATIONS:
         raise InputError(f"operation: expected one of {', '.join(DRAIN_OPERATIONS)}, got "
                          f"{show(operation)}", field="operation")
@@ -71,19 +76,16 @@ def drain_host(moves: MoveService, host: str, operation: str = LIVE_MIGRATE, *,
     """Move every ACTIVE instance off ``host`` (see the module's docstring). An unknown
     host is an InputError; the database going away mid-drain (ServiceUnavailable) ends
     it, with what moved so far kept."""
-    if operation not in DRAIN_OPERATIONS:
-        raise InputError(f"operation: expected one of {', '.join(DRAIN_OPERATIONS)}, got "
-                         f"{operation!r}", field="operation")
+    operation = _checked(operation)
     moves.scheduler  # noqa: B018 - MovesElsewhere before anything changes
     snapshot = moves.scheduler.refresh()
-    if host not in set(snapshot.obj("host")):
+    rows = np.flatnonzero(snapshot.obj("host") == host)  # the host's nodes
+    if not len(rows):
         raise InputError(f"host: compute host {host!r} could not be found", field="host")
     on_host = [r for r in moves.instances.all() if r.host == host]
     # What the host reports beyond the instances Berth knows there: a cloud file's
     # instances without a flavor (their resources unknown, so not movable).
-    hosts, counts = snapshot.obj("host"), snapshot.num("num_instances")
-    reported = sum(int(counts[row]) for row in range(len(snapshot))
-                   if hosts[row] == host and not math.isnan(counts[row]))
+    reported = int(np.nansum(snapshot.num("num_instances")[rows]))
     unknown = max(0, reported - len(on_host))
     moved: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
