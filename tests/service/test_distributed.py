@@ -542,3 +542,58 @@ def test_a_fleet_sets_the_service_states_its_cloud_file_gives(tmp_path: Path) ->
             assert _services(api)["h2"]["status"] == "enabled"
         finally:
             c.close()
+
+
+def test_gpus_are_claimed_by_the_compute_processes_across_api_and_scheduler(
+        tmp_path: Path) -> None:
+    """One API, one scheduler and a compute process, each deriving the boot's PCI
+    request from the flavor with the same [pci] alias: the compute process claims the
+    device, its stored report (SQL) lists the pool empty, so the next GPU boot goes to
+    the other host and the third finds none; a delete gives the device back."""
+    reason = rabbit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    alias = json.dumps({"name": "gpu", "vendor_id": "10de", "product_id": "1db4"})
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(
+        "flavors: [{name: gpu, vcpus: 1, memory_mb: 1024, root_gb: 5, "
+        "extra_specs: {'pci_passthrough:alias': 'gpu:1'}}]\n"
+        "hosts:\n"
+        "  - {host: 'g{index}', count: 2, vcpus: 8, memory_mb: 16384, local_gb: 200,\n"
+        "     pci_pools: [{vendor_id: '10de', product_id: '1db4', count: 1}]}\n")
+    with fresh_pg_database("berth_dist_gpu") as db, rabbit_vhost("berth_dist_gpu") as bus:
+        c = LocalCluster(tmp_path / "run", db, bus, cloud, schedulers=1, apis=1, options={
+            "DEFAULT": {"report_interval": 1},
+            "filter_scheduler": {"enabled_filters": "ComputeFilter,PciPassthroughFilter"},
+            "pci": {"alias": alias}})
+        engine = sa.create_engine(db)
+        try:
+            c.start()
+            api = c.alive_urls()[0]
+            c.wait_hosts(api, 2, timeout=30)
+
+            def free_devices() -> dict[str, int]:
+                with engine.connect() as conn:
+                    rows = conn.execute(sa.text(
+                        "SELECT host, report FROM berth_compute_nodes")).all()
+                return {host: sum(p["count"] for p in json.loads(report)["pci_stats"] or [])
+                        for host, report in rows}
+
+            with httpx.Client(base_url=api, headers=ADMIN, timeout=60) as http:
+                first = http.post("/boot", json={"flavor": "gpu"})
+                assert first.status_code == 200, first.text
+                _wait(lambda: sum(free_devices().values()) == 1, 30)
+                second = http.post("/boot", json={"flavor": "gpu"})
+                assert second.status_code == 200, second.text
+                hosts = {first.json()["instances"][0]["host"],
+                         second.json()["instances"][0]["host"]}
+                assert hosts == {"g1", "g2"}
+                _wait(lambda: free_devices() == {"g1": 0, "g2": 0}, 30)
+                third = http.post("/boot", json={"flavor": "gpu"})
+                assert third.status_code == 409, third.text
+                gone = first.json()["instances"][0]
+                assert http.delete(f"/servers/{gone['instance_uuid']}").status_code == 200
+                _wait(lambda: free_devices()[gone["host"]] == 1, 30)
+        finally:
+            engine.dispose()
+            c.close()
